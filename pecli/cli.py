@@ -1,0 +1,56 @@
+"""pecli command line. Each command module registers itself; this file assembles the app.
+
+    pecli models
+    pecli ablate minilm --limit 200
+    pecli perplexity smollm2 --mask linear --mask-semantics log-bias --limit 100
+    pecli reproduce --preset offline
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+import typer
+from typer.core import TyperGroup
+
+from pecli.errors import PecliError
+
+
+class _PecliGroup(TyperGroup):
+    """Turns a PecliError anywhere below into one line on stderr and exit code 1.
+
+    PECLI_DEBUG=1 shows the traceback instead.
+    """
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except PecliError as err:
+            if os.environ.get("PECLI_DEBUG"):
+                raise
+            typer.echo(f"error: {err}", err=True)
+            raise typer.Exit(1) from None
+        except KeyboardInterrupt:
+            typer.echo("interrupted: finished results are saved; rerun the same command to resume",
+                       err=True)
+            raise typer.Exit(130) from None
+
+
+app = typer.Typer(
+    name="pecli",
+    cls=_PecliGroup,
+    help="Position information in pretrained Transformers: ablate, mask, measure.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+COMMAND_MODULES = ("listing",)
+
+for _name in COMMAND_MODULES:
+    importlib.import_module(f"pecli.commands.{_name}").register(app)
+
+
+def main() -> None:
+    app()

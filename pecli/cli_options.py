@@ -1,0 +1,29 @@
+"""Option types shared by every command, each declared once with its help text."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+ModelArg = Annotated[str, typer.Argument(
+    help="minilm, smollm2, random:bert, random:gpt2, random:llama, a hub id (gpt2, "
+         "bert-base-uncased, roberta-base, ...) or a local checkpoint directory.")]
+DeviceOpt = Annotated[str, typer.Option(help="auto (CUDA if present), cpu or cuda.")]
+DtypeOpt = Annotated[str, typer.Option(help="float32, bfloat16 or float16.")]
+SeedOpt = Annotated[int, typer.Option(help="Seed for subsets, shuffles and random inits.")]
+LimitOpt = Annotated[int | None, typer.Option(
+    help="Use a seeded random subset of N rows (stratified by label where there is one).")]
+DataDirOpt = Annotated[Path | None, typer.Option(
+    envvar="PECLI_DATA_DIR",
+    help="Local data directory (layout of shared/data); default: the HF hub.")]
+DatasetOpt = Annotated[str, typer.Option(
+    help="imdb, truthfulqa, truthfulqa-mc, or a CSV/JSONL/parquet file with a text column.")]
+SplitOpt = Annotated[str | None, typer.Option(help="Dataset split (default: the dataset's first).")]
+TextOpt = Annotated[str | None, typer.Option(
+    "--text", help="Text column; a+b joins columns, e.g. question+best_answer.")]
+OutOpt = Annotated[Path | None, typer.Option(
+    help="Output directory (default: runs/<command>/<UTC time>-<commit>).")]
+BatchSizeOpt = Annotated[int | None, typer.Option(
+    help="Sequences per forward pass (default: by a token budget, larger on CUDA).")]

@@ -1,0 +1,64 @@
+"""`pecli models` and `pecli datasets`: what is known and what is available here."""
+
+from __future__ import annotations
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from pecli.cli_options import DataDirOpt
+
+
+def models() -> None:
+    """List model families, offline aliases and random models, and whether each is available here.
+
+    Examples:
+        pecli models
+    """
+    from pecli.architectures import ARCHITECTURES
+    from pecli.loading import ALIASES, model_availability
+
+    table = Table(title="models")
+    for col in ("name", "family", "positions", "status", "to get it"):
+        table.add_column(col)
+    for alias, pkg in ALIASES.items():
+        status, fix = model_availability(alias)
+        family = "bert" if alias == "minilm" else "llama"
+        table.add_row(alias, family, pkg.note, status, fix)
+    for family, spec in ARCHITECTURES.items():
+        status, fix = model_availability(f"random:{family}")
+        table.add_row(f"random:{family}", family, f"{spec.position}; config of {spec.reference}",
+                      status, fix)
+    for family, spec in ARCHITECTURES.items():
+        status, fix = model_availability(spec.reference)
+        table.add_row(spec.reference, family, f"{spec.position} (hub)", status, fix)
+    Console().print(table)
+    typer.echo("Any hub id or local directory of a supported family also works: "
+               + ", ".join(t for s in ARCHITECTURES._entries.values() for t in s.model_types))
+
+
+def datasets(data_dir: DataDirOpt = None) -> None:
+    """List datasets, their splits and whether each is available here.
+
+    Examples:
+        pecli datasets
+        pecli datasets --data-dir ../shared/data
+    """
+    from pecli.data import DATASETS, dataset_availability
+    from pecli.data import data_dir as resolve_dir
+
+    root = resolve_dir(data_dir)
+    table = Table(title="datasets")
+    for col in ("name", "hub id", "splits", "text", "status", "to get it"):
+        table.add_column(col)
+    for name, spec in DATASETS.items():
+        status, fix = dataset_availability(spec, root)
+        hub = spec.hub_id + (f" ({spec.hub_config})" if spec.hub_config else "")
+        table.add_row(name, hub, ", ".join(spec.splits), spec.text_field, status, fix)
+    Console().print(table)
+    typer.echo("A CSV/JSONL/parquet file with a text column is also a dataset: pass its path.")
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(models)
+    app.command()(datasets)

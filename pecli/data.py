@@ -1,0 +1,257 @@
+"""Dataset names -> rows, from the hub or a local directory, with the same schema.
+
+Local layout (that of `../shared/data`, named by --data-dir or PECLI_DATA_DIR):
+    imdb/{train,test}.parquet             id, label, rating, text
+    truthfulqa/TruthfulQA.csv             the original CSV (generation)
+    truthfulqa/mc_task.json               the multiple-choice items
+A user's own CSV / JSONL / parquet file is also a dataset: pass its path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from pecli.errors import DataError
+from pecli.registry import Registry
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    name: str
+    hub_id: str
+    hub_config: str | None
+    splits: tuple[str, ...]
+    text_field: str  # default text column
+    label_field: str | None  # stratify --limit by it
+    local: Callable[[Path, str], pd.DataFrame]  # (data_dir, split) -> frame in the hub schema
+    local_files: Callable[[str], str]  # split -> path relative to the data dir
+    description: str
+
+
+@dataclass
+class TextData:
+    """Rows of one dataset split after --limit, and where they came from."""
+
+    frame: pd.DataFrame
+    dataset: str
+    split: str
+    source: str  # "hub" or "local"
+    revision: str  # hub fingerprint or sha256 of the local file
+    text_field: str
+    label_field: str | None
+    total_rows: int  # rows of the split before --limit
+
+    def texts(self, field: str | None = None) -> list[str]:
+        """The text column; `a+b` joins columns with a space (e.g. question+best_answer)."""
+        fields = (field or self.text_field).split("+")
+        missing = [f for f in fields if f not in self.frame.columns]
+        if missing:
+            raise DataError(
+                f"{self.dataset}/{self.split} has no column {missing[0]!r}; "
+                f"columns: {', '.join(map(str, self.frame.columns))} (choose with --text)"
+            )
+        parts = [self.frame[f].astype(str) for f in fields]
+        joined = parts[0]
+        for p in parts[1:]:
+            joined = joined + " " + p
+        return joined.tolist()
+
+    def labels(self) -> list[int] | None:
+        return None if self.label_field is None else self.frame[self.label_field].tolist()
+
+    def provenance(self) -> dict:
+        return {
+            "dataset": self.dataset,
+            "split": self.split,
+            "data_source": self.source,
+            "data_revision": self.revision,
+            "rows": len(self.frame),
+            "split_rows": self.total_rows,
+        }
+
+
+DATASETS: Registry[DatasetSpec] = Registry("dataset", DataError)
+
+
+def _imdb_local(root: Path, split: str) -> pd.DataFrame:
+    return pd.read_parquet(root / "imdb" / f"{split}.parquet")
+
+
+def _split_answers(cell: str) -> list[str]:
+    # The hub builder's rule: split on ';' and strip each answer.
+    return [a.strip() for a in str(cell).strip().split(";")]
+
+
+def _truthfulqa_generation_local(root: Path, split: str) -> pd.DataFrame:
+    raw = pd.read_csv(root / "truthfulqa" / "TruthfulQA.csv", keep_default_na=False)
+    raw = raw[(raw["Correct Answers"] != "") & (raw["Incorrect Answers"] != "")]
+    return pd.DataFrame({
+        "type": raw["Type"], "category": raw["Category"], "question": raw["Question"],
+        "best_answer": raw["Best Answer"],
+        "correct_answers": raw["Correct Answers"].map(_split_answers),
+        "incorrect_answers": raw["Incorrect Answers"].map(_split_answers),
+        "source": raw["Source"],
+    }).reset_index(drop=True)
+
+
+def _truthfulqa_mc_local(root: Path, split: str) -> pd.DataFrame:
+    items = json.loads((root / "truthfulqa" / "mc_task.json").read_text(encoding="utf-8"))
+
+    def targets(d: dict) -> dict:
+        return {"choices": list(d), "labels": list(d.values())}
+
+    return pd.DataFrame([
+        {"question": it["question"], "mc1_targets": targets(it["mc1_targets"]),
+         "mc2_targets": targets(it["mc2_targets"])}
+        for it in items
+    ])
+
+
+for _d in [
+    DatasetSpec("imdb", "stanfordnlp/imdb", None, ("test", "train"), "text", "label",
+                _imdb_local, lambda s: f"imdb/{s}.parquet",
+                "Large Movie Review Dataset (Maas et al. 2011): text, label 0/1"),
+    DatasetSpec("truthfulqa", "truthfulqa/truthful_qa", "generation", ("validation",),
+                "question", None, _truthfulqa_generation_local,
+                lambda s: "truthfulqa/TruthfulQA.csv",
+                "TruthfulQA generation (817 questions): question, best_answer, answers, category"),
+    DatasetSpec("truthfulqa-mc", "truthfulqa/truthful_qa", "multiple_choice", ("validation",),
+                "question", None, _truthfulqa_mc_local, lambda s: "truthfulqa/mc_task.json",
+                "TruthfulQA multiple_choice: question, mc1_targets, mc2_targets"),
+]:
+    DATASETS.add(_d.name, _d)
+
+
+def data_dir(explicit: str | Path | None = None) -> Path | None:
+    """The local data directory: the flag, else PECLI_DATA_DIR, else None (use the hub)."""
+    chosen = explicit or os.environ.get("PECLI_DATA_DIR")
+    if not chosen:
+        return None
+    path = Path(chosen).expanduser()
+    if not path.is_dir():
+        raise DataError(f"data directory {path} does not exist; point --data-dir or PECLI_DATA_DIR at it")
+    return path
+
+
+CUSTOM_READERS = {".csv": pd.read_csv, ".parquet": pd.read_parquet,
+                  ".jsonl": lambda p: pd.read_json(p, lines=True),
+                  ".json": pd.read_json}
+
+
+def load_data(dataset: str, split: str | None = None, *, data_dir_: str | Path | None = None,
+              limit: int | None = None, seed: int = 0, text_field: str | None = None) -> TextData:
+    """Load a split (hub or local), then draw a seeded `limit`-row subset.
+
+    The subset is stratified by label where there is one: the local IMDB files are
+    sorted by label, so "the first N rows" would all be negative.
+    """
+    path = Path(dataset).expanduser()
+    if path.suffix in CUSTOM_READERS:
+        data = _load_custom(path, text_field)
+    else:
+        spec = DATASETS.get(dataset)
+        split = split or spec.splits[0]
+        if split not in spec.splits:
+            raise DataError(f"split {split!r} not in {dataset} (available: {', '.join(spec.splits)})")
+        root = data_dir(data_dir_)
+        data = _load_local(spec, root, split) if root else _load_hub(spec, split)
+        data.text_field = text_field or spec.text_field
+    data.texts()  # fail now on a wrong text column, before any model runs
+    data.frame = subset(data.frame, limit, seed, data.label_field, f"{data.dataset}/{data.split}")
+    if len(data.frame) == 0:
+        raise DataError(f"{data.dataset}/{data.split} has no rows")
+    return data
+
+
+def subset(frame: pd.DataFrame, limit: int | None, seed: int, label: str | None, what: str) -> pd.DataFrame:
+    """A seeded random subset of `limit` rows, balanced across labels (round robin)."""
+    if limit is None:
+        return frame.reset_index(drop=True)
+    if limit <= 0:
+        raise DataError(f"--limit must be a positive number of rows (got {limit})")
+    if limit > len(frame):
+        raise DataError(f"--limit {limit} exceeds the {len(frame)} rows of {what}; use a smaller --limit or none")
+    rng = np.random.default_rng(seed)
+    if label is None:
+        order = rng.permutation(len(frame))
+    else:
+        groups = [rng.permutation(np.flatnonzero(frame[label].to_numpy() == v))
+                  for v in sorted(frame[label].unique())]
+        # Interleave the shuffled label groups so any prefix is balanced.
+        order = [g[i] for i in range(max(map(len, groups))) for g in groups if i < len(g)]
+    return frame.iloc[np.asarray(order[:limit])].reset_index(drop=True)
+
+
+def _load_local(spec: DatasetSpec, root: Path, split: str) -> TextData:
+    from pecli.loading import file_sha256
+
+    file = root / spec.local_files(split)
+    if not file.exists():
+        raise DataError(
+            f"{file} is missing: the data directory {root} has no {spec.name}/{split} "
+            f"(expected {spec.local_files(split)}, the layout of shared/data)"
+        )
+    frame = spec.local(root, split)
+    return TextData(frame, spec.name, split, "local", "sha256:" + file_sha256(file)[:16],
+                    spec.text_field, spec.label_field, len(frame))
+
+
+def _load_hub(spec: DatasetSpec, split: str) -> TextData:
+    from pecli.loading import hub_reachable
+
+    if not hub_reachable():
+        os.environ.setdefault("HF_DATASETS_OFFLINE", "1")  # try the datasets cache only
+    import datasets
+
+    try:
+        ds = datasets.load_dataset(spec.hub_id, spec.hub_config, split=split)
+    except Exception as err:  # datasets raises many types for "not reachable / not cached"
+        raise DataError(
+            f"cannot load {spec.hub_id} ({spec.hub_config or 'default'}/{split}) from the hub "
+            f"({type(err).__name__}); pass --data-dir DIR or set PECLI_DATA_DIR to a local copy "
+            "(layout of shared/data)"
+        ) from None
+    frame = ds.to_pandas()
+    return TextData(frame, spec.name, split, "hub", f"fingerprint:{ds._fingerprint}",
+                    spec.text_field, spec.label_field, len(frame))
+
+
+def _load_custom(path: Path, text_field: str | None) -> TextData:
+    from pecli.loading import file_sha256
+
+    if not path.exists():
+        raise DataError(f"data file {path} does not exist")
+    try:
+        frame = CUSTOM_READERS[path.suffix](path)
+    except Exception as err:
+        raise DataError(f"cannot read {path}: {str(err).splitlines()[0]}") from None
+    field = text_field or "text"
+    if field.split("+")[0] not in frame.columns:
+        raise DataError(
+            f"{path.name} has no text column {field!r}; columns: {', '.join(map(str, frame.columns))} "
+            "(name one with --text)"
+        )
+    label = "label" if "label" in frame.columns else None
+    return TextData(frame, path.name, "file", "local", "sha256:" + file_sha256(path)[:16],
+                    field, label, len(frame))
+
+
+def dataset_availability(spec: DatasetSpec, root: Path | None) -> tuple[str, str]:
+    """(status, how to get it) for `pecli datasets`."""
+    if root is not None:
+        missing = [s for s in spec.splits if not (root / spec.local_files(s)).exists()]
+        if not missing:
+            return f"local ({root})", ""
+        return f"local copy lacks {', '.join(missing)}", f"add {spec.local_files(missing[0])} under {root}"
+    from pecli.loading import hub_reachable
+
+    if hub_reachable():
+        return "hub (reachable)", ""
+    return "missing (hub unreachable)", "set PECLI_DATA_DIR=../shared/data or pass --data-dir"

@@ -1,0 +1,39 @@
+"""Registered experiments: what `pecli reproduce` runs from a preset.
+
+Each experiment module registers an `Experiment` whose `run(**options)` takes plain,
+JSON-able options (the same names as its CLI flags) and returns tidy tables that pass
+`pecli.tables.validate`; `figures` turns the written CSVs into PNGs without torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from pecli.errors import ConfigError
+from pecli.registry import Registry
+
+
+@dataclass(frozen=True)
+class Experiment:
+    name: str
+    version: int  # bump when the meaning of a number changes: cached results are then redone
+    run: Callable[..., dict[str, pd.DataFrame]]
+    figures: Callable[[dict[str, Path], Path], list[Path]]
+    description: str
+
+
+EXPERIMENTS: Registry[Experiment] = Registry("experiment", ConfigError)
+
+# Modules that register experiments, imported on first use.
+EXPERIMENT_MODULES: tuple[str, ...] = ()
+
+
+def load_all() -> Registry[Experiment]:
+    for module in EXPERIMENT_MODULES:
+        importlib.import_module(f"pecli.experiments.{module}")
+    return EXPERIMENTS

@@ -1,0 +1,52 @@
+"""Run directories and atomic writes: a results file is either whole or absent."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+
+from pecli.provenance import git_state, library_versions, utc_now
+
+
+def _atomic(path: Path, write) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            write(f)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_csv(df: pd.DataFrame, path: Path) -> Path:
+    return _atomic(Path(path), lambda f: df.to_csv(f, index=False))
+
+
+def write_json(obj: dict, path: Path) -> Path:
+    return _atomic(Path(path), lambda f: json.dump(obj, f, indent=2, default=str))
+
+
+def run_meta(config: dict) -> dict:
+    """The sidecar of a table: resolved config, versions, git state, time."""
+    return {"config": config, "created": utc_now(), **library_versions(), **git_state()}
+
+
+def default_out_dir(command: str) -> Path:
+    """Ad-hoc runs go under runs/<command>/<UTC time>-<commit> (gitignored)."""
+    stamp = utc_now().replace(":", "").replace("-", "")
+    return Path("runs") / command / f"{stamp}-{git_state()['git_commit']}"
+
+
+def write_table(df: pd.DataFrame, out_dir: Path, name: str, config: dict) -> Path:
+    """Write `<name>.csv` and `<name>.json` (its sidecar) into out_dir; return the CSV path."""
+    out_dir = Path(out_dir)
+    csv = write_csv(df, out_dir / f"{name}.csv")
+    write_json(run_meta(config), out_dir / f"{name}.json")
+    return csv

