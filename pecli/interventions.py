@@ -1,0 +1,270 @@
+"""Position interventions: context managers that change where position comes from, then restore.
+
+    with intervene(loaded, "zero"):
+        outputs = loaded.model(**batch)
+
+A name is `<intervention>` or `<intervention>:<argument>` (`shift:3`, `swap:random:bert`).
+Learned-absolute families (spec.position == "learned") are edited in their embedding table
+(rows after `spec.pos_offset`); the original tensor is copied and put back in `finally`.
+Rotary families are changed through forward hooks on the module at `spec.rotary`, removed
+in `finally`. Mapping conventions shared by both kinds (N = the model's positions):
+
+- `reverse`: position p gets what position N-1-p had;
+- `shift:K`: position p gets what position p+K had (learned rows past the end repeat the
+  last/first row; rotary ids just move, so only relative offsets matter);
+- `shuffle`: position p gets what position perm[p] had, perm a seeded permutation of N.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+
+from pecli.architectures import position_embedding, resolve
+from pecli.errors import InterventionError
+from pecli.registry import Registry
+
+
+@dataclass(frozen=True)
+class Intervention:
+    name: str
+    description: str
+    families: tuple[str, ...]  # position kinds it applies to: "learned", "rotary"
+    argument: str | None  # name of the required argument (`shift:K` -> "K"), None if none
+    learned: Callable | None  # (loaded, weight_rows[n, d], arg, seed) -> new rows[n, d]
+    rotary: Callable | None  # (loaded, arg, seed) -> contextmanager installing hooks
+
+
+INTERVENTIONS: Registry[Intervention] = Registry("intervention", InterventionError)
+
+
+def intervention_names() -> list[str]:
+    """Names as a user types them (`shift:K`, `swap:MODEL`), for listings and help."""
+    out = []
+    for name, iv in INTERVENTIONS.items():
+        out.append(f"{name}:{iv.argument}" if iv.argument else name)
+    return out
+
+
+def parse(name: str) -> tuple[Intervention, str | None]:
+    """`shift:3` -> (the shift Intervention, "3"); checks the argument is there when needed."""
+    base, _, arg = name.partition(":")
+    iv = INTERVENTIONS.get(base)
+    if iv.argument and not arg:
+        raise InterventionError(
+            f"intervention {base!r} needs an argument: write {base}:{iv.argument} (e.g. "
+            f"{'shift:3' if base == 'shift' else 'swap:random:bert'})"
+        )
+    if not iv.argument and arg:
+        raise InterventionError(f"intervention {base!r} takes no argument; write {base!r}")
+    return iv, (arg or None)
+
+
+def check_applies(loaded, name: str) -> Intervention:
+    """The intervention, or an InterventionError if it cannot act on this model's positions."""
+    iv, _ = parse(name)
+    if loaded.spec.position not in iv.families:
+        raise InterventionError(
+            f"intervention {iv.name!r} does not apply to {loaded.name} ({loaded.spec.family}, "
+            f"{loaded.spec.position} positions); it needs {' or '.join(iv.families)} positions"
+        )
+    return iv
+
+
+@contextmanager
+def intervene(loaded, name: str, seed: int = 0) -> Iterator[None]:
+    """Apply intervention `name` to `loaded.model` inside the block; restore it exactly on exit."""
+    iv = check_applies(loaded, name)
+    _, arg = parse(name)
+    if loaded.spec.position == "rotary":
+        with iv.rotary(loaded, arg, seed):
+            yield
+        return
+    table = position_embedding(loaded.model, loaded.spec)
+    offset = loaded.spec.pos_offset
+    rows = table.weight.detach()[offset:]  # [n, d], a view on the real position rows
+    new = iv.learned(loaded, rows, arg, seed)  # computed before any change: a failure leaves no trace
+    if new is None:  # `learned`: nothing to change
+        yield
+        return
+    saved = table.weight.detach().clone()
+    try:
+        with torch.no_grad():
+            table.weight[offset:].copy_(new.to(rows.dtype))
+        yield
+    finally:
+        with torch.no_grad():
+            table.weight.copy_(saved)
+
+
+# --- learned tables: new rows from old ---------------------------------------------
+
+
+def _shift_amount(arg: str) -> int:
+    try:
+        return int(arg)
+    except ValueError:
+        raise InterventionError(f"shift needs an integer offset, got {arg!r}; e.g. shift:3") from None
+
+
+def _permutation(n: int, seed: int) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randperm(n, generator=gen)  # [n]
+
+
+def _index_rows(rows: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    return rows[index.to(rows.device)]  # [n, d]
+
+
+def sinusoidal_table(n: int, d: int) -> torch.Tensor:
+    """Vaswani et al. (2017): PE[p, 2i] = sin(p / 10000^(2i/d)), PE[p, 2i+1] = cos(...). [n, d]"""
+    pos = torch.arange(n, dtype=torch.float64)[:, None]  # [n, 1]
+    i = torch.arange(0, d, 2, dtype=torch.float64)  # [ceil(d/2)]
+    angle = pos / (10000.0 ** (i / d))  # [n, ceil(d/2)]
+    pe = torch.zeros(n, d, dtype=torch.float64)
+    pe[:, 0::2] = torch.sin(angle)
+    pe[:, 1::2] = torch.cos(angle)[:, : d // 2]
+    return pe
+
+
+def _learned_sinusoidal(loaded, rows, arg, seed):
+    pe = sinusoidal_table(*rows.shape).to(rows.device)  # [n, d], row norms sqrt(d/2)
+    target = rows.double().norm(dim=1).mean()
+    return pe * (target / pe.norm(dim=1).mean())
+
+
+def _learned_random(loaded, rows, arg, seed):
+    gen = torch.Generator().manual_seed(seed)
+    flat = rows.double()
+    noise = torch.randn(rows.shape, generator=gen, dtype=torch.float64)  # [n, d]
+    return (noise * flat.std() + flat.mean()).to(rows.device)
+
+
+def load_donor(name: str, seed: int):
+    """The model whose position rows `swap:NAME` borrows (monkeypatched in tests)."""
+    from pecli.loading import load_model
+
+    return load_model(name, device="cpu", seed=seed)
+
+
+def _learned_swap(loaded, rows, arg, seed):
+    donor = load_donor(arg, seed)
+    if donor.spec.position != "learned":
+        raise InterventionError(
+            f"swap:{arg}: {arg} has {donor.spec.position} positions, no embedding rows to lend; "
+            "swap with a learned-position model (bert, roberta, gpt2 families)"
+        )
+    theirs = position_embedding(donor.model, donor.spec).weight.detach()[donor.spec.pos_offset:]
+    if theirs.shape[1] != rows.shape[1]:
+        raise InterventionError(
+            f"swap:{arg}: width {theirs.shape[1]} does not match {loaded.name}'s width "
+            f"{rows.shape[1]}; swap with a model of the same hidden size"
+        )
+    new = torch.zeros_like(rows)  # positions the donor does not have get zero rows
+    n = min(len(rows), len(theirs))
+    new[:n] = theirs[:n].to(rows.device, rows.dtype)
+    return new
+
+
+def _learned(kind: str):
+    def edit(loaded, rows, arg, seed):
+        n = len(rows)
+        if kind == "learned":
+            return None
+        if kind == "zero":
+            return torch.zeros_like(rows)
+        if kind == "reverse":
+            return rows.flip(0)
+        if kind == "shuffle":
+            return _index_rows(rows, _permutation(n, seed))
+        if kind == "shift":
+            k = _shift_amount(arg)
+            return _index_rows(rows, (torch.arange(n) + k).clamp(0, n - 1))
+        raise AssertionError(kind)
+
+    return edit
+
+
+# --- rotary: hooks on the rotary-embedding module ----------------------------------
+
+
+@contextmanager
+def _hooks(*handles) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def _rotary_module(loaded):
+    return resolve(loaded.model, loaded.spec, loaded.spec.rotary)
+
+
+def _rotary(kind: str):
+    @contextmanager
+    def install(loaded, arg, seed):
+        if kind == "learned":
+            yield
+            return
+        module = _rotary_module(loaded)
+        if kind == "zero":
+            # Identity rotation: cos = 1, sin = 0 leaves queries and keys unrotated.
+            def out_hook(mod, args, output):
+                cos, sin = output  # [b, t, head_dim] each
+                return torch.ones_like(cos), torch.zeros_like(sin)
+
+            with _hooks(module.register_forward_hook(out_hook)):
+                yield
+            return
+        n = int(loaded.max_positions)
+        if kind == "reverse":
+            remap = lambda ids: (n - 1) - ids  # noqa: E731
+        elif kind == "shift":
+            k = _shift_amount(arg)
+            remap = lambda ids: ids + k  # noqa: E731
+        elif kind == "shuffle":
+            perm = _permutation(n, seed)
+
+            def remap(ids):
+                return perm.to(ids.device)[ids]
+        else:
+            raise AssertionError(kind)
+
+        def pre_hook(mod, args, kwargs):
+            # The base model calls rotary_emb(hidden, position_ids=ids[b, t]); rewrite the ids.
+            if "position_ids" in kwargs:
+                kwargs = {**kwargs, "position_ids": remap(kwargs["position_ids"])}
+            else:
+                args = (args[0], remap(args[1]), *args[2:])
+            return args, kwargs
+
+        with _hooks(module.register_forward_pre_hook(pre_hook, with_kwargs=True)):
+            yield
+
+    return install
+
+
+_BOTH = ("learned", "rotary")
+for _iv in [
+    Intervention("learned", "no change: the model's own positions (the baseline)", _BOTH, None,
+                 _learned("learned"), _rotary("learned")),
+    Intervention("zero", "no position information: zero rows (learned), identity rotation (rotary)",
+                 _BOTH, None, _learned("zero"), _rotary("zero")),
+    Intervention("shuffle", "position p gets position perm[p]'s rows / rotation (seeded)", _BOTH,
+                 None, _learned("shuffle"), _rotary("shuffle")),
+    Intervention("reverse", "position p gets position N-1-p's rows / rotation", _BOTH, None,
+                 _learned("reverse"), _rotary("reverse")),
+    Intervention("shift", "position p gets position p+K's rows / rotation", _BOTH, "K",
+                 _learned("shift"), _rotary("shift")),
+    Intervention("sinusoidal", "Vaswani sinusoids scaled to the learned rows' mean norm",
+                 ("learned",), None, _learned_sinusoidal, None),
+    Intervention("random", "Gaussian rows matching the learned rows' mean and std (seeded)",
+                 ("learned",), None, _learned_random, None),
+    Intervention("swap", "another model's position rows of the same width (zero past its end)",
+                 ("learned",), "MODEL", _learned_swap, None),
+]:
+    INTERVENTIONS.add(_iv.name, _iv)
