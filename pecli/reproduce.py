@@ -1,0 +1,160 @@
+"""Run a preset: check everything is reachable, run each experiment once, write a report.
+
+Results of an entry live in `<out>/<entry id>/` and count as done only when its
+`done.json` (written last, atomically) carries the key of the entry's full configuration;
+a rerun skips done entries, so an interruption loses at most the entry in flight.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from pecli.config import Entry, Preset
+from pecli.errors import ConfigError
+from pecli.experiments import EXPERIMENTS
+from pecli.io import run_meta, write_json, write_table
+from pecli.provenance import git_state, library_versions, utc_now
+
+
+@dataclass
+class EntryResult:
+    entry: Entry
+    tables: dict[str, Path]
+    figures: list[Path]
+    skipped: bool
+    seconds: float
+
+
+def _models_of(options: dict) -> list[str]:
+    names = [options[k] for k in ("model",) if isinstance(options.get(k), str)]
+    names += [m for m in options.get("models") or [] if isinstance(m, str)]
+    for key in ("interventions", "pe"):
+        values = options.get(key) or []
+        names += [v.split(":", 1)[1] for v in ([values] if isinstance(values, str) else values)
+                  if isinstance(v, str) and v.startswith("swap:")]
+    return names
+
+
+def preflight(preset: Preset) -> None:
+    """Fail in seconds, before any computation, naming every missing model and dataset."""
+    from pecli.data import DATASETS, data_dir, dataset_availability
+    from pecli.loading import model_availability
+
+    missing: list[str] = []
+    for entry in preset.entries:
+        for name in _models_of(entry.options):
+            if Path(name).exists():
+                continue
+            status, fix = model_availability(name)
+            if status.startswith("missing"):
+                missing.append(f"model {name!r} ({fix})")
+        dataset = entry.options.get("dataset")
+        if isinstance(dataset, str) and dataset in DATASETS:
+            root = data_dir(entry.options.get("data_dir"))
+            status, fix = dataset_availability(DATASETS.get(dataset), root)
+            if status.startswith("missing") or "lacks" in status:
+                missing.append(f"dataset {dataset!r} ({fix})")
+        elif isinstance(dataset, str) and not Path(dataset).exists():
+            missing.append(f"data file {dataset!r} (no such file)")
+    if missing:
+        unique = list(dict.fromkeys(missing))
+        raise ConfigError(f"preset {preset.name!r} cannot run here; missing: " + "; ".join(unique))
+
+
+def run_preset(preset: Preset, out: Path, force: bool = False,
+               announce: Callable[[str], None] = print) -> list[EntryResult]:
+    """Run every entry of the preset not already done, write figures and REPORT.md."""
+    preflight(preset)
+    results = []
+    for n, entry in enumerate(preset.entries, 1):
+        exp = EXPERIMENTS.get(entry.experiment)
+        key = entry.key(exp.version)
+        folder = out / entry.id
+        done = folder / "done.json"
+        start = time.perf_counter()
+        if not force and done.exists() and json.loads(done.read_text())["key"] == key:
+            record = json.loads(done.read_text())
+            announce(f"[{n}/{len(preset.entries)}] {entry.id}: done before (key {key}), skipped")
+            tables = {name: folder / f"{name}.csv" for name in record["tables"]}
+            results.append(EntryResult(entry, tables, [Path(p) for p in record["figures"]], True, 0.0))
+            continue
+        announce(f"[{n}/{len(preset.entries)}] {entry.id}: {entry.experiment} {entry.options}")
+        done.unlink(missing_ok=True)
+        frames: dict[str, pd.DataFrame] = exp.run(**entry.options)
+        config = {"preset": preset.name, "entry": entry.id, "experiment": entry.experiment,
+                  "experiment_version": exp.version, "key": key, "options": entry.options}
+        tables = {name: write_table(df, folder, name, config) for name, df in frames.items()}
+        figures = exp.figures(tables, out / "figures" / entry.id)
+        seconds = time.perf_counter() - start
+        write_json({**run_meta(config), "key": key, "tables": list(tables), "seconds": round(seconds, 1),
+                    "figures": [str(p) for p in figures]}, done)
+        results.append(EntryResult(entry, tables, list(figures), False, seconds))
+    write_report(preset, out, results)
+    return results
+
+
+def _lookup(csv: Path, where: dict) -> tuple[str, int]:
+    """The value of the single row of `csv` matching `where` ('—' unless exactly one matches)."""
+    df = pd.read_csv(csv)
+    for col, want in where.items():
+        if col not in df.columns:
+            return f"— (no column {col})", 0
+        df = df[df[col].astype(str) == str(want)]
+    return (str(df["value"].iloc[0]), 1) if len(df) == 1 else (f"— ({len(df)} rows match)", len(df))
+
+
+def _fmt(value: str, fmt: str) -> str:
+    try:
+        return fmt.format(float(value))
+    except ValueError:
+        return value
+
+
+def write_report(preset: Preset, out: Path, results: list[EntryResult]) -> Path:
+    """REPORT.md: the study's numbers beside pecli's, every table and figure linked."""
+    versions = library_versions()
+    lines = [
+        f"# pecli reproduce --preset {preset.name}",
+        "",
+        preset.description.strip(),
+        "",
+        f"Written {utc_now()} by pecli {versions['pecli_version']} (git {git_state()['git_commit']}"
+        f"{', dirty' if git_state()['git_dirty'] else ''}), torch {versions['torch_version']}, "
+        f"transformers {versions['transformers_version']}. Every CSV row carries its own provenance "
+        "columns; each CSV has a JSON sidecar with the resolved configuration.",
+        "",
+    ]
+    if preset.choices:
+        lines += ["## Choices the study left open, and what this preset takes", ""]
+        lines += [f"- {c}" for c in preset.choices] + [""]
+    for res in results:
+        e = res.entry
+        lines += [f"## {e.title}", "", f"`{e.experiment}` with `{json.dumps(e.options, sort_keys=True)}`"
+                  + (f" (done in {res.seconds:.0f} s)" if not res.skipped else ""), ""]
+        if e.study_notes:
+            lines += [e.study_notes.strip(), ""]
+        if e.report:
+            lines += ["| quantity | study | pecli |", "|---|---|---|"]
+            for line in e.report:
+                csv = res.tables.get(line.table)
+                value = _fmt(*_lookup(csv, line.where)[:1], line.format) if csv else "— (no table)"
+                study = "—" if line.study is None else str(line.study)
+                lines.append(f"| {line.label} | {study} | {value} |")
+            lines.append("")
+        rel = lambda p: os.path.relpath(p, out)  # noqa: E731
+        lines.append("Tables: " + ", ".join(f"[{n}]({rel(p)})" for n, p in res.tables.items()))
+        lines.append("")
+        lines += [f"![{Path(f).stem}]({rel(f)})" for f in res.figures] + [""]
+    path = out / "REPORT.md"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".md.tmp")
+    tmp.write_text("\n".join(lines), encoding="utf-8")
+    tmp.replace(path)
+    return path

@@ -1,0 +1,26 @@
+from typer.testing import CliRunner
+
+from pecli.cli import app
+
+runner = CliRunner()
+
+
+def test_help_lists_commands():
+    result = runner.invoke(app, ["--help"])
+    assert result.exit_code == 0
+    for command in ("models", "datasets", "reproduce"):
+        assert command in result.output
+
+
+def test_models_shows_offline_models():
+    result = runner.invoke(app, ["models"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0
+    assert "minilm" in result.output and "smollm2" in result.output and "random:gpt2" in result.output
+
+
+def test_datasets_and_bad_dir(tmp_path):
+    result = runner.invoke(app, ["datasets", "--data-dir", str(tmp_path)], env={"COLUMNS": "200"})
+    assert result.exit_code == 0 and "lacks" in result.output
+    result = runner.invoke(app, ["datasets", "--data-dir", str(tmp_path / "nope")])
+    assert result.exit_code == 1
+    assert result.output.strip().startswith("error: data directory") and "Traceback" not in result.output

@@ -1,0 +1,68 @@
+import pandas as pd
+import pytest
+
+from pecli.data import load_data, subset
+from pecli.errors import DataError
+
+
+@pytest.fixture
+def fake_data_dir(tmp_path):
+    """A data directory in the shared/data layout, 40 IMDB rows sorted by label like the real one."""
+    (tmp_path / "imdb").mkdir()
+    frame = pd.DataFrame({"id": [f"test/x/{i}" for i in range(40)], "label": [0] * 20 + [1] * 20,
+                          "rating": [1] * 20 + [10] * 20, "text": [f"review {i}" for i in range(40)]})
+    frame.to_parquet(tmp_path / "imdb" / "test.parquet")
+    (tmp_path / "truthfulqa").mkdir()
+    pd.DataFrame({"Type": ["A", "A"], "Category": ["c", "c"], "Question": ["Q1?", "Q2?"],
+                  "Best Answer": ["b1", "b2"], "Correct Answers": ["x; y", "z"],
+                  "Incorrect Answers": ["w", ""], "Source": ["s", "s"]}
+                 ).to_csv(tmp_path / "truthfulqa" / "TruthfulQA.csv", index=False)
+    return tmp_path
+
+
+def test_limit_is_seeded_and_stratified(fake_data_dir):
+    a = load_data("imdb", "test", data_dir_=fake_data_dir, limit=10, seed=3)
+    b = load_data("imdb", "test", data_dir_=fake_data_dir, limit=10, seed=3)
+    c = load_data("imdb", "test", data_dir_=fake_data_dir, limit=10, seed=4)
+    assert a.frame["id"].tolist() == b.frame["id"].tolist()
+    assert a.frame["id"].tolist() != c.frame["id"].tolist()
+    assert a.labels().count(0) == a.labels().count(1) == 5  # the files are sorted by label
+    assert a.provenance()["rows"] == 10 and a.provenance()["split_rows"] == 40
+
+
+def test_truthfulqa_schema_matches_hub_builder(fake_data_dir):
+    data = load_data("truthfulqa", data_dir_=fake_data_dir)
+    # the hub builder drops rows without incorrect answers and splits answers on ';'
+    assert len(data.frame) == 1
+    assert data.frame["correct_answers"][0] == ["x", "y"]
+    assert data.texts("question+best_answer") == ["Q1? b1"]
+
+
+@pytest.mark.parametrize("limit, message", [(0, "positive"), (41, "exceeds the 40 rows")])
+def test_bad_limit(fake_data_dir, limit, message):
+    with pytest.raises(DataError, match=message):
+        load_data("imdb", "test", data_dir_=fake_data_dir, limit=limit)
+
+
+def test_missing_split_and_dir(fake_data_dir, tmp_path):
+    with pytest.raises(DataError, match="train.parquet"):
+        load_data("imdb", "train", data_dir_=fake_data_dir)
+    with pytest.raises(DataError, match="split 'dev' not in imdb"):
+        load_data("imdb", "dev", data_dir_=fake_data_dir)
+    with pytest.raises(DataError, match="does not exist"):
+        load_data("imdb", "test", data_dir_=tmp_path / "nope")
+
+
+def test_custom_file_and_wrong_column(tmp_path):
+    path = tmp_path / "mine.jsonl"
+    pd.DataFrame({"body": ["a b", "c d", "e"]}).to_json(path, orient="records", lines=True)
+    assert load_data(str(path), text_field="body").texts() == ["a b", "c d", "e"]
+    with pytest.raises(DataError, match="no text column 'text'.*--text"):
+        load_data(str(path))
+    with pytest.raises(DataError, match="unknown dataset"):
+        load_data("imbd")
+
+
+def test_subset_without_label_is_permutation():
+    frame = pd.DataFrame({"text": list("abcdef")})
+    assert sorted(subset(frame, 6, 0, None, "x")["text"]) == list("abcdef")

@@ -1,0 +1,71 @@
+import pytest
+import torch
+
+from pecli.architectures import ARCHITECTURES, max_positions, position_embedding, resolve
+from pecli.errors import ArchSpecError, DeviceError, ModelError
+from pecli.loading import load_model, resolve_device, resolve_dtype
+
+FAMILIES = ARCHITECTURES.names()
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_spec_paths_resolve_on_the_real_config_classes(tiny, family):
+    loaded = tiny(family)
+    spec = loaded.spec
+    assert max_positions(loaded.model, spec) == 64
+    assert isinstance(resolve(loaded.model, spec, spec.layers), torch.nn.ModuleList)
+    if spec.position == "learned":
+        assert position_embedding(loaded.model, spec).num_embeddings == 64 + spec.pos_offset
+    else:
+        resolve(loaded.model, spec, spec.rotary)
+        with pytest.raises(ArchSpecError, match="no embedding table"):
+            position_embedding(loaded.model, spec)
+
+
+def test_missing_path_is_loud(tiny):
+    loaded = tiny("gpt2")
+    with pytest.raises(ArchSpecError, match="'nope' not found on GPT2LMHeadModel"):
+        resolve(loaded.model, loaded.spec, "nope")
+
+
+def test_unknown_names_and_devices(tmp_path):
+    with pytest.raises(ModelError, match="unknown model family 'gtp2'.*did you mean 'gpt2'"):
+        load_model("random:gtp2", device="cpu")
+    with pytest.raises(ModelError, match="no config.json"):
+        load_model(str(tmp_path), device="cpu")
+    with pytest.raises(ModelError, match="hub is unreachable"):
+        load_model("nobody/no-such-model", device="cpu")
+    with pytest.raises(ModelError, match="unknown dtype"):
+        resolve_dtype("float8")
+    if not torch.cuda.is_available():
+        with pytest.raises(DeviceError, match="CUDA is not available"):
+            resolve_device("cuda")
+    assert resolve_device("cpu").type == "cpu"
+
+
+def test_unsupported_family(tmp_path):
+    from transformers import T5Config
+
+    T5Config(num_layers=1, d_model=8, d_ff=8, num_heads=1, d_kv=8).save_pretrained(tmp_path)
+    with pytest.raises(ModelError, match="'t5' has no supported position mechanism"):
+        load_model(str(tmp_path), device="cpu")
+
+
+def test_local_checkpoint_round_trip(tiny, tmp_path):
+    loaded = tiny("gpt2")
+    loaded.model.save_pretrained(tmp_path)
+    loaded.tokenizer.save_pretrained(tmp_path)
+    again = load_model(str(tmp_path), device="cpu")
+    assert again.source == "local" and again.revision.startswith("sha256:")
+    ids = torch.tensor([[1, 2, 3]])
+    with torch.inference_mode():
+        assert torch.equal(loaded.model(ids).logits, again.model(ids).logits)
+
+
+def test_random_model_is_seeded_and_labelled():
+    a = load_model("random:bert", device="cpu", seed=1)
+    b = load_model("random:bert", device="cpu", seed=1)
+    assert a.is_random and a.provenance()["random_init"] is True
+    assert a.provenance()["model_revision"] == "seed:1"
+    assert a.model.config.hidden_size == 768 and a.max_positions == 512  # bert-base-uncased
+    assert torch.equal(a.model.embeddings.word_embeddings.weight, b.model.embeddings.word_embeddings.weight)

@@ -1,0 +1,120 @@
+"""Presets and the resumable runner, driven by a fake experiment registered like a real one."""
+
+import json
+
+import pandas as pd
+import pytest
+
+from pecli.config import load_preset
+from pecli.errors import ConfigError
+from pecli.experiments import EXPERIMENTS, Experiment
+from pecli.provenance import row_provenance
+from pecli.reproduce import run_preset
+
+CALLS: list[dict] = []
+
+
+def _run(model: str = "random:gpt2", limit: int = 3, seed: int = 0, device: str = "cpu"):
+    CALLS.append({"model": model, "limit": limit})
+    rows = [{"experiment": "fake", "metric": "m", "value": limit * 0.5 + i, "seed": seed, "i": i,
+             **row_provenance()} for i in range(2)]
+    return {"summary": pd.DataFrame(rows)}
+
+
+def _figures(tables, fig_dir):
+    fig_dir.mkdir(parents=True, exist_ok=True)
+    path = fig_dir / "f.png"
+    path.write_bytes(b"png")
+    return [path]
+
+
+@pytest.fixture
+def fake_experiment():
+    EXPERIMENTS.add("fake", Experiment("fake", 1, _run, _figures, "test double"))
+    CALLS.clear()
+    yield
+    EXPERIMENTS._entries.pop("fake")
+
+
+def _write(tmp_path, text):
+    path = tmp_path / "p.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+PRESET = """
+name: t
+description: a test preset
+defaults: {device: cpu, seed: 0}
+choices: [aggregation is corpus perplexity]
+experiments:
+  - id: one
+    experiment: fake
+    title: "E0: fake"
+    options: {limit: 4}
+    report:
+      - {label: "value at i=1", study: 2.5, table: summary, where: {metric: m, i: 1}}
+      - {label: "ambiguous", table: summary, where: {metric: m}}
+"""
+
+
+def test_runs_then_skips_then_forces(fake_experiment, tmp_path):
+    preset = load_preset(_write(tmp_path, PRESET))
+    out = tmp_path / "out"
+    first = run_preset(preset, out, announce=lambda s: None)
+    assert len(CALLS) == 1 and not first[0].skipped
+    assert (out / "one" / "summary.csv").exists() and (out / "one" / "summary.json").exists()
+    done = json.loads((out / "one" / "done.json").read_text())
+    assert done["key"] == preset.entries[0].key(1)
+    report = (out / "REPORT.md").read_text()
+    assert "| value at i=1 | 2.5 | 3.0000 |" in report
+    assert "— (2 rows match)" in report  # never a silently chosen row
+    assert "aggregation is corpus perplexity" in report and "figures/one/f.png" in report
+
+    again = run_preset(preset, out, announce=lambda s: None)
+    assert len(CALLS) == 1 and again[0].skipped
+    run_preset(preset, out, force=True, announce=lambda s: None)
+    assert len(CALLS) == 2
+
+
+def test_changed_options_rerun(fake_experiment, tmp_path):
+    out = tmp_path / "out"
+    run_preset(load_preset(_write(tmp_path, PRESET)), out, announce=lambda s: None)
+    run_preset(load_preset(_write(tmp_path, PRESET.replace("limit: 4", "limit: 5"))), out,
+               announce=lambda s: None)
+    assert [c["limit"] for c in CALLS] == [4, 5]
+
+
+def test_interrupted_entry_is_redone(fake_experiment, tmp_path):
+    out = tmp_path / "out"
+    preset = load_preset(_write(tmp_path, PRESET))
+    run_preset(preset, out, announce=lambda s: None)
+    (out / "one" / "done.json").unlink()  # as if killed after the tables, before done.json
+    run_preset(preset, out, announce=lambda s: None)
+    assert len(CALLS) == 2
+
+
+@pytest.mark.parametrize("bad, message", [
+    ("limt: 3", "unknown key 'limt' (did you mean 'limit'?)"),
+])
+def test_unknown_option(fake_experiment, tmp_path, bad, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)").replace("?", r"\?")):
+        load_preset(_write(tmp_path, PRESET.replace("limit: 4", bad)))
+
+
+def test_bad_presets(fake_experiment, tmp_path):
+    with pytest.raises(ConfigError, match="unknown key 'experiment'.*did you mean 'experiments'"):
+        load_preset(_write(tmp_path, "experiment: []"))
+    with pytest.raises(ConfigError, match="unknown experiment 'fak'"):
+        load_preset(_write(tmp_path, PRESET.replace("experiment: fake", "experiment: fak")))
+    with pytest.raises(ConfigError, match="no preset 'ofline'.*did you mean 'offline'"):
+        load_preset("ofline")
+
+
+def test_preflight_names_every_missing_thing(fake_experiment, tmp_path, monkeypatch):
+    monkeypatch.delenv("PECLI_DATA_DIR", raising=False)
+    text = PRESET.replace("options: {limit: 4}", "options: {limit: 4, model: gpt2}")
+    preset = load_preset(_write(tmp_path, text))
+    with pytest.raises(ConfigError, match=r"missing: model 'gpt2' \(hf download gpt2"):
+        run_preset(preset, tmp_path / "out", announce=lambda s: None)
+    assert CALLS == []  # nothing computed
