@@ -92,3 +92,76 @@ def histogram(values, bins: int = 60) -> tuple[np.ndarray, np.ndarray]:
 
 
 # --- perplexity (another section; add below) ----------------------------------------
+
+# Token negative log-likelihoods and the ways to average them (study E2), natural logs.
+# The four aggregations differ a lot on the same NLLs (the last two are dominated by
+# outliers), so every table names the one it reports:
+#   corpus          exp(token-weighted mean NLL over all texts)
+#   mean_per_text   mean over texts of exp(mean NLL of the text): `evaluate`'s
+#                   `mean_perplexity` (huggingface/evaluate, measurements/perplexity)
+#   median_per_text median of the same per-text perplexities
+#   mean_per_token  mean over all tokens of exp(NLL)
+
+AGGREGATIONS = ("corpus", "mean_per_text", "median_per_text", "mean_per_token")
+
+
+def target_nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """NLL of each target under its own logits.
+
+    Args:
+        logits: [n, vocab] (any float dtype; computed in fp32).
+        targets: [n] token ids.
+
+    Returns:
+        [n] fp32 NLL, natural log.
+    """
+    return torch.nn.functional.cross_entropy(logits.float(), targets, reduction="none")
+
+
+def token_nll(logits: torch.Tensor, input_ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """NLL of every next token of a padded batch, labels shifted by one.
+
+    Position t of the result is the NLL of input_ids[:, t + 1] given logits[:, t]; it is 0
+    wherever the target is padding (mask[:, t + 1] == 0), which is also what `evaluate` does
+    (it multiplies the per-token loss by the shifted attention mask).
+
+    Args:
+        logits: [b, t, vocab].
+        input_ids: [b, t] (the labels are the inputs themselves).
+        mask: [b, t] 1 for real tokens, 0 for padding.
+
+    Returns:
+        [b, t - 1] fp32 NLL, zero at padded targets.
+    """
+    shift_logits = logits[:, :-1]  # [b, t-1, v]: position t predicts token t+1
+    labels, keep = input_ids[:, 1:], mask[:, 1:].to(torch.float32)  # [b, t-1]
+    nll = target_nll(shift_logits.reshape(-1, shift_logits.shape[-1]), labels.reshape(-1))
+    return nll.view_as(keep) * keep
+
+
+def per_text_perplexity(nll: torch.Tensor) -> float:
+    """exp(mean NLL) of one text's scored tokens ([n]); NaN for a text with no scored token."""
+    return float(nll.double().mean().exp()) if nll.numel() else float("nan")
+
+
+def aggregate(nlls: list[torch.Tensor]) -> dict[str, float]:
+    """The four aggregations (see the comment above AGGREGATIONS) of per-text NLLs.
+
+    Args:
+        nlls: one [n_i] tensor of token NLLs per text (n_i may be 0: such a text is left
+            out of the per-text aggregations, as it has no perplexity).
+
+    Returns:
+        {aggregation: value} for every name in AGGREGATIONS.
+    """
+    scored = [x.double() for x in nlls if x.numel()]
+    if not scored:
+        return dict.fromkeys(AGGREGATIONS, float("nan"))
+    tokens = torch.cat(scored)  # [N]
+    texts = torch.stack([x.mean() for x in scored]).exp()  # [texts]
+    return {
+        "corpus": tokens.mean().exp().item(),
+        "mean_per_text": texts.mean().item(),
+        "median_per_text": texts.quantile(0.5).item(),  # the middle pair's mean when even
+        "mean_per_token": tokens.exp().mean().item(),
+    }

@@ -1,0 +1,259 @@
+"""Graded attention masks (study E3): mask shapes, what a non-binary mask means, and an
+attention function that applies them inside every attention layer.
+
+A mask *shape* gives a weight m(q, k) in [0, 1] for query q and each key k it may see.
+Shapes are written in terms of the distance d = |q - k| (0 at the newest key of a causal
+row) and the span D of the row (the largest distance it sees: q - 1 for a causal row), with
+positions counted over real tokens only, so left and right padding give the same weights.
+
+A mask *semantics* says what a weight does to attention:
+    legacy    logits + (1 - m) * finfo(dtype).min       transformers 4.x with a float mask
+    boolean   key visible iff m != 0                     transformers 5.x with a float mask
+    log-bias  logits + log m  (softmax renormalises)     a soft reweighting, ALiBi's kin
+    scale     softmax(logits) * m, not renormalised      the "mask multiplies" intuition
+
+The attention function is registered through transformers' own `AttentionInterface` (and
+its mask factory through `AttentionMaskInterface`, so the model hands it the plain boolean
+causal-and-padding mask), under one name per (shape, semantics, mode). `masked_attention`
+switches a model to it and back. Two modes:
+    relative  each query row weighs its keys by m(q, k) over its own prefix
+    keys      every row of a sequence uses the weights of its last real token, m(n, k):
+              what one 1-D attention mask does (the study's per-prefix protocol)
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+
+from pecli.errors import ConfigError
+from pecli.registry import Registry
+
+OLDEST_WEIGHT = 0.1  # the study's linear mask falls to 0.1 at the oldest key
+
+
+@dataclass(frozen=True)
+class MaskShape:
+    """m(q, k) as a function of distance and row span."""
+
+    name: str
+    # (dist[b,1,q,k], span[b,1,q,1], heads) -> weights broadcastable to [b,heads,q,k]
+    weights: Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]
+    rises_to_newest: bool  # strictly larger for newer keys: legacy then keeps only the newest
+    description: str
+
+
+@dataclass(frozen=True)
+class Semantics:
+    """How a weight enters attention: scores and visibility -> probabilities."""
+
+    name: str
+    # (scores[b,h,q,k] fp32, visible[b,1,q,k] bool, m[b,h|1,q,k], finfo_min) -> probs[b,h,q,k]
+    probs: Callable[[torch.Tensor, torch.Tensor, torch.Tensor, float], torch.Tensor]
+    description: str
+    transformers: str  # which transformers behaviour it reproduces, if any
+
+
+SHAPES: Registry[MaskShape] = Registry("mask", ConfigError)
+SEMANTICS: Registry[Semantics] = Registry("mask semantics", ConfigError)
+MODES = ("relative", "keys")
+
+
+# --- shapes ------------------------------------------------------------------------------
+
+
+def _fraction(dist: torch.Tensor, span: torch.Tensor) -> torch.Tensor:
+    # d / D, with 0 for a row that sees one key (q = 1 gets weight 1).
+    return torch.where(span > 0, dist / span.clamp(min=1), torch.zeros_like(dist))
+
+
+def alibi_slopes(heads: int) -> torch.Tensor:
+    """ALiBi's per-head slopes (Press et al. 2022): 2^(-8/n), its powers, interleaved for n != 2^k."""
+    def power_of_two(n: int) -> list[float]:
+        start = 2.0 ** (-8.0 / n)
+        return [start ** (i + 1) for i in range(n)]
+
+    base = 2 ** int(math.floor(math.log2(heads)))
+    slopes = power_of_two(base)
+    if base < heads:  # the extra heads take every other slope of the next power of two
+        slopes += power_of_two(2 * base)[0::2][: heads - base]
+    return torch.tensor(slopes)
+
+
+for _shape in [
+    MaskShape("default", lambda d, s, h: torch.ones_like(d), False,
+              "1 for every visible key: the model's own mask"),
+    MaskShape("linear", lambda d, s, h: 1 - (1 - OLDEST_WEIGHT) * _fraction(d, s), True,
+              "the study's: 1 at the newest key falling linearly to 0.1 at the oldest (q=1: 1)"),
+    MaskShape("exponential", lambda d, s, h: OLDEST_WEIGHT ** _fraction(d, s), True,
+              "1 at the newest key falling geometrically to 0.1 at the oldest"),
+    MaskShape("alibi",
+              lambda d, s, h: torch.exp(-alibi_slopes(h).to(d).view(1, h, 1, 1) * d), True,
+              "exp(-slope_h * distance), ALiBi's per-head slopes: log-bias gives ALiBi exactly"),
+    MaskShape("self", lambda d, s, h: (d == 0).to(d.dtype), False,
+              "1 at the newest key (the query itself), 0 elsewhere: a bigram model"),
+]:
+    SHAPES.add(_shape.name, _shape)
+
+
+# --- semantics ---------------------------------------------------------------------------
+
+
+def _softmax(scores: torch.Tensor, visible: torch.Tensor) -> torch.Tensor:
+    """Softmax over the last dim; a row with no visible key gives zeros, not NaN."""
+    probs = torch.softmax(scores, dim=-1)  # [b,h,q,k]
+    return probs.masked_fill(~visible.any(-1, keepdim=True), 0.0)
+
+
+def _legacy(scores, visible, m, finfo_min):
+    # 4.x added (1 - m) * min to logits already set to min where causally masked; in fp32
+    # that sum overflows to -inf. We write -inf there directly: the same result, and a
+    # padding or future key stays invisible whatever m is.
+    bias = (1 - m) * finfo_min  # [b,h|1,q,k], finite for m in [0, 1]
+    return _softmax(torch.where(visible, scores + bias, -math.inf), visible)
+
+
+def _boolean(scores, visible, m, finfo_min):
+    seen = visible & (m != 0)  # [b,h|1,q,k]
+    return _softmax(scores.masked_fill(~seen, -math.inf), seen)
+
+
+def _log_bias(scores, visible, m, finfo_min):
+    biased = torch.where(visible, scores + torch.log(m), -math.inf)  # log 0 = -inf hides a key
+    return _softmax(biased, visible & (m != 0))
+
+
+def _scale(scores, visible, m, finfo_min):
+    return _softmax(scores.masked_fill(~visible, -math.inf), visible) * m
+
+
+for _sem in [
+    Semantics("legacy", _legacy, "add (1 - m) * finfo(dtype).min to the logits: every key with "
+              "m < 1 is in effect masked unless all are", "4.x GPT-2 with a float attention_mask"),
+    Semantics("boolean", _boolean, "a key is visible iff m != 0; weights are otherwise ignored",
+              "5.x: a 2-D float mask is cast to bool"),
+    Semantics("log-bias", _log_bias, "add log m to the logits: a renormalised soft reweighting",
+              "none (what the idea meant, softly)"),
+    Semantics("scale", _scale, "multiply the attention probabilities by m after softmax, "
+              "without renormalising (shrinks each attention output)", "none"),
+]:
+    SEMANTICS.add(_sem.name, _sem)
+
+
+# --- geometry: distances from the model's boolean mask ----------------------------------
+
+
+def mask_geometry(visible: torch.Tensor, mode: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Distances and row spans over real tokens, read from the model's own boolean mask.
+
+    Args:
+        visible: [b, 1, q, k] bool, True where query q may attend key k (causal and
+            padding already applied); queries are the last q of the k positions.
+        mode: "relative" (each row from its own position) or "keys" (every row from the
+            sequence's last real token, as one 1-D key mask).
+
+    Returns:
+        dist [b, 1, q, k] float (|query - key| in real tokens) and span [b, 1, q, 1] float
+        (the largest distance the row sees).
+    """
+    b, _, q_len, k_len = visible.shape
+    real = visible.any(dim=-2).any(dim=1)  # [b, k]: keys some query sees are real tokens
+    key_pos = real.cumsum(-1).float() - 1  # [b, k] index among real tokens
+    if mode == "keys":
+        last = real.sum(-1, keepdim=True).float() - 1  # [b, 1] newest real token
+        dist = (last - key_pos)[:, None, None, :].expand(b, 1, q_len, k_len)  # [b,1,q,k]
+        span = last[:, None, None, :].expand(b, 1, q_len, 1)  # [b,1,q,1]
+        return dist, span
+    query_pos = key_pos[:, k_len - q_len:]  # [b, q]
+    dist = (query_pos[:, :, None] - key_pos[:, None, :]).abs()[:, None]  # [b,1,q,k]
+    span = dist.masked_fill(~visible, 0).amax(-1, keepdim=True)  # [b,1,q,1]
+    return dist, span
+
+
+def _as_visible(attention_mask, module, query, key) -> torch.Tensor:
+    """The model's mask as bool [b, 1, q, k] (True = may attend)."""
+    q_len, k_len = query.shape[2], key.shape[2]
+    if attention_mask is None:
+        causal = getattr(module, "is_causal", False)
+        full = torch.ones(q_len, k_len, dtype=torch.bool, device=query.device)
+        vis = full.tril(k_len - q_len) if causal else full
+        return vis.expand(query.shape[0], 1, q_len, k_len)
+    if attention_mask.dtype == torch.bool:
+        return attention_mask[:, :1]
+    return attention_mask[:, :1] == 0  # an additive float mask: 0 where visible
+
+
+def masked_attention_forward(module, query, key, value, attention_mask, scaling=None,
+                             dropout=0.0, *, shape: MaskShape, semantics: Semantics,
+                             mode: str, **kwargs):
+    """Attention with mask weights m(q, k) under `semantics` (the AttentionInterface signature).
+
+    query [b, h, q, d], key/value [b, h_kv, k, d]; returns (output [b, q, h, d], probs [b, h, q, k]).
+    """
+    heads = query.shape[1]
+    groups = heads // key.shape[1]  # grouped-query attention: kv heads serve `groups` heads
+    if groups > 1:
+        key = key.repeat_interleave(groups, dim=1)  # [b, h, k, d]
+        value = value.repeat_interleave(groups, dim=1)
+    if scaling is None:
+        scaling = query.shape[-1] ** -0.5
+    # fp32 logits: legacy's (1 - m) * min must not meet bf16 rounding
+    scores = (query.float() @ key.float().transpose(-1, -2)) * scaling  # [b, h, q, k]
+    visible = _as_visible(attention_mask, module, query, key)  # [b, 1, q, k]
+    dist, span = mask_geometry(visible, mode)
+    m = shape.weights(dist, span, heads).float()  # [b, h|1, q, k]
+    probs = semantics.probs(scores, visible, m, torch.finfo(query.dtype).min)
+    probs = torch.nn.functional.dropout(probs, p=dropout, training=module.training)
+    out = probs.to(value.dtype) @ value  # [b, h, q, d]
+    return out.transpose(1, 2).contiguous(), probs
+
+
+def _boolean_mask_factory(*args, **kwargs):
+    """Always the materialised boolean mask (never None), so the attention sees padding."""
+    from transformers.masking_utils import sdpa_mask
+
+    kwargs.update(allow_is_causal_skip=False, allow_is_bidirectional_skip=False)
+    return sdpa_mask(*args, **kwargs)
+
+
+def attention_name(shape: str, semantics: str, mode: str = "relative") -> str:
+    """Register (once) and return the attention implementation name for this combination."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
+
+    shape_obj, sem_obj = SHAPES.get(shape), SEMANTICS.get(semantics)
+    if mode not in MODES:
+        raise ConfigError(f"unknown mask mode {mode!r}; use one of {', '.join(MODES)}")
+    name = f"pecli_{shape}_{semantics}_{mode}"
+    if name not in AttentionInterface._global_mapping:
+        fn = functools.partial(masked_attention_forward, shape=shape_obj, semantics=sem_obj, mode=mode)
+        AttentionInterface.register(name, fn)
+        AttentionMaskInterface.register(name, _boolean_mask_factory)
+    return name
+
+
+@contextmanager
+def masked_attention(model, shape: str, semantics: str, mode: str = "relative") -> Iterator[str]:
+    """Run `model` with mask (shape, semantics, mode) in every attention layer; always restore.
+
+    Yields the attention implementation name in use.
+    """
+    name = attention_name(shape, semantics, mode)
+    old = model.config._attn_implementation
+    model.set_attn_implementation(name)
+    try:
+        yield name
+    finally:
+        model.set_attn_implementation(old)
+
+
+def key_weights(shape: str, q: int, heads: int = 1) -> torch.Tensor:
+    """m(q, k) for k = 1..q of a causal row q (1-based), as [heads, q]: for display and tests."""
+    dist = torch.arange(q - 1, -1, -1, dtype=torch.float32).view(1, 1, 1, q)
+    span = torch.full((1, 1, 1, 1), float(q - 1))
+    return SHAPES.get(shape).weights(dist, span, heads).expand(1, heads, 1, q)[0, :, 0]
