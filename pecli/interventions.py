@@ -18,7 +18,7 @@ in `finally`. Mapping conventions shared by both kinds (N = the model's position
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -74,30 +74,42 @@ def check_applies(loaded, name: str) -> Intervention:
     return iv
 
 
-@contextmanager
-def intervene(loaded, name: str, seed: int = 0) -> Iterator[None]:
+def intervene(loaded, name: str, seed: int = 0):
     """Apply intervention `name` to `loaded.model` inside the block; restore it exactly on exit."""
+    return prepare(loaded, name, seed)()
+
+
+def prepare(loaded, name: str, seed: int = 0) -> Callable[[], AbstractContextManager]:
+    """Do the slow part once (new rows, a donor model); return a cheap context-manager factory.
+
+    A loop over batches enters `prepare(...)()` per batch without recomputing anything.
+    Errors (does not apply, bad argument, width mismatch) are raised here, before any change.
+    """
     iv = check_applies(loaded, name)
     _, arg = parse(name)
     if loaded.spec.position == "rotary":
-        with iv.rotary(loaded, arg, seed):
-            yield
-        return
+        return lambda: iv.rotary(loaded, arg, seed)
     table = position_embedding(loaded.model, loaded.spec)
     offset = loaded.spec.pos_offset
     rows = table.weight.detach()[offset:]  # [n, d], a view on the real position rows
-    new = iv.learned(loaded, rows, arg, seed)  # computed before any change: a failure leaves no trace
-    if new is None:  # `learned`: nothing to change
-        yield
-        return
-    saved = table.weight.detach().clone()
-    try:
-        with torch.no_grad():
-            table.weight[offset:].copy_(new.to(rows.dtype))
-        yield
-    finally:
-        with torch.no_grad():
-            table.weight.copy_(saved)
+    new = iv.learned(loaded, rows, arg, seed)
+    new = None if new is None else new.to(rows.dtype).clone()  # [n, d]
+
+    @contextmanager
+    def apply() -> Iterator[None]:
+        if new is None:  # `learned`: nothing to change
+            yield
+            return
+        saved = table.weight.detach().clone()
+        try:
+            with torch.no_grad():
+                table.weight[offset:].copy_(new)
+            yield
+        finally:
+            with torch.no_grad():
+                table.weight.copy_(saved)
+
+    return apply
 
 
 # --- learned tables: new rows from old ---------------------------------------------
