@@ -1,0 +1,326 @@
+"""E1 / E2's cosine: how much do a model's features change under a position intervention?
+
+For every real token, the cosine similarity between its hidden state with the model's own
+positions (`learned`, the baseline) and under each intervention, at every layer. The texts
+are tokenised once; both passes run on the same length-bucketed batches.
+
+Tables (long, one measurement per row, provenance on each):
+- `ablate`: per intervention x layer x token set (special tokens included / excluded):
+  cosine mean, std, median, tokens; at the final layer also the z-score and percentile
+  against the random baseline; the count of truncated texts.
+- `ablate_positions`: mean cosine at each position index (final layer, all real tokens).
+- `ablate_random`: the random baseline (cosine of random pairs of standard-normal vectors
+  of the model's width): mean, std, pairs, and a histogram.
+- `ablate_probe` (probe=True): held-out accuracy of a logistic-regression probe on
+  mean-pooled final features, with the model's positions and with each intervention.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from pecli.experiments import EXPERIMENTS, Experiment
+
+NAME = "ablate"
+VERSION = 1
+DEFAULT_LIMIT = 48  # `pecli ablate minilm` in about a minute on 2 shared CPU cores
+DEFAULT_PAIRS = 10_000
+HIST_BINS = 60
+PROBE_TEST_FRACTION = 0.3
+
+
+@dataclass
+class Measured:
+    """Per-token results of one run (all arrays over the n real tokens, in batch order)."""
+
+    layers: int  # hidden-state layers measured (embeddings = 0, ..., final)
+    width: int
+    tokens: int
+    truncated: int
+    max_length: int
+    position: np.ndarray  # [n] position index of each token in its text (0-based)
+    special: np.ndarray  # [n] bool: a special token ([CLS], [SEP], <|endoftext|>, ...)
+    cosine: dict[str, np.ndarray] = field(default_factory=dict)  # intervention -> [l, n]
+    pooled: dict[str, np.ndarray] = field(default_factory=dict)  # condition -> [texts, d]
+
+
+def measure(loaded, texts: list[str], interventions: list[str], *, seed: int = 0,
+            batch_size: int | None = None, layers: bool = True, pooled: bool = False,
+            progress: bool = False) -> Measured:
+    """Hidden states with `learned` and each intervention on the same batches; cosine per token.
+
+    Args:
+        loaded: a LoadedModel.
+        texts: the texts, tokenised once here (truncated to the model's positions).
+        interventions: names (`zero`, `shift:3`, ...); checked before any forward pass.
+        batch_size: sequences per pass; None = by `default_token_budget(device)`.
+        layers: every layer's hidden state (else the final one only).
+        pooled: also keep mean-pooled final features per text (for the probe).
+    """
+    import torch
+
+    from pecli.batching import default_token_budget, encode, length_batches, pad
+    from pecli.interventions import prepare
+    from pecli.metrics import cosine_by_layer
+
+    applied = {name: prepare(loaded, name, seed) for name in interventions}  # errors first
+    enc = _quiet_encode(encode, loaded, texts)
+    lengths = [len(x) for x in enc.ids]
+    if min(lengths) == 0:
+        raise_empty(texts, lengths)
+    batches = length_batches(lengths, default_token_budget(loaded.device), max_batch=batch_size)
+    special_ids = torch.tensor(sorted(set(loaded.tokenizer.all_special_ids)), dtype=torch.long)
+    base = loaded.model.base_model  # hidden states only: no LM head over the vocabulary
+    pad_id = loaded.tokenizer.pad_token_id
+
+    def hidden(ids, mask):
+        out = base(input_ids=ids, attention_mask=mask, output_hidden_states=layers)
+        if layers:
+            return torch.stack(out.hidden_states)  # [l, b, t, d]
+        return out.last_hidden_state[None]  # [1, b, t, d]
+
+    positions, specials = [], []
+    cos_parts: dict[str, list] = {name: [] for name in interventions}
+    pool_parts: dict[str, list] = {name: [] for name in ["learned", *interventions]} if pooled else {}
+    order: list[int] = []
+    width = n_layers = 0
+    with _progress(progress, len(batches), "ablate") as advance, torch.inference_mode():
+        for batch in batches:
+            ids, mask = pad([enc.ids[i] for i in batch], pad_id, loaded.device, "right")  # [b, t]
+            keep = mask.bool()
+            positions.append(torch.arange(ids.shape[1]).expand(ids.shape)[keep.cpu()].numpy())
+            specials.append(torch.isin(ids.cpu(), special_ids)[keep.cpu()].numpy())
+            order.extend(batch)
+            ref = hidden(ids, mask)  # [l, b, t, d]
+            n_layers, width = ref.shape[0], ref.shape[-1]
+            if pooled:
+                pool_parts["learned"].append(_mean_pool(ref[-1], mask))
+            for name, apply in applied.items():
+                with apply():
+                    out = hidden(ids, mask)  # [l, b, t, d]
+                cos_parts[name].append(cosine_by_layer(ref, out, mask).cpu().numpy())  # [l, n_b]
+                if pooled:
+                    pool_parts[name].append(_mean_pool(out[-1], mask))
+            advance()
+    back = np.argsort(order)  # pooled rows back to text order
+    return Measured(
+        layers=n_layers, width=width, tokens=enc.tokens, truncated=enc.truncated,
+        max_length=loaded.max_positions,
+        position=np.concatenate(positions), special=np.concatenate(specials),
+        cosine={k: np.concatenate(v, axis=1) for k, v in cos_parts.items()},
+        pooled={k: np.concatenate(v)[back] for k, v in pool_parts.items()},
+    )
+
+
+def _quiet_encode(encode, loaded, texts):
+    """encode() without the tokenizer's "longer than the maximum" warning: we truncate and count."""
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        return encode(loaded.tokenizer, texts, loaded.max_positions)
+    finally:
+        hf_logging.set_verbosity(level)
+
+
+def raise_empty(texts, lengths):
+    from pecli.errors import DataError
+
+    i = lengths.index(0)
+    raise DataError(f"text {i} ({texts[i][:40]!r}) has no tokens; drop empty rows from the data")
+
+
+def _mean_pool(h, mask):
+    """Mean of real-token features: h[b, t, d], mask[b, t] -> [b, d] (numpy, float64)."""
+    m = mask.to(h.dtype)[..., None]  # [b, t, 1]
+    return ((h * m).sum(1) / m.sum(1)).double().cpu().numpy()
+
+
+class _progress:
+    """A rich progress bar over batches, or nothing."""
+
+    def __init__(self, enabled: bool, total: int, what: str):
+        self.enabled, self.total, self.what = enabled, total, what
+
+    def __enter__(self):
+        if not self.enabled:
+            return lambda: None
+        from rich.progress import Progress
+
+        self.bar = Progress(transient=True)
+        self.bar.__enter__()
+        task = self.bar.add_task(f"{self.what} ({self.total} batches)", total=self.total)
+        return lambda: self.bar.advance(task)
+
+    def __exit__(self, *exc):
+        if self.enabled:
+            self.bar.__exit__(*exc)
+        return False
+
+
+# --- tables ------------------------------------------------------------------------
+
+
+def probe_accuracy(features: dict[str, np.ndarray], labels, seed: int = 0) -> list[dict]:
+    """Held-out accuracy of logistic regression on each condition's features, one seeded,
+    stratified split shared by all; also the `learned` probe applied to each condition."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import train_test_split
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    from pecli.errors import DataError
+
+    y = np.asarray(labels)
+    classes, counts = np.unique(y, return_counts=True)
+    if len(classes) < 2 or counts.min() < 4:
+        raise DataError("--probe needs at least 4 rows of each of 2 labels; raise --limit "
+                        "or use a labelled dataset (imdb)")
+    idx = np.arange(len(y))
+    train, test = train_test_split(idx, test_size=PROBE_TEST_FRACTION, random_state=seed,
+                                   stratify=y)
+    fitted = {}
+    rows = []
+    for cond, x in features.items():
+        clf = make_pipeline(StandardScaler(), LogisticRegression(max_iter=2000))
+        clf.fit(x[train], y[train])
+        fitted[cond] = clf
+        rows.append({"intervention": cond, "probe_trained_on": cond, "metric": "probe_accuracy",
+                     "value": float(clf.score(x[test], y[test]))})
+    for cond, x in features.items():
+        if cond != "learned":
+            rows.append({"intervention": cond, "probe_trained_on": "learned",
+                         "metric": "probe_accuracy_transfer",
+                         "value": float(fitted["learned"].score(x[test], y[test]))})
+    for r in rows:
+        r.update(train_rows=len(train), test_rows=len(test), probe="logistic_regression",
+                 probe_features="mean-pooled final hidden state (real tokens)")
+    return rows
+
+
+def tables(m: Measured, provenance: dict, *, seed: int, baseline_pairs: int,
+           probe_rows: list[dict] | None = None) -> dict[str, pd.DataFrame]:
+    """Tidy tables from a Measured run; `provenance` goes on every row."""
+    from pecli.metrics import (
+        histogram,
+        mean_by_index,
+        percentile_of,
+        random_pair_cosines,
+        summarize,
+        z_score,
+    )
+    from pecli.tables import validate
+
+    common = {"experiment": NAME, "experiment_version": VERSION, "seed": seed,
+              "truncated_texts": m.truncated, "max_length": m.max_length, **provenance}
+    final = m.layers - 1
+    rand = random_pair_cosines(m.width, baseline_pairs, seed)
+    rows = []
+    for name, cos in m.cosine.items():
+        for layer in range(m.layers):
+            for subset, keep in (("included", np.ones_like(m.special)), ("excluded", ~m.special)):
+                s = summarize(cos[layer][keep])
+                base = {"intervention": name, "layer": layer, "final_layer": layer == final,
+                        "special_tokens": subset, "tokens": s["count"],
+                        "aggregation": "over all real tokens of all texts"}
+                for stat in ("mean", "std", "median"):
+                    rows.append({**base, "metric": f"cosine_{stat}", "value": s[stat]})
+                rows.append({**base, "metric": "token_count", "value": s["count"]})
+                if layer == final:
+                    rows.append({**base, "metric": "z_score", "value": z_score(s["mean"], rand),
+                                 "aggregation": f"mean cosine vs {baseline_pairs} random pairs"})
+                    rows.append({**base, "metric": "percentile",
+                                 "value": percentile_of(s["mean"], rand),
+                                 "aggregation": f"mean cosine vs {baseline_pairs} random pairs"})
+        rows.append({"intervention": name, "layer": final, "final_layer": True,
+                     "special_tokens": "included", "tokens": m.tokens,
+                     "metric": "truncated_texts", "value": m.truncated,
+                     "aggregation": f"texts longer than {m.max_length} tokens, cut"})
+    main = validate(pd.DataFrame([{**common, **r} for r in rows]))
+
+    pos_rows = []
+    for name, cos in m.cosine.items():
+        keys, means, counts = mean_by_index(cos[final], m.position)
+        for k, v, c in zip(keys, means, counts, strict=True):
+            pos_rows.append({**common, "intervention": name, "layer": final, "position": int(k),
+                             "special_tokens": "included", "metric": "cosine_mean",
+                             "value": float(v), "tokens": int(c),
+                             "aggregation": "over real tokens at this position index"})
+    positions = validate(pd.DataFrame(pos_rows))
+
+    counts, edges = histogram(rand, HIST_BINS)
+    rs = summarize(rand)
+    rnd = {**common, "intervention": "none", "dim": m.width, "pairs": baseline_pairs,
+           "tokens": m.tokens, "aggregation": "random pairs of standard-normal vectors"}
+    rand_rows = [{**rnd, "metric": "random_cosine_mean", "value": rs["mean"]},
+                 {**rnd, "metric": "random_cosine_std", "value": float(np.std(rand, ddof=1))},
+                 {**rnd, "metric": "random_cosine_1_over_sqrt_dim", "value": 1 / np.sqrt(m.width)}]
+    rand_rows += [{**rnd, "metric": "random_cosine_hist_count", "value": int(c),
+                   "bin_left": float(lo), "bin_right": float(hi)}
+                  for c, lo, hi in zip(counts, edges[:-1], edges[1:], strict=True)]
+    out = {NAME: main, f"{NAME}_positions": positions,
+           f"{NAME}_random": validate(pd.DataFrame(rand_rows))}
+    if probe_rows:
+        out[f"{NAME}_probe"] = validate(pd.DataFrame(
+            [{**common, "layer": final, "tokens": m.tokens, **r} for r in probe_rows]))
+    return out
+
+
+def run(model: str = "minilm", interventions: list[str] | tuple[str, ...] = ("zero",),
+        dataset: str = "imdb", split: str | None = None, limit: int | None = DEFAULT_LIMIT,
+        seed: int = 0, device: str = "auto", dtype: str = "float32", data_dir: str | None = None,
+        text_field: str | None = None, batch_size: int | None = None, layers: bool = True,
+        probe: bool = False, baseline_pairs: int = DEFAULT_PAIRS,
+        progress: bool = False) -> dict[str, pd.DataFrame]:
+    """Load `model` and `dataset`, measure, and return the tables (see the module docstring)."""
+    from pecli.data import load_data
+    from pecli.errors import ConfigError, DataError
+    from pecli.interventions import check_applies
+    from pecli.loading import load_model
+    from pecli.provenance import row_provenance
+
+    interventions = list(interventions)
+    if not interventions:
+        raise ConfigError("no intervention given; pass --pe NAME (see `pecli interventions`)")
+    if "learned" in interventions:
+        raise ConfigError("`learned` is the baseline every intervention is compared with; "
+                          "pass another intervention (zero, shuffle, ...)")
+    if len(set(interventions)) != len(interventions):
+        raise ConfigError(f"an intervention is listed twice: {interventions}")
+    if baseline_pairs < 2:
+        raise ConfigError(f"--baseline-pairs must be at least 2 (got {baseline_pairs})")
+    if batch_size is not None and batch_size < 1:
+        raise ConfigError(f"--batch-size must be positive (got {batch_size})")
+    if limit is not None and limit <= 0:
+        raise DataError(f"--limit must be a positive number of rows (got {limit})")
+    data = load_data(dataset, split, data_dir_=data_dir, limit=limit, seed=seed,
+                     text_field=text_field)
+    loaded = load_model(model, device=device, dtype=dtype, seed=seed)
+    for name in interventions:
+        check_applies(loaded, name)
+    labels = data.labels() if probe else None
+    if probe and labels is None:
+        raise DataError(f"--probe needs labels; {data.dataset} has no label column (use imdb)")
+    m = measure(loaded, data.texts(), interventions, seed=seed, batch_size=batch_size,
+                layers=layers, pooled=probe, progress=progress)
+    probe_rows = probe_accuracy(m.pooled, labels, seed) if probe else None
+    prov = {**row_provenance(), **loaded.provenance(), **data.provenance(),
+            "text_field": text_field or data.text_field}
+    return tables(m, prov, seed=seed, baseline_pairs=baseline_pairs, probe_rows=probe_rows)
+
+
+def figures(csv_paths: dict, fig_dir) -> list:
+    from pecli.plots.ablate import ablate_figures
+
+    return ablate_figures(csv_paths, fig_dir)
+
+
+EXPERIMENTS.add(NAME, Experiment(
+    NAME, VERSION, run, figures,
+    "cosine of features with vs without (or with altered) position information, per layer "
+    "and position, against a random baseline; optional linear probe (study E1, E2)",
+))
