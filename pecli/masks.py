@@ -45,6 +45,7 @@ class MaskShape:
     # (dist[b,1,q,k], span[b,1,q,1], heads) -> weights broadcastable to [b,heads,q,k]
     weights: Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]
     rises_to_newest: bool  # strictly larger for newer keys: legacy then keeps only the newest
+    positive: bool  # m > 0 on every key: boolean semantics then changes nothing
     description: str
 
 
@@ -86,16 +87,17 @@ def alibi_slopes(heads: int) -> torch.Tensor:
 
 
 for _shape in [
-    MaskShape("default", lambda d, s, h: torch.ones_like(d), False,
+    MaskShape("default", lambda d, s, h: torch.ones_like(d), False, True,
               "1 for every visible key: the model's own mask"),
-    MaskShape("linear", lambda d, s, h: 1 - (1 - OLDEST_WEIGHT) * _fraction(d, s), True,
+    MaskShape("linear", lambda d, s, h: 1 - (1 - OLDEST_WEIGHT) * _fraction(d, s), True, True,
               "the study's: 1 at the newest key falling linearly to 0.1 at the oldest (q=1: 1)"),
-    MaskShape("exponential", lambda d, s, h: OLDEST_WEIGHT ** _fraction(d, s), True,
+    MaskShape("exponential", lambda d, s, h: OLDEST_WEIGHT ** _fraction(d, s), True, True,
               "1 at the newest key falling geometrically to 0.1 at the oldest"),
     MaskShape("alibi",
-              lambda d, s, h: torch.exp(-alibi_slopes(h).to(d).view(1, h, 1, 1) * d), True,
-              "exp(-slope_h * distance), ALiBi's per-head slopes: log-bias gives ALiBi exactly"),
-    MaskShape("self", lambda d, s, h: (d == 0).to(d.dtype), False,
+              lambda d, s, h: torch.exp(-alibi_slopes(h).to(d).view(1, h, 1, 1) * d), True, False,
+              "exp(-slope_h * distance), ALiBi's per-head slopes: log-bias gives ALiBi (weights "
+              "below fp32's range, e.g. slope 0.5 at distance > ~200, are 0)"),
+    MaskShape("self", lambda d, s, h: (d == 0).to(d.dtype), False, False,
               "1 at the newest key (the query itself), 0 elsewhere: a bigram model"),
 ]:
     SHAPES.add(_shape.name, _shape)
@@ -133,8 +135,9 @@ def _scale(scores, visible, m, finfo_min):
 
 
 for _sem in [
-    Semantics("legacy", _legacy, "add (1 - m) * finfo(dtype).min to the logits: every key with "
-              "m < 1 is in effect masked unless all are", "4.x GPT-2 with a float attention_mask"),
+    Semantics("legacy", _legacy, "add (1 - m) * finfo(dtype).min to the logits: only the keys with "
+              "the row's largest m survive (the newest alone, for a rising mask)",
+              "4.x GPT-2 with a float attention_mask"),
     Semantics("boolean", _boolean, "a key is visible iff m != 0; weights are otherwise ignored",
               "5.x: a 2-D float mask is cast to bool"),
     Semantics("log-bias", _log_bias, "add log m to the logits: a renormalised soft reweighting",

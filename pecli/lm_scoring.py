@@ -1,0 +1,244 @@
+"""Token NLLs of a causal LM under a mask protocol (study E2, E3).
+
+Texts are tokenised once (no special tokens, as `evaluate` does), an optional start
+token is prepended, then cut into *windows* of at most the model's positions. Each window
+scores targets ids[t] for t >= window.first. Two protocols:
+
+- `relative`: one pass per window (batched); query i weighs key k by m(i, k) over its own
+  prefix. `prefix_by_prefix=True` computes the same numbers with one pass per prefix
+  (the identity the tests check and the benchmark times).
+- `study`: one pass per predicted position over the prefix ids[:t], every row of that pass
+  weighing keys by m(t, .) as one 1-D mask does, scoring only the last row. Prefixes of
+  all texts are batched by length (left padding, so the scored row is the last column).
+  Under `legacy` with a mask rising towards the newest key, every row then attends only
+  to itself, so the whole protocol equals one pass with a self-only mask: its fast path.
+
+The mask `default` (m = 1) is the identity under every semantics and protocol, and so is
+`boolean` with a mask that is positive on every key (it only asks "m != 0?"): both run the
+model unchanged, so `--mask default` is plain evaluation, bit for bit. `fast=False` skips
+every shortcut; the tests check each shortcut against it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import nullcontext
+from dataclasses import dataclass
+
+import torch
+
+from pecli.batching import default_token_budget, length_batches, pad
+from pecli.errors import ConfigError, ModelError
+from pecli.masks import SEMANTICS, SHAPES, masked_attention
+from pecli.metrics import target_nll
+
+PROTOCOLS = ("relative", "study")
+LONG_TEXT = ("truncate", "window")
+HEAD_CHUNK = 256  # scored rows per LM-head matmul: [256, vocab] logits at a time
+
+
+@dataclass(frozen=True)
+class Window:
+    text: int  # index of the text it belongs to
+    ids: list[int]  # model input, at most max_positions tokens
+    first: int  # first scored target: ids[t] for first <= t < len(ids), predicted from ids[:t]
+
+    @property
+    def targets(self) -> int:
+        return max(len(self.ids) - self.first, 0)
+
+
+@dataclass
+class Prepared:
+    """What to score, shared by every condition of a run (one tokenisation)."""
+
+    windows: list[Window]
+    texts: int
+    truncated: int  # texts longer than max_positions (cut, or split into windows)
+    dropped_tokens: int  # tokens never scored because of truncation
+    start_token: str  # "bos" (prepended, first token scored) or "none"
+    long_text: str
+    stride: int | None
+
+    @property
+    def tokens(self) -> int:
+        """Scored targets."""
+        return sum(w.targets for w in self.windows)
+
+    @property
+    def prefixes(self) -> int:
+        """Forward sequences the study protocol needs without its fast path."""
+        return self.tokens
+
+
+def prepare(ids: list[list[int]], max_positions: int, bos_id: int | None, long_text: str = "truncate",
+            stride: int | None = None) -> Prepared:
+    """Windows over token ids (one list per text, no special tokens).
+
+    Args:
+        ids: token ids per text.
+        max_positions: the model's longest sequence.
+        bos_id: prepend this start token and score the first real token too (`evaluate`'s
+            add_start_token=True), or None to score from the second token.
+        long_text: "truncate" (keep the first max_positions tokens, start token included,
+            as `evaluate` does) or "window" (sliding windows of max_positions moving by
+            `stride`; each target is scored once, with the longest context its window gives).
+        stride: window step (default max_positions // 2); only with "window".
+    """
+    if long_text not in LONG_TEXT:
+        raise ConfigError(f"unknown long-text handling {long_text!r}; use truncate or window")
+    if long_text == "window":
+        stride = stride or max(max_positions // 2, 1)
+        if not 0 < stride <= max_positions:
+            raise ConfigError(f"--stride must be between 1 and the model's {max_positions} positions (got {stride})")
+    elif stride is not None:
+        raise ConfigError("--stride only applies with --long-text window")
+    windows, truncated, dropped = [], 0, 0
+    for i, text in enumerate(ids):
+        seq = ([bos_id] if bos_id is not None else []) + list(text)
+        if len(seq) > max_positions:
+            truncated += 1
+        if long_text == "truncate" or len(seq) <= max_positions:
+            dropped += max(len(seq) - max_positions, 0)
+            windows.append(Window(i, seq[:max_positions], 1))
+            continue
+        prev_end = 0
+        for begin in range(0, len(seq), stride):
+            end = min(begin + max_positions, len(seq))
+            # score only targets past the previous window's end, each with its longest context
+            windows.append(Window(i, seq[begin:end], max(prev_end - begin, 1)))
+            prev_end = end
+            if end == len(seq):
+                break
+    return Prepared(windows, len(ids), truncated, dropped, "none" if bos_id is None else "bos",
+                    long_text, stride if long_text == "window" else None)
+
+
+def check_causal(loaded) -> None:
+    """Perplexity needs next-token predictions: a causal LM with an output head."""
+    if not loaded.spec.causal or loaded.model.get_output_embeddings() is None:
+        raise ModelError(
+            f"{loaded.name} is a {loaded.spec.family} encoder without a language-model head: perplexity "
+            "needs a causal LM (e.g. smollm2, random:gpt2, random:llama, gpt2)"
+        )
+
+
+def _position_ids(mask: torch.Tensor) -> torch.Tensor:
+    # Positions count real tokens only, so a left-padded row starts at 0 like a right-padded one.
+    return (mask.cumsum(-1) - 1).clamp(min=0)  # [b, t]
+
+
+def _nll_at(loaded, ids: torch.Tensor, mask: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor,
+            targets: torch.Tensor) -> torch.Tensor:
+    """NLL of `targets[n]` predicted at (rows[n], cols[n]) of one padded batch ids[b, t]."""
+    hidden = loaded.model.base_model(input_ids=ids, attention_mask=mask,
+                                     position_ids=_position_ids(mask),
+                                     use_cache=False).last_hidden_state  # [b, t, d]
+    picked = hidden[rows, cols]  # [n, d]: only scored rows meet the LM head
+    head = loaded.model.get_output_embeddings()
+    return torch.cat([target_nll(head(picked[i:i + HEAD_CHUNK]), targets[i:i + HEAD_CHUNK])
+                      for i in range(0, len(picked), HEAD_CHUNK)])  # [n]
+
+
+def _batches(lengths: list[int], batch_size: int | None, device: torch.device) -> list[list[int]]:
+    if batch_size is not None and batch_size < 1:
+        raise ConfigError(f"--batch-size must be at least 1 (got {batch_size})")
+    return length_batches(lengths, default_token_budget(device), max_batch=batch_size)
+
+
+def score_windows(loaded, windows: list[Window], *, batch_size: int | None = None, side: str = "right",
+                  progress: Callable[[int], None] | None = None) -> list[torch.Tensor]:
+    """One pass per window (under whatever attention the model is set to): NLL [targets] per window."""
+    out: list[torch.Tensor | None] = [None] * len(windows)
+    for batch in _batches([len(w.ids) for w in windows], batch_size, loaded.device):
+        seqs = [windows[i].ids for i in batch]
+        ids, mask = pad(seqs, loaded.tokenizer.pad_token_id, loaded.device, side)  # [b, t]
+        width = ids.shape[1]
+        rows, cols, tgt, counts = [], [], [], []
+        for r, i in enumerate(batch):
+            w, shift = windows[i], (width - len(windows[i].ids) if side == "left" else 0)
+            ts = list(range(w.first, len(w.ids)))
+            rows += [r] * len(ts)
+            cols += [shift + t - 1 for t in ts]  # the row before target t predicts it
+            tgt += [w.ids[t] for t in ts]
+            counts.append(len(ts))
+        dev = loaded.device
+        nll = _nll_at(loaded, ids, mask, torch.tensor(rows, device=dev), torch.tensor(cols, device=dev),
+                      torch.tensor(tgt, device=dev))
+        for i, part in zip(batch, nll.cpu().split(counts), strict=True):
+            out[i] = part
+        if progress:
+            progress(sum(counts))
+    return out
+
+
+def score_prefixes(loaded, windows: list[Window], *, batch_size: int | None = None,
+                   progress: Callable[[int], None] | None = None) -> list[torch.Tensor]:
+    """One pass per scored target over its prefix ids[:t], scoring the last row only."""
+    jobs = [(wi, t) for wi, w in enumerate(windows) for t in range(w.first, len(w.ids))]
+    nll = torch.empty(len(jobs))
+    for batch in _batches([t for _, t in jobs], batch_size, loaded.device):
+        seqs = [windows[jobs[j][0]].ids[: jobs[j][1]] for j in batch]
+        ids, mask = pad(seqs, loaded.tokenizer.pad_token_id, loaded.device, "left")  # [b, t]
+        last = torch.full((len(batch),), ids.shape[1] - 1, device=loaded.device)  # left padding
+        tgt = torch.tensor([windows[jobs[j][0]].ids[jobs[j][1]] for j in batch], device=loaded.device)
+        nll[batch] = _nll_at(loaded, ids, mask, torch.arange(len(batch), device=loaded.device), last, tgt).cpu()
+        if progress:
+            progress(len(batch))
+    counts = [w.targets for w in windows]
+    return list(nll.split(counts))
+
+
+@dataclass(frozen=True)
+class Computation:
+    """How a condition's numbers were computed (goes into every row)."""
+
+    attention: str  # "model" (unchanged) or the registered attention name
+    passes: str  # "one-pass" or "prefix-by-prefix"
+    note: str
+
+
+def plan(shape: str, semantics: str, protocol: str, fast: bool = True) -> Computation:
+    """Which attention and which passes compute (shape, semantics, protocol)."""
+    SHAPES.get(shape)
+    SEMANTICS.get(semantics)
+    if protocol not in PROTOCOLS:
+        raise ConfigError(f"unknown protocol {protocol!r}; use one of {', '.join(PROTOCOLS)}")
+    if fast and shape == "default":
+        return Computation("model", "one-pass", "m = 1 is the identity: the unchanged model")
+    if fast and semantics == "boolean" and SHAPES.get(shape).positive:
+        return Computation("model", "one-pass", "boolean + a mask > 0 everywhere: the default mask (exact)")
+    if protocol == "relative":
+        return Computation(f"{shape}/{semantics}/relative", "one-pass" if fast else "prefix-by-prefix", "")
+    if fast and semantics == "legacy" and SHAPES.get(shape).rises_to_newest:
+        return Computation("self/boolean/relative", "one-pass",
+                           "legacy + rising mask: every row attends only to itself (exact)")
+    return Computation(f"{shape}/{semantics}/keys", "prefix-by-prefix", "")
+
+
+def score(loaded, prepared: Prepared, shape: str = "default", semantics: str = "legacy",
+          protocol: str = "relative", *, fast: bool = True, batch_size: int | None = None,
+          side: str = "right", progress: Callable[[int], None] | None = None
+          ) -> tuple[list[torch.Tensor], Computation]:
+    """Per-text NLLs ([n_i] each, windows of a text concatenated) and how they were computed.
+
+    `fast=False` takes the slow, literal route (no default-mask shortcut, prefix by prefix
+    for both protocols): the identities the tests check compare the two.
+    """
+    check_causal(loaded)
+    how = plan(shape, semantics, protocol, fast)
+    if how.attention == "model":
+        attention = nullcontext()
+    else:
+        a_shape, a_sem, a_mode = how.attention.split("/")
+        attention = masked_attention(loaded.model, a_shape, a_sem, a_mode)
+    with torch.inference_mode(), attention:
+        if how.passes == "one-pass":
+            per_window = score_windows(loaded, prepared.windows, batch_size=batch_size, side=side,
+                                       progress=progress)
+        else:
+            per_window = score_prefixes(loaded, prepared.windows, batch_size=batch_size, progress=progress)
+    per_text: list[list[torch.Tensor]] = [[] for _ in range(prepared.texts)]
+    for w, nll in zip(prepared.windows, per_window, strict=True):
+        per_text[w.text].append(nll)
+    return [torch.cat(parts) if parts else torch.empty(0) for parts in per_text], how
