@@ -84,7 +84,7 @@ def ablate(
     _summary(tables, elapsed)
     console = Console()
     for p in [*paths.values(), *pngs]:
-        console.print(f"wrote {p}")
+        console.print(f"wrote {p}", soft_wrap=True)
 
 
 def _split_names(item: str) -> list[str]:

@@ -41,6 +41,7 @@ class Measured:
     tokens: int
     truncated: int
     max_length: int
+    text: np.ndarray  # [n] index of each token's text in the input list
     position: np.ndarray  # [n] position index of each token in its text (0-based)
     special: np.ndarray  # [n] bool: a special token ([CLS], [SEP], <|endoftext|>, ...)
     cosine: dict[str, np.ndarray] = field(default_factory=dict)  # intervention -> [l, n]
@@ -82,7 +83,7 @@ def measure(loaded, texts: list[str], interventions: list[str], *, seed: int = 0
             return torch.stack(out.hidden_states)  # [l, b, t, d]
         return out.last_hidden_state[None]  # [1, b, t, d]
 
-    positions, specials = [], []
+    positions, specials, text_of = [], [], []
     cos_parts: dict[str, list] = {name: [] for name in interventions}
     pool_parts: dict[str, list] = {name: [] for name in ["learned", *interventions]} if pooled else {}
     order: list[int] = []
@@ -93,6 +94,7 @@ def measure(loaded, texts: list[str], interventions: list[str], *, seed: int = 0
             keep = mask.bool()
             positions.append(torch.arange(ids.shape[1]).expand(ids.shape)[keep.cpu()].numpy())
             specials.append(torch.isin(ids.cpu(), special_ids)[keep.cpu()].numpy())
+            text_of.append(torch.tensor(batch)[:, None].expand(ids.shape)[keep.cpu()].numpy())
             order.extend(batch)
             ref = hidden(ids, mask)  # [l, b, t, d]
             n_layers, width = ref.shape[0], ref.shape[-1]
@@ -109,7 +111,7 @@ def measure(loaded, texts: list[str], interventions: list[str], *, seed: int = 0
     return Measured(
         layers=n_layers, width=width, tokens=enc.tokens, truncated=enc.truncated,
         max_length=loaded.max_positions,
-        position=np.concatenate(positions), special=np.concatenate(specials),
+        text=np.concatenate(text_of), position=np.concatenate(positions), special=np.concatenate(specials),
         cosine={k: np.concatenate(v, axis=1) for k, v in cos_parts.items()},
         pooled={k: np.concatenate(v)[back] for k, v in pool_parts.items()},
     )
@@ -204,7 +206,7 @@ def probe_accuracy(features: dict[str, np.ndarray], labels, seed: int = 0) -> li
 
 def tables(m: Measured, provenance: dict, *, seed: int, baseline_pairs: int,
            probe_rows: list[dict] | None = None) -> dict[str, pd.DataFrame]:
-    """Tidy tables from a Measured run; `provenance` goes on every row."""
+    """Tidy tables from a Measured run; `provenance` (model, data) and versions go on every row."""
     from pecli.metrics import (
         histogram,
         mean_by_index,
@@ -213,10 +215,11 @@ def tables(m: Measured, provenance: dict, *, seed: int, baseline_pairs: int,
         summarize,
         z_score,
     )
+    from pecli.provenance import row_provenance
     from pecli.tables import validate
 
     common = {"experiment": NAME, "experiment_version": VERSION, "seed": seed,
-              "truncated_texts": m.truncated, "max_length": m.max_length, **provenance}
+              "truncated_texts": m.truncated, "max_length": m.max_length, **row_provenance(), **provenance}
     final = m.layers - 1
     rand = random_pair_cosines(m.width, baseline_pairs, seed)
     rows = []
@@ -281,8 +284,6 @@ def run(model: str = "minilm", interventions: list[str] | tuple[str, ...] = ("ze
     from pecli.errors import ConfigError, DataError
     from pecli.interventions import check_applies
     from pecli.loading import load_model
-    from pecli.provenance import row_provenance
-
     interventions = list(interventions)
     if not interventions:
         raise ConfigError("no intervention given; pass --pe NAME (see `pecli interventions`)")
@@ -308,7 +309,7 @@ def run(model: str = "minilm", interventions: list[str] | tuple[str, ...] = ("ze
     m = measure(loaded, data.texts(), interventions, seed=seed, batch_size=batch_size,
                 layers=layers, pooled=probe, progress=progress)
     probe_rows = probe_accuracy(m.pooled, labels, seed) if probe else None
-    prov = {**row_provenance(), **loaded.provenance(), **data.provenance(),
+    prov = {**loaded.provenance(), **data.provenance(),
             "text_field": text_field or data.text_field}
     return tables(m, prov, seed=seed, baseline_pairs=baseline_pairs, probe_rows=probe_rows)
 

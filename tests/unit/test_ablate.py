@@ -1,0 +1,131 @@
+"""The ablate experiment on tiny models of every family: exact checks that can fail."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from tiny_fixes import make_tiny_fixed
+
+from pecli.architectures import ARCHITECTURES
+from pecli.experiments.ablate import DEFAULT_LIMIT, measure, probe_accuracy, tables
+from pecli.interventions import intervene
+from pecli.metrics import random_pair_cosines, z_score
+
+FAMILIES = ARCHITECTURES.names()
+# No '"' (RoBERTa's tiny pad id 1 under GPT-2's tokenizer) and lengths from 2 to ~40 tokens.
+TEXTS = [
+    "a short one",
+    "The film was long, slow and in the end rather pointless for everyone involved.",
+    "Good.",
+    "I liked the music and the acting but the plot had holes big enough to drive through, "
+    "and the ending made no sense at all to me or to my friends.",
+    "Two words",
+    "An average movie with an average cast and an average script.",
+    "What a ride",
+]
+
+
+@pytest.fixture
+def tiny():
+    return make_tiny_fixed
+
+
+def _by_token(m, name):
+    """Final- and every-layer cosines keyed by (text, position), independent of batching."""
+    order = np.lexsort((m.position, m.text))
+    return m.cosine[name][:, order], m.text[order], m.position[order]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_learned_vs_learned_is_one_for_every_token(family, tiny):
+    m = measure(tiny(family), TEXTS, ["learned"])
+    assert m.cosine["learned"].shape == (3, m.tokens)  # embeddings + 2 layers
+    np.testing.assert_allclose(m.cosine["learned"], 1.0, atol=1e-6)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_batch_size_and_padding_do_not_change_results(family, tiny):
+    # larger weights: a tiny random Llama at the default init barely attends by position
+    loaded = tiny(family, initializer_range=0.3) if family == "llama" else tiny(family)
+    name = "zero"
+    ref = measure(loaded, TEXTS, [name], batch_size=1)  # no padding at all
+    for bs in (None, 3, len(TEXTS)):
+        other = measure(loaded, TEXTS, [name], batch_size=bs)
+        a, ta, pa = _by_token(ref, name)
+        b, tb, pb = _by_token(other, name)
+        assert np.array_equal(ta, tb) and np.array_equal(pa, pb)
+        np.testing.assert_allclose(a, b, atol=2e-5)
+    # the cosines are not all 1: the check above compares something that moved
+    assert ref.cosine[name][-1].min() < 0.999
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_measure_restores_the_model(family, tiny):
+    loaded = tiny(family)
+    before = {k: v.clone() for k, v in loaded.model.state_dict().items()}
+    names = ["zero", "shuffle", "reverse"] + (["sinusoidal"] if loaded.spec.position == "learned" else [])
+    measure(loaded, TEXTS, names, pooled=True)
+    for key, value in loaded.model.state_dict().items():
+        assert torch.equal(before[key], value), key
+
+
+def _final(loaded, ids):
+    with torch.inference_mode():
+        return loaded.model.base_model(input_ids=ids, attention_mask=torch.ones_like(ids)).last_hidden_state
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta"])
+def test_zero_makes_a_bidirectional_encoder_permutation_equivariant(family, tiny):
+    loaded = tiny(family)
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(5, 300, (1, 20), generator=gen)  # [1, 20]
+    perm = torch.randperm(20, generator=gen)
+    with intervene(loaded, "zero"):
+        out, out_perm = _final(loaded, ids), _final(loaded, ids[:, perm])
+    torch.testing.assert_close(out_perm, out[:, perm], atol=1e-5, rtol=0)
+    # with its own positions the same model is not equivariant
+    out, out_perm = _final(loaded, ids), _final(loaded, ids[:, perm])
+    assert (out_perm - out[:, perm]).abs().max() > 1e-2
+
+
+def test_zero_makes_the_causal_model_differ_from_learned(tiny):
+    # the decoder under zero is not equivariant (causal mask), but it must change
+    m = measure(tiny("gpt2"), TEXTS, ["zero"])
+    assert m.cosine["zero"][-1].mean() < 0.99
+
+
+def test_tables_schema_and_numbers(tiny):
+    loaded = tiny("bert")
+    m = measure(loaded, TEXTS, ["zero"], pooled=True)
+    labels = [0, 1, 0, 1, 0, 1, 0] * 2
+    pooled = {k: np.concatenate([v, v + 0.01]) for k, v in m.pooled.items()}  # 14 rows
+    probe = probe_accuracy(pooled, labels, seed=0)
+    out = tables(m, {"model": "tiny", "model_id": "tiny", "model_revision": "x",
+                     "random_init": True, "device": "cpu", "dtype": "float32",
+                     "dataset": "t", "split": "s", "rows": len(TEXTS)},
+                 seed=0, baseline_pairs=500, probe_rows=probe)
+    main = out["ablate"]
+    final = main[(main.final_layer) & (main.special_tokens == "included")].set_index("metric")["value"]
+    cos = m.cosine["zero"][-1]
+    assert final["cosine_mean"] == pytest.approx(cos.mean())
+    assert final["cosine_median"] == pytest.approx(np.median(cos))
+    assert final["token_count"] == m.tokens == len(cos)
+    assert final["z_score"] == pytest.approx(z_score(cos.mean(), random_pair_cosines(32, 500, 0)))
+    excl = main[(main.final_layer) & (main.special_tokens == "excluded")].set_index("metric")["value"]
+    assert excl["token_count"] == m.tokens - 2 * len(TEXTS)  # [CLS] and [SEP] per text
+    assert set(main.layer) == {0, 1, 2}
+    pos = out["ablate_positions"]
+    assert pos["tokens"].sum() == m.tokens and pos.position.min() == 0
+    hist = out["ablate_random"]
+    assert hist[hist.metric == "random_cosine_hist_count"]["value"].sum() == 500
+    pr = out["ablate_probe"].set_index(["intervention", "metric"])["value"]
+    assert 0 <= pr[("zero", "probe_accuracy")] <= 1 and ("zero", "probe_accuracy_transfer") in pr
+    for df in out.values():
+        assert df["git_commit"].notna().all() and (df["experiment"] == "ablate").all()
+
+
+def test_cli_default_limit_matches_the_experiment():
+    from pecli.commands.ablate import DEFAULT_LIMIT as CLI_LIMIT
+
+    assert CLI_LIMIT == DEFAULT_LIMIT
