@@ -1,0 +1,168 @@
+"""`pecli pe`: look at position encodings: the sinusoid, and what learned ones encode."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from pecli.cli_options import (
+    BatchSizeOpt,
+    DataDirOpt,
+    DatasetOpt,
+    DeviceOpt,
+    DtypeOpt,
+    LimitOpt,
+    OutOpt,
+    SeedOpt,
+    SplitOpt,
+    TextOpt,
+)
+
+pe_app = typer.Typer(name="pe", no_args_is_help=True,
+                     help="Position encodings under the microscope: sinusoids and learned tables.")
+
+ModelsArg = Annotated[list[str], typer.Argument(
+    help="One or more models: minilm, smollm2, random:gpt2, random:bert, a hub id or a directory.")]
+IntervOpt = Annotated[list[str] | None, typer.Option(
+    "--intervention",
+    help="Conditions of the hidden-state probe, repeatable (default: learned and zero).")]
+
+
+def _write(frames: dict, out: Path, config: dict, figures) -> tuple[dict, list[Path]]:
+    from pecli.io import write_table
+
+    tables = {name: write_table(df, out, name, config) for name, df in frames.items()}
+    return tables, figures(tables, out / "figures")
+
+
+def _paths(console: Console, tables: dict, figures: list[Path]) -> None:
+    for path in [*tables.values(), *figures]:
+        console.print(f"  {path}")
+
+
+def sinusoidal(
+    positions: Annotated[int, typer.Option(help="Positions 0..N-1 to encode.")] = 16,
+    dim: Annotated[int, typer.Option(help="Width of the encoding (even: (sin, cos) pairs).")] = 32,
+    base: Annotated[float, typer.Option(help="Wavelength base: pair i turns at base^(-2i/dim).")] = 10000.0,
+    out: OutOpt = None,
+) -> None:
+    """The sinusoidal encoding: heatmaps, the clock, the rotation property, dot products.
+
+    Checks PE(pos + k) = M_k PE(pos) for every offset k (M_k block-diagonal 2x2 rotations
+    built from the frequencies alone) and that PE(p).PE(q) depends only on |p - q|.
+
+    Examples:
+        pecli pe sinusoidal
+        pecli pe sinusoidal --positions 128 --dim 64 --out /tmp/pe
+        pecli pe sinusoidal --positions 512 --dim 512 --base 100
+    """
+    from pecli.experiments.pe import EXPERIMENTS, run_sinusoidal
+    from pecli.io import default_out_dir
+
+    frames = run_sinusoidal(positions=positions, dim=dim, base=base)
+    out = out or default_out_dir("pe-sinusoidal")
+    config = {"experiment": "pe-sinusoidal", "positions": positions, "dim": dim, "base": base}
+    tables, figures = _write(frames, out, config, EXPERIMENTS.get("pe-sinusoidal").figures)
+    console = Console()
+    table = Table(title=f"sinusoidal PE: {positions} positions x {dim} dims, base {base:g}")
+    table.add_column("check")
+    table.add_column("value", justify="right")
+    table.add_column("how")
+    for _, row in frames["summary"].iterrows():
+        table.add_row(row["metric"], f"{row['value']:.3g}", row["aggregation"])
+    console.print(table)
+    _paths(console, tables, figures)
+
+
+def probe(
+    models: ModelsArg,
+    dataset: DatasetOpt = "imdb",
+    split: SplitOpt = None,
+    limit: LimitOpt = 16,
+    max_length: Annotated[int, typer.Option(help="Tokens kept per text (and at most the model's positions).")] = 128,
+    folds: Annotated[int, typer.Option(help="k of the k-fold cross-validations.")] = 5,
+    pairs: Annotated[int, typer.Option(help="Training pairs per fold of the order classifier.")] = 1000,
+    intervention: IntervOpt = None,
+    text: TextOpt = None,
+    device: DeviceOpt = "auto",
+    dtype: DtypeOpt = "float32",
+    seed: SeedOpt = 0,
+    data_dir: DataDirOpt = None,
+    batch_size: BatchSizeOpt = None,
+    out: OutOpt = None,
+) -> None:
+    """What position information models keep: Wang & Chen's analyses and a per-layer probe.
+
+    For a learned table: linear regression row -> index (5-fold CV, MAE of the rounded
+    prediction), which-comes-first classification, row similarity; the sinusoidal matrix of
+    the same shape is the reference. For every model: the same regression from hidden
+    states at every layer, with the model's positions and without (`zero`). Rotary models
+    (smollm2) have no table: hidden-state probe only.
+
+    Examples:
+        pecli pe probe minilm random:gpt2 --limit 16
+        pecli pe probe smollm2 --dataset truthfulqa --limit 32
+        pecli pe probe minilm --intervention learned --intervention shuffle --out /tmp/probe
+    """
+    from pecli.experiments.pe import EXPERIMENTS, ROTARY_NOTE, run_probe
+    from pecli.io import default_out_dir
+
+    console = Console()
+    if folds < 2:
+        from pecli.errors import ConfigError
+
+        raise ConfigError(f"--folds must be at least 2 (got {folds})")
+    options = dict(models=models, dataset=dataset, split=split, limit=limit, max_length=max_length,
+                   folds=folds, pairs=pairs, interventions=intervention or ["learned", "zero"],
+                   text=text, device=device, dtype=dtype, seed=seed,
+                   data_dir=str(data_dir) if data_dir else None, batch_size=batch_size)
+    with console.status("probing") as status:
+        frames = run_probe(**options, announce=lambda msg: (status.update(msg), console.log(msg)))
+    out = out or default_out_dir("pe-probe")
+    tables, figures = _write(frames, out, {"experiment": "pe-probe", **options},
+                             EXPERIMENTS.get("pe-probe").figures)
+    if "matrix" in frames:
+        console.print(_matrix_summary(frames["matrix"]))
+    console.print(_hidden_summary(frames["hidden"]))
+    if (frames["hidden"]["position_kind"] == "rotary").any():
+        console.print(f"note: {ROTARY_NOTE}")
+    _paths(console, tables, figures)
+
+
+def _matrix_summary(df) -> Table:
+    table = Table(title="position-embedding matrix (Wang & Chen); sinusoidal = same-shape reference")
+    for col in ("model", "matrix", "shape"):
+        table.add_column(col)
+    for col in ("regression MAE", "chance MAE", "order acc."):
+        table.add_column(col, justify="right")
+    for (model, kind), rows in df.groupby(["model", "matrix"], sort=False):
+        v = rows.set_index("metric")["value"]
+        shape = f"{rows['positions'].iloc[0]} x {rows['dim'].iloc[0]}"
+        table.add_row(model, kind, shape, f"{v['regression_mae']:.2f}",
+                      f"{v['regression_chance_mae']:.2f}", f"{v['order_accuracy']:.3f}")
+    return table
+
+
+def _hidden_summary(df) -> Table:
+    table = Table(title="hidden-state probe: MAE of token position (held-out texts)")
+    for col in ("model", "intervention", "tokens", "chance", "layer 0", "middle", "last", "best (layer)"):
+        table.add_column(col)
+    for (model, iv), rows in df.groupby(["model", "intervention"], sort=False):
+        mae = rows[rows["metric"] == "probe_mae"].set_index("layer")["value"].sort_index()
+        chance = rows[rows["metric"] == "probe_chance_mae"]["value"].mean()
+        last = mae.index.max()
+        rotary = " (rotary)" if rows["position_kind"].iloc[0] == "rotary" else ""
+        table.add_row(model + rotary, iv, str(rows["tokens"].iloc[0]), f"{chance:.1f}",
+                      f"{mae.iloc[0]:.1f}", f"{mae[last // 2]:.1f}", f"{mae[last]:.1f}",
+                      f"{mae.min():.1f} ({mae.idxmin()})")
+    return table
+
+
+def register(app: typer.Typer) -> None:
+    pe_app.command()(sinusoidal)
+    pe_app.command()(probe)
+    app.add_typer(pe_app, name="pe")

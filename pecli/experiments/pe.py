@@ -1,0 +1,276 @@
+"""Experiments `pe-sinusoidal` and `pe-probe`: what position encodings are and what they encode.
+
+    pe-sinusoidal  the Vaswani encoding, its rotation property and dot products (no model)
+    pe-probe       Wang & Chen's analyses of a model's position-embedding matrix, with the
+                   sinusoidal matrix of the same shape as reference, and a per-layer probe
+                   of position in hidden states with and without the model's positions
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from pecli import pe_analysis as pa
+from pecli.errors import ConfigError
+from pecli.experiments import EXPERIMENTS, Experiment
+from pecli.provenance import row_provenance
+from pecli.tables import validate
+
+SIMILARITY_POINTS = 64  # the similarity heatmap samples this many positions per axis
+ROTARY_NOTE = ("rotary positions: no embedding table, so no matrix analyses; "
+               "hidden-state probe only ('zero' = identity rotation)")
+
+
+def _frame(rows: list[dict], experiment: str, seed: int, **columns) -> pd.DataFrame:
+    """Rows + the columns every row of the table shares (provenance, seed, settings)."""
+    return pd.DataFrame([{"experiment": experiment, **r, "seed": seed, **columns,
+                          **row_provenance()} for r in rows])
+
+
+# --- pe-sinusoidal -------------------------------------------------------------------
+
+
+def run_sinusoidal(positions: int = 16, dim: int = 32, base: float = 10000.0,
+                   seed: int = 0) -> dict[str, pd.DataFrame]:
+    """The encoding, the rotation error per offset, the dot products, and a summary.
+
+    Tables: `encoding` (pos, dim_index, pair, component), `rotation` (offset k from
+    -(positions-1) to positions-1), `dot` (every pair p, q), `summary` (the worst case of
+    each check). `seed` changes nothing (the encoding is deterministic); it is recorded.
+    """
+    pa.check_sinusoid_args(positions, dim, base)
+    name = "pe-sinusoidal"
+    shared = dict(positions=positions, dim=dim, base=base)
+    pe = pa.sinusoidal(positions, dim, base)  # [P, dim]
+    encoding = [{"metric": "pe", "value": pe[p, j], "pos": p, "dim_index": j, "pair": j // 2,
+                 "component": "sin" if j % 2 == 0 else "cos"}
+                for p in range(positions) for j in range(dim)]
+    offsets = list(range(-(positions - 1), positions))
+    errors = pa.rotation_errors(positions, dim, base, offsets)
+    rotation = [{"metric": "rotation_max_abs_error", "value": e, "offset": k}
+                for k, e in zip(offsets, errors, strict=True)]
+    dots = pa.dot_products(positions, dim, base)
+    dot = [{"metric": "dot_product", "value": dots.gram[p, q], "p": p, "q": q, "offset": p - q}
+           for p in range(positions) for q in range(positions)]
+    summary = [
+        {"metric": "rotation_max_abs_error", "value": float(errors.max()),
+         "aggregation": "max over offsets and positions"},
+        {"metric": "dot_offset_spread", "value": dots.offset_spread,
+         "aggregation": "max over offsets of max-min of PE(p).PE(q) with p-q fixed"},
+        {"metric": "dot_symmetry_error", "value": dots.symmetry_error,
+         "aggregation": "max over k of |f(k) - f(-k)|"},
+        {"metric": "dot_closed_form_error", "value": dots.closed_form_error,
+         "aggregation": "max over p, q of |PE(p).PE(q) - sum_i cos((p-q) w_i)|"},
+        {"metric": "dot_at_offset_0", "value": dots.by_offset[0], "aggregation": "= dim/2"},
+        {"metric": "dot_min", "value": float(dots.gram.min()), "aggregation": "min over pairs"},
+    ]
+    return {table: validate(_frame(rows, name, seed, **shared), model_rows=False)
+            for table, rows in [("encoding", encoding), ("rotation", rotation), ("dot", dot),
+                                ("summary", summary)]}
+
+
+def _sinusoidal_figures(csv_paths, fig_dir):
+    from pecli.plots.pe import sinusoidal_figures
+
+    return sinusoidal_figures(csv_paths, fig_dir)
+
+
+EXPERIMENTS.add("pe-sinusoidal", Experiment(
+    "pe-sinusoidal", 1, run_sinusoidal, _sinusoidal_figures,
+    "Sinusoidal position encoding: heatmap, clock, rotation property, dot product vs offset"))
+
+
+# --- pe-probe --------------------------------------------------------------------------
+
+
+def _embedding_rows(loaded) -> np.ndarray:
+    """The model's position-embedding rows for positions 0..N-1 [N, d] (after pos_offset)."""
+    from pecli.architectures import position_embedding
+
+    table = position_embedding(loaded.model, loaded.spec)
+    return table.weight.detach()[loaded.spec.pos_offset:].float().cpu().numpy()
+
+
+def _reference(n: int, d: int) -> np.ndarray:
+    """The sinusoidal matrix of the same shape [n, d] (an odd width drops the last cos)."""
+    return pa.sinusoidal(n, d + d % 2)[:, :d]
+
+
+def matrix_analyses(matrix: np.ndarray, folds: int, pairs: int, seed: int) -> tuple[list[dict], list[dict]]:
+    """Wang & Chen on one matrix [N, d]: (metric rows, sampled similarity-matrix rows)."""
+    reg = pa.position_regression(matrix, folds=folds, seed=seed, regressor="linear")
+    acc = pa.order_accuracy(matrix, folds=folds, pairs=pairs, seed=seed)
+    metrics = [
+        {"metric": "regression_mae", "value": reg.mae, "protocol":
+         f"linear regression row -> index, {folds}-fold CV over a seeded shuffle, MAE of round(prediction)"},
+        {"metric": "regression_chance_mae", "value": reg.chance_mae, "protocol":
+         "predict the training folds' mean index (same folds)"},
+        {"metric": "order_accuracy", "value": acc, "protocol":
+         f"logistic regression on [x_i, x_j] -> i < j, {pairs} training pairs per fold, "
+         f"{folds} folds of held-out positions"},
+        {"metric": "order_chance_accuracy", "value": 0.5, "protocol": "guessing"},
+    ]
+    idx = pa.grid(len(matrix), SIMILARITY_POINTS)
+    sim = pa.cosine_matrix(matrix[idx])  # [g, g]
+    similarity = [{"metric": "cosine_similarity", "value": sim[a, b], "pos_p": int(p), "pos_q": int(q)}
+                  for a, p in enumerate(idx) for b, q in enumerate(idx)]
+    return metrics, similarity
+
+
+def collect_hidden(loaded, ids: list[list[int]], batch_size: int | None = None):
+    """Hidden states of every real token at every layer.
+
+    Returns:
+        (states [layers+1][tokens, d] float32 numpy, layer 0 = embedding output;
+         positions [tokens]; text index [tokens]).
+    """
+    import torch
+
+    from pecli.batching import default_token_budget, length_batches, pad
+
+    base = getattr(loaded.model, "base_model", loaded.model)  # no LM head: no [t, vocab] logits
+    pad_id = loaded.tokenizer.pad_token_id
+    per_layer: list[list[np.ndarray]] = []
+    positions, texts = [], []
+    batches = length_batches([len(x) for x in ids], default_token_budget(loaded.device), batch_size)
+    with torch.inference_mode():
+        for batch in batches:
+            # Right padding: a real token's index in its sequence is its position.
+            input_ids, mask = pad([ids[i] for i in batch], pad_id, loaded.device, "right")  # [b, t]
+            out = base(input_ids=input_ids, attention_mask=mask, output_hidden_states=True)
+            real = mask.bool()  # [b, t]
+            if not per_layer:
+                per_layer = [[] for _ in out.hidden_states]
+            for layer, h in enumerate(out.hidden_states):  # h: [b, t, d]
+                per_layer[layer].append(h[real].float().cpu().numpy())  # [n_real, d]
+            pos = torch.arange(input_ids.shape[1], device=mask.device).expand_as(mask)  # [b, t]
+            positions.append(pos[real].cpu().numpy())
+            text = torch.tensor(batch, device=mask.device)[:, None].expand_as(mask)  # [b, t]
+            texts.append(text[real].cpu().numpy())
+    return ([np.concatenate(chunks) for chunks in per_layer], np.concatenate(positions),
+            np.concatenate(texts))
+
+
+def hidden_probe(loaded, ids: list[list[int]], intervention: str, folds: int, seed: int,
+                 batch_size: int | None = None, progress=None) -> list[dict]:
+    """Per-layer probe of position from hidden states under `intervention` (rows of a table)."""
+    from pecli.interventions import intervene
+
+    with intervene(loaded, intervention, seed=seed):
+        states, positions, texts = collect_hidden(loaded, ids, batch_size)
+    rows = []
+    for layer, x in enumerate(states):
+        # Tokens of one text stay in one fold: held-out texts, not held-out tokens.
+        reg = pa.position_regression(x, positions, folds=folds, seed=seed, groups=texts,
+                                     regressor="ridge")
+        common = {"layer": layer, "intervention": intervention, "tokens": len(positions),
+                  "max_position": int(positions.max()), "regressor": "standardise + RidgeCV",
+                  "protocol": f"{folds}-fold CV over texts, MAE of round(prediction)"}
+        rows += [{"metric": "probe_mae", "value": reg.mae, **common},
+                 {"metric": "probe_chance_mae", "value": reg.chance_mae, **common}]
+        if progress:
+            progress()
+    return rows
+
+
+def _preflight(models: list[str]) -> None:
+    """Fail before any work when a model cannot be loaded here (not after the first model)."""
+    from pathlib import Path
+
+    from pecli.architectures import ARCHITECTURES
+    from pecli.errors import ModelError
+    from pecli.loading import model_availability
+
+    for name in models:
+        if name.startswith("random:"):
+            ARCHITECTURES.get(name.split(":", 1)[1])
+        elif not Path(name).exists():
+            status, fix = model_availability(name)
+            if status.startswith("missing"):
+                raise ModelError(f"model {name!r} is {status}: {fix}")
+
+
+def run_probe(models: list[str] | str = ("minilm",), dataset: str = "imdb", split: str | None = None,
+              limit: int | None = 16, max_length: int = 128, folds: int = 5, pairs: int = 1000,
+              interventions: list[str] | str = ("learned", "zero"), text: str | None = None,
+              device: str = "auto", dtype: str = "float32", seed: int = 0,
+              data_dir: str | None = None, batch_size: int | None = None,
+              announce=None) -> dict[str, pd.DataFrame]:
+    """Position-embedding matrix analyses and the hidden-state probe for each model.
+
+    Tables: `matrix` (regression MAE, order accuracy and their chance levels, for the
+    model's matrix and the sinusoidal reference of the same shape; learned models only),
+    `similarity` (cosine similarity of rows at <= 64 evenly spaced positions),
+    `hidden` (probe MAE per layer and intervention; rotary models carry a note).
+
+    Args:
+        models: model names (see `pecli models`).
+        limit: texts of `dataset` (seeded subset); max_length: tokens kept per text.
+        folds: k of every cross-validation; pairs: training pairs per fold (order task).
+        interventions: conditions of the hidden-state probe (`learned` = the model as is).
+        announce: optional callable(str) for progress lines (the CLI passes one).
+    """
+    from pecli.batching import encode
+    from pecli.data import load_data
+    from pecli.interventions import check_applies
+    from pecli.interventions import parse as parse_intervention
+    from pecli.loading import load_model
+
+    models = [models] if isinstance(models, str) else list(models)
+    interventions = [interventions] if isinstance(interventions, str) else list(interventions)
+    if not models:
+        raise ConfigError("pe-probe needs at least one model (e.g. minilm random:gpt2)")
+    if max_length < 2:
+        raise ConfigError(f"--max-length must be at least 2 tokens (got {max_length})")
+    for iv in interventions:
+        parse_intervention(iv)  # a typo fails before any data or model is loaded
+    _preflight(models)
+    say = announce or (lambda _msg: None)
+    data = load_data(dataset, split, data_dir_=data_dir, limit=limit, seed=seed, text_field=text)
+    texts = data.texts()
+    matrix_rows, similarity_rows, hidden_rows = [], [], []
+    for name in models:
+        loaded = load_model(name, device=device, dtype=dtype, seed=seed)
+        for iv in interventions:
+            check_applies(loaded, iv)
+        model_cols = {**loaded.provenance(), "intervention": "learned"}
+        if loaded.spec.position == "learned":
+            own = _embedding_rows(loaded)  # [N, d]
+            for kind, matrix in [("learned", own), ("sinusoidal", _reference(*own.shape))]:
+                say(f"{name}: Wang & Chen analyses of the {kind} matrix {own.shape[0]} x {own.shape[1]}")
+                metrics, sim = matrix_analyses(matrix, folds, pairs, seed)
+                cols = {**model_cols, "matrix": kind, "positions": own.shape[0], "dim": own.shape[1],
+                        "note": "" if kind == "learned" else "reference: sinusoids of the same shape"}
+                matrix_rows += [{**r, **cols} for r in metrics]
+                similarity_rows += [{**r, **cols} for r in sim]
+        else:
+            say(f"{name}: {ROTARY_NOTE}")
+        length = min(max_length, loaded.max_positions)
+        enc = encode(loaded.tokenizer, texts, length)
+        data_cols = {**loaded.provenance(), **data.provenance(), "max_length": length,
+                     "truncated_texts": enc.truncated,
+                     "note": ROTARY_NOTE if loaded.spec.position == "rotary" else ""}
+        for iv in interventions:
+            say(f"{name}: hidden-state probe, intervention {iv}, {enc.tokens} tokens")
+            rows = hidden_probe(loaded, enc.ids, iv, folds, seed, batch_size)
+            hidden_rows += [{**data_cols, **r} for r in rows]
+        del loaded
+    tables = {}
+    if matrix_rows:
+        tables["matrix"] = validate(_frame(matrix_rows, "pe-probe", seed), model_rows=False)
+        tables["similarity"] = validate(_frame(similarity_rows, "pe-probe", seed), model_rows=False)
+    tables["hidden"] = validate(_frame(hidden_rows, "pe-probe", seed))
+    return tables
+
+
+def _probe_figures(csv_paths, fig_dir):
+    from pecli.plots.pe import probe_figures
+
+    return probe_figures(csv_paths, fig_dir)
+
+
+EXPERIMENTS.add("pe-probe", Experiment(
+    "pe-probe", 1, run_probe, _probe_figures,
+    "Wang & Chen analyses of position-embedding matrices (sinusoidal reference) and a "
+    "per-layer hidden-state probe of position with and without the model's positions"))

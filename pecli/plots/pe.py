@@ -1,0 +1,164 @@
+"""Figures of `pe-sinusoidal` and `pe-probe`, from their CSVs (pandas + matplotlib only).
+
+The 512 x 512 sinusoid heatmap is drawn from the closed form (numpy) with the base of
+the table, since a CSV of 262,144 rows would only store that formula's values.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from pecli.pe_analysis import sinusoidal  # noqa: E402  (numpy only)
+
+
+def _save(fig, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def _heatmap(ax, values: np.ndarray, title: str, xlabel: str, ylabel: str, **kw):
+    im = ax.imshow(values, aspect="auto", interpolation="nearest", **kw)
+    ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
+    return im
+
+
+def encoding_heatmaps(encoding: pd.DataFrame, out: Path) -> Path:
+    """The table's encoding (positions x dims) beside the 512 x 512 case of the same base."""
+    base = float(encoding["base"].iloc[0])
+    small = encoding.pivot(index="pos", columns="dim_index", values="value").to_numpy()
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    im = _heatmap(axes[0], small, f"sinusoidal PE, {small.shape[0]} x {small.shape[1]}",
+                  "dimension", "position", cmap="RdBu", vmin=-1, vmax=1)
+    _heatmap(axes[1], sinusoidal(512, 512, base), "sinusoidal PE, 512 x 512", "dimension",
+             "position", cmap="RdBu", vmin=-1, vmax=1)
+    fig.colorbar(im, ax=axes, shrink=0.8)
+    fig.suptitle(f"PE(pos, 2i) = sin(pos / {base:g}^(2i/d)), PE(pos, 2i+1) = cos(...)")
+    return _save(fig, out)
+
+
+def clock(encoding: pd.DataFrame, out: Path) -> Path:
+    """Chosen (sin, cos) pairs as points on the unit circle, one per position: a clock's hands."""
+    pairs = sorted(encoding["pair"].unique())
+    chosen = sorted({pairs[0], pairs[min(1, len(pairs) - 1)], pairs[len(pairs) // 4], pairs[-1]})
+    fig, axes = plt.subplots(1, len(chosen), figsize=(3.4 * len(chosen), 3.6), squeeze=False,
+                             layout="constrained")
+    t = np.linspace(0, 2 * np.pi, 200)
+    for ax, pair in zip(axes[0], chosen, strict=True):
+        rows = encoding[encoding["pair"] == pair]
+        sin = rows[rows["component"] == "sin"].sort_values("pos")
+        cos = rows[rows["component"] == "cos"].sort_values("pos")
+        ax.plot(np.cos(t), np.sin(t), color="0.85", lw=1)
+        # x = cos, y = sin: the angle pos * w_i, counter-clockwise from (1, 0)
+        sc = ax.scatter(cos["value"], sin["value"], c=sin["pos"], cmap="viridis", s=25, zorder=3)
+        for p, x, y in zip(sin["pos"], cos["value"], sin["value"], strict=True):
+            if p < 4 or p == sin["pos"].max():
+                ax.annotate(str(p), (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
+        ax.set(title=f"pair {pair} (dims {2 * pair}, {2 * pair + 1})", xlabel="cos", ylabel="sin",
+               xlim=(-1.2, 1.2), ylim=(-1.2, 1.2), aspect="equal")
+    fig.colorbar(sc, ax=axes[0].tolist(), label="position", shrink=0.8)
+    fig.suptitle("each (sin, cos) pair turns with position: fast early pairs, slow late pairs")
+    return _save(fig, out)
+
+
+def dot_and_rotation(dot: pd.DataFrame, rotation: pd.DataFrame, out: Path) -> Path:
+    """PE(p).PE(q) against p - q (all pairs), and the rotation error per offset."""
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4))
+    axes[0].scatter(dot["offset"], dot["value"], s=8, alpha=0.5)
+    axes[0].set(title="PE(p) . PE(q): one value per p - q, symmetric, decaying",
+                xlabel="p - q", ylabel="dot product")
+    axes[0].axvline(0, color="0.8", lw=1)
+    err = rotation.sort_values("offset")
+    axes[1].semilogy(err["offset"], err["value"].clip(lower=1e-18), marker=".")
+    axes[1].set(title="max |PE(p + k) - M_k PE(p)| over positions", xlabel="offset k",
+                ylabel="max abs error")
+    return _save(fig, out)
+
+
+def sinusoidal_figures(csv_paths: dict[str, Path], fig_dir: Path) -> list[Path]:
+    """All figures of pe-sinusoidal."""
+    fig_dir = Path(fig_dir)
+    encoding = pd.read_csv(csv_paths["encoding"])
+    return [
+        encoding_heatmaps(encoding, fig_dir / "pe_sinusoidal_heatmap.png"),
+        clock(encoding, fig_dir / "pe_sinusoidal_clock.png"),
+        dot_and_rotation(pd.read_csv(csv_paths["dot"]), pd.read_csv(csv_paths["rotation"]),
+                         fig_dir / "pe_sinusoidal_dot_rotation.png"),
+    ]
+
+
+def similarity_heatmaps(sim: pd.DataFrame, out: Path) -> Path:
+    """Cosine similarity of position rows: one row of panels per model, learned | sinusoidal."""
+    models = list(dict.fromkeys(sim["model"]))
+    kinds = ["learned", "sinusoidal"]
+    fig, axes = plt.subplots(len(models), 2, figsize=(9, 4 * len(models)), squeeze=False)
+    for r, model in enumerate(models):
+        for c, kind in enumerate(kinds):
+            part = sim[(sim["model"] == model) & (sim["matrix"] == kind)]
+            ax = axes[r][c]
+            if part.empty:
+                ax.axis("off")
+                continue
+            grid = part.pivot(index="pos_p", columns="pos_q", values="value")
+            n = grid.index.max()
+            im = ax.imshow(grid.to_numpy(), cmap="RdBu", vmin=-1, vmax=1, origin="upper",
+                           extent=(0, n, n, 0), interpolation="nearest")
+            ax.set(title=f"{model}: {kind}" + (" (reference)" if kind == "sinusoidal" else ""),
+                   xlabel="position q", ylabel="position p")
+    fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.6, label="cosine similarity")
+    return _save(fig, out)
+
+
+def probe_layers(hidden: pd.DataFrame, out: Path) -> Path:
+    """Probe MAE per layer, one panel per model, one line per intervention, chance dashed."""
+    models = list(dict.fromkeys(hidden["model"]))
+    fig, axes = plt.subplots(1, len(models), figsize=(5 * len(models), 3.8), squeeze=False)
+    for ax, model in zip(axes[0], models, strict=True):
+        part = hidden[hidden["model"] == model]
+        for iv, rows in part.groupby("intervention", sort=False):
+            mae = rows[rows["metric"] == "probe_mae"].sort_values("layer")
+            chance = rows[rows["metric"] == "probe_chance_mae"].sort_values("layer")
+            line, = ax.plot(mae["layer"], mae["value"], marker=".", label=f"{iv}")
+            ax.plot(chance["layer"], chance["value"], ls="--", color=line.get_color(), alpha=0.5,
+                    label=f"{iv}: chance")
+        note = part["note"].fillna("").iloc[0]
+        title = model + ("\n(rotary: hidden-state probe only)" if note else "")
+        ax.set(title=title, xlabel="layer (0 = embeddings)", ylabel="MAE of position (tokens)")
+        ax.set_ylim(bottom=0)
+        ax.legend(fontsize=7)
+    fig.suptitle("linear probe of token position from hidden states (held-out texts)")
+    return _save(fig, out)
+
+
+def matrix_bars(matrix: pd.DataFrame, out: Path) -> Path:
+    """Regression MAE and order accuracy per model, learned beside the sinusoidal reference."""
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    for ax, metric, chance in [(axes[0], "regression_mae", "regression_chance_mae"),
+                               (axes[1], "order_accuracy", "order_chance_accuracy")]:
+        part = matrix[matrix["metric"] == metric].pivot(index="model", columns="matrix", values="value")
+        part.plot.bar(ax=ax, rot=0)
+        ref = matrix[matrix["metric"] == chance].groupby("model")["value"].first()
+        for i, model in enumerate(part.index):
+            ax.hlines(ref[model], i - 0.4, i + 0.4, colors="k", linestyles="--", lw=1)
+        ax.set(title=f"{metric} (dashed: chance)", xlabel="")
+    return _save(fig, out)
+
+
+def probe_figures(csv_paths: dict[str, Path], fig_dir: Path) -> list[Path]:
+    """All figures of pe-probe (matrix figures only when some model has a learned table)."""
+    fig_dir = Path(fig_dir)
+    paths = [probe_layers(pd.read_csv(csv_paths["hidden"]), fig_dir / "pe_probe_layers.png")]
+    if "similarity" in csv_paths:
+        paths.append(similarity_heatmaps(pd.read_csv(csv_paths["similarity"]),
+                                         fig_dir / "pe_probe_similarity.png"))
+    if "matrix" in csv_paths:
+        paths.append(matrix_bars(pd.read_csv(csv_paths["matrix"]), fig_dir / "pe_probe_matrix.png"))
+    return paths
