@@ -70,12 +70,14 @@ def perplexity(
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-    from pecli.experiments.perplexity import HEADLINE, run
+    from pecli.experiments.perplexity import HEADLINE, as_list, run
     from pecli.io import default_out_dir, write_table
     from pecli.plots.perplexity import condition_label, figures
 
-    options = dict(model=model, pe=pe or ["learned"], masks=mask or ["default"],
-                   semantics=mask_semantics or ["legacy"], protocol=protocol or ["relative"],
+    options = dict(model=model, pe=as_list(pe or "learned", "intervention"),
+                   masks=as_list(mask or "default", "mask"),
+                   semantics=as_list(mask_semantics or "legacy", "mask semantics"),
+                   protocol=as_list(protocol or "relative", "protocol"),
                    dataset=dataset, split=split, text_field=text, limit=limit, seed=seed,
                    device=device, dtype=dtype, data_dir=str(data_dir) if data_dir else None,
                    batch_size=batch_size, add_start_token=start_token, long_text=long_text,

@@ -21,7 +21,8 @@ from pecli.tables import validate
 HEADLINE = "corpus"  # the aggregation summaries lead with; every other is a row too
 
 
-def _as_list(value, what: str) -> list[str]:
+def as_list(value, what: str) -> list[str]:
+    """A name, a list of names, or "a,b" -> a list of distinct names, in order."""
     items = [value] if isinstance(value, str) else list(value or [])
     items = [s.strip() for item in items for s in str(item).split(",") if s.strip()]
     if not items:
@@ -33,8 +34,8 @@ def conditions(pe, masks, semantics, protocol) -> list[tuple[str, str, str, str]
     """Every (intervention, mask, semantics, protocol) asked for, names checked."""
     from pecli.lm_scoring import plan
 
-    grid = [(p, m, s, pr) for p in _as_list(pe, "intervention") for m in _as_list(masks, "mask")
-            for s in _as_list(semantics, "mask semantics") for pr in _as_list(protocol, "protocol")]
+    grid = [(p, m, s, pr) for p in as_list(pe, "intervention") for m in as_list(masks, "mask")
+            for s in as_list(semantics, "mask semantics") for pr in as_list(protocol, "protocol")]
     for _, m, s, pr in grid:
         plan(m, s, pr)  # unknown names fail here, before a model loads
     return grid
