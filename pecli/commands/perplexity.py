@@ -23,15 +23,15 @@ from pecli.cli_options import (
 )
 
 PeOpt = Annotated[list[str] | None, typer.Option(
-    "--pe", help="Position intervention(s): learned (none), zero, ... (repeat or a,b; see pecli interventions).")]
+    "--pe", help="Position intervention(s): learned (none), zero, ... (repeat or a,b; see pecli interventions). Default: learned.")]
 MaskOpt = Annotated[list[str] | None, typer.Option(
-    "--mask", help="Mask shape(s): default, linear, exponential, alibi, self (repeat or a,b; see pecli masks).")]
+    "--mask", help="Mask shape(s): default, linear, exponential, alibi, self (repeat or a,b; see pecli masks). Default: default.")]
 SemanticsOpt = Annotated[list[str] | None, typer.Option(
     "--mask-semantics", help="What a mask weight does: legacy (transformers 4.x), boolean (5.x), "
-                             "log-bias, scale (repeat or a,b).")]
+                             "log-bias, scale (repeat or a,b; docs/masks.md). Default: legacy.")]
 ProtocolOpt = Annotated[list[str] | None, typer.Option(
     "--protocol", help="relative (each query weighs its own prefix, one pass) or study "
-                       "(one pass per predicted token, one 1-D key mask) (repeat or a,b).")]
+                       "(one pass per predicted token, one 1-D key mask) (repeat or a,b). Default: relative.")]
 
 
 def perplexity(
