@@ -17,6 +17,12 @@ TEXTS = ["the cat sat on the mat and looked around", "a fine film with a worse p
          "great cast great music great everything"]
 
 
+def _fake_loader(monkeypatch, load):
+    """run_probe loads `name` through pecli.loading; hand it tiny models instead."""
+    monkeypatch.setattr("pecli.loading.load_model", load)
+    monkeypatch.setattr("pecli.loading.model_availability", lambda name: ("installed (test)", ""))
+
+
 @pytest.fixture
 def reviews(tmp_path):
     path = tmp_path / "reviews.csv"
@@ -62,7 +68,7 @@ def test_collect_hidden_positions_and_texts(family):
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_run_probe_tables(family, reviews, monkeypatch):
-    monkeypatch.setattr("pecli.loading.load_model", lambda name, **kw: make_tiny(family))
+    _fake_loader(monkeypatch, lambda name, **kw: make_tiny(family))
     out = pe_exp.run_probe(models=["tiny"], dataset=str(reviews), limit=None, max_length=16,
                            folds=4, pairs=100, device="cpu")
     hidden = out["hidden"]
@@ -109,7 +115,7 @@ def test_figures_from_written_tables(tmp_path, reviews, monkeypatch):
     from pecli.io import write_table
 
     fams = iter(["gpt2", "llama"])
-    monkeypatch.setattr("pecli.loading.load_model", lambda name, **kw: make_tiny(next(fams)))
+    _fake_loader(monkeypatch, lambda name, **kw: make_tiny(next(fams)))
     for exp, frames in [
         ("pe-sinusoidal", pe_exp.run_sinusoidal(positions=8, dim=8)),
         ("pe-probe", pe_exp.run_probe(models=["a", "b"], dataset=str(reviews), limit=None,
