@@ -72,7 +72,8 @@ def measure(loaded, texts: list[str], interventions: list[str], *, seed: int = 0
     lengths = [len(x) for x in enc.ids]
     if min(lengths) == 0:
         raise_empty(texts, lengths)
-    batches = length_batches(lengths, default_token_budget(loaded.device), max_batch=batch_size)
+    batches = (length_batches(lengths, 0, max_batch=batch_size) if batch_size
+               else tight_batches(lengths, default_token_budget(loaded.device)))
     special_ids = torch.tensor(sorted(set(loaded.tokenizer.all_special_ids)), dtype=torch.long)
     base = loaded.model.base_model  # hidden states only: no LM head over the vocabulary
     pad_id = loaded.tokenizer.pad_token_id
@@ -115,6 +116,34 @@ def measure(loaded, texts: list[str], interventions: list[str], *, seed: int = 0
         cosine={k: np.concatenate(v, axis=1) for k, v in cos_parts.items()},
         pooled={k: np.concatenate(v)[back] for k, v in pool_parts.items()},
     )
+
+
+def tight_batches(lengths: list[int], token_budget: int, max_waste: float = 0.15,
+                  min_tokens: int = 256) -> list[list[int]]:
+    """Length-sorted batches within `token_budget` padded tokens that also bound padding.
+
+    `length_batches` alone puts 64 questions of 5-33 tokens in one batch padded to 33 (2.3x
+    the real tokens). Here a batch is also closed when the next text would make more than
+    `max_waste` of it padding, once it holds `min_tokens` real tokens (tiny batches cost
+    more in per-pass overhead than they save).
+    """
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])  # longest first
+    batches: list[list[int]] = []
+    current: list[int] = []
+    real = 0
+    for i in order:
+        if current:
+            longest = lengths[current[0]]
+            padded = (len(current) + 1) * longest
+            waste = 1 - (real + lengths[i]) / padded
+            if padded > token_budget or (waste > max_waste and real >= min_tokens):
+                batches.append(current)
+                current, real = [], 0
+        current.append(i)
+        real += lengths[i]
+    if current:
+        batches.append(current)
+    return batches
 
 
 def _quiet_encode(encode, loaded, texts):

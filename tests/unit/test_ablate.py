@@ -129,3 +129,25 @@ def test_cli_default_limit_matches_the_experiment():
     from pecli.commands.ablate import DEFAULT_LIMIT as CLI_LIMIT
 
     assert CLI_LIMIT == DEFAULT_LIMIT
+
+
+def test_tight_batches_cover_every_text_once_within_budget_and_waste():
+    from pecli.experiments.ablate import tight_batches
+
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(3, 300, size=500).tolist()
+    batches = tight_batches(lengths, token_budget=2048, max_waste=0.15, min_tokens=256)
+    flat = sorted(i for b in batches for i in b)
+    assert flat == list(range(500))
+    for b in batches:
+        longest = max(lengths[i] for i in b)
+        assert len(b) * longest <= 2048 or len(b) == 1
+        real = sum(lengths[i] for i in b)
+        # a batch is only allowed waste beyond the bound while it is still small
+        assert 1 - real / (len(b) * longest) <= 0.15 or real - min(lengths[i] for i in b) < 256
+    # 64 short questions are no longer one batch padded to the longest
+    short = rng.integers(5, 34, size=64).tolist()
+    tight = tight_batches(short, 4096)
+    padded = sum(len(b) * max(short[i] for i in b) for b in tight)
+    one_batch = len(short) * max(short)  # what length_batches does here
+    assert padded < 1.3 * sum(short) < one_batch and len(tight) < 8

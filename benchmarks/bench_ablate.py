@@ -1,0 +1,124 @@
+"""How fast is pecli's ablate loop? Tokens/s against common loops, GFLOP/s against a matmul.
+
+On the same texts, in one run, each loop computes the same thing: hidden states at every
+layer with the model's own positions and with `zero`, and the per-token cosine.
+
+- pecli: `pecli.experiments.ablate.measure` (one tokenisation, length-bucketed batches
+  under a token budget, inference_mode);
+- naive16: batches of 16 in dataset order, each tokenised and padded to its longest;
+- single: one text at a time (no padding);
+- ceiling: a plain float32 matmul (2048 x 2048) on this machine.
+
+GFLOP/s counts the useful work only: 2 x (weights of the blocks' linear layers) per real
+token plus attention's 4 x t^2 x d per layer and sequence (QK^T and AV), for both passes.
+
+    python benchmarks/bench_ablate.py --model minilm --texts 64 --data-dir ../shared/data
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+from pecli.architectures import resolve
+from pecli.batching import encode
+from pecli.data import load_data
+from pecli.experiments.ablate import measure
+from pecli.interventions import prepare
+from pecli.loading import load_model
+from pecli.metrics import cosine_by_layer
+
+
+def useful_flops(loaded, lengths: list[int], passes: int) -> float:
+    """Forward FLOPs on real tokens: linear layers of every block + attention scores/values."""
+    blocks = resolve(loaded.model, loaded.spec, loaded.spec.layers)
+    linear = sum(p.numel() for p in blocks.parameters() if p.dim() == 2)  # all blocks
+    width = loaded.model.config.hidden_size
+    attn = len(blocks) * sum(4 * t * t * width for t in lengths)
+    return passes * (2 * linear * sum(lengths) + attn)
+
+
+def matmul_gflops(n: int = 2048, reps: int = 5) -> float:
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    a @ b  # warm up
+    best = float("inf")
+    for _ in range(reps):
+        t = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - t)
+    return 2 * n**3 / best / 1e9
+
+
+def naive_loop(loaded, texts: list[str], batch: int) -> None:
+    """The common loop: dataset order, tokenise each batch, pad to its longest, two passes."""
+    base = loaded.model.base_model
+    zero = prepare(loaded, "zero")
+    with torch.inference_mode():
+        for i in range(0, len(texts), batch):
+            enc = loaded.tokenizer(texts[i:i + batch], padding=True, truncation=True,
+                                   max_length=loaded.max_positions, return_tensors="pt")
+            ref = torch.stack(base(**enc, output_hidden_states=True).hidden_states)  # [l, b, t, d]
+            with zero():
+                out = torch.stack(base(**enc, output_hidden_states=True).hidden_states)
+            cosine_by_layer(ref, out, enc["attention_mask"])
+
+
+def timed(fn, reps: int) -> float:
+    best = float("inf")
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def bench(loaded, label: str, texts: list[str], reps: int, ceiling: float) -> None:
+    enc = encode(loaded.tokenizer, texts, loaded.max_positions)
+    lengths = [len(x) for x in enc.ids]
+    tokens = 2 * sum(lengths)  # two passes
+    flops = useful_flops(loaded, lengths, passes=2)
+    loops = {
+        "pecli": lambda: measure(loaded, texts, ["zero"]),
+        "naive16": lambda: naive_loop(loaded, texts, 16),
+        "single": lambda: naive_loop(loaded, texts, 1),
+    }
+    padded16 = sum(max(lengths[i:i + 16]) * len(lengths[i:i + 16])
+                   for i in range(0, len(lengths), 16))
+    print(f"\n{label}: {len(texts)} texts, mean {sum(lengths) / len(lengths):.0f} tokens "
+          f"(max {max(lengths)}), naive16 pads to {padded16 / sum(lengths):.2f}x the real tokens")
+    secs = {}
+    for name, fn in loops.items():
+        secs[name] = timed(fn, reps)
+        gf = flops / secs[name] / 1e9
+        print(f"  {name:8s} {secs[name]:7.2f} s  {tokens / secs[name]:8.0f} tokens/s  "
+              f"{gf:6.1f} GFLOP/s ({100 * gf / ceiling:.0f} % of the matmul ceiling)")
+    print(f"  pecli vs naive16: {secs['naive16'] / secs['pecli']:.2f}x   "
+          f"pecli vs single: {secs['single'] / secs['pecli']:.2f}x")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="minilm")
+    parser.add_argument("--texts", type=int, default=64)
+    parser.add_argument("--reps", type=int, default=2, help="best of N runs per loop")
+    parser.add_argument("--data-dir", default=None)
+    parser.add_argument("--threads", type=int, default=None)
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    loaded = load_model(args.model, device="cpu")
+    ceiling = matmul_gflops()
+    print(f"{args.model} on CPU, {torch.get_num_threads()} threads; float32 matmul ceiling "
+          f"{ceiling:.1f} GFLOP/s")
+    imdb = load_data("imdb", "test", data_dir_=args.data_dir, limit=args.texts, seed=0)
+    tqa = load_data("truthfulqa", data_dir_=args.data_dir, limit=args.texts, seed=0)
+    measure(loaded, imdb.texts()[:4], ["zero"])  # warm up
+    bench(loaded, "IMDB reviews", imdb.texts(), args.reps, ceiling)
+    bench(loaded, "TruthfulQA questions", tqa.texts("question"), args.reps, ceiling)
+    print(f"\nmatmul ceiling again: {matmul_gflops():.1f} GFLOP/s (shared machine: compare runs)")
+
+
+if __name__ == "__main__":
+    main()
