@@ -46,7 +46,7 @@ app = typer.Typer(
     add_completion=False,
 )
 
-COMMAND_MODULES = ("listing", "reproduce", "ablate", "perplexity", "pe")
+COMMAND_MODULES = ("listing", "reproduce", "ablate", "perplexity", "pe", "toy", "train")
 
 for _name in COMMAND_MODULES:
     importlib.import_module(f"pecli.commands.{_name}").register(app)

@@ -1,0 +1,321 @@
+"""Experiment "toy": learn "i+j=k" / "i-j=k" with each position scheme; attention on repeats.
+
+Character-level strings for 0 <= i, j < max, split once by a seeded permutation. A tiny
+causal Transformer sees "<bos>i+j=" and is trained (loss on the answer and <eos> only)
+to produce k; exact match is measured by greedy decoding on the held-out split. Then
+layer-1 attention on a probe such as "21+21=" shows whether repeated digits can attend
+differently: without positions, identical tokens have identical queries and keys in
+layer 1 (see `attention_rows`).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from pecli.experiments import EXPERIMENTS, Experiment
+from pecli.provenance import row_provenance
+from pecli.tables import validate
+
+SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")
+CHARS = "0123456789+-="
+VERSION = 1
+
+# Default size, measured on the shared 2-core machine (see `pecli toy arithmetic --help`).
+DEFAULT_SIZE = dict(layers=2, width=64, heads=4)
+DEFAULT_STEPS = 2000
+BATCH = 128
+
+
+# --- data -----------------------------------------------------------------------------
+
+
+def arithmetic_examples(max_n: int) -> list[str]:
+    """Every "i+j=k" and "i-j=k" for 0 <= i, j < max_n, in a fixed order."""
+    if max_n < 2:
+        from pecli.errors import ConfigError
+
+        raise ConfigError(f"--max must be at least 2 (got {max_n})")
+    out = []
+    for op in "+-":
+        for i in range(max_n):
+            for j in range(max_n):
+                out.append(f"{i}{op}{j}={i + j if op == '+' else i - j}")
+    return out
+
+
+def split_examples(examples: list[str], test_fraction: float, seed: int) -> tuple[list[str], list[str]]:
+    """(train, test): a seeded permutation cut once, so the two never share a string."""
+    order = np.random.default_rng(seed).permutation(len(examples))
+    n_test = max(1, int(round(len(examples) * test_fraction)))
+    test = [examples[i] for i in sorted(order[:n_test])]
+    train = [examples[i] for i in order[n_test:]]
+    return train, test
+
+
+def char_tokenizer():
+    """A character-level HF tokenizer (saved with each checkpoint): specials, digits, + - =."""
+    from tokenizers import Regex, Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {t: i for i, t in enumerate([*SPECIALS, *CHARS])}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<bos>",
+                                   eos_token="<eos>", unk_token="<unk>")
+
+
+def encode_example(tokenizer, example: str) -> tuple[list[int], int]:
+    """(ids of "<bos>i+j=k<eos>", index of the first answer token)."""
+    prompt, answer = example.split("=")
+    ids = [tokenizer.bos_token_id] + tokenizer(prompt + "=")["input_ids"]
+    return ids + tokenizer(answer)["input_ids"] + [tokenizer.eos_token_id], len(ids)
+
+
+def batch_iterator(tokenizer, train: list[str], batch: int, seed: int):
+    """Endless seeded batches; labels are -100 except on the answer and <eos>."""
+    encoded = [encode_example(tokenizer, e) for e in train]
+    longest = max(len(ids) for ids, _ in encoded)
+    # Pad everything once (sequences are at most a dozen tokens): batches are then a gather.
+    input_ids = torch.full((len(encoded), longest), tokenizer.pad_token_id, dtype=torch.long)
+    labels = torch.full((len(encoded), longest), -100, dtype=torch.long)  # [n, t]
+    mask = torch.zeros((len(encoded), longest), dtype=torch.long)  # [n, t]
+    for r, (ids, start) in enumerate(encoded):
+        input_ids[r, : len(ids)] = torch.tensor(ids)
+        labels[r, start: len(ids)] = torch.tensor(ids[start:])
+        mask[r, : len(ids)] = 1
+    rng = np.random.default_rng(seed)
+    while True:
+        rows = torch.from_numpy(rng.integers(0, len(encoded), batch))  # [b]
+        yield {"input_ids": input_ids[rows], "attention_mask": mask[rows], "labels": labels[rows]}
+
+
+@torch.inference_mode()
+def greedy_answers(model, tokenizer, prompts: list[str], max_new: int) -> list[str]:
+    """Greedy continuation of each "i+j=" until <eos>; prompts of one length share a batch."""
+    by_len: dict[int, list[int]] = {}
+    encoded = [[tokenizer.bos_token_id] + tokenizer(p)["input_ids"] for p in prompts]
+    for i, ids in enumerate(encoded):
+        by_len.setdefault(len(ids), []).append(i)
+    answers = [""] * len(prompts)
+    itos = {i: t for t, i in tokenizer.get_vocab().items()}
+    for idx in by_len.values():
+        # Same length, so no padding: positions are exactly those of training.
+        ids = torch.tensor([encoded[i] for i in idx])  # [b, t]
+        done = torch.zeros(len(idx), dtype=torch.bool)
+        out: list[list[int]] = [[] for _ in idx]
+        for _ in range(max_new):
+            nxt = model(input_ids=ids).logits[:, -1].argmax(-1)  # [b]
+            for r, t in enumerate(nxt.tolist()):
+                if not done[r]:
+                    if t == tokenizer.eos_token_id:
+                        done[r] = True
+                    else:
+                        out[r].append(t)
+            if done.all():
+                break
+            ids = torch.cat([ids, nxt[:, None]], dim=1)
+        for r, i in enumerate(idx):
+            answers[i] = "".join(itos[t] for t in out[r]) if done[r] else "<no eos>"
+    return answers
+
+
+# --- attention on a probe ---------------------------------------------------------------
+
+
+@torch.inference_mode()
+def attention_rows(model, input_ids: torch.Tensor) -> list[torch.Tensor]:
+    """Attention probabilities per layer, [heads, t, t] each, for one sequence [1, t].
+
+    Switches sdpa to eager for the pass (sdpa returns no probabilities); registered
+    functions such as ALiBi's return their own.
+    """
+    current = model.config._attn_implementation
+    swap = current in ("sdpa", None)
+    if swap:
+        model.set_attn_implementation("eager")
+    try:
+        out = model(input_ids=input_ids, output_attentions=True)
+    finally:
+        if swap:
+            model.set_attn_implementation(current)
+    return [a[0] for a in out.attentions]
+
+
+def repeat_gaps(probs: torch.Tensor, ids: list[int]) -> dict[str, float]:
+    """How differently repeated tokens attend, for causal attention probs [heads, t, t].
+
+    For every pair p < q with ids[p] == ids[q]:
+    - `repeat_key_gap`: |a[q, p] - a[q, q]|, how differently query q weighs the two copies;
+    - `shared_key_row_gap`: max_j<=p |a[q, j] / sum_{j'<=p} a[q, j'] - a[p, j]|, row q
+      renormalised over the keys both rows see, against row p.
+    Both are exactly 0 (up to float rounding) when the copies have the same query and key.
+    """
+    gaps = {"repeat_key_gap": 0.0, "shared_key_row_gap": 0.0, "repeat_pairs": 0}
+    for q in range(len(ids)):
+        for p in range(q):
+            if ids[p] != ids[q]:
+                continue
+            gaps["repeat_pairs"] += 1
+            key_gap = (probs[:, q, p] - probs[:, q, q]).abs().max().item()
+            shared = probs[:, q, : p + 1]  # [heads, p+1]
+            renorm = shared / shared.sum(-1, keepdim=True)
+            row_gap = (renorm - probs[:, p, : p + 1]).abs().max().item()
+            gaps["repeat_key_gap"] = max(gaps["repeat_key_gap"], key_gap)
+            gaps["shared_key_row_gap"] = max(gaps["shared_key_row_gap"], row_gap)
+    return gaps
+
+
+def default_probe(max_n: int) -> str:
+    """The study's "21+211=" when it is in range, else "21+21=" (both repeat 2 and 1), else "1+1="."""
+    return "21+211=" if max_n > 211 else "21+21=" if max_n > 21 else "1+1="
+
+
+def check_probe(probe: str, max_n: int) -> str:
+    from pecli.errors import ConfigError
+
+    head, _, tail = probe.partition("=")
+    parts = head.replace("-", "+").split("+")
+    ok = tail == "" and len(parts) == 2 and all(p.isdigit() and int(p) < max_n for p in parts) \
+        and head.count("+") + head.count("-") == 1
+    if not ok:
+        raise ConfigError(f"--probe {probe!r} must look like 'i+j=' or 'i-j=' with i, j < --max {max_n}")
+    return probe
+
+
+# --- the experiment -------------------------------------------------------------------
+
+
+def run(pe: str | list[str] = "learned,sinusoidal,none,rope,alibi", max_n: int = 100,
+        steps: int = DEFAULT_STEPS, layers: int = DEFAULT_SIZE["layers"],
+        width: int = DEFAULT_SIZE["width"], heads: int = DEFAULT_SIZE["heads"],
+        batch: int = BATCH, lr: float = 3e-3, test_fraction: float = 0.2,
+        probe: str | None = None, eval_limit: int | None = None, seed: int = 0,
+        threads: int | None = 1, save_dir: str | None = None,
+        progress=None) -> dict[str, pd.DataFrame]:
+    """Train one model per scheme; tables `accuracy` (exact match etc.) and `attention`.
+
+    `max_n` is the CLI's --max (operands 0 <= i, j < max_n).
+
+    `threads`: torch threads while training (default 1: at this size a second thread costs
+    more in synchronisation than it gains, measured on the shared 2-core machine).
+    `progress(scheme, step, steps, loss)` is called after each step when given (the CLI's
+    progress bar). `save_dir`: write each checkpoint to <save_dir>/<scheme>.
+    """
+    from pecli.training import check_schemes, torch_threads
+
+    schemes = check_schemes(pe)
+    with torch_threads(threads):
+        return _run(schemes, max_n, steps, layers, width, heads, batch, lr, test_fraction, probe,
+                    eval_limit, seed, save_dir, progress)
+
+
+def _run(schemes, max_n, steps, layers, width, heads, batch, lr, test_fraction, probe,
+         eval_limit, seed, save_dir, progress) -> dict[str, pd.DataFrame]:
+    from pecli.training import (
+        ModelSize,
+        TrainConfig,
+        build_model,
+        count_parameters,
+        save_checkpoint,
+        train,
+    )
+
+    probe = check_probe(probe or default_probe(max_n), max_n)
+    if steps < 1:
+        from pecli.errors import ConfigError
+
+        raise ConfigError(f"--steps must be positive (got {steps})")
+    tokenizer = char_tokenizer()
+    examples = arithmetic_examples(max_n)
+    train_set, test_set = split_examples(examples, test_fraction, seed)
+    if eval_limit is not None:
+        test_set = test_set[:eval_limit]
+    longest = max(len(encode_example(tokenizer, e)[0]) for e in examples)
+    size = ModelSize(layers, width, heads, positions=max(16, longest))
+    dataset = f"arithmetic(max={max_n})"
+    probe_ids = [tokenizer.bos_token_id] + tokenizer(probe)["input_ids"]
+    probe_tokens = ["<bos>"] + list(probe)
+    acc_rows, att_rows = [], []
+    for scheme in schemes:
+        model = build_model(scheme, len(tokenizer), size, pad_token_id=tokenizer.pad_token_id,
+                            bos_token_id=tokenizer.bos_token_id,
+                            eos_token_id=tokenizer.eos_token_id, seed=seed)
+        batches = batch_iterator(tokenizer, train_set, batch, seed)
+        hook = None if progress is None else (lambda s, loss, sc=scheme: progress(sc, s, steps, loss))
+        result = train(model, batches, TrainConfig(steps=steps, lr=lr), on_step=hook)
+        start = time.perf_counter()
+        prompts = [e.split("=")[0] + "=" for e in test_set]
+        answers = greedy_answers(model, tokenizer, prompts, longest)
+        eval_seconds = time.perf_counter() - start
+        truth = [e.split("=")[1] for e in test_set]
+        correct = np.array([a == t for a, t in zip(answers, truth, strict=True)])
+        ops = np.array(["+" if "+" in p else "-" for p in prompts])
+        revision = f"seed:{seed}"
+        model_id = f"toy:{scheme}"
+        if save_dir is not None:
+            from pecli.loading import weights_sha256
+
+            path = save_checkpoint(model, tokenizer, Path(save_dir) / scheme,
+                                   card={"experiment": "toy", "pe": scheme, "max": max_n,
+                                         "steps": steps, "seed": seed, "size": size.__dict__})
+            model_id, revision = str(path), weights_sha256(path)
+        base = {
+            "experiment": "toy", "seed": seed, **row_provenance(), "model": f"toy-{scheme}",
+            "model_id": model_id, "model_revision": revision, "random_init": False,
+            "device": "cpu", "dtype": "float32", "family": "llama" if scheme == "rope" else "gpt2",
+            "pe": scheme, "dataset": dataset, "max": max_n, "split": "test",
+            "intervention": "none", "steps": steps, "batch": batch, "lr": lr,
+            "layers": layers, "width": width, "heads": heads,
+            "parameters": count_parameters(model), "train_examples": len(train_set),
+        }
+        n_tokens = sum(len(encode_example(tokenizer, e)[0]) for e in test_set)
+        for op_name, sel in (("all", slice(None)), ("add", ops == "+"), ("sub", ops == "-")):
+            acc_rows.append({**base, "metric": "exact_match", "operation": op_name,
+                             "value": float(correct[sel].mean()), "rows": int(correct[sel].size),
+                             "tokens": n_tokens})
+        for metric, value in (("train_seconds", result["seconds"]),
+                              ("eval_seconds", eval_seconds),
+                              ("final_train_loss", float(np.mean(result["losses"][-50:]))),
+                              ("train_tokens_per_second", result["tokens"] / result["seconds"])):
+            acc_rows.append({**base, "metric": metric, "operation": "all", "value": value,
+                             "rows": len(test_set), "tokens": result["tokens"]})
+        layers_probs = attention_rows(model, torch.tensor([probe_ids]))
+        for layer, probs in enumerate(layers_probs):
+            pbase = {**base, "split": "probe", "probe": probe, "rows": 1,
+                     "tokens": len(probe_ids), "layer": layer}
+            for metric, value in repeat_gaps(probs, probe_ids).items():
+                att_rows.append({**pbase, "metric": metric, "head": "max", "query_pos": -1,
+                                 "key_pos": -1, "query_token": "", "key_token": "",
+                                 "value": float(value)})
+            mean = probs.mean(0)  # [t, t] head mean
+            for head_name, grid in [("mean", mean)] + [(str(h), probs[h]) for h in range(probs.shape[0])]:
+                for q in range(grid.shape[0]):
+                    for k in range(q + 1):
+                        att_rows.append({**pbase, "metric": "attention", "head": head_name,
+                                         "query_pos": q, "key_pos": k,
+                                         "query_token": probe_tokens[q],
+                                         "key_token": probe_tokens[k],
+                                         "value": float(grid[q, k])})
+    return {"accuracy": validate(pd.DataFrame(acc_rows)),
+            "attention": validate(pd.DataFrame(att_rows))}
+
+
+def figures(csv_paths: dict[str, Path], fig_dir: Path) -> list[Path]:
+    from pecli.plots.training import toy_accuracy, toy_attention
+
+    out = []
+    if "accuracy" in csv_paths:
+        out.append(toy_accuracy(csv_paths["accuracy"], fig_dir / "toy_accuracy.png"))
+    if "attention" in csv_paths:
+        out.append(toy_attention(csv_paths["attention"], fig_dir / "toy_attention.png"))
+    return out
+
+
+EXPERIMENTS.add("toy", Experiment(
+    "toy", VERSION, run, figures,
+    "Train tiny Transformers on i+j=k / i-j=k per position scheme: exact match, attention on repeats"))

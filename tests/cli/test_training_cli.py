@@ -1,0 +1,67 @@
+"""`pecli toy arithmetic` and `pecli train lm` end to end with a handful of steps."""
+
+from __future__ import annotations
+
+import pandas as pd
+from typer.testing import CliRunner
+
+from pecli.cli import app
+
+runner = CliRunner()
+
+
+def test_toy_arithmetic_writes_tables_figures_checkpoints(tmp_path):
+    out = tmp_path / "toy"
+    res = runner.invoke(app, ["toy", "arithmetic", "--pe", "none", "--pe", "learned", "--steps", "3",
+                              "--max", "6", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    acc = pd.read_csv(out / "accuracy.csv")
+    assert set(acc.pe) == {"none", "learned"}
+    exact = acc[(acc.metric == "exact_match") & (acc.operation == "all")]
+    assert len(exact) == 2 and exact.value.between(0, 1).all()
+    assert (exact.rows == round(0.2 * 2 * 6 * 6)).all()
+    att = pd.read_csv(out / "attention.csv", keep_default_na=False)
+    gap = att[(att.metric == "repeat_key_gap") & (att.layer == 0)].set_index("pe")["value"]
+    assert gap["none"] == 0.0 and gap["learned"] > 0
+    for name in ("toy_accuracy.png", "toy_attention.png", "accuracy.json",
+                 "models/none/config.json", "models/learned/model.safetensors"):
+        assert (out / name).exists(), name
+    assert "exact match" in res.output
+
+
+def test_toy_rejects_unknown_scheme_and_bad_probe(tmp_path):
+    res = runner.invoke(app, ["toy", "arithmetic", "--pe", "nope", "--out", str(tmp_path)])
+    assert res.exit_code == 1
+    assert "unknown position scheme 'nope'" in res.output
+    res = runner.invoke(app, ["toy", "arithmetic", "--pe", "none", "--max", "50", "--probe", "99+1=",
+                              "--out", str(tmp_path)])
+    assert res.exit_code == 1 and "--probe" in res.output
+
+
+def test_train_lm_tiny(tmp_path, shared_data):
+    from pecli.loading import load_model
+
+    out = tmp_path / "lm"
+    res = runner.invoke(app, [
+        "train", "lm", "--pe", "learned,alibi", "--steps", "2", "--limit", "20", "--eval-limit", "4",
+        "--vocab", "300", "--context", "32", "--batch", "2", "--layers", "1", "--width", "16",
+        "--heads", "2", "--eval-every", "1", "--data-dir", str(shared_data), "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    ppl = pd.read_csv(out / "perplexity.csv")
+    test_ppl = ppl[ppl.metric == "test_perplexity"].set_index("model")["value"]
+    assert set(test_ppl.index) == {"unigram", "lm-learned", "lm-alibi"}
+    tokens = ppl[ppl.metric == "test_perplexity"]["tokens"]
+    assert tokens.nunique() == 1  # the unigram is scored on the same tokens
+    curve = pd.read_csv(out / "curve.csv")
+    assert sorted(curve[curve.pe == "learned"].step.unique()) == [1, 2]
+    assert (out / "train_lm_curve.png").exists() and (out / "train_lm_perplexity.png").exists()
+    loaded = load_model(str(out / "models" / "learned"), device="cpu")
+    assert loaded.spec.family == "gpt2" and loaded.max_positions == 32
+    assert len(loaded.tokenizer) == 300
+
+
+def test_train_lm_model_out_needs_one_scheme(tmp_path):
+    res = runner.invoke(app, ["train", "lm", "--pe", "learned,none", "--model-out",
+                              str(tmp_path / "m"), "--out", str(tmp_path)])
+    assert res.exit_code == 1
+    assert "exactly one --pe" in res.output

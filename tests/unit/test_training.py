@@ -1,0 +1,162 @@
+"""Position schemes for training: the NoPE identity, loss goes down, checkpoints round-trip."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from pecli.errors import ConfigError
+from pecli.experiments.toy import (
+    arithmetic_examples,
+    attention_rows,
+    batch_iterator,
+    char_tokenizer,
+    repeat_gaps,
+)
+from pecli.training import (
+    SCHEMES,
+    ModelSize,
+    TrainConfig,
+    build_model,
+    check_schemes,
+    save_checkpoint,
+    scheme_of,
+    sinusoid_table,
+    torch_threads,
+    train,
+)
+
+SIZE = ModelSize(layers=2, width=32, heads=4, positions=16)
+
+
+def tiny(scheme: str, seed: int = 0):
+    tok = char_tokenizer()
+    model = build_model(scheme, len(tok), SIZE, pad_token_id=tok.pad_token_id,
+                        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, seed=seed)
+    return model.eval(), tok
+
+
+def probe_ids(tok, text: str = "21+21=") -> list[int]:
+    return [tok.bos_token_id] + tok(text)["input_ids"]
+
+
+def _recorded_qk(model, ids: list[int]):
+    """Layer-1 (query, key) [heads, t, d] captured by a registered attention function."""
+    from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    seen = []
+
+    def record(module, query, key, value, attention_mask, **kwargs):
+        seen.append((query[0].clone(), key[0].clone()))
+        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+
+    AttentionInterface.register("pecli_test_record", record)
+    before = model.config._attn_implementation
+    model.set_attn_implementation("pecli_test_record")
+    try:
+        with torch.inference_mode():
+            model(input_ids=torch.tensor([ids]))
+    finally:
+        model.set_attn_implementation(before)
+    return seen[0]
+
+
+def test_none_identical_tokens_have_identical_layer1_attention():
+    """With no position information, two copies of a token at positions p < q have, in layer 1,
+    bitwise identical query and key vectors. Hence, exactly: (1) the logits of row q over the
+    keys both rows see (j <= p) equal those of row p; (2) query q gives the two copies the same
+    weight, a[q, p] == a[q, q]. (The full rows cannot be equal under a causal mask: row q has
+    q - p more keys; its probabilities over j <= p are row p's times a constant.)"""
+    model, tok = tiny("none")
+    ids = probe_ids(tok)  # <bos> 2 1 + 2 1 =
+    pairs = [(p, q) for q in range(len(ids)) for p in range(q) if ids[p] == ids[q]]
+    assert pairs == [(1, 4), (2, 5)]
+    query, key = _recorded_qk(model, ids)  # [heads, t, d]
+    logits = query @ key.transpose(-1, -2)  # [heads, t, t]
+    probs = attention_rows(model, torch.tensor([ids]))[0]  # [heads, t, t]
+    for p, q in pairs:
+        assert torch.equal(query[:, p], query[:, q])
+        assert torch.equal(key[:, p], key[:, q])
+        assert torch.equal(logits[:, q, : p + 1], logits[:, p, : p + 1])
+        assert torch.equal(probs[:, q, p], probs[:, q, q])
+        # The renormalisation is one float division per entry: equal to rounding.
+        renorm = probs[:, q, : p + 1] / probs[:, q, : p + 1].sum(-1, keepdim=True)
+        torch.testing.assert_close(renorm, probs[:, p, : p + 1], rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("scheme", ["learned", "sinusoidal", "rope"])
+def test_position_information_breaks_the_identity(scheme):
+    model, tok = tiny(scheme)
+    ids = probe_ids(tok)
+    query, _ = _recorded_qk(model, ids)
+    assert not torch.equal(query[:, 1], query[:, 4])
+    gaps = repeat_gaps(attention_rows(model, torch.tensor([ids]))[0], ids)
+    assert gaps["repeat_key_gap"] > 1e-4 and gaps["shared_key_row_gap"] > 1e-4
+
+
+def test_alibi_is_relative_in_layer1():
+    """ALiBi: same query and key for copies (no absolute position), so over shared keys the
+    rows agree after renormalising, but query q prefers the nearer copy: a[q, q] > a[q, p]."""
+    model, tok = tiny("alibi")
+    ids = probe_ids(tok)
+    probs = attention_rows(model, torch.tensor([ids]))[0]
+    gaps = repeat_gaps(probs, ids)
+    assert gaps["shared_key_row_gap"] < 1e-6
+    assert (probs[:, 4, 4] > probs[:, 4, 1]).all()
+
+
+def test_sinusoid_table_formula_and_shift():
+    table = sinusoid_table(50, 16)  # [50, 16]
+    pos, i = 7, 3
+    assert table[pos, 2 * i].item() == pytest.approx(math.sin(pos / 10000 ** (2 * i / 16)), abs=1e-6)
+    assert table[pos, 2 * i + 1].item() == pytest.approx(math.cos(pos / 10000 ** (2 * i / 16)), abs=1e-6)
+    # PE(p) . PE(q) depends only on p - q.
+    torch.testing.assert_close(table[3] @ table[10], table[20] @ table[27], rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_loss_decreases(scheme):
+    model, tok = tiny(scheme)
+    batches = batch_iterator(tok, arithmetic_examples(10), batch=32, seed=0)
+    with torch_threads(1):  # a second thread only adds synchronisation at this size
+        losses = train(model, batches, TrainConfig(steps=20, lr=1e-2, warmup=5))["losses"]
+    assert sum(losses[-5:]) / 5 < 0.8 * sum(losses[:5]) / 5
+
+
+@pytest.mark.parametrize("scheme", ["sinusoidal", "none", "alibi"])
+def test_fixed_position_tables_stay_fixed(scheme):
+    from pecli.architectures import ARCHITECTURES, position_embedding
+
+    model, tok = tiny(scheme)
+    wpe = position_embedding(model, ARCHITECTURES.get("gpt2")).weight
+    before = wpe.detach().clone()
+    expected = sinusoid_table(*wpe.shape) if scheme == "sinusoidal" else torch.zeros_like(wpe)
+    assert torch.equal(before, expected)
+    train(model, batch_iterator(tok, arithmetic_examples(5), 8, 0), TrainConfig(steps=3))
+    assert torch.equal(wpe.detach(), before)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_checkpoint_round_trips_through_load_model(scheme, tmp_path):
+    from pecli.loading import load_model
+
+    model, tok = tiny(scheme, seed=1)
+    save_checkpoint(model, tok, tmp_path / scheme)
+    loaded = load_model(str(tmp_path / scheme), device="cpu")
+    assert scheme_of(loaded.model) == scheme
+    assert loaded.spec.family == ("llama" if scheme == "rope" else "gpt2")
+    assert loaded.model.config._attn_implementation == model.config._attn_implementation
+    ids = torch.tensor([probe_ids(tok, "12+34=46")])
+    with torch.inference_mode():
+        assert torch.equal(model(input_ids=ids).logits, loaded.model(input_ids=ids).logits)
+    assert loaded.tokenizer("1+2=")["input_ids"] == tok("1+2=")["input_ids"]
+
+
+def test_unknown_scheme_is_a_config_error():
+    assert check_schemes("none, rope") == ["none", "rope"]
+    assert check_schemes(["learned", "learned,alibi"]) == ["learned", "alibi"]
+    with pytest.raises(ConfigError, match="unknown position scheme 'nope'.*--pe"):
+        check_schemes(["nope"])
