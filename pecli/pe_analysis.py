@@ -153,15 +153,18 @@ class RidgeLOO:
     """Ridge regression on standardised features; alpha chosen by leave-one-out error.
 
     For hidden states (many correlated dims, a few thousand tokens). With the eigenbasis
-    (lam, V) of X'X and Z = XV, the fit for any alpha is V (Z'y / (lam + alpha)) and the
-    leave-one-out residual is r_i / (1 - h_i), h_i = 1/n + sum_k Z_ik^2 / (lam_k + alpha),
-    so every alpha costs one pass over Z.
+    (lam, V) of X'X and Z = XV, the fit for any alpha is V (Z'y / (lam + alpha)) and its hat
+    matrix is H = 11'/n + Z diag(1 / (lam + alpha)) Z'. Leaving out row i gives the residual
+    r_i / (1 - H_ii); leaving out a group g (the tokens of one text, whose neighbours share
+    context and would make plain leave-one-out pick too little shrinkage) gives
+    (I - H_gg)^-1 r_g. Every alpha costs one pass over Z.
     """
 
     def __init__(self, alphas=tuple(np.logspace(-2, 4, 7))):
         self.alphas = alphas
 
-    def fit(self, x: np.ndarray, y: np.ndarray) -> RidgeLOO:
+    def fit(self, x: np.ndarray, y: np.ndarray, groups: np.ndarray | None = None) -> RidgeLOO:
+        """Fit; `groups` [n] switches alpha selection to leave-one-group-out."""
         self.mean, self.scale = x.mean(0), x.std(0)
         self.scale[self.scale == 0] = 1.0
         self.y_mean = y.mean()
@@ -175,12 +178,22 @@ class RidgeLOO:
             lam, u = lam[keep], u[:, keep]
             z = u * np.sqrt(lam)  # [n, r] = xs v
             v = xs.T @ u / np.sqrt(lam)  # [d, r]
-        zy = z.T @ yc  # [d]
+        zy = z.T @ yc  # [r]
+        members = None if groups is None else [np.flatnonzero(groups == g) for g in np.unique(groups)]
         best, self.loo = None, {}
         for alpha in self.alphas:
-            inv = 1.0 / (np.clip(lam, 0, None) + alpha)  # [d]
-            hat = 1.0 / len(x) + (z**2) @ inv  # [n]
-            loo = np.mean(((yc - z @ (zy * inv)) / (1.0 - hat)) ** 2)
+            inv = 1.0 / (np.clip(lam, 0, None) + alpha)  # [r]
+            resid = yc - z @ (zy * inv)  # [n]
+            if members is None:
+                hat = 1.0 / len(x) + (z**2) @ inv  # [n], the diagonal of H
+                loo = np.mean((resid / (1.0 - hat)) ** 2)
+            else:
+                sq = 0.0
+                for idx in members:
+                    zg = z[idx]  # [n_g, r]
+                    h = 1.0 / len(x) + (zg * inv) @ zg.T  # [n_g, n_g], the block H_gg
+                    sq += np.sum(np.linalg.solve(np.eye(len(idx)) - h, resid[idx]) ** 2)
+                loo = sq / len(x)
             self.loo[alpha] = float(loo)
             if best is None or loo < best[0]:
                 best = (loo, alpha, v @ (zy * inv))
@@ -218,20 +231,26 @@ def position_regression(x: np.ndarray, y: np.ndarray | None = None, *, folds: in
         y: their positions [n]; default the row index (a position-embedding matrix).
         folds: k of k-fold cross-validation; the rows (or groups) are shuffled with `seed`.
         groups: [n] ids keeping rows together in one fold (the tokens of one text).
-        regressor: "linear" (ordinary least squares, as Wang & Chen) or "ridge".
+        regressor: "linear" (ordinary least squares, as Wang & Chen) or "ridge" (alpha by
+            leave-one-group-out within the training folds when `groups` is given).
     Returns:
         held-out mean absolute error of the rounded prediction, and the MAE of the
         constant prediction (training mean, rounded) over the same folds as chance.
     """
     x = np.asarray(x, dtype=np.float64)
     y = np.arange(len(x)) if y is None else np.asarray(y)
-    groups = np.arange(len(x)) if groups is None else np.asarray(groups)
+    grouped = groups is not None
+    groups = np.asarray(groups) if grouped else np.arange(len(x))
     fold = _fold_of(groups, folds, seed)
     errors = np.empty(len(x))
     chance = np.empty(len(x))
     for f in range(folds):
         test = fold == f
-        model = _regressor(regressor).fit(x[~test], y[~test])
+        model = _regressor(regressor)
+        if isinstance(model, RidgeLOO):
+            model.fit(x[~test], y[~test], groups[~test] if grouped else None)
+        else:
+            model.fit(x[~test], y[~test])
         errors[test] = np.abs(np.round(model.predict(x[test])) - y[test])
         chance[test] = np.abs(np.round(y[~test].mean()) - y[test])
     return RegressionResult(float(errors.mean()), float(chance.mean()), folds, len(x))

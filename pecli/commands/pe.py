@@ -111,7 +111,7 @@ def probe(
     from pecli.experiments.pe import EXPERIMENTS, ROTARY_NOTE, run_probe
     from pecli.io import default_out_dir
 
-    console = Console()
+    console = Console(log_path=False)
     if folds < 2:
         from pecli.errors import ConfigError
 

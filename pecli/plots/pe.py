@@ -99,7 +99,8 @@ def similarity_heatmaps(sim: pd.DataFrame, out: Path) -> Path:
     """Cosine similarity of position rows: one row of panels per model, learned | sinusoidal."""
     models = list(dict.fromkeys(sim["model"]))
     kinds = ["learned", "sinusoidal"]
-    fig, axes = plt.subplots(len(models), 2, figsize=(9, 4 * len(models)), squeeze=False)
+    fig, axes = plt.subplots(len(models), 2, figsize=(9, 4 * len(models)), squeeze=False,
+                             layout="constrained")
     for r, model in enumerate(models):
         for c, kind in enumerate(kinds):
             part = sim[(sim["model"] == model) & (sim["matrix"] == kind)]
@@ -111,8 +112,9 @@ def similarity_heatmaps(sim: pd.DataFrame, out: Path) -> Path:
             n = grid.index.max()
             im = ax.imshow(grid.to_numpy(), cmap="RdBu", vmin=-1, vmax=1, origin="upper",
                            extent=(0, n, n, 0), interpolation="nearest")
+            step = int(grid.index[1] - grid.index[0]) if len(grid) > 1 else 1
             ax.set(title=f"{model}: {kind}" + (" (reference)" if kind == "sinusoidal" else ""),
-                   xlabel="position q", ylabel="position p")
+                   xlabel=f"position q (every ~{step}th)", ylabel="position p")
     fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.6, label="cosine similarity")
     return _save(fig, out)
 
@@ -120,15 +122,16 @@ def similarity_heatmaps(sim: pd.DataFrame, out: Path) -> Path:
 def probe_layers(hidden: pd.DataFrame, out: Path) -> Path:
     """Probe MAE per layer, one panel per model, one line per intervention, chance dashed."""
     models = list(dict.fromkeys(hidden["model"]))
-    fig, axes = plt.subplots(1, len(models), figsize=(5 * len(models), 3.8), squeeze=False)
+    fig, axes = plt.subplots(1, len(models), figsize=(5 * len(models), 4), squeeze=False,
+                             layout="constrained")
     for ax, model in zip(axes[0], models, strict=True):
         part = hidden[hidden["model"] == model]
         for iv, rows in part.groupby("intervention", sort=False):
             mae = rows[rows["metric"] == "probe_mae"].sort_values("layer")
-            chance = rows[rows["metric"] == "probe_chance_mae"].sort_values("layer")
-            line, = ax.plot(mae["layer"], mae["value"], marker=".", label=f"{iv}")
-            ax.plot(chance["layer"], chance["value"], ls="--", color=line.get_color(), alpha=0.5,
-                    label=f"{iv}: chance")
+            ax.plot(mae["layer"], mae["value"], marker=".", label=f"positions: {iv}")
+        # Same tokens and folds under every intervention, so one chance line per model.
+        chance = part[part["metric"] == "probe_chance_mae"].groupby("layer")["value"].mean()
+        ax.plot(chance.index, chance.to_numpy(), ls="--", color="0.5", label="chance (mean position)")
         note = part["note"].fillna("").iloc[0]
         title = model + ("\n(rotary: hidden-state probe only)" if note else "")
         ax.set(title=title, xlabel="layer (0 = embeddings)", ylabel="MAE of position (tokens)")
@@ -140,7 +143,7 @@ def probe_layers(hidden: pd.DataFrame, out: Path) -> Path:
 
 def matrix_bars(matrix: pd.DataFrame, out: Path) -> Path:
     """Regression MAE and order accuracy per model, learned beside the sinusoidal reference."""
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), layout="constrained")
     for ax, metric, chance in [(axes[0], "regression_mae", "regression_chance_mae"),
                                (axes[1], "order_accuracy", "order_chance_accuracy")]:
         part = matrix[matrix["metric"] == metric].pivot(index="model", columns="matrix", values="value")
@@ -149,6 +152,7 @@ def matrix_bars(matrix: pd.DataFrame, out: Path) -> Path:
         for i, model in enumerate(part.index):
             ax.hlines(ref[model], i - 0.4, i + 0.4, colors="k", linestyles="--", lw=1)
         ax.set(title=f"{metric} (dashed: chance)", xlabel="")
+        ax.legend(title="matrix", loc="lower right", fontsize=8)
     return _save(fig, out)
 
 

@@ -142,3 +142,22 @@ def test_cosine_matrix_and_grid():
     assert np.allclose(np.diag(sim), 1.0) and np.allclose(sim, sim.T)
     assert pa.grid(512, 64)[[0, -1]].tolist() == [0, 511] and len(pa.grid(512, 64)) == 64
     assert pa.grid(10, 64).tolist() == list(range(10))
+
+
+def test_ridge_leave_one_group_out_is_exact():
+    from sklearn.linear_model import Ridge
+    from sklearn.preprocessing import StandardScaler
+
+    rng = np.random.default_rng(4)
+    for n, d in [(36, 8), (24, 40)]:
+        x = StandardScaler().fit_transform(rng.normal(size=(n, d)))
+        y = rng.normal(size=n)
+        groups = np.repeat(np.arange(6), n // 6)
+        ridge = pa.RidgeLOO(alphas=[0.1, 10.0]).fit(x, y, groups)
+        for alpha, loo in ridge.loo.items():
+            sq = 0.0
+            for g in range(6):
+                out = groups == g
+                pred = Ridge(alpha).fit(x[~out], y[~out]).predict(x[out])
+                sq += np.sum((pred - y[out]) ** 2)
+            assert loo == pytest.approx(sq / n, rel=1e-8)
