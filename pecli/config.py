@@ -34,6 +34,7 @@ CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 
 PRESET_KEYS = {"name", "description", "defaults", "choices", "experiments"}
 ENTRY_KEYS = {"id", "experiment", "title", "options", "report", "study_notes"}
+LOCATION_OPTIONS = {"data_dir"}  # say where, not what: excluded from keys and reports
 REPORT_KEYS = {"label", "study", "table", "where", "format"}
 
 
@@ -56,10 +57,17 @@ class Entry:
     study_notes: str = ""
 
     def key(self, version: int) -> str:
-        """Hash of everything that determines the numbers: reruns with the same key are skipped."""
+        """Hash of everything that determines the numbers: reruns with the same key are skipped.
+
+        Where the data directory is does not count (the rows record the files' hashes).
+        """
         blob = json.dumps({"experiment": self.experiment, "version": version,
-                           "options": self.options}, sort_keys=True, default=str)
+                           "options": self.shown_options()}, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+    def shown_options(self) -> dict:
+        return {k: v for k, v in self.options.items() if k not in LOCATION_OPTIONS}
 
 
 @dataclass(frozen=True)

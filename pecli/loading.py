@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import socket
+import sys
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -172,6 +173,9 @@ def weights_sha256(folder: Path) -> str:
 
 def load_model(name: str, device: str = "auto", dtype: str = "float32", seed: int = 0) -> LoadedModel:
     """Load a model by name (see the module docstring) in eval mode on `device`."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # pecli shows its own progress
     dev, dt = resolve_device(device), resolve_dtype(dtype)
     if name.startswith("random:"):
         loaded = _load_random(name, seed)
@@ -300,6 +304,7 @@ def _load_gguf(name: str, gguf: Path, model_id: str) -> LoadedModel:
         return LoadedModel(model, tokenizer, _family_of(config), name, model_id, "pypi-cache",
                            revision, torch.device("cpu"), torch.float32,
                            extra={"gguf": gguf.name})
+    print(f"dequantising {gguf.name} once (about 30 s); cached in {cached.parent}", file=sys.stderr)
     quantised = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     spec = _family_of(quantised.config)

@@ -136,7 +136,7 @@ def write_report(preset: Preset, out: Path, results: list[EntryResult]) -> Path:
         lines += [f"- {c}" for c in preset.choices] + [""]
     for res in results:
         e = res.entry
-        lines += [f"## {e.title}", "", f"`{e.experiment}` with `{json.dumps(e.options, sort_keys=True)}`"
+        lines += [f"## {e.title}", "", f"`{e.experiment}` with `{json.dumps(e.shown_options(), sort_keys=True)}`"
                   + (f" (done in {res.seconds:.0f} s)" if not res.skipped else ""), ""]
         if e.study_notes:
             lines += [e.study_notes.strip(), ""]
