@@ -57,7 +57,8 @@ def measure(loaded, texts: list[str], interventions: list[str], *, seed: int = 0
         loaded: a LoadedModel.
         texts: the texts, tokenised once here (truncated to the model's positions).
         interventions: names (`zero`, `shift:3`, ...); checked before any forward pass.
-        batch_size: sequences per pass; None = by `default_token_budget(device)`.
+        batch_size: sequences per pass (length-sorted); None = `tight_batches` under
+            `default_token_budget(device)` padded tokens.
         layers: every layer's hidden state (else the final one only).
         pooled: also keep mean-pooled final features per text (for the probe).
     """
