@@ -129,7 +129,7 @@ def probe(
         console.print(_matrix_summary(frames["matrix"]))
     console.print(_hidden_summary(frames["hidden"]))
     if (frames["hidden"]["position_kind"] == "rotary").any():
-        console.print(f"note: {ROTARY_NOTE}")
+        console.print(f"* {ROTARY_NOTE}")
     _paths(console, tables, figures)
 
 
@@ -148,17 +148,18 @@ def _matrix_summary(df) -> Table:
 
 
 def _hidden_summary(df) -> Table:
-    table = Table(title="hidden-state probe: MAE of token position (held-out texts)")
-    for col in ("model", "intervention", "tokens", "chance", "layer 0", "middle", "last", "best (layer)"):
-        table.add_column(col)
+    table = Table(title="hidden-state probe: MAE of token position (held-out texts; * rotary)")
+    table.add_column("model", no_wrap=True)
+    table.add_column("positions", no_wrap=True)
+    for col in ("chance", "layer 0", "middle", "last", "best (layer)"):
+        table.add_column(col, justify="right", no_wrap=True)
     for (model, iv), rows in df.groupby(["model", "intervention"], sort=False):
         mae = rows[rows["metric"] == "probe_mae"].set_index("layer")["value"].sort_index()
         chance = rows[rows["metric"] == "probe_chance_mae"]["value"].mean()
         last = mae.index.max()
-        rotary = " (rotary)" if rows["position_kind"].iloc[0] == "rotary" else ""
-        table.add_row(model + rotary, iv, str(rows["tokens"].iloc[0]), f"{chance:.1f}",
-                      f"{mae.iloc[0]:.1f}", f"{mae[last // 2]:.1f}", f"{mae[last]:.1f}",
-                      f"{mae.min():.1f} ({mae.idxmin()})")
+        rotary = "*" if rows["position_kind"].iloc[0] == "rotary" else ""
+        table.add_row(model + rotary, iv, f"{chance:.1f}", f"{mae.iloc[0]:.1f}",
+                      f"{mae[last // 2]:.1f}", f"{mae[last]:.1f}", f"{mae.min():.1f} ({mae.idxmin()})")
     return table
 
 
