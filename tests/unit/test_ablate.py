@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from tiny_fixes import make_tiny_fixed
 
 from pecli.architectures import ARCHITECTURES
 from pecli.experiments.ablate import DEFAULT_LIMIT, measure, probe_accuracy, tables
@@ -25,10 +24,6 @@ TEXTS = [
     "What a ride",
 ]
 
-
-@pytest.fixture
-def tiny():
-    return make_tiny_fixed
 
 
 def _by_token(m, name):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tiny_fixes import make_tiny_fixed
 
 from pecli.architectures import ARCHITECTURES, position_embedding
 from pecli.errors import InterventionError
@@ -12,10 +11,6 @@ from pecli.interventions import INTERVENTIONS, intervene, intervention_names, si
 
 FAMILIES = ARCHITECTURES.names()
 
-
-@pytest.fixture
-def tiny():
-    return make_tiny_fixed
 
 
 def _applicable(family: str) -> list[str]:
