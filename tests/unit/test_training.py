@@ -133,7 +133,10 @@ def test_fixed_position_tables_stay_fixed(scheme):
     model, tok = tiny(scheme)
     wpe = position_embedding(model, ARCHITECTURES.get("gpt2")).weight
     before = wpe.detach().clone()
-    expected = sinusoid_table(*wpe.shape) if scheme == "sinusoidal" else torch.zeros_like(wpe)
+    expected = torch.zeros_like(wpe)
+    if scheme == "sinusoidal":
+        expected = sinusoid_table(*wpe.shape) * model.config.pecli_sinusoid_scale
+        assert model.config.pecli_sinusoid_scale == pytest.approx(0.02 * math.sqrt(2))
     assert torch.equal(before, expected)
     train(model, batch_iterator(tok, arithmetic_examples(5), 8, 0), TrainConfig(steps=3))
     assert torch.equal(wpe.detach(), before)
@@ -160,3 +163,21 @@ def test_unknown_scheme_is_a_config_error():
     assert check_schemes(["learned", "learned,alibi"]) == ["learned", "alibi"]
     with pytest.raises(ConfigError, match="unknown position scheme 'nope'.*--pe"):
         check_schemes(["nope"])
+
+
+def test_committed_demo_checkpoint_loads():
+    """models/tiny-gpt2-imdb: the offline GPT-2 for E2/E3 (learned wpe, under 20 MB)."""
+    from pathlib import Path
+
+    from pecli.architectures import position_embedding
+    from pecli.loading import load_model
+
+    folder = Path(__file__).resolve().parents[2] / "models" / "tiny-gpt2-imdb"
+    assert sum(f.stat().st_size for f in folder.iterdir()) < 20 * 2**20
+    loaded = load_model(str(folder), device="cpu")
+    assert loaded.spec.family == "gpt2" and scheme_of(loaded.model) == "learned"
+    wpe = position_embedding(loaded.model, loaded.spec).weight
+    assert wpe.shape[0] == loaded.max_positions == 128 and wpe.abs().sum() > 0
+    ids = loaded.tokenizer("This movie was", return_tensors="pt")["input_ids"]
+    with torch.inference_mode():
+        assert torch.isfinite(loaded.model(input_ids=ids).logits).all()
