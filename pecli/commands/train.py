@@ -116,7 +116,9 @@ def lm(
 
     Writes perplexity.csv, curve.csv (+ .json sidecars), train_lm_curve.png,
     train_lm_perplexity.png; checkpoints (HF format, loadable by every pecli command) in
-    OUT/models/<pe> or --model-out.
+    OUT/models/<pe> or --model-out. At the defaults (4 x 128, 400 steps of 16 x 128 tokens)
+    one scheme trains in ~3.5 min at 1 thread on a quiet 2-core CPU (3,967 tokens/s
+    measured; 909 s when the machine was shared four ways).
 
     Examples:
         pecli train lm --pe learned --model-out models/tiny-gpt2-imdb
