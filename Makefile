@@ -6,7 +6,7 @@ PECLI   := $(VENV)/bin/pecli
 PECLI_DATA_DIR ?= $(abspath ../shared/data)
 export PECLI_DATA_DIR
 
-.PHONY: setup test test-fast demo reproduce smoke lint bench golden clean-results
+.PHONY: setup test test-fast demo reproduce smoke lint bench docs
 
 setup: $(VENV)/.installed
 
@@ -40,3 +40,7 @@ lint: setup
 bench: setup
 	$(PY) benchmarks/bench_ablate.py
 	$(PY) benchmarks/bench_perplexity.py
+
+# The CLI reference is generated from the app, never written by hand (a test checks it).
+docs: setup
+	$(VENV)/bin/typer pecli.cli utils docs --name pecli --output docs/cli.md
