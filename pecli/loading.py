@@ -282,6 +282,8 @@ def _load_local(name: str, path: Path) -> LoadedModel:
         return _load_gguf(name, path, str(path))
     if not (path / "config.json").exists():
         raise ModelError(f"{path} has no config.json: not a transformers checkpoint directory")
+    if "pecli_position" in json.loads((path / "config.json").read_text(encoding="utf-8")):
+        import pecli.training  # noqa: F401  (registers the attention function ALiBi checkpoints name)
     config = AutoConfig.from_pretrained(path)
     spec = _family_of(config)
     model = _auto_class(spec).from_pretrained(path)

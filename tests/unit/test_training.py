@@ -158,6 +158,23 @@ def test_checkpoint_round_trips_through_load_model(scheme, tmp_path):
     assert loaded.tokenizer("1+2=")["input_ids"] == tok("1+2=")["input_ids"]
 
 
+def test_alibi_checkpoint_loads_in_a_fresh_process(tmp_path):
+    """A new process (no pecli.training imported) must register ALiBi before loading."""
+    import subprocess
+    import sys
+
+    model, tok = tiny("alibi", seed=1)
+    save_checkpoint(model, tok, tmp_path / "alibi")
+    code = ("import sys; from pecli.loading import load_model; "
+            "assert 'pecli.training' not in sys.modules; "
+            "m = load_model(sys.argv[1], device='cpu').model; "
+            "print(m.config._attn_implementation)")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "alibi")],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == model.config._attn_implementation
+
+
 def test_unknown_scheme_is_a_config_error():
     assert check_schemes("none, rope") == ["none", "rope"]
     assert check_schemes(["learned", "learned,alibi"]) == ["learned", "alibi"]
