@@ -12,11 +12,16 @@ import pandas as pd
 from pecli.provenance import git_state, library_versions, utc_now
 
 
-def _atomic(path: Path, write) -> Path:
+# Tables longer than this are written gzipped (`.csv.gz`, which pandas reads as it is): their
+# repeated provenance columns compress some 50-fold.
+GZIP_ROWS = 10_000
+
+
+def _atomic(path: Path, write, binary: bool = False) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+        with (os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8", newline="")) as f:
             write(f)
         os.replace(tmp, path)
     except BaseException:
@@ -26,7 +31,11 @@ def _atomic(path: Path, write) -> Path:
 
 
 def write_csv(df: pd.DataFrame, path: Path) -> Path:
-    return _atomic(Path(path), lambda f: df.to_csv(f, index=False))
+    path = Path(path)
+    if path.suffix == ".gz":
+        return _atomic(path, lambda f: df.to_csv(f, index=False, compression={"method": "gzip", "mtime": 0}),
+                       binary=True)
+    return _atomic(path, lambda f: df.to_csv(f, index=False))
 
 
 def write_json(obj: dict, path: Path) -> Path:
@@ -45,8 +54,9 @@ def default_out_dir(command: str) -> Path:
 
 
 def write_table(df: pd.DataFrame, out_dir: Path, name: str, config: dict) -> Path:
-    """Write `<name>.csv` and `<name>.json` (its sidecar) into out_dir; return the CSV path."""
+    """Write `<name>.csv` (`.csv.gz` past GZIP_ROWS rows) and `<name>.json` (its sidecar) into
+    out_dir; return the CSV path."""
     out_dir = Path(out_dir)
-    csv = write_csv(df, out_dir / f"{name}.csv")
+    csv = write_csv(df, out_dir / f"{name}.csv{'.gz' if len(df) > GZIP_ROWS else ''}")
     write_json(run_meta(config), out_dir / f"{name}.json")
     return csv

@@ -82,7 +82,7 @@ def run_preset(preset: Preset, out: Path, force: bool = False,
         if not force and done.exists() and json.loads(done.read_text())["key"] == key:
             record = json.loads(done.read_text())
             announce(f"[{n}/{len(preset.entries)}] {entry.id}: done before (key {key}), skipped")
-            tables = {name: folder / f"{name}.csv" for name in record["tables"]}
+            tables = {name: folder / file for name, file in record["tables"].items()}
             results.append(EntryResult(entry, tables, [Path(p) for p in record["figures"]], True, 0.0))
             continue
         announce(f"[{n}/{len(preset.entries)}] {entry.id}: {entry.experiment} {entry.options}")
@@ -93,7 +93,7 @@ def run_preset(preset: Preset, out: Path, force: bool = False,
         tables = {name: write_table(df, folder, name, config) for name, df in frames.items()}
         figures = exp.figures(tables, out / "figures" / entry.id)
         seconds = time.perf_counter() - start
-        write_json({**run_meta(config), "key": key, "tables": list(tables), "seconds": round(seconds, 1),
+        write_json({**run_meta(config), "key": key, "tables": {n: p.name for n, p in tables.items()}, "seconds": round(seconds, 1),
                     "figures": [str(p) for p in figures]}, done)
         results.append(EntryResult(entry, tables, list(figures), False, seconds))
     write_report(preset, out, results)

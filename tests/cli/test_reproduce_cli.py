@@ -40,7 +40,7 @@ def test_smoke_preset_end_to_end_and_resume(tmp_path, shared_data):
     report = (out / "REPORT.md").read_text()
     preset = load_preset("smoke")
     for entry in preset.entries:
-        csvs = list((out / entry.id).glob("*.csv"))
+        csvs = list((out / entry.id).glob("*.csv*"))
         assert csvs, entry.id
         for csv in csvs:
             table = pd.read_csv(csv)
