@@ -11,7 +11,6 @@ import pandas as pd
 
 from pecli.provenance import git_state, library_versions, utc_now
 
-
 # Tables longer than this are written gzipped (`.csv.gz`, which pandas reads as it is): their
 # repeated provenance columns compress some 50-fold.
 GZIP_ROWS = 10_000

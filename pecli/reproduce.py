@@ -83,7 +83,8 @@ def run_preset(preset: Preset, out: Path, force: bool = False,
             record = json.loads(done.read_text())
             announce(f"[{n}/{len(preset.entries)}] {entry.id}: done before (key {key}), skipped")
             tables = {name: folder / file for name, file in record["tables"].items()}
-            results.append(EntryResult(entry, tables, [Path(p) for p in record["figures"]], True, 0.0))
+            results.append(EntryResult(entry, tables, [Path(p) for p in record["figures"]], True,
+                                       record.get("seconds", 0.0)))
             continue
         announce(f"[{n}/{len(preset.entries)}] {entry.id}: {entry.experiment} {entry.options}")
         done.unlink(missing_ok=True)
@@ -93,7 +94,8 @@ def run_preset(preset: Preset, out: Path, force: bool = False,
         tables = {name: write_table(df, folder, name, config) for name, df in frames.items()}
         figures = exp.figures(tables, out / "figures" / entry.id)
         seconds = time.perf_counter() - start
-        write_json({**run_meta(config), "key": key, "tables": {n: p.name for n, p in tables.items()}, "seconds": round(seconds, 1),
+        write_json({**run_meta(config), "key": key, "tables": {n: p.name for n, p in tables.items()},
+                    "seconds": round(seconds, 1),
                     "figures": [str(p) for p in figures]}, done)
         results.append(EntryResult(entry, tables, list(figures), False, seconds))
     write_report(preset, out, results)
@@ -128,7 +130,9 @@ def write_report(preset: Preset, out: Path, results: list[EntryResult]) -> Path:
         f"Written {utc_now()} by pecli {versions['pecli_version']} (git {git_state()['git_commit']}"
         f"{', dirty' if git_state()['git_dirty'] else ''}), torch {versions['torch_version']}, "
         f"transformers {versions['transformers_version']}. Every CSV row carries its own provenance "
-        "columns; each CSV has a JSON sidecar with the resolved configuration.",
+        "columns; each CSV has a JSON sidecar with the resolved configuration. Computing every "
+        f"experiment took {sum(r.seconds for r in results) / 60:.1f} min in all (the sum of the "
+        "sections' times below).",
         "",
     ]
     if preset.choices:
@@ -137,7 +141,7 @@ def write_report(preset: Preset, out: Path, results: list[EntryResult]) -> Path:
     for res in results:
         e = res.entry
         lines += [f"## {e.title}", "", f"`{e.experiment}` with `{json.dumps(e.shown_options(), sort_keys=True)}`"
-                  + (f" (done in {res.seconds:.0f} s)" if not res.skipped else ""), ""]
+                  + f" (computed in {res.seconds:.0f} s)", ""]
         if e.study_notes:
             lines += [e.study_notes.strip(), ""]
         if e.report:
@@ -146,7 +150,8 @@ def write_report(preset: Preset, out: Path, results: list[EntryResult]) -> Path:
                 csv = res.tables.get(line.table)
                 value = _fmt(*_lookup(csv, line.where)[:1], line.format) if csv else "— (no table)"
                 study = "—" if line.study is None else str(line.study)
-                lines.append(f"| {line.label} | {study} | {value} |")
+                cells = (line.label, study, value)
+                lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
             lines.append("")
         rel = lambda p: os.path.relpath(p, out)  # noqa: E731
         lines.append("Tables: " + ", ".join(f"[{n}]({rel(p)})" for n, p in res.tables.items()))

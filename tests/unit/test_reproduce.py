@@ -54,6 +54,7 @@ experiments:
     options: {limit: 4}
     report:
       - {label: "value at i=1", study: 2.5, table: summary, where: {metric: m, i: 1}}
+      - {label: "max |x| at i=0", table: summary, where: {metric: m, i: 0}}
       - {label: "ambiguous", table: summary, where: {metric: m}}
 """
 
@@ -69,10 +70,12 @@ def test_runs_then_skips_then_forces(fake_experiment, tmp_path):
     report = (out / "REPORT.md").read_text()
     assert "| value at i=1 | 2.5 | 3.0000 |" in report
     assert "— (2 rows match)" in report  # never a silently chosen row
+    assert "| max \\|x\\| at i=0 | — | 2.0000 |" in report  # a pipe in a label stays in its cell
     assert "aggregation is corpus perplexity" in report and "figures/one/f.png" in report
 
     again = run_preset(preset, out, announce=lambda s: None)
     assert len(CALLS) == 1 and again[0].skipped
+    assert again[0].seconds == done["seconds"]  # the report keeps the computing time
     run_preset(preset, out, force=True, announce=lambda s: None)
     assert len(CALLS) == 2
 
