@@ -106,6 +106,7 @@ def build_model(scheme: str, vocab_size: int, size: ModelSize, *, pad_token_id: 
     torch.manual_seed(seed)
     kwargs = {"attn_implementation": ALIBI_ATTENTION} if scheme == "alibi" else {}
     model = AutoModelForCausalLM.from_config(config, **kwargs)
+    model.loss_type = "ForCausalLM"  # GPT2LMHeadModel's name does not tell transformers; same loss
     set_positions(model, scheme)
     return model
 

@@ -107,7 +107,8 @@ def window_nll(model, windows: torch.Tensor, batch: int = 32) -> tuple[float, in
     total, count = 0.0, 0
     for i in range(0, len(windows), batch):
         ids = windows[i: i + batch]  # [b, t]
-        logits = model(input_ids=ids).logits[:, :-1].float()  # [b, t-1, v]
+        # Windows are never padded; the explicit all-ones mask says so to transformers.
+        logits = model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits[:, :-1].float()  # [b, t-1, v]
         nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1),
                               reduction="sum")
         total += nll.item()
