@@ -77,9 +77,9 @@ def naive_loop(loaded, texts: list[str], batch: int) -> None:
         for i in range(0, len(texts), batch):
             enc = loaded.tokenizer(texts[i:i + batch], padding=True, truncation=True,
                                    max_length=loaded.max_positions, return_tensors="pt")
-            ref = torch.stack(base(**enc, output_hidden_states=True).hidden_states)  # [l, b, t, d]
+            ref = base(**enc, output_hidden_states=True).hidden_states  # l x [b, t, d]
             with zero():
-                out = torch.stack(base(**enc, output_hidden_states=True).hidden_states)
+                out = base(**enc, output_hidden_states=True).hidden_states
             cosine_by_layer(ref, out, enc["attention_mask"])
 
 

@@ -81,9 +81,7 @@ def measure(loaded, texts: list[str], interventions: list[str], *, seed: int = 0
 
     def hidden(ids, mask):
         out = base(input_ids=ids, attention_mask=mask, output_hidden_states=layers)
-        if layers:
-            return torch.stack(out.hidden_states)  # [l, b, t, d]
-        return out.last_hidden_state[None]  # [1, b, t, d]
+        return out.hidden_states if layers else (out.last_hidden_state,)  # l x [b, t, d]
 
     positions, specials, text_of = [], [], []
     cos_parts: dict[str, list] = {name: [] for name in interventions}
@@ -98,13 +96,13 @@ def measure(loaded, texts: list[str], interventions: list[str], *, seed: int = 0
             specials.append(torch.isin(ids.cpu(), special_ids)[keep.cpu()].numpy())
             text_of.append(torch.tensor(batch)[:, None].expand(ids.shape)[keep.cpu()].numpy())
             order.extend(batch)
-            ref = hidden(ids, mask)  # [l, b, t, d]
-            n_layers, width = ref.shape[0], ref.shape[-1]
+            ref = hidden(ids, mask)  # l x [b, t, d]
+            n_layers, width = len(ref), ref[-1].shape[-1]
             if pooled:
                 pool_parts["learned"].append(_mean_pool(ref[-1], mask))
             for name, apply in applied.items():
                 with apply():
-                    out = hidden(ids, mask)  # [l, b, t, d]
+                    out = hidden(ids, mask)  # l x [b, t, d]
                 cos_parts[name].append(cosine_by_layer(ref, out, mask).cpu().numpy())  # [l, n_b]
                 if pooled:
                     pool_parts[name].append(_mean_pool(out[-1], mask))
