@@ -142,6 +142,9 @@ def count_parameters(model) -> int:
 
 def save_checkpoint(model, tokenizer, out_dir: Path, card: dict | None = None) -> Path:
     """save_pretrained + tokenizer; the ALiBi attention name goes into config.json."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # pecli shows its own progress
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out_dir)

@@ -92,7 +92,8 @@ def window_batches(stream: torch.Tensor, context: int, batch: int, seed: int):
     while True:
         starts = torch.from_numpy(rng.integers(0, len(stream) - context, batch))  # [b]
         ids = stream[starts[:, None] + offsets[None, :]]  # [b, t]
-        yield {"input_ids": ids, "labels": ids}
+        # <eos> joins reviews and doubles as pad: an explicit all-ones mask says none is padding
+        yield {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids}
 
 
 def eval_windows(stream: torch.Tensor, context: int) -> torch.Tensor:
