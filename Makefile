@@ -26,10 +26,10 @@ test-fast: setup
 	$(VENV)/bin/pytest -q -m "not slow"
 
 demo: setup
-	$(PECLI) reproduce --preset offline
+	$(PECLI) reproduce --preset offline $(ARGS)
 
 reproduce: setup
-	$(PECLI) reproduce --preset study
+	$(PECLI) reproduce --preset study $(ARGS)
 
 smoke: setup
 	$(PECLI) reproduce --preset smoke --out runs/smoke
