@@ -146,8 +146,12 @@ CUSTOM_READERS = {".csv": pd.read_csv, ".parquet": pd.read_parquet,
 
 
 def load_data(dataset: str, split: str | None = None, *, data_dir_: str | Path | None = None,
-              limit: int | None = None, seed: int = 0, text_field: str | None = None) -> TextData:
+              limit: int | None = None, seed: int = 0, text_field: str | None = None,
+              at_most: bool = False) -> TextData:
     """Load a split (hub or local), then draw a seeded `limit`-row subset.
+
+    A `limit` beyond the data's rows is an error, or with `at_most` (a command's default
+    size, not the user's number) every row.
 
     The subset is stratified by label where there is one: the local IMDB files are
     sorted by label, so "the first N rows" would all be negative.
@@ -163,10 +167,13 @@ def load_data(dataset: str, split: str | None = None, *, data_dir_: str | Path |
         root = data_dir(data_dir_)
         data = _load_local(spec, root, split) if root else _load_hub(spec, split)
         data.text_field = text_field or spec.text_field
-    data.texts()  # fail now on a wrong text column, before any model runs
-    data.frame = subset(data.frame, limit, seed, data.label_field, f"{data.dataset}/{data.split}")
+    what = f"{data.dataset}/{data.split}"
     if len(data.frame) == 0:
-        raise DataError(f"{data.dataset}/{data.split} has no rows")
+        raise DataError(f"{what} has no rows; give data with at least one text")
+    data.texts()  # fail now on a wrong text column, before any model runs
+    if at_most and limit is not None:
+        limit = min(limit, len(data.frame))
+    data.frame = subset(data.frame, limit, seed, data.label_field, what)
     return data
 
 
@@ -177,7 +184,7 @@ def subset(frame: pd.DataFrame, limit: int | None, seed: int, label: str | None,
     if limit <= 0:
         raise DataError(f"--limit must be a positive number of rows (got {limit})")
     if limit > len(frame):
-        raise DataError(f"--limit {limit} exceeds the {len(frame)} rows of {what}; use a smaller --limit or none")
+        raise DataError(f"--limit {limit} exceeds the {len(frame)} rows of {what}; use --limit {len(frame)} or less")
     rng = np.random.default_rng(seed)
     if label is None:
         order = rng.permutation(len(frame))

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from pecli.cli_options import (
@@ -22,6 +21,7 @@ from pecli.cli_options import (
     SplitOpt,
     TextOpt,
 )
+from pecli.commands import console as wide_console
 
 DEFAULT_LIMIT = 48  # keep equal to pecli.experiments.ablate.DEFAULT_LIMIT (tested)
 
@@ -37,8 +37,9 @@ def ablate(
     dataset: DatasetOpt = "imdb",
     split: SplitOpt = None,
     text: TextOpt = None,
-    limit: Annotated[int, typer.Option(
-        help="Seeded random subset of N rows (stratified by label where there is one).")] = DEFAULT_LIMIT,
+    limit: Annotated[int | None, typer.Option(
+        help=f"Seeded random subset of N rows (stratified by label where there is one). "
+             f"Default: {DEFAULT_LIMIT}, or every row of smaller data.", show_default=False)] = None,
     probe: Annotated[bool, typer.Option(
         help="Also fit a logistic-regression probe on mean-pooled final features (labelled "
              "data, e.g. imdb) with and without the intervention; report held-out accuracy.")] = False,
@@ -69,7 +70,8 @@ def ablate(
 
     names = [n.strip() for item in (pe or ["zero"]) for n in _split_names(item)]
     options = dict(model=model, interventions=names, dataset=dataset, split=split,
-                   limit=limit, seed=seed, device=device, dtype=dtype,
+                   limit=DEFAULT_LIMIT if limit is None else limit, limit_at_most=limit is None,
+                   seed=seed, device=device, dtype=dtype,
                    data_dir=str(data_dir) if data_dir else None, text_field=text,
                    batch_size=batch_size, layers=layers, probe=probe,
                    baseline_pairs=baseline_pairs)
@@ -82,7 +84,7 @@ def ablate(
              for name, df in tables.items()}
     pngs = figures(paths, out_dir / "figures")
     _summary(tables, elapsed)
-    console = Console()
+    console = wide_console()
     for p in [*paths.values(), *pngs]:
         console.print(f"wrote {p}", soft_wrap=True)
 
@@ -116,7 +118,7 @@ def _summary(tables: dict, elapsed: float) -> None:
             row.append(f"{acc[(name, 'probe_accuracy')]:.3f} (learned "
                        f"{acc[('learned', 'probe_accuracy')]:.3f})")
         table.add_row(*row)
-    console = Console()
+    console = wide_console()
     console.print(table)
     rand = tables["ablate_random"].set_index("metric")["value"]
     console.print(f"random baseline: {int(tables['ablate_random']['pairs'].iloc[0])} pairs of "
@@ -140,7 +142,7 @@ def interventions() -> None:
         table.add_column(col)
     for shown, (_, iv) in zip(intervention_names(), INTERVENTIONS.items(), strict=True):
         table.add_row(escape(shown), ", ".join(iv.families), escape(iv.description))
-    Console().print(table)
+    wide_console().print(table)
 
 
 def register(app: typer.Typer) -> None:

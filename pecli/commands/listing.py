@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from pecli.cli_options import DataDirOpt
+from pecli.commands import console as wide_console
 
 
 def models() -> None:
@@ -32,7 +32,7 @@ def models() -> None:
     for family, spec in ARCHITECTURES.items():
         status, fix = model_availability(spec.reference)
         table.add_row(spec.reference, family, f"{spec.position} (hub)", status, fix)
-    Console().print(table)
+    wide_console().print(table)
     typer.echo("Any hub id or local directory of a supported family also works: "
                + ", ".join(t for s in ARCHITECTURES._entries.values() for t in s.model_types))
 
@@ -55,7 +55,7 @@ def datasets(data_dir: DataDirOpt = None) -> None:
         status, fix = dataset_availability(spec, root)
         hub = spec.hub_id + (f" ({spec.hub_config})" if spec.hub_config else "")
         table.add_row(name, hub, ", ".join(spec.splits), spec.text_field, status, fix)
-    Console().print(table)
+    wide_console().print(table)
     typer.echo("A CSV/JSONL/parquet file with a text column is also a dataset: pass its path.")
 
 

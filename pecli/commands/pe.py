@@ -21,6 +21,7 @@ from pecli.cli_options import (
     SplitOpt,
     TextOpt,
 )
+from pecli.commands import console as wide_console
 
 pe_app = typer.Typer(name="pe", no_args_is_help=True,
                      help="Position encodings under the microscope: sinusoids and learned tables.")
@@ -67,7 +68,7 @@ def sinusoidal(
     out = out or default_out_dir("pe-sinusoidal")
     config = {"experiment": "pe-sinusoidal", "positions": positions, "dim": dim, "base": base}
     tables, figures = _write(frames, out, config, EXPERIMENTS.get("pe-sinusoidal").figures)
-    console = Console()
+    console = wide_console()
     table = Table(title=f"sinusoidal PE: {positions} positions x {dim} dims, base {base:g}")
     table.add_column("check")
     table.add_column("value", justify="right")
@@ -111,7 +112,7 @@ def probe(
     from pecli.experiments.pe import EXPERIMENTS, ROTARY_NOTE, run_probe
     from pecli.io import default_out_dir
 
-    console = Console(log_path=False)
+    console = wide_console(log_path=False)
     if folds < 2:
         from pecli.errors import ConfigError
 

@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from pecli.cli_options import (
@@ -21,6 +20,7 @@ from pecli.cli_options import (
     SplitOpt,
     TextOpt,
 )
+from pecli.commands import console as wide_console
 
 PeOpt = Annotated[list[str] | None, typer.Option(
     "--pe", help="Position intervention(s): learned (none), zero, ... (repeat or a,b; see pecli interventions). Default: learned.")]
@@ -115,9 +115,7 @@ def perplexity(
         summary.add_row(condition_label(row), *(f"{values[a]:,.4f}" for a in
                         ("corpus", "mean_per_text", "median_per_text", "mean_per_token")),
                         f"{row['computation']}, {row['passes']}")
-    console = Console()
-    if not console.is_terminal:
-        console.width = 150  # piped or captured: do not squeeze the table into 80 columns
+    console = wide_console()
     console.print(summary)
     console.print(f"* headline: {HEADLINE} = exp(token-weighted mean NLL); mean_per_text is "
                   "evaluate's mean_perplexity")
@@ -135,7 +133,7 @@ def masks() -> None:
     from pecli.lm_scoring import PROTOCOLS
     from pecli.masks import SEMANTICS, SHAPES, key_weights
 
-    console = Console()
+    console = wide_console()
     shapes = Table(title="mask shapes: m(q, k), newest key last")
     for col in ("name", "m(5, k), k = 1..5", "description"):
         shapes.add_column(col)

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from pecli.cli_options import DataDirOpt, OutOpt, SeedOpt
+from pecli.commands import console as wide_console
 
 train_app = typer.Typer(help="Train small Transformers from scratch with a chosen position scheme.",
                         no_args_is_help=True)
@@ -34,7 +35,7 @@ def run_with_progress(experiment: str, command: str, out: Path | None, options: 
     extra = {}
     if save_models and options.get("model_out") is None:
         extra["save_dir"] = str(out / "models")
-    console = Console()
+    console = wide_console()
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[loss]}"),
                   TimeElapsedColumn(), TimeRemainingColumn(), console=console) as bar:
         tasks: dict[str, int] = {}

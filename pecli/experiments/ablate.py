@@ -305,9 +305,13 @@ def run(model: str = "minilm", interventions: list[str] | tuple[str, ...] = ("ze
         dataset: str = "imdb", split: str | None = None, limit: int | None = DEFAULT_LIMIT,
         seed: int = 0, device: str = "auto", dtype: str = "float32", data_dir: str | None = None,
         text_field: str | None = None, batch_size: int | None = None, layers: bool = True,
-        probe: bool = False, baseline_pairs: int = DEFAULT_PAIRS,
+        probe: bool = False, baseline_pairs: int = DEFAULT_PAIRS, limit_at_most: bool = False,
         progress: bool = False) -> dict[str, pd.DataFrame]:
-    """Load `model` and `dataset`, measure, and return the tables (see the module docstring)."""
+    """Load `model` and `dataset`, measure, and return the tables (see the module docstring).
+
+    `limit_at_most`: a `limit` beyond the data's rows takes every row (the CLI's default
+    size) instead of failing (a number the user gave).
+    """
     from pecli.data import load_data
     from pecli.errors import ConfigError, DataError
     from pecli.interventions import check_applies
@@ -327,7 +331,7 @@ def run(model: str = "minilm", interventions: list[str] | tuple[str, ...] = ("ze
     if limit is not None and limit <= 0:
         raise DataError(f"--limit must be a positive number of rows (got {limit})")
     data = load_data(dataset, split, data_dir_=data_dir, limit=limit, seed=seed,
-                     text_field=text_field)
+                     text_field=text_field, at_most=limit_at_most)
     loaded = load_model(model, device=device, dtype=dtype, seed=seed)
     for name in interventions:
         check_applies(loaded, name)

@@ -85,3 +85,14 @@ def test_interventions_listing():
     for name in ("learned", "zero", "shuffle", "reverse", "shift:K", "sinusoidal", "random",
                  "swap:MODEL", "perm[p]"):
         assert name in result.output
+
+
+def test_default_size_takes_every_row_of_a_small_file(assets, tmp_path):
+    # 12 rows, fewer than the default 48: all of them, not an error; an explicit 13 is one
+    result = runner.invoke(app, ["ablate", str(assets / "bert32"), "--dataset",
+                                 str(assets / "reviews.csv"), "--layers", "--baseline-pairs",
+                                 "300", "--out", str(tmp_path / "o")])
+    assert result.exit_code == 0, result.output
+    assert set(pd.read_csv(tmp_path / "o" / "ablate.csv")["rows"]) == {12}
+    result = _ablate(assets, tmp_path, "--limit", "13")
+    assert result.exit_code == 1 and "use --limit 12 or less" in result.output

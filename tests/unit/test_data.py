@@ -44,6 +44,20 @@ def test_bad_limit(fake_data_dir, limit, message):
         load_data("imdb", "test", data_dir_=fake_data_dir, limit=limit)
 
 
+def test_a_default_size_takes_every_row_of_smaller_data(fake_data_dir):
+    data = load_data("imdb", "test", data_dir_=fake_data_dir, limit=48, at_most=True)
+    assert len(data.frame) == 40 and data.labels().count(1) == 20
+    with pytest.raises(DataError, match="use --limit 40 or less"):
+        load_data("imdb", "test", data_dir_=fake_data_dir, limit=48)
+
+
+def test_empty_file_says_so(tmp_path):
+    path = tmp_path / "empty.csv"
+    path.write_text("review,y\n")
+    with pytest.raises(DataError, match="has no rows"):
+        load_data(str(path), text_field="review", limit=5, at_most=True)
+
+
 def test_missing_split_and_dir(fake_data_dir, tmp_path):
     with pytest.raises(DataError, match="train.parquet"):
         load_data("imdb", "train", data_dir_=fake_data_dir)
