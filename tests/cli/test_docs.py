@@ -1,5 +1,6 @@
-"""docs/cli.md is generated from the app (`make docs`): it must match the code."""
+"""The docs match the code: docs/cli.md is generated from the app (`make docs`), links resolve."""
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -12,3 +13,14 @@ def test_cli_reference_is_current(tmp_path):
     subprocess.run([sys.executable, "-m", "typer", "pecli.cli", "utils", "docs", "--name", "pecli",
                     "--output", str(out)], check=True, capture_output=True, cwd=ROOT)
     assert out.read_text() == (ROOT / "docs" / "cli.md").read_text(), "run `make docs`"
+
+
+def test_local_links_resolve():
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
+             ROOT / "results" / "offline" / "REPORT.md"]
+    broken = []
+    for page in pages:
+        for target in re.findall(r"\]\(([^)#\s]+)[^)]*\)", page.read_text(encoding="utf-8")):
+            if "://" not in target and not (page.parent / target).exists():
+                broken.append(f"{page.relative_to(ROOT)} -> {target}")
+    assert not broken, broken
