@@ -83,7 +83,7 @@ def perplexity(
                    batch_size=batch_size, add_start_token=start_token, long_text=long_text,
                    stride=stride)
     with Progress("scoring", BarColumn(), MofNCompleteColumn(), "tokens", TimeElapsedColumn(),
-                  transient=True) as bar:
+                  transient=True, disable=not wide_console().is_terminal) as bar:
         task = bar.add_task("scoring", total=None)
 
         def advance(n: int, total: int) -> None:

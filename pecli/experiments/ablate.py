@@ -179,9 +179,11 @@ class _progress:
     def __enter__(self):
         if not self.enabled:
             return lambda: None
+        from rich.console import Console
         from rich.progress import Progress
 
-        self.bar = Progress(transient=True)
+        # piped or captured: no bar (a transient one would leave a blank line)
+        self.bar = Progress(transient=True, disable=not Console().is_terminal)
         self.bar.__enter__()
         task = self.bar.add_task(f"{self.what} ({self.total} batches)", total=self.total)
         return lambda: self.bar.advance(task)
