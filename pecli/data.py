@@ -57,6 +57,14 @@ class TextData:
                 f"{self.dataset}/{self.split} has no column {missing[0]!r}; "
                 f"columns: {', '.join(map(str, self.frame.columns))} (choose with --text)"
             )
+        empty = self.frame[fields].isna().any(axis=1)
+        if empty.any():
+            rows = [str(i + 1) for i in np.flatnonzero(empty.to_numpy())[:5]]  # 1-based
+            raise DataError(
+                f"{self.dataset}/{self.split}: {int(empty.sum())} row(s) have no text in "
+                f"{'+'.join(fields)!r} (data rows {', '.join(rows)}"
+                f"{', ...' if empty.sum() > 5 else ''}); drop or fill them"
+            )
         parts = [self.frame[f].astype(str) for f in fields]
         joined = parts[0]
         for p in parts[1:]:

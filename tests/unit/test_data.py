@@ -51,6 +51,13 @@ def test_a_default_size_takes_every_row_of_smaller_data(fake_data_dir):
         load_data("imdb", "test", data_dir_=fake_data_dir, limit=48)
 
 
+def test_missing_text_is_named_not_a_traceback(tmp_path):
+    path = tmp_path / "holes.csv"
+    path.write_text("text,label\nhello world,1\n,0\nnice film,1\n")
+    with pytest.raises(DataError, match=r"1 row\(s\) have no text in 'text' \(data rows 2\)"):
+        load_data(str(path))
+
+
 def test_empty_file_says_so(tmp_path):
     path = tmp_path / "empty.csv"
     path.write_text("review,y\n")
