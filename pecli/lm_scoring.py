@@ -88,7 +88,7 @@ def prepare(ids: list[list[int]], max_positions: int, bos_id: int | None, long_t
     if long_text not in LONG_TEXT:
         raise ConfigError(f"unknown long-text handling {long_text!r}; use truncate or window")
     if long_text == "window":
-        stride = stride or max(max_positions // 2, 1)
+        stride = max(max_positions // 2, 1) if stride is None else stride
         if not 0 < stride <= max_positions:
             raise ConfigError(f"--stride must be between 1 and the model's {max_positions} positions (got {stride})")
     elif stride is not None:

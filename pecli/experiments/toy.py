@@ -225,13 +225,13 @@ def _run(schemes, max_n, steps, layers, width, heads, batch, lr, test_fraction, 
         train,
     )
 
+    examples = arithmetic_examples(max_n)  # checks --max first: the probe depends on it
     probe = check_probe(probe or default_probe(max_n), max_n)
     if steps < 1:
         from pecli.errors import ConfigError
 
         raise ConfigError(f"--steps must be positive (got {steps})")
     tokenizer = char_tokenizer()
-    examples = arithmetic_examples(max_n)
     train_set, test_set = split_examples(examples, test_fraction, seed)
     if eval_limit is not None:
         test_set = test_set[:eval_limit]

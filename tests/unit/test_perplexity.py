@@ -82,8 +82,9 @@ def test_prepare_truncates_and_windows():
     assert prepare(ids, 8, None).tokens == 7 + 0  # no start token: 1-token text has no target
     with pytest.raises(ConfigError, match="--stride only applies"):
         prepare(ids, 8, 1, stride=4)
-    with pytest.raises(ConfigError, match="between 1 and"):
-        prepare(ids, 8, 1, long_text="window", stride=9)
+    for bad in (0, 9):
+        with pytest.raises(ConfigError, match="between 1 and"):
+            prepare(ids, 8, 1, long_text="window", stride=bad)
 
 
 def test_window_context_matches_truncation_where_they_overlap(tiny):
