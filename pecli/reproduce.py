@@ -42,6 +42,29 @@ def _models_of(options: dict) -> list[str]:
     return names
 
 
+def located(options: dict) -> dict:
+    """Options with relative model paths that exist only in the project (the committed
+    models/tiny-gpt2-imdb) made absolute, so a preset runs from any directory. The entry's
+    key keeps the preset's own spelling."""
+    from pecli.config import CONFIG_DIR
+
+    def find(name):
+        if isinstance(name, str) and not Path(name).exists() and (CONFIG_DIR.parent / name).exists():
+            return str(CONFIG_DIR.parent / name)
+        return name
+
+    out = dict(options)
+    if "model" in out:
+        out["model"] = find(out["model"])
+    if isinstance(out.get("models"), list):
+        out["models"] = [find(m) for m in out["models"]]
+    for key in ("interventions", "pe"):
+        if isinstance(out.get(key), list):
+            out[key] = [f"swap:{find(v[5:])}" if isinstance(v, str) and v.startswith("swap:") else v
+                        for v in out[key]]
+    return out
+
+
 def preflight(preset: Preset) -> None:
     """Fail in seconds, before any computation, naming every missing model and dataset."""
     from pecli.data import DATASETS, data_dir, dataset_availability
@@ -49,7 +72,7 @@ def preflight(preset: Preset) -> None:
 
     missing: list[str] = []
     for entry in preset.entries:
-        for name in _models_of(entry.options):
+        for name in _models_of(located(entry.options)):
             if Path(name).exists():
                 continue
             status, fix = model_availability(name)
@@ -88,7 +111,7 @@ def run_preset(preset: Preset, out: Path, force: bool = False,
             continue
         announce(f"[{n}/{len(preset.entries)}] {entry.id}: {entry.experiment} {entry.options}")
         done.unlink(missing_ok=True)
-        frames: dict[str, pd.DataFrame] = exp.run(**entry.options)
+        frames: dict[str, pd.DataFrame] = exp.run(**located(entry.options))
         config = {"preset": preset.name, "entry": entry.id, "experiment": entry.experiment,
                   "experiment_version": exp.version, "key": key, "options": entry.options}
         tables = {name: write_table(df, folder, name, config) for name, df in frames.items()}

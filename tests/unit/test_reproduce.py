@@ -1,6 +1,7 @@
 """Presets and the resumable runner, driven by a fake experiment registered like a real one."""
 
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -121,3 +122,16 @@ def test_preflight_names_every_missing_thing(fake_experiment, tmp_path, monkeypa
     with pytest.raises(ConfigError, match=r"missing: model 'gpt2' \(hf download gpt2"):
         run_preset(preset, tmp_path / "out", announce=lambda s: None)
     assert CALLS == []  # nothing computed
+
+
+def test_project_model_paths_are_found_from_any_directory(tmp_path, monkeypatch):
+    from pecli.reproduce import located
+
+    monkeypatch.chdir(tmp_path)  # models/tiny-gpt2-imdb is not here
+    options = {"model": "models/tiny-gpt2-imdb", "models": ["minilm", "models/tiny-gpt2-imdb"],
+               "interventions": ["zero", "swap:models/tiny-gpt2-imdb"], "limit": 3}
+    found = located(options)
+    assert Path(found["model"]).is_absolute() and (Path(found["model"]) / "config.json").exists()
+    assert found["models"] == ["minilm", found["model"]]
+    assert found["interventions"] == ["zero", f"swap:{found['model']}"] and found["limit"] == 3
+    assert options["model"] == "models/tiny-gpt2-imdb"  # the preset's spelling (and key) stays
