@@ -13,7 +13,7 @@ layer with the model's own positions and with `zero`, and the per-token cosine.
 GFLOP/s counts the useful work only: 2 x (weights of the blocks' linear layers) per real
 token plus attention's 4 x t^2 x d per layer and sequence (QK^T and AV), for both passes.
 
-    python benchmarks/bench_ablate.py --model minilm --texts 64 --data-dir ../shared/data
+    python benchmarks/bench_ablate.py --model minilm --texts 64 --questions 512 --data-dir ../shared/data
 """
 
 from __future__ import annotations
@@ -123,7 +123,9 @@ def bench(loaded, label: str, texts: list[str], reps: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="minilm")
-    parser.add_argument("--texts", type=int, default=64)
+    parser.add_argument("--texts", type=int, default=64, help="IMDB reviews")
+    parser.add_argument("--questions", type=int, default=512,
+                        help="TruthfulQA questions (short: more of them, for a stable timing)")
     parser.add_argument("--reps", type=int, default=2, help="best of N runs per loop")
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--threads", type=int, default=None)
@@ -133,7 +135,7 @@ def main() -> None:
     loaded = load_model(args.model, device="cpu")
     print(f"{args.model} on CPU, {torch.get_num_threads()} threads", flush=True)
     imdb = load_data("imdb", "test", data_dir_=args.data_dir, limit=args.texts, seed=0)
-    tqa = load_data("truthfulqa", data_dir_=args.data_dir, limit=args.texts, seed=0)
+    tqa = load_data("truthfulqa", data_dir_=args.data_dir, limit=args.questions, seed=0)
     measure(loaded, imdb.texts()[:4], ["zero"])  # warm up
     bench(loaded, "IMDB reviews", imdb.texts(), args.reps)
     bench(loaded, "TruthfulQA questions", tqa.texts("question"), args.reps)
