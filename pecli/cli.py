@@ -32,8 +32,11 @@ class _PecliGroup(TyperGroup):
             typer.echo(f"error: {err}", err=True)
             raise typer.Exit(1) from None
         except KeyboardInterrupt:
-            typer.echo("interrupted: finished results are saved; rerun the same command to resume",
-                       err=True)
+            if ctx.invoked_subcommand == "reproduce":
+                said = "finished experiments are saved; rerun the same command to resume"
+            else:  # tables are written only once a run completes, atomically
+                said = "nothing was written (no partial tables)"
+            typer.echo(f"interrupted: {said}", err=True)
             raise typer.Exit(130) from None
 
 
