@@ -16,6 +16,13 @@ from typer.core import TyperGroup
 
 from pecli.errors import PecliError
 
+# What survives Ctrl-C; tables themselves are written only once a run completes, atomically.
+ON_INTERRUPT = {
+    "reproduce": "finished experiments are saved; rerun the same command to resume",
+    "ablate": "no tables were written; the same command resumes from the last checkpoint "
+              "(saved every minute)",
+}
+
 
 class _PecliGroup(TyperGroup):
     """Turns a PecliError anywhere below into one line on stderr and exit code 1.
@@ -32,10 +39,7 @@ class _PecliGroup(TyperGroup):
             typer.echo(f"error: {err}", err=True)
             raise typer.Exit(1) from None
         except KeyboardInterrupt:
-            if ctx.invoked_subcommand == "reproduce":
-                said = "finished experiments are saved; rerun the same command to resume"
-            else:  # tables are written only once a run completes, atomically
-                said = "nothing was written (no partial tables)"
+            said = ON_INTERRUPT.get(ctx.invoked_subcommand, "nothing was written (no partial tables)")
             typer.echo(f"interrupted: {said}", err=True)
             raise typer.Exit(130) from None
 

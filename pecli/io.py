@@ -59,3 +59,43 @@ def write_table(df: pd.DataFrame, out_dir: Path, name: str, config: dict) -> Pat
     csv = write_csv(df, out_dir / f"{name}.csv{'.gz' if len(df) > GZIP_ROWS else ''}")
     write_json(run_meta(config), out_dir / f"{name}.json")
     return csv
+
+
+class Checkpoint:
+    """Partial results of a long loop, so that an interrupted run resumes where it stopped.
+
+    Saved atomically (an .npz of named arrays) at most every `every` seconds under
+    <cache>/partial/<kind>-<key>.npz, where `key` hashes everything that determines the
+    numbers; a rerun with the same key loads it, a finished run deletes it.
+    """
+
+    def __init__(self, kind: str, key: dict, every: float = 60.0):
+        import hashlib
+        import time
+
+        from pecli.loading import cache_dir
+
+        digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()
+        self.path = cache_dir() / "partial" / f"{kind}-{digest[:20]}.npz"
+        self.every, self._clock = every, time.monotonic
+        self._last = self._clock()
+
+    def load(self) -> dict | None:
+        import numpy as np
+
+        if not self.path.exists():
+            return None
+        with np.load(self.path, allow_pickle=False) as saved:
+            return {name: saved[name] for name in saved.files}
+
+    def save(self, arrays: dict, force: bool = False) -> None:
+        """Write `arrays` if `every` seconds have passed since the last save (or `force`)."""
+        import numpy as np
+
+        if not force and self._clock() - self._last < self.every:
+            return
+        _atomic(self.path, lambda f: np.savez(f, **arrays), binary=True)
+        self._last = self._clock()
+
+    def clear(self) -> None:
+        self.path.unlink(missing_ok=True)

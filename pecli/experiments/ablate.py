@@ -17,6 +17,7 @@ Tables (long, one measurement per row, provenance on each):
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -50,7 +51,7 @@ class Measured:
 
 def measure(loaded, texts: list[str], interventions: list[str], *, seed: int = 0,
             batch_size: int | None = None, layers: bool = True, pooled: bool = False,
-            progress: bool = False) -> Measured:
+            progress: bool = False, checkpoint_every: float | None = 60.0) -> Measured:
     """Hidden states with `learned` and each intervention on the same batches; cosine per token.
 
     Args:
@@ -61,6 +62,9 @@ def measure(loaded, texts: list[str], interventions: list[str], *, seed: int = 0
             `default_token_budget(device)` padded tokens.
         layers: every layer's hidden state (else the final one only).
         pooled: also keep mean-pooled final features per text (for the probe).
+        checkpoint_every: save the batches done so far at most this often (seconds), so
+            that an interrupted run resumes where it stopped (`pecli.io.Checkpoint`); None:
+            never.
     """
     import torch
 
@@ -87,9 +91,34 @@ def measure(loaded, texts: list[str], interventions: list[str], *, seed: int = 0
     cos_parts: dict[str, list] = {name: [] for name in interventions}
     pool_parts: dict[str, list] = {name: [] for name in ["learned", *interventions]} if pooled else {}
     order: list[int] = []
-    width = n_layers = 0
+    width = n_layers = done = 0
+    checkpoint = None
+    if checkpoint_every is not None:
+        checkpoint = _checkpoint(loaded, texts, interventions, seed, layers, pooled, batches,
+                                 checkpoint_every)
+        saved = checkpoint.load()
+        if saved is not None:
+            done, n_layers, width = (int(saved[k]) for k in ("done", "layers", "width"))
+            positions, specials, text_of = [saved["position"]], [saved["special"]], [saved["text"]]
+            order = saved["order"].tolist()
+            for i, name in enumerate(interventions):
+                cos_parts[name] = [saved[f"cos{i}"]]
+            for i, name in enumerate(pool_parts):
+                pool_parts[name] = [saved[f"pool{i}"]]
+            if progress:
+                print(f"resuming: {done} of {len(batches)} batches were done before", file=sys.stderr)
+
+    def state() -> dict:
+        return {"done": np.array(done), "layers": np.array(n_layers), "width": np.array(width),
+                "position": np.concatenate(positions), "special": np.concatenate(specials),
+                "text": np.concatenate(text_of), "order": np.array(order, dtype=np.int64),
+                **{f"cos{i}": np.concatenate(cos_parts[n], axis=1) for i, n in enumerate(interventions)},
+                **{f"pool{i}": np.concatenate(pool_parts[n]) for i, n in enumerate(pool_parts)}}
+
     with _progress(progress, len(batches), "ablate") as advance, torch.inference_mode():
-        for batch in batches:
+        for _ in range(done):
+            advance()
+        for batch in batches[done:]:
             ids, mask = pad([enc.ids[i] for i in batch], pad_id, loaded.device, "right")  # [b, t]
             keep = mask.bool()
             positions.append(torch.arange(ids.shape[1]).expand(ids.shape)[keep.cpu()].numpy())
@@ -106,7 +135,12 @@ def measure(loaded, texts: list[str], interventions: list[str], *, seed: int = 0
                 cos_parts[name].append(cosine_by_layer(ref, out, mask).cpu().numpy())  # [l, n_b]
                 if pooled:
                     pool_parts[name].append(_mean_pool(out[-1], mask))
+            done += 1
             advance()
+            if checkpoint is not None and done < len(batches):
+                checkpoint.save(state())
+    if checkpoint is not None:
+        checkpoint.clear()
     back = np.argsort(order)  # pooled rows back to text order
     return Measured(
         layers=n_layers, width=width, tokens=enc.tokens, truncated=enc.truncated,
@@ -115,6 +149,18 @@ def measure(loaded, texts: list[str], interventions: list[str], *, seed: int = 0
         cosine={k: np.concatenate(v, axis=1) for k, v in cos_parts.items()},
         pooled={k: np.concatenate(v)[back] for k, v in pool_parts.items()},
     )
+
+
+def _checkpoint(loaded, texts, interventions, seed, layers, pooled, batches, every):
+    """Where this exact measurement's partial results live (see `pecli.io.Checkpoint`)."""
+    import hashlib
+
+    from pecli.io import Checkpoint
+
+    texts_hash = hashlib.sha256("\x00".join(texts).encode()).hexdigest()
+    return Checkpoint("ablate", {"version": VERSION, **loaded.provenance(), "texts": texts_hash,
+                                 "interventions": interventions, "seed": seed, "layers": layers,
+                                 "pooled": pooled, "batches": batches}, every)
 
 
 def tight_batches(lengths: list[int], token_budget: int, max_waste: float = 0.15,

@@ -12,7 +12,7 @@ from pecli.interventions import intervene
 from pecli.metrics import random_pair_cosines, z_score
 
 FAMILIES = ARCHITECTURES.names()
-# No '"' (RoBERTa's tiny pad id 1 under GPT-2's tokenizer) and lengths from 2 to ~40 tokens.
+# Lengths from 2 to ~40 tokens.
 TEXTS = [
     "a short one",
     "The film was long, slow and in the end rather pointless for everyone involved.",
@@ -146,3 +146,35 @@ def test_tight_batches_cover_every_text_once_within_budget_and_waste():
     padded = sum(len(b) * max(short[i] for i in b) for b in tight)
     one_batch = len(short) * max(short)  # what length_batches does here
     assert padded < 1.3 * sum(short) < one_batch and len(tight) < 8
+
+
+def test_an_interrupted_run_resumes_to_the_same_numbers(tiny, tmp_path, monkeypatch):
+    import pecli.metrics
+
+    monkeypatch.setenv("PECLI_CACHE_DIR", str(tmp_path))
+    loaded, names = tiny("bert"), ["zero", "shuffle"]
+    full = measure(loaded, TEXTS, names, batch_size=2, pooled=True, checkpoint_every=None)
+    real, calls = pecli.metrics.cosine_by_layer, []
+
+    def interrupted_at_the_fifth(*args):  # two interventions per batch: dies in batch 3
+        calls.append(1)
+        if len(calls) == 5:
+            raise KeyboardInterrupt
+        return real(*args)
+
+    monkeypatch.setattr(pecli.metrics, "cosine_by_layer", interrupted_at_the_fifth)
+    with pytest.raises(KeyboardInterrupt):
+        measure(loaded, TEXTS, names, batch_size=2, pooled=True, checkpoint_every=0)
+    [saved] = (tmp_path / "partial").glob("ablate-*.npz")
+    calls.clear()
+    monkeypatch.setattr(pecli.metrics, "cosine_by_layer", lambda *a: calls.append(1) or real(*a))
+    resumed = measure(loaded, TEXTS, names, batch_size=2, pooled=True, checkpoint_every=0)
+    assert len(calls) == 2 * (4 - 2)  # 7 texts in 4 batches; the first 2 were not redone
+    assert not saved.exists()  # a finished run leaves no partial file
+    for attr in ("text", "position", "special"):
+        np.testing.assert_array_equal(getattr(resumed, attr), getattr(full, attr))
+    for name in names:
+        np.testing.assert_array_equal(resumed.cosine[name], full.cosine[name])
+    for name in ["learned", *names]:
+        np.testing.assert_array_equal(resumed.pooled[name], full.pooled[name])
+    assert (resumed.layers, resumed.width, resumed.tokens) == (full.layers, full.width, full.tokens)
