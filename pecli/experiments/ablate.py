@@ -138,7 +138,7 @@ def measure(loaded, texts: list[str], interventions: list[str], *, seed: int = 0
             done += 1
             advance()
             if checkpoint is not None and done < len(batches):
-                checkpoint.save(state())
+                checkpoint.save(state)  # builds the arrays only when a save is due
     if checkpoint is not None:
         checkpoint.clear()
     back = np.argsort(order)  # pooled rows back to text order

@@ -29,3 +29,34 @@ def test_failed_write_leaves_nothing(tmp_path):
         with pytest.raises(KeyboardInterrupt):
             write_csv(Boom({"a": [1]}), tmp_path / name)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_checkpoint_saves_when_due_never_too_often_and_by_key(tmp_path, monkeypatch):
+    import numpy as np
+
+    from pecli.io import Checkpoint
+
+    monkeypatch.setenv("PECLI_CACHE_DIR", str(tmp_path))
+    now, built = [0.0], []
+    cp = Checkpoint("t", {"a": 1}, every=60)
+    cp._clock, cp._last = (lambda: now[0]), 0.0
+
+    def arrays():
+        built.append(now[0])
+        return {"x": np.arange(3)}
+
+    now[0] = 30
+    cp.save(arrays)
+    assert built == [] and cp.load() is None  # not due: nothing built, nothing written
+    now[0] = 61
+    cp.save(arrays)
+    np.testing.assert_array_equal(cp.load()["x"], np.arange(3))
+    cp._cost = 10.0  # a save that took 10 s waits 20 x 10 s, not 60 s
+    now[0] = 61 + 100
+    cp.save(arrays)
+    now[0] = 61 + 201
+    cp.save(arrays)
+    assert built == [61, 262]
+    assert Checkpoint("t", {"a": 2}).path != cp.path and Checkpoint("t", {"a": 1}).path == cp.path
+    cp.clear()
+    assert cp.load() is None and not list(tmp_path.glob("partial/*.tmp"))
