@@ -21,6 +21,8 @@ ON_INTERRUPT = {
     "reproduce": "finished experiments are saved; rerun the same command to resume",
     "ablate": "no tables were written; the same command resumes from the last checkpoint "
               "(saved every minute)",
+    "perplexity": "no tables were written; the same command resumes after the last finished "
+                  "condition",
 }
 
 

@@ -7,9 +7,12 @@ computation (the default mask under any semantics or protocol) are computed once
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 
+import numpy as np
 import pandas as pd
+import torch
 
 from pecli.errors import ConfigError, DataError
 from pecli.experiments import EXPERIMENTS, Experiment
@@ -85,7 +88,9 @@ def run(model: str = "random:gpt2", pe="learned", masks="default", semantics="le
               "truncated": prepared.truncated, "dropped_tokens": prepared.dropped_tokens,
               "tokens": prepared.tokens, "padding_side": padding_side}
     total = sum(prepared.tokens for _ in grid)
-    done: dict[tuple, list] = {}  # computation -> per-text NLLs, shared by identical conditions
+    checkpoint = _checkpoint(loaded, data, prepared, padding_side, batch_size, seed)
+    # computation -> per-text NLLs, shared by identical conditions; resumed from an interrupted run
+    done: dict[tuple, list] = _resumed(checkpoint)
     rows, text_rows = [], []
     for pe_name, mask, sem, proto in grid:
         how = plan(mask, sem, proto)
@@ -95,6 +100,7 @@ def run(model: str = "random:gpt2", pe="learned", masks="default", semantics="le
                 done[key] = score(loaded, prepared, mask, sem, proto, batch_size=batch_size,
                                   side=padding_side,
                                   progress=(lambda n: progress(n, total)) if progress else None)[0]
+                checkpoint.save(lambda: _saved(done), force=True)
         elif progress:
             progress(prepared.tokens, total)
         nlls = done[key]
@@ -107,7 +113,43 @@ def run(model: str = "random:gpt2", pe="learned", masks="default", semantics="le
         for i, x in enumerate(nlls):
             text_rows.append({**common, **cond, "metric": "text_perplexity", "text_index": i,
                               "text_tokens": x.numel(), "value": per_text_perplexity(x)})
+    checkpoint.clear()
     return {"perplexity": validate(pd.DataFrame(rows)), "texts": validate(pd.DataFrame(text_rows))}
+
+
+# --- resuming: each finished computation is saved (pecli.io.Checkpoint) -------------------
+
+
+def _checkpoint(loaded, data, prepared, padding_side, batch_size, seed):
+    import hashlib
+
+    from pecli.io import Checkpoint
+
+    texts = hashlib.sha256("\x00".join(data.texts()).encode()).hexdigest()
+    return Checkpoint("perplexity", {
+        "version": 1, **loaded.provenance(), "texts": texts, "start_token": prepared.start_token,
+        "long_text": prepared.long_text, "stride": prepared.stride, "padding_side": padding_side,
+        "batch_size": batch_size, "seed": seed})
+
+
+def _saved(done: dict) -> dict:
+    """NLLs per computation as flat arrays + per-text lengths, keys as JSON strings."""
+    out = {"keys": np.array([json.dumps(list(k)) for k in done])}
+    for j, nlls in enumerate(done.values()):
+        out[f"nll{j}"] = torch.cat(nlls).cpu().numpy() if nlls else np.zeros(0)
+        out[f"len{j}"] = np.array([x.numel() for x in nlls], dtype=np.int64)
+    return out
+
+
+def _resumed(checkpoint) -> dict:
+    saved = checkpoint.load()
+    if saved is None:
+        return {}
+    done = {}
+    for j, key in enumerate(saved["keys"]):
+        flat, lengths = torch.from_numpy(saved[f"nll{j}"]), saved[f"len{j}"].tolist()
+        done[tuple(json.loads(str(key)))] = list(torch.split(flat, lengths))
+    return done
 
 
 EXPERIMENTS.add("perplexity", Experiment(

@@ -28,6 +28,7 @@ def test_datasets_and_bad_dir(tmp_path):
 
 def test_ctrl_c_exits_130_and_says_what_was_kept(monkeypatch):
     import pecli.experiments.ablate as ablate_exp
+    import pecli.experiments.pe as pe_exp
     import pecli.experiments.perplexity as perplexity_exp
     import pecli.reproduce as reproduce_mod
 
@@ -36,10 +37,13 @@ def test_ctrl_c_exits_130_and_says_what_was_kept(monkeypatch):
 
     monkeypatch.setattr(ablate_exp, "run", interrupted)
     monkeypatch.setattr(perplexity_exp, "run", interrupted)
+    monkeypatch.setattr(pe_exp, "run_probe", interrupted)
     monkeypatch.setattr(reproduce_mod, "run_preset", interrupted)
     result = runner.invoke(app, ["ablate", "minilm"])
     assert result.exit_code == 130 and "resumes from the last checkpoint" in result.output
     result = runner.invoke(app, ["perplexity", "smollm2"])
+    assert result.exit_code == 130 and "resumes after the last finished condition" in result.output
+    result = runner.invoke(app, ["pe", "probe", "minilm"])
     assert result.exit_code == 130 and "interrupted: nothing was written" in result.output
     result = runner.invoke(app, ["reproduce", "--preset", "smoke"])
     assert result.exit_code == 130 and "rerun the same command to resume" in result.output

@@ -228,3 +228,33 @@ def test_encoders_are_refused(tiny):
     with pytest.raises(ModelError, match="needs a causal LM"):
         score(loaded, prepare([[5, 6, 7]], 64, None), "linear", "log-bias", "study")
 
+
+
+def test_an_interrupted_grid_resumes_its_finished_computations(tiny, tmp_path, monkeypatch):
+    import pecli.lm_scoring
+    from pecli.experiments import perplexity as exp
+
+    monkeypatch.setenv("PECLI_CACHE_DIR", str(tmp_path))
+    loaded = tiny("gpt2")
+    pd.DataFrame({"text": TEXTS}).to_csv(tmp_path / "t.csv", index=False)
+    grid = dict(loaded=loaded, dataset=str(tmp_path / "t.csv"), pe=["learned", "zero"],
+                masks="linear", semantics="log-bias", protocol=["relative", "study"])
+    full = exp.run(**grid)  # 4 computations
+    real, calls = pecli.lm_scoring.score, []
+
+    def interrupted_in_the_third(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pecli.lm_scoring, "score", interrupted_in_the_third)
+    with pytest.raises(KeyboardInterrupt):
+        exp.run(**grid)
+    [saved] = (tmp_path / "partial").glob("perplexity-*.npz")
+    calls.clear()
+    monkeypatch.setattr(pecli.lm_scoring, "score", lambda *a, **k: calls.append(1) or real(*a, **k))
+    resumed = exp.run(**grid)
+    assert len(calls) == 2 and not saved.exists()  # only the unfinished two were computed
+    for name in ("perplexity", "texts"):
+        pd.testing.assert_frame_equal(resumed[name], full[name])
