@@ -87,68 +87,81 @@ def measure(loaded, texts: list[str], interventions: list[str], *, seed: int = 0
         out = base(input_ids=ids, attention_mask=mask, output_hidden_states=layers)
         return out.hidden_states if layers else (out.last_hidden_state,)  # l x [b, t, d]
 
-    positions, specials, text_of = [], [], []
-    cos_parts: dict[str, list] = {name: [] for name in interventions}
-    pool_parts: dict[str, list] = {name: [] for name in ["learned", *interventions]} if pooled else {}
-    order: list[int] = []
-    width = n_layers = done = 0
+    parts = _Parts(interventions, ["learned", *interventions] if pooled else [])
     checkpoint = None
     if checkpoint_every is not None:
         checkpoint = _checkpoint(loaded, texts, interventions, seed, layers, pooled, batches,
                                  checkpoint_every)
         saved = checkpoint.load()
         if saved is not None:
-            done, n_layers, width = (int(saved[k]) for k in ("done", "layers", "width"))
-            positions, specials, text_of = [saved["position"]], [saved["special"]], [saved["text"]]
-            order = saved["order"].tolist()
-            for i, name in enumerate(interventions):
-                cos_parts[name] = [saved[f"cos{i}"]]
-            for i, name in enumerate(pool_parts):
-                pool_parts[name] = [saved[f"pool{i}"]]
+            parts.restore(saved)
             if progress:
-                print(f"resuming: {done} of {len(batches)} batches were done before", file=sys.stderr)
-
-    def state() -> dict:
-        return {"done": np.array(done), "layers": np.array(n_layers), "width": np.array(width),
-                "position": np.concatenate(positions), "special": np.concatenate(specials),
-                "text": np.concatenate(text_of), "order": np.array(order, dtype=np.int64),
-                **{f"cos{i}": np.concatenate(cos_parts[n], axis=1) for i, n in enumerate(interventions)},
-                **{f"pool{i}": np.concatenate(pool_parts[n]) for i, n in enumerate(pool_parts)}}
+                print(f"resuming: {parts.done} of {len(batches)} batches were done before",
+                      file=sys.stderr)
 
     with _progress(progress, len(batches), "ablate") as advance, torch.inference_mode():
-        for _ in range(done):
+        for _ in range(parts.done):
             advance()
-        for batch in batches[done:]:
+        for batch in batches[parts.done:]:
             ids, mask = pad([enc.ids[i] for i in batch], pad_id, loaded.device, "right")  # [b, t]
-            keep = mask.bool()
-            positions.append(torch.arange(ids.shape[1]).expand(ids.shape)[keep.cpu()].numpy())
-            specials.append(torch.isin(ids.cpu(), special_ids)[keep.cpu()].numpy())
-            text_of.append(torch.tensor(batch)[:, None].expand(ids.shape)[keep.cpu()].numpy())
-            order.extend(batch)
+            keep = mask.bool().cpu()
+            parts.position.append(torch.arange(ids.shape[1]).expand(ids.shape)[keep].numpy())
+            parts.special.append(torch.isin(ids.cpu(), special_ids)[keep].numpy())
+            parts.text.append(torch.tensor(batch)[:, None].expand(ids.shape)[keep].numpy())
+            parts.order.append(np.array(batch, dtype=np.int64))
             ref = hidden(ids, mask)  # l x [b, t, d]
-            n_layers, width = len(ref), ref[-1].shape[-1]
+            parts.layers, parts.width = len(ref), ref[-1].shape[-1]
             if pooled:
-                pool_parts["learned"].append(_mean_pool(ref[-1], mask))
+                parts.pooled["learned"].append(_mean_pool(ref[-1], mask))
             for name, apply in applied.items():
                 with apply():
                     out = hidden(ids, mask)  # l x [b, t, d]
-                cos_parts[name].append(cosine_by_layer(ref, out, mask).cpu().numpy())  # [l, n_b]
+                parts.cosine[name].append(cosine_by_layer(ref, out, mask).cpu().numpy())  # [l, n_b]
                 if pooled:
-                    pool_parts[name].append(_mean_pool(out[-1], mask))
-            done += 1
+                    parts.pooled[name].append(_mean_pool(out[-1], mask))
+            parts.done += 1
             advance()
-            if checkpoint is not None and done < len(batches):
-                checkpoint.save(state)  # builds the arrays only when a save is due
+            if checkpoint is not None and parts.done < len(batches):
+                checkpoint.save(parts.arrays)  # builds the arrays only when a save is due
     if checkpoint is not None:
         checkpoint.clear()
-    back = np.argsort(order)  # pooled rows back to text order
+    back = np.argsort(np.concatenate(parts.order))  # pooled rows back to text order
     return Measured(
-        layers=n_layers, width=width, tokens=enc.tokens, truncated=enc.truncated,
-        max_length=loaded.max_positions,
-        text=np.concatenate(text_of), position=np.concatenate(positions), special=np.concatenate(specials),
-        cosine={k: np.concatenate(v, axis=1) for k, v in cos_parts.items()},
-        pooled={k: np.concatenate(v)[back] for k, v in pool_parts.items()},
+        layers=parts.layers, width=parts.width, tokens=enc.tokens, truncated=enc.truncated,
+        max_length=loaded.max_positions, text=np.concatenate(parts.text),
+        position=np.concatenate(parts.position), special=np.concatenate(parts.special),
+        cosine={k: np.concatenate(v, axis=1) for k, v in parts.cosine.items()},
+        pooled={k: np.concatenate(v)[back] for k, v in parts.pooled.items()},
     )
+
+
+class _Parts:
+    """Per-batch arrays collected so far, in batch order: what a checkpoint saves."""
+
+    def __init__(self, interventions: list[str], pooled: list[str]):
+        self.done = self.layers = self.width = 0  # batches done; hidden-state layers; width
+        self.position: list = []  # [n_b] per batch
+        self.special: list = []
+        self.text: list = []
+        self.order: list = []  # [b] the batch's text indices
+        self.cosine: dict[str, list] = {name: [] for name in interventions}  # [l, n_b] per batch
+        self.pooled: dict[str, list] = {name: [] for name in pooled}  # [b, d] per batch
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        out = {"done": np.array(self.done), "layers": np.array(self.layers),
+               "width": np.array(self.width)}
+        for attr in ("position", "special", "text", "order"):
+            out[attr] = np.concatenate(getattr(self, attr))
+        out |= {f"cos{i}": np.concatenate(v, axis=1) for i, v in enumerate(self.cosine.values())}
+        out |= {f"pool{i}": np.concatenate(v) for i, v in enumerate(self.pooled.values())}
+        return out
+
+    def restore(self, saved: dict) -> None:
+        self.done, self.layers, self.width = (int(saved[k]) for k in ("done", "layers", "width"))
+        for attr in ("position", "special", "text", "order"):
+            setattr(self, attr, [saved[attr]])
+        self.cosine = {name: [saved[f"cos{i}"]] for i, name in enumerate(self.cosine)}
+        self.pooled = {name: [saved[f"pool{i}"]] for i, name in enumerate(self.pooled)}
 
 
 def _checkpoint(loaded, texts, interventions, seed, layers, pooled, batches, every):
