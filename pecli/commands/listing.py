@@ -1,6 +1,8 @@
-"""`pecli models` and `pecli datasets`: what is known and what is available here."""
+"""`pecli models`, `pecli datasets`, `pecli cache`: what is known and what is available here."""
 
 from __future__ import annotations
+
+from typing import Annotated
 
 import typer
 from rich.table import Table
@@ -59,6 +61,40 @@ def datasets(data_dir: DataDirOpt = None) -> None:
     typer.echo("A CSV/JSONL/parquet file with a text column is also a dataset: pass its path.")
 
 
+def cache(
+    clear_partial: Annotated[bool, typer.Option(
+        "--clear-partial", help="Delete the saved progress of interrupted runs.")] = False,
+) -> None:
+    """Show pecli's cache (dequantised models, progress of interrupted runs) and its sizes.
+
+    Examples:
+        pecli cache
+        pecli cache --clear-partial
+    """
+    from pecli.loading import cache_dir
+
+    root = cache_dir()
+    partial = sorted((root / "partial").glob("*.npz"))
+    if clear_partial:
+        for path in partial:
+            path.unlink()
+        typer.echo(f"deleted {len(partial)} saved run(s) from {root / 'partial'}")
+        partial = []
+    table = Table(title=f"pecli cache: {root} (PECLI_CACHE_DIR)")
+    for col in ("what", "entry", "size"):
+        table.add_column(col)
+    for folder in sorted(p for p in (root / "models").glob("*") if p.is_dir()):
+        size = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+        table.add_row("model", folder.name, f"{size / 1e6:,.1f} MB")
+    for path in partial:
+        table.add_row("interrupted run", path.name, f"{path.stat().st_size / 1e6:,.1f} MB")
+    wide_console().print(table)
+    if partial:
+        typer.echo("Rerunning the same command resumes an interrupted run; "
+                   "`pecli cache --clear-partial` forgets them.")
+
+
 def register(app: typer.Typer) -> None:
     app.command()(models)
     app.command()(datasets)
+    app.command()(cache)

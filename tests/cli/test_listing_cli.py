@@ -47,3 +47,19 @@ def test_ctrl_c_exits_130_and_says_what_was_kept(monkeypatch):
     assert result.exit_code == 130 and "interrupted: nothing was written" in result.output
     result = runner.invoke(app, ["reproduce", "--preset", "smoke"])
     assert result.exit_code == 130 and "rerun the same command to resume" in result.output
+
+
+def test_cache_lists_models_and_interrupted_runs_and_clears_them(tmp_path, monkeypatch):
+    monkeypatch.setenv("PECLI_CACHE_DIR", str(tmp_path))
+    (tmp_path / "models" / "SomeModel-abc").mkdir(parents=True)
+    (tmp_path / "models" / "SomeModel-abc" / "model.safetensors").write_bytes(b"x" * 2_000_000)
+    (tmp_path / "partial").mkdir()
+    (tmp_path / "partial" / "ablate-0123.npz").write_bytes(b"y" * 1000)
+    result = runner.invoke(app, ["cache"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "SomeModel-abc" in result.output and "2.0 MB" in result.output
+    assert "ablate-0123.npz" in result.output and "resumes" in result.output
+    result = runner.invoke(app, ["cache", "--clear-partial"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0 and "deleted 1 saved run(s)" in result.output
+    assert not list((tmp_path / "partial").glob("*.npz"))
+    assert (tmp_path / "models" / "SomeModel-abc" / "model.safetensors").exists()
