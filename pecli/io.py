@@ -66,17 +66,20 @@ class Checkpoint:
 
     Saved atomically (an .npz of named arrays) at most every `every` seconds, and never
     more often than 20 times the last save took (at most 5 % of the time goes to saving as
-    the arrays grow; `every=0` saves at every call), under <cache>/partial/<kind>-<key>.npz, where `key` hashes everything
-    that determines the numbers; a rerun with the same key loads it, a finished run deletes it.
+    the arrays grow; `every=0` saves at every call), under <cache>/partial/<kind>-<hash>.npz.
+    The hash covers `key` (everything else that determines the numbers) and the input
+    `texts`; a rerun with the same hash loads the file, a finished run deletes it.
     """
 
-    def __init__(self, kind: str, key: dict, every: float = 60.0):
+    def __init__(self, kind: str, key: dict, texts: list[str], every: float = 60.0):
         import hashlib
         import time
 
         from pecli.loading import cache_dir
 
-        digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()
+        digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode())
+        digest.update("\x00".join(texts).encode())
+        digest = digest.hexdigest()
         self.path = cache_dir() / "partial" / f"{kind}-{digest[:20]}.npz"
         self.every, self._clock = every, time.monotonic
         self._last, self._cost = self._clock(), 0.0

@@ -32,13 +32,27 @@ class EntryResult:
     seconds: float
 
 
-def _models_of(options: dict) -> list[str]:
-    names = [options[k] for k in ("model",) if isinstance(options.get(k), str)]
-    names += [m for m in options.get("models") or [] if isinstance(m, str)]
+def _map_models(options: dict, fn: Callable[[str], str]) -> dict:
+    """`options` with every model name passed through `fn`: `model`, `models`, and the
+    NAME of `swap:NAME` in `interventions` / `pe` (a name or a list)."""
+    def swap(v):
+        return f"swap:{fn(v[5:])}" if isinstance(v, str) and v.startswith("swap:") else v
+
+    out = dict(options)
+    if isinstance(out.get("model"), str):
+        out["model"] = fn(out["model"])
+    if isinstance(out.get("models"), list):
+        out["models"] = [fn(m) if isinstance(m, str) else m for m in out["models"]]
     for key in ("interventions", "pe"):
-        values = options.get(key) or []
-        names += [v.split(":", 1)[1] for v in ([values] if isinstance(values, str) else values)
-                  if isinstance(v, str) and v.startswith("swap:")]
+        if key in out:
+            values = out[key]
+            out[key] = [swap(v) for v in values] if isinstance(values, list) else swap(values)
+    return out
+
+
+def _models_of(options: dict) -> list[str]:
+    names: list[str] = []
+    _map_models(options, lambda name: names.append(name) or name)
     return names
 
 
@@ -48,21 +62,12 @@ def located(options: dict) -> dict:
     key keeps the preset's own spelling."""
     from pecli.config import CONFIG_DIR
 
-    def find(name):
-        if isinstance(name, str) and not Path(name).exists() and (CONFIG_DIR.parent / name).exists():
+    def find(name: str) -> str:
+        if not Path(name).exists() and (CONFIG_DIR.parent / name).exists():
             return str(CONFIG_DIR.parent / name)
         return name
 
-    out = dict(options)
-    if "model" in out:
-        out["model"] = find(out["model"])
-    if isinstance(out.get("models"), list):
-        out["models"] = [find(m) for m in out["models"]]
-    for key in ("interventions", "pe"):
-        if isinstance(out.get(key), list):
-            out[key] = [f"swap:{find(v[5:])}" if isinstance(v, str) and v.startswith("swap:") else v
-                        for v in out[key]]
-    return out
+    return _map_models(options, find)
 
 
 def preflight(preset: Preset) -> None:

@@ -82,8 +82,9 @@ def perplexity(
                    device=device, dtype=dtype, data_dir=str(data_dir) if data_dir else None,
                    batch_size=batch_size, add_start_token=start_token, long_text=long_text,
                    stride=stride)
+    console = wide_console()
     with Progress("scoring", BarColumn(), MofNCompleteColumn(), "tokens", TimeElapsedColumn(),
-                  transient=True, disable=not wide_console().is_terminal) as bar:
+                  console=console, transient=True, disable=not console.is_terminal) as bar:
         task = bar.add_task("scoring", total=None)
 
         def advance(n: int, total: int) -> None:
@@ -115,7 +116,6 @@ def perplexity(
         summary.add_row(condition_label(row), *(f"{values[a]:,.4f}" for a in
                         ("corpus", "mean_per_text", "median_per_text", "mean_per_token")),
                         f"{row['computation']}, {row['passes']}")
-    console = wide_console()
     console.print(summary)
     console.print(f"* headline: {HEADLINE} = exp(token-weighted mean NLL); mean_per_text is "
                   "evaluate's mean_perplexity")

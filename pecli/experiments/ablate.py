@@ -166,14 +166,11 @@ class _Parts:
 
 def _checkpoint(loaded, texts, interventions, seed, layers, pooled, batches, every):
     """Where this exact measurement's partial results live (see `pecli.io.Checkpoint`)."""
-    import hashlib
-
     from pecli.io import Checkpoint
 
-    texts_hash = hashlib.sha256("\x00".join(texts).encode()).hexdigest()
-    return Checkpoint("ablate", {"version": VERSION, **loaded.provenance(), "texts": texts_hash,
+    return Checkpoint("ablate", {"version": VERSION, **loaded.provenance(),
                                  "interventions": interventions, "seed": seed, "layers": layers,
-                                 "pooled": pooled, "batches": batches}, every)
+                                 "pooled": pooled, "batches": batches}, texts, every)
 
 
 def tight_batches(lengths: list[int], token_budget: int, max_waste: float = 0.15,

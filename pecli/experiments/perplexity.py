@@ -77,7 +77,8 @@ def run(model: str = "random:gpt2", pe="learned", masks="default", semantics="le
         bos = loaded.tokenizer.bos_token_id
         if bos is None:
             raise DataError(f"{loaded.name}'s tokenizer has no start token; run with --no-start-token")
-    ids = encode(loaded.tokenizer, data.texts(), max_length=10**12, add_special_tokens=False).ids
+    texts = data.texts()
+    ids = encode(loaded.tokenizer, texts, max_length=10**12, add_special_tokens=False).ids
     prepared = prepare(ids, loaded.max_positions, bos, long_text, stride)
     if prepared.tokens == 0:
         raise DataError("no text has a token to score; use --start-token or longer texts")
@@ -88,7 +89,7 @@ def run(model: str = "random:gpt2", pe="learned", masks="default", semantics="le
               "truncated": prepared.truncated, "dropped_tokens": prepared.dropped_tokens,
               "tokens": prepared.tokens, "padding_side": padding_side}
     total = sum(prepared.tokens for _ in grid)
-    checkpoint = _checkpoint(loaded, data, prepared, padding_side, batch_size, seed)
+    checkpoint = _checkpoint(loaded, texts, prepared, padding_side, batch_size, seed)
     # computation -> per-text NLLs, shared by identical conditions; resumed from an interrupted run
     done: dict[tuple, list] = _resumed(checkpoint)
     rows, text_rows = [], []
@@ -120,16 +121,13 @@ def run(model: str = "random:gpt2", pe="learned", masks="default", semantics="le
 # --- resuming: each finished computation is saved (pecli.io.Checkpoint) -------------------
 
 
-def _checkpoint(loaded, data, prepared, padding_side, batch_size, seed):
-    import hashlib
-
+def _checkpoint(loaded, texts, prepared, padding_side, batch_size, seed):
     from pecli.io import Checkpoint
 
-    texts = hashlib.sha256("\x00".join(data.texts()).encode()).hexdigest()
     return Checkpoint("perplexity", {
-        "version": 1, **loaded.provenance(), "texts": texts, "start_token": prepared.start_token,
+        "version": 1, **loaded.provenance(), "start_token": prepared.start_token,
         "long_text": prepared.long_text, "stride": prepared.stride, "padding_side": padding_side,
-        "batch_size": batch_size, "seed": seed})
+        "batch_size": batch_size, "seed": seed}, texts)
 
 
 def _saved(done: dict) -> dict:

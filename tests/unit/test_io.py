@@ -38,7 +38,7 @@ def test_checkpoint_saves_when_due_never_too_often_and_by_key(tmp_path, monkeypa
 
     monkeypatch.setenv("PECLI_CACHE_DIR", str(tmp_path))
     now, built = [0.0], []
-    cp = Checkpoint("t", {"a": 1}, every=60)
+    cp = Checkpoint("t", {"a": 1}, ["x"], every=60)
     cp._clock, cp._last = (lambda: now[0]), 0.0
 
     def arrays():
@@ -57,6 +57,7 @@ def test_checkpoint_saves_when_due_never_too_often_and_by_key(tmp_path, monkeypa
     now[0] = 61 + 201
     cp.save(arrays)
     assert built == [61, 262]
-    assert Checkpoint("t", {"a": 2}).path != cp.path and Checkpoint("t", {"a": 1}).path == cp.path
+    assert Checkpoint("t", {"a": 2}, ["x"]).path != cp.path != Checkpoint("t", {"a": 1}, ["y"]).path
+    assert Checkpoint("t", {"a": 1}, ["x"]).path == cp.path
     cp.clear()
     assert cp.load() is None and not list(tmp_path.glob("partial/*.tmp"))
