@@ -1,0 +1,69 @@
+"""pecli.intervals: deterministic for a seed, contains the estimate, narrows as texts grow."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pecli.intervals import by_text, mean_interval, ratio_interval, statistic_interval
+
+
+def _texts(n: int, seed: int = 1):
+    """n texts of 5-40 tokens with per-token values around 0.7 (a cosine-like quantity)."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(5, 40, size=n)
+    text = np.repeat(np.arange(n), lengths)
+    values = 0.7 + 0.1 * rng.standard_normal(text.size) + 0.05 * rng.standard_normal(n)[text]
+    return values, text
+
+
+def test_deterministic_for_a_seed_and_different_for_another():
+    values, text = _texts(60)
+    sums, counts = by_text(values, text, 60)
+    a = ratio_interval(sums, counts, n_boot=500, seed=3)
+    assert a == ratio_interval(sums, counts, n_boot=500, seed=3)
+    assert a != ratio_interval(sums, counts, n_boot=500, seed=4)
+    m = statistic_interval(sums / counts, np.median, n_boot=500, seed=3)
+    assert m == statistic_interval(sums / counts, np.median, n_boot=500, seed=3)
+
+
+@pytest.mark.parametrize("n", [10, 80, 400])
+def test_contains_the_point_estimate(n):
+    values, text = _texts(n)
+    sums, counts = by_text(values, text, n)
+    assert np.isclose(sums.sum() / counts.sum(), values.mean())  # by_text is the token mean
+    low, high = ratio_interval(sums, counts, n_boot=1000, seed=0)
+    assert low < values.mean() < high
+    per_text = sums / counts
+    low, high = statistic_interval(per_text, np.median, n_boot=1000, seed=0)
+    assert low <= np.median(per_text) <= high
+    nll = np.abs(values) * 3  # a perplexity: exp of the token-weighted mean NLL
+    nll_sums, _ = by_text(nll, text, n)
+    low, high = ratio_interval(nll_sums, counts, n_boot=1000, seed=0, transform=np.exp)
+    assert low < np.exp(nll.mean()) < high
+
+
+def test_narrows_as_texts_grow():
+    widths = []
+    for n in (20, 80, 320, 1280):
+        values, text = _texts(n)
+        sums, counts = by_text(values, text, n)
+        low, high = ratio_interval(sums, counts, n_boot=1000, seed=0)
+        widths.append(high - low)
+    assert all(a > b for a, b in zip(widths, widths[1:], strict=False))
+    assert widths[0] / widths[-1] > 4  # about sqrt(64) = 8 in expectation
+
+
+def test_resamples_texts_not_tokens():
+    # One text of many identical tokens and one of others: a token bootstrap would give a
+    # narrow interval; over 2 texts the resamples are {a,a}, {a,b}, {b,b}, so the bounds
+    # reach the per-text means.
+    sums, counts = np.array([100.0, 0.0]), np.array([100.0, 100.0])
+    low, high = ratio_interval(sums, counts, n_boot=2000, seed=0)
+    assert low == 0.0 and high == 1.0
+
+
+def test_off_and_empty_give_nan():
+    assert np.isnan(ratio_interval([1.0, 2.0], n_boot=0)).all()
+    assert np.isnan(mean_interval([], n_boot=10)).all()
+    assert np.isnan(statistic_interval([], np.median)).all()
