@@ -26,6 +26,16 @@ ON_INTERRUPT = {
 }
 
 
+def _kept(command: str | None) -> str:
+    """What the Ctrl-C message may promise: a resume only if progress was saved."""
+    if command in ("ablate", "perplexity"):
+        from pecli.io import Checkpoint
+
+        if not Checkpoint.resumable():
+            return "no tables were written and no progress had been saved yet; a rerun starts afresh"
+    return ON_INTERRUPT.get(command, "nothing was written (no partial tables)")
+
+
 class _PecliGroup(TyperGroup):
     """Turns a PecliError anywhere below into one line on stderr and exit code 1.
 
@@ -41,8 +51,7 @@ class _PecliGroup(TyperGroup):
             typer.echo(f"error: {err}", err=True)
             raise typer.Exit(1) from None
         except KeyboardInterrupt:
-            said = ON_INTERRUPT.get(ctx.invoked_subcommand, "nothing was written (no partial tables)")
-            typer.echo(f"interrupted: {said}", err=True)
+            typer.echo(f"interrupted: {_kept(ctx.invoked_subcommand)}", err=True)
             raise typer.Exit(130) from None
 
 

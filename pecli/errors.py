@@ -27,3 +27,7 @@ class DeviceError(PecliError):
 
 class InterventionError(PecliError):
     pass
+
+
+class OutputError(PecliError):
+    pass

@@ -1,19 +1,35 @@
-"""Run directories and atomic writes: a results file is either whole or absent."""
+"""Run directories and all-or-nothing writes: a results file, or a run's whole set of
+outputs, is either complete or absent. Files follow the user's umask, like any Unix tool."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
+import sys
 import tempfile
 from pathlib import Path
 
 import pandas as pd
 
+from pecli.errors import OutputError
 from pecli.provenance import git_state, library_versions, utc_now
 
 # Tables longer than this are written gzipped (`.csv.gz`, which pandas reads as it is): their
 # repeated provenance columns compress some 50-fold.
 GZIP_ROWS = 10_000
+
+
+def umask() -> int:
+    """The process umask (read by setting it and putting it straight back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _share(path: Path, directory: bool = False) -> None:
+    # mkstemp / mkdtemp create 0600 / 0700; give what open() / mkdir() would (0644 / 0755 under 022).
+    os.chmod(path, (0o777 if directory else 0o666) & ~umask())
 
 
 def _atomic(path: Path, write, binary: bool = False) -> Path:
@@ -22,6 +38,7 @@ def _atomic(path: Path, write, binary: bool = False) -> Path:
     try:
         with (os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8", newline="")) as f:
             write(f)
+        _share(Path(tmp))
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -61,6 +78,110 @@ def write_table(df: pd.DataFrame, out_dir: Path, name: str, config: dict) -> Pat
     return csv
 
 
+def _reason(err: OSError) -> str:
+    return err.strerror or str(err) or type(err).__name__
+
+
+class RunOutput:
+    """The outputs of one run, all or nothing: the one writer every command uses.
+
+    Created before computing, it checks that `target` can be written (a one-line
+    OutputError otherwise) and makes a hidden staging folder beside it. Tables, sidecars,
+    figures and checkpoints go into the staging folder (`self.dir`); leaving the `with`
+    block normally moves them into `target` together (a rename, or a move per file when
+    `target` already holds other files), an exception or Ctrl-C deletes them. A full disk
+    therefore leaves `target` as it was.
+
+        with RunOutput(out) as output:          # fails here, before computing, if unwritable
+            frames = run(...)
+            csvs, pngs = output.write(frames, config, figures)
+        for p in [*csvs.values(), *pngs]: print(p)   # final paths, in place now
+    """
+
+    def __init__(self, target: Path):
+        self.target = Path(target).expanduser()
+        try:
+            if self.target.exists() and not self.target.is_dir():
+                raise NotADirectoryError(20, "exists and is not a directory")
+            self.target.parent.mkdir(parents=True, exist_ok=True)
+            self.dir = Path(tempfile.mkdtemp(dir=self.target.parent,
+                                             prefix=f".{self.target.name}.partial-"))
+            _share(self.dir, directory=True)
+        except OSError as err:
+            raise OutputError(f"cannot write to {self.target}: {_reason(err)}; "
+                              "choose a writable directory with --out") from None
+
+    def __enter__(self) -> RunOutput:
+        return self
+
+    def __exit__(self, kind, err, tb) -> None:
+        if kind is None:
+            self.commit()
+        else:
+            self.discard()
+
+    def final(self, path: Path) -> Path:
+        """Where a staged file will be (is, after commit)."""
+        return self.target / Path(path).relative_to(self.dir)
+
+    def write(self, frames: dict[str, pd.DataFrame], config: dict, figures=None,
+              tables_dir: str = "", figures_dir: str = "figures") -> tuple[dict[str, Path], list[Path]]:
+        """Stage every table (+ sidecar), then `figures(staged csvs, staged folder)` if given.
+
+        Returns the final paths of the tables and figures. A failed write (full disk, ...)
+        is a one-line OutputError and nothing reaches `target`.
+        """
+        try:
+            csvs = {name: write_table(self._relocated(df), self.dir / tables_dir, name, config)
+                    for name, df in frames.items()}
+            pngs = list(figures(csvs, self.dir / figures_dir)) if figures else []
+        except OSError as err:
+            self.discard()
+            raise OutputError(f"could not write the results to {self.target}: {_reason(err)}; "
+                              "nothing was written (free some space or choose another --out)") from None
+        return {n: self.final(p) for n, p in csvs.items()}, [self.final(p) for p in pngs]
+
+    def _relocated(self, df: pd.DataFrame) -> pd.DataFrame:
+        """Paths into the staging folder (a checkpoint saved during the run) as they will be."""
+        staged = str(self.dir)
+        for col in df.select_dtypes(include=["object", "string"]).columns:
+            if any(isinstance(v, str) and v.startswith(staged) for v in df[col]):
+                df = df.assign(**{col: df[col].map(
+                    lambda v: str(self.final(v)) if isinstance(v, str) and v.startswith(staged) else v)})
+        return df
+
+    def commit(self) -> None:
+        if not self.dir.exists():
+            return
+        if not any(self.dir.iterdir()):  # a run that wrote nothing leaves nothing
+            self.dir.rmdir()
+            return
+        try:
+            if not self.target.exists():
+                os.replace(self.dir, self.target)
+                return
+            _merge(self.dir, self.target)
+            shutil.rmtree(self.dir, ignore_errors=True)
+        except OSError as err:
+            raise OutputError(f"could not move the results into {self.target}: {_reason(err)}; "
+                              f"they are complete in {self.dir}") from None
+
+    def discard(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _merge(src: Path, dst: Path) -> None:
+    """Move src's files into the existing folder dst (renames only: no space needed)."""
+    for item in sorted(src.iterdir()):
+        target = dst / item.name
+        if item.is_dir() and target.is_dir():
+            _merge(item, target)
+        else:
+            if target.is_dir():
+                shutil.rmtree(target)
+            os.replace(item, target)
+
+
 class Checkpoint:
     """Partial results of a long loop, so that an interrupted run resumes where it stopped.
 
@@ -69,7 +190,14 @@ class Checkpoint:
     the arrays grow; `every=0` saves at every call), under <cache>/partial/<kind>-<hash>.npz.
     The hash covers `key` (everything else that determines the numbers) and the input
     `texts`; a rerun with the same hash loads the file, a finished run deletes it.
+
+    Faults: a file that cannot be read back whole (truncated, overwritten, another key's)
+    is renamed to `<name>.damaged` with a warning and the run starts afresh. Two runs with
+    the same hash at once: the first holds a lock (`<name>.lock`, released when its process
+    ends, however it ends); the second neither reads nor writes the file.
     """
+
+    _live: list[Checkpoint] = []  # this process's checkpoints, for the Ctrl-C message
 
     def __init__(self, kind: str, key: dict, texts: list[str], every: float = 60.0):
         import hashlib
@@ -79,18 +207,60 @@ class Checkpoint:
 
         digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode())
         digest.update("\x00".join(texts).encode())
-        digest = digest.hexdigest()
-        self.path = cache_dir() / "partial" / f"{kind}-{digest[:20]}.npz"
+        self.digest = digest.hexdigest()
+        self.path = cache_dir() / "partial" / f"{kind}-{self.digest[:20]}.npz"
         self.every, self._clock = every, time.monotonic
         self._last, self._cost = self._clock(), 0.0
+        self._lock = None
+        self.shared = False  # True: another run holds this key; this one saves nothing
+        Checkpoint._live.append(self)
+
+    def _acquire(self) -> bool:
+        """Hold the lock of this key (once); False if another live process holds it."""
+        import fcntl
+
+        if self._lock is not None or self.shared:
+            return not self.shared
+        for other in Checkpoint._live:  # an interrupted run of this process: take its lock over
+            if other is not self and other.path == self.path and other._lock is not None:
+                self._lock, other._lock = other._lock, None
+                return True
+        lock = self.path.with_suffix(".lock")
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        while True:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                self.shared = True
+                print(f"warning: another pecli run with the same configuration is using {self.path}; "
+                      "this run will not save or resume progress", file=sys.stderr)
+                return False
+            # The holder before us may have deleted the lock file after we opened it: retry.
+            if os.path.exists(lock) and os.stat(lock).st_ino == os.fstat(fd).st_ino:
+                self._lock = fd
+                return True
+            os.close(fd)
 
     def load(self) -> dict | None:
         import numpy as np
 
-        if not self.path.exists():
+        if not self._acquire() or not self.path.exists():
             return None
-        with np.load(self.path, allow_pickle=False) as saved:
-            return {name: saved[name] for name in saved.files}
+        try:
+            with np.load(self.path, allow_pickle=False) as saved:
+                arrays = {name: saved[name] for name in saved.files}  # reads (and CRC-checks) all
+            if str(arrays.pop("_pecli_key", "")) != self.digest:
+                raise ValueError("it belongs to another configuration")
+        except Exception as err:  # noqa: BLE001 (zip, npy and value errors alike mean: unusable)
+            aside = self.path.with_name(self.path.name + ".damaged")
+            os.replace(self.path, aside)
+            print(f"warning: saved progress {self.path.name} is damaged "
+                  f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}); "
+                  f"set aside as {aside}, starting afresh", file=sys.stderr)
+            return None
+        return arrays
 
     def save(self, arrays, force: bool = False) -> None:
         """Write `arrays()` (a dict of arrays, built only when a save is due) if due or `force`."""
@@ -99,11 +269,32 @@ class Checkpoint:
         wait = max(self.every, 20 * self._cost) if self.every > 0 else 0.0  # 0: every call
         if not force and self._clock() - self._last < wait:
             return
+        if not self._acquire():
+            return
         start = self._clock()
-        state = arrays()
+        state = {**arrays(), "_pecli_key": np.array(self.digest)}
         _atomic(self.path, lambda f: np.savez(f, **state), binary=True)
         self._last = self._clock()
         self._cost = self._last - start
 
+    def saved(self) -> bool:
+        """Whether this run has progress on disk to resume from."""
+        return self._lock is not None and self.path.exists()
+
     def clear(self) -> None:
-        self.path.unlink(missing_ok=True)
+        if self._acquire():
+            self.path.unlink(missing_ok=True)
+            self.path.with_suffix(".lock").unlink(missing_ok=True)
+            self.release()
+
+    def release(self) -> None:
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
+        if self in Checkpoint._live:
+            Checkpoint._live.remove(self)
+
+    @classmethod
+    def resumable(cls) -> list[Path]:
+        """Progress files this process saved or resumed (and can resume again)."""
+        return [cp.path for cp in cls._live if cp.saved()]

@@ -19,7 +19,7 @@ import pandas as pd
 from pecli.config import Entry, Preset
 from pecli.errors import ConfigError
 from pecli.experiments import EXPERIMENTS
-from pecli.io import run_meta, write_json, write_table
+from pecli.io import RunOutput, run_meta, write_json
 from pecli.provenance import git_state, library_versions, utc_now
 
 
@@ -116,11 +116,12 @@ def run_preset(preset: Preset, out: Path, force: bool = False,
             continue
         announce(f"[{n}/{len(preset.entries)}] {entry.id}: {entry.experiment} {entry.options}")
         done.unlink(missing_ok=True)
-        frames: dict[str, pd.DataFrame] = exp.run(**located(entry.options))
         config = {"preset": preset.name, "entry": entry.id, "experiment": entry.experiment,
                   "experiment_version": exp.version, "key": key, "options": entry.options}
-        tables = {name: write_table(df, folder, name, config) for name, df in frames.items()}
-        figures = exp.figures(tables, out / "figures" / entry.id)
+        with RunOutput(out) as output:  # the entry's tables and figures arrive together or not at all
+            frames: dict[str, pd.DataFrame] = exp.run(**located(entry.options))
+            tables, figures = output.write(frames, config, exp.figures, tables_dir=entry.id,
+                                           figures_dir=f"figures/{entry.id}")
         seconds = time.perf_counter() - start
         write_json({**run_meta(config), "key": key, "tables": {n: p.name for n, p in tables.items()},
                     "seconds": round(seconds, 1),

@@ -33,13 +33,6 @@ IntervOpt = Annotated[list[str] | None, typer.Option(
     help="Conditions of the hidden-state probe, repeatable (default: learned and zero).")]
 
 
-def _write(frames: dict, out: Path, config: dict, figures) -> tuple[dict, list[Path]]:
-    from pecli.io import write_table
-
-    tables = {name: write_table(df, out, name, config) for name, df in frames.items()}
-    return tables, figures(tables, out / "figures")
-
-
 def _paths(console: Console, tables: dict, figures: list[Path]) -> None:
     for path in [*tables.values(), *figures]:
         console.print(f"  {path}")
@@ -62,12 +55,12 @@ def sinusoidal(
         pecli pe sinusoidal --positions 512 --dim 512 --base 100
     """
     from pecli.experiments.pe import EXPERIMENTS, run_sinusoidal
-    from pecli.io import default_out_dir
+    from pecli.io import RunOutput, default_out_dir
 
-    frames = run_sinusoidal(positions=positions, dim=dim, base=base)
-    out = out or default_out_dir("pe-sinusoidal")
     config = {"experiment": "pe-sinusoidal", "positions": positions, "dim": dim, "base": base}
-    tables, figures = _write(frames, out, config, EXPERIMENTS.get("pe-sinusoidal").figures)
+    with RunOutput(out or default_out_dir("pe-sinusoidal")) as output:
+        frames = run_sinusoidal(positions=positions, dim=dim, base=base)
+        tables, figures = output.write(frames, config, EXPERIMENTS.get("pe-sinusoidal").figures)
     console = wide_console()
     table = Table(title=f"sinusoidal PE: {positions} positions x {dim} dims, base {base:g}")
     table.add_column("check")
@@ -110,7 +103,7 @@ def probe(
         pecli pe probe minilm --intervention learned --intervention shuffle --out /tmp/probe
     """
     from pecli.experiments.pe import EXPERIMENTS, ROTARY_NOTE, run_probe
-    from pecli.io import default_out_dir
+    from pecli.io import RunOutput, default_out_dir
 
     console = wide_console(log_path=False)
     if folds < 2:
@@ -121,11 +114,11 @@ def probe(
                    folds=folds, pairs=pairs, interventions=intervention or ["learned", "zero"],
                    text=text, device=device, dtype=dtype, seed=seed,
                    data_dir=str(data_dir) if data_dir else None, batch_size=batch_size)
-    with console.status("probing") as status:
-        frames = run_probe(**options, announce=lambda msg: (status.update(msg), console.log(msg)))
-    out = out or default_out_dir("pe-probe")
-    tables, figures = _write(frames, out, {"experiment": "pe-probe", **options},
-                             EXPERIMENTS.get("pe-probe").figures)
+    with RunOutput(out or default_out_dir("pe-probe")) as output:  # --out checked before computing
+        with console.status("probing") as status:
+            frames = run_probe(**options, announce=lambda msg: (status.update(msg), console.log(msg)))
+        tables, figures = output.write(frames, {"experiment": "pe-probe", **options},
+                                       EXPERIMENTS.get("pe-probe").figures)
     if "matrix" in frames:
         console.print(_matrix_summary(frames["matrix"]))
     console.print(_hidden_summary(frames["hidden"]))

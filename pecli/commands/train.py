@@ -28,16 +28,17 @@ def run_with_progress(experiment: str, command: str, out: Path | None, options: 
     )
 
     from pecli.experiments import load_all
-    from pecli.io import default_out_dir, write_table
+    from pecli.io import RunOutput, default_out_dir
 
     exp = load_all().get(experiment)
-    out = Path(out) if out is not None else default_out_dir(command)
-    extra = {}
-    if save_models and options.get("model_out") is None:
-        extra["save_dir"] = str(out / "models")
+    output = RunOutput(out if out is not None else default_out_dir(command))  # checked before computing
+    out, extra, staged = output.target, {}, {}
+    if save_models and options.get("model_out") is None:  # checkpoints are outputs too: staged
+        extra["save_dir"], staged["save_dir"] = str(out / "models"), str(output.dir / "models")
     console = wide_console()
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[loss]}"),
-                  TimeElapsedColumn(), TimeRemainingColumn(), console=console) as bar:
+    with output, Progress(TextColumn("{task.description}"), BarColumn(),
+                          TextColumn("{task.fields[loss]}"), TimeElapsedColumn(),
+                          TimeRemainingColumn(), console=console) as bar:
         tasks: dict[str, int] = {}
 
         def progress(scheme: str, step: int, steps: int, loss: float) -> None:
@@ -45,10 +46,9 @@ def run_with_progress(experiment: str, command: str, out: Path | None, options: 
                 tasks[scheme] = bar.add_task(f"{experiment} {scheme}", total=steps, loss="")
             bar.update(tasks[scheme], completed=step + 1, loss=f"loss {loss:.3f}")
 
-        tables = exp.run(**options, **extra, progress=progress)
-    config = {"experiment": experiment, "version": exp.version, **options, **extra}
-    csvs = {name: write_table(df, out, name, config) for name, df in tables.items()}
-    figs = exp.figures(csvs, out)
+        tables = exp.run(**options, **staged, progress=progress)
+        config = {"experiment": experiment, "version": exp.version, **options, **extra}
+        csvs, figs = output.write(tables, config, exp.figures, figures_dir="")
     _summary(console, experiment, tables)
     for path in [*csvs.values(), *figs]:
         console.print(f"wrote {path}")
