@@ -14,15 +14,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from pecli.pe_analysis import sinusoidal  # noqa: E402  (numpy only)
-
-
-def _save(fig, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(fig)
-    return path
+from pecli.plots.style import WIDTH, color_of, model_name, points, save  # noqa: E402
 
 
 def _heatmap(ax, values: np.ndarray, title: str, xlabel: str, ylabel: str, **kw):
@@ -42,7 +37,7 @@ def encoding_heatmaps(encoding: pd.DataFrame, out: Path) -> Path:
              "position", cmap="RdBu", vmin=-1, vmax=1)
     fig.colorbar(im, ax=axes, shrink=0.8)
     fig.suptitle(f"PE(pos, 2i) = sin(pos / {base:g}^(2i/d)), PE(pos, 2i+1) = cos(...)")
-    return _save(fig, out)
+    return save(fig, out)
 
 
 def clock(encoding: pd.DataFrame, out: Path) -> Path:
@@ -66,7 +61,7 @@ def clock(encoding: pd.DataFrame, out: Path) -> Path:
                xlim=(-1.2, 1.2), ylim=(-1.2, 1.2), aspect="equal")
     fig.colorbar(sc, ax=axes[0].tolist(), label="position", shrink=0.8)
     fig.suptitle("each (sin, cos) pair turns with position: fast early pairs, slow late pairs")
-    return _save(fig, out)
+    return save(fig, out)
 
 
 def dot_and_rotation(dot: pd.DataFrame, rotation: pd.DataFrame, out: Path) -> Path:
@@ -80,7 +75,7 @@ def dot_and_rotation(dot: pd.DataFrame, rotation: pd.DataFrame, out: Path) -> Pa
     axes[1].semilogy(err["offset"], err["value"].clip(lower=1e-18), marker=".")
     axes[1].set(title="max |PE(p + k) - M_k PE(p)| over positions", xlabel="offset k",
                 ylabel="max abs error")
-    return _save(fig, out)
+    return save(fig, out)
 
 
 def sinusoidal_figures(csv_paths: dict[str, Path], fig_dir: Path) -> list[Path]:
@@ -116,44 +111,73 @@ def similarity_heatmaps(sim: pd.DataFrame, out: Path) -> Path:
             ax.set(title=f"{model}: {kind}" + (" (reference)" if kind == "sinusoidal" else ""),
                    xlabel=f"position q (every ~{step}th)", ylabel="position p")
     fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.6, label="cosine similarity")
-    return _save(fig, out)
+    return save(fig, out)
 
 
 def probe_layers(hidden: pd.DataFrame, out: Path) -> Path:
     """Probe MAE per layer, one panel per model, one line per intervention, chance dashed."""
     models = list(dict.fromkeys(hidden["model"]))
-    fig, axes = plt.subplots(1, len(models), figsize=(5 * len(models), 4), squeeze=False,
+    cols = min(len(models), 2)
+    rows = -(-len(models) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(WIDTH, 2.9 * rows + 0.6), squeeze=False,
                              layout="constrained")
-    for ax, model in zip(axes[0], models, strict=True):
+    for ax, model in zip(axes.ravel(), models, strict=False):
         part = hidden[hidden["model"] == model]
-        for iv, rows in part.groupby("intervention", sort=False):
-            mae = rows[rows["metric"] == "probe_mae"].sort_values("layer")
-            ax.plot(mae["layer"], mae["value"], marker=".", label=f"positions: {iv}")
+        for iv, group in part.groupby("intervention", sort=False):
+            mae = group[group["metric"] == "probe_mae"].sort_values("layer")
+            ax.plot(mae["layer"], mae["value"], color=color_of(iv), lw=1)
+            points(ax, mae["layer"], mae, color_of(iv), f"positions: {iv}", marker=".")
         # Same tokens and folds under every intervention, so one chance line per model.
         chance = part[part["metric"] == "probe_chance_mae"].groupby("layer")["value"].mean()
         ax.plot(chance.index, chance.to_numpy(), ls="--", color="0.5", label="chance (mean position)")
         note = part["note"].fillna("").iloc[0]
-        title = model + ("\n(rotary: hidden-state probe only)" if note else "")
-        ax.set(title=title, xlabel="layer (0 = embeddings)", ylabel="MAE of position (tokens)")
+        ax.set_title(model_name(part) + (" (rotary: 'zero' = identity rotation)" if note else ""),
+                     fontsize=9)
+        ax.set(xlabel="layer (0 = embedding output)", ylabel="probe MAE (positions)")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylim(bottom=0)
         ax.legend(fontsize=7)
-    fig.suptitle("linear probe of token position from hidden states (held-out texts)")
-    return _save(fig, out)
+    for ax in axes.ravel()[len(models):]:
+        ax.axis("off")
+    first = hidden.iloc[0]
+    fig.suptitle(f"linear probe of each token's position from hidden states, mean absolute error "
+                 f"(held-out texts)\n{first['dataset']}/{first['split']}, {int(first['rows'])} texts "
+                 f"per model", fontsize=10)
+    return save(fig, out)
 
 
-def matrix_bars(matrix: pd.DataFrame, out: Path) -> Path:
-    """Regression MAE and order accuracy per model, learned beside the sinusoidal reference."""
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), layout="constrained")
-    for ax, metric, chance in [(axes[0], "regression_mae", "regression_chance_mae"),
-                               (axes[1], "order_accuracy", "order_chance_accuracy")]:
-        part = matrix[matrix["metric"] == metric].pivot(index="model", columns="matrix", values="value")
-        part.plot.bar(ax=ax, rot=0)
+def matrix_points(matrix: pd.DataFrame, out: Path) -> Path:
+    """Wang & Chen's two probes of a position table, per model: the learned rows beside
+    sinusoids of the same shape, chance as a dashed tick."""
+    models = list(dict.fromkeys(matrix["model"]))
+    kinds = list(dict.fromkeys(matrix["matrix"]))
+    fig, axes = plt.subplots(1, 2, figsize=(WIDTH, 3.4), layout="constrained")
+    panels = [(axes[0], "regression_mae", "regression_chance_mae",
+               "predict a row's index (linear regression)", "MAE (positions; lower is better)"),
+              (axes[1], "order_accuracy", "order_chance_accuracy",
+               "which of two rows comes first", "accuracy (higher is better)")]
+    for ax, metric, chance, name, ylabel in panels:
+        for k, kind in enumerate(kinds):
+            part = matrix[(matrix["metric"] == metric) & (matrix["matrix"] == kind)]
+            part = part.set_index("model").reindex(models).dropna(subset=["value"])
+            x = np.array([models.index(m) for m in part.index]) + (k - (len(kinds) - 1) / 2) * 0.25
+            label = "model's own rows" if kind == "learned" else f"{kind} rows of the same shape"
+            points(ax, x, part.reset_index(), color_of(kind), label)
         ref = matrix[matrix["metric"] == chance].groupby("model")["value"].first()
-        for i, model in enumerate(part.index):
-            ax.hlines(ref[model], i - 0.4, i + 0.4, colors="k", linestyles="--", lw=1)
-        ax.set(title=f"{metric} (dashed: chance)", xlabel="")
-        ax.legend(title="matrix", loc="lower right", fontsize=8)
-    return _save(fig, out)
+        for i, model in enumerate(models):
+            ax.hlines(ref[model], i - 0.35, i + 0.35, colors="0.4", linestyles="--", lw=1,
+                      label="chance" if i == 0 else None)
+        ax.set_xticks(range(len(models)), models, fontsize=7, rotation=15)
+        ax.set_ylim(bottom=0, top=1.05 if metric == "order_accuracy" else None)
+        ax.set(title=name, ylabel=ylabel)
+        ax.title.set_fontsize(9)
+    axes[1].legend(fontsize=7, loc="lower right")
+    sizes = matrix.drop_duplicates("model")
+    fig.suptitle("what a position embedding table encodes (Wang & Chen 2020), 5-fold CV over rows\n"
+                 + ", ".join(f"{m}: {int(p)} x {int(d)}" for m, p, d in
+                             zip(sizes["model"], sizes["positions"], sizes["dim"], strict=True)),
+                 fontsize=9)
+    return save(fig, out)
 
 
 def probe_figures(csv_paths: dict[str, Path], fig_dir: Path) -> list[Path]:
@@ -164,5 +188,5 @@ def probe_figures(csv_paths: dict[str, Path], fig_dir: Path) -> list[Path]:
         paths.append(similarity_heatmaps(pd.read_csv(csv_paths["similarity"]),
                                          fig_dir / "pe_probe_similarity.png"))
     if "matrix" in csv_paths:
-        paths.append(matrix_bars(pd.read_csv(csv_paths["matrix"]), fig_dir / "pe_probe_matrix.png"))
+        paths.append(matrix_points(pd.read_csv(csv_paths["matrix"]), fig_dir / "pe_probe_matrix.png"))
     return paths

@@ -1,4 +1,9 @@
-"""Perplexity figures from the written CSVs (pandas + matplotlib only)."""
+"""Perplexity figures from the written CSVs (pandas + matplotlib only).
+
+A condition is (intervention, mask, semantics, protocol). The figures put the mask variant on
+the x axis, colour by intervention (pecli's one palette) and mark the protocol, so a panel
+holds a handful of series; the headline aggregation (corpus) gets its own large panels.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,23 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from pecli.plots.style import (
+    MARKERS,
+    WIDTH,
+    color_of,
+    interval_note,
+    points,
+    save,
+    title,
+    wants_log,
+)
+
 AGG_ORDER = ("corpus", "mean_per_text", "median_per_text", "mean_per_token")
+AGG_LABEL = {"corpus": "corpus perplexity exp(total NLL / tokens)",
+             "mean_per_text": "mean of per-text perplexities",
+             "median_per_text": "median of per-text perplexities",
+             "mean_per_token": "mean over tokens of exp(NLL)"}
+NO_MASK = "no mask"
 
 
 def condition_label(row) -> str:
@@ -19,58 +40,124 @@ def condition_label(row) -> str:
     return label
 
 
-def _conditions(df: pd.DataFrame) -> pd.DataFrame:
+def _variants(df: pd.DataFrame) -> pd.DataFrame:
+    """Rows with `variant` (the x category: 'no mask' or mask/semantics) and the default
+    mask, one computation under every semantics and protocol, kept once."""
     df = df.copy()
-    df["condition"] = df.apply(condition_label, axis=1)
-    # the default mask is one computation under every semantics/protocol: show it once
-    return df.drop_duplicates(["condition", "aggregation"] if "aggregation" in df else ["condition", "text_index"])
+    several_masks = df.loc[df["mask"] != "default", "mask"].nunique() > 1
+    df["variant"] = [NO_MASK if m == "default" else (f"{m}/{s}" if several_masks else s)
+                     for m, s in zip(df["mask"], df["mask_semantics"], strict=True)]
+    default = df["mask"] == "default"
+    df.loc[default, "protocol"] = "any"
+    keys = ["intervention", "variant", "protocol"] + (["aggregation"] if "aggregation" in df
+                                                      else ["text_id" if "text_id" in df else "text_index"])
+    return df.drop_duplicates(keys)
 
 
-def aggregation_bars(df: pd.DataFrame, path: Path) -> Path:
-    """Grouped bars: every aggregation of every condition, log scale."""
-    df = _conditions(df)
-    pivot = df.pivot_table(index="condition", columns="aggregation", values="value", sort=False)
-    pivot = pivot[[a for a in AGG_ORDER if a in pivot.columns]]
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(pivot) + 2), 4.5))
-    x = np.arange(len(pivot))
-    width = 0.8 / len(pivot.columns)
-    for j, agg in enumerate(pivot.columns):
-        ax.bar(x + (j - (len(pivot.columns) - 1) / 2) * width, pivot[agg], width, label=agg)
-    ax.set_yscale("log")
-    ax.set_xticks(x, pivot.index, rotation=30, ha="right", fontsize=8)
-    ax.set_ylabel("perplexity (log scale)")
-    first = df.iloc[0]
-    ax.set_title(f"{first['model']} on {first['dataset']} ({first['rows']} texts, "
-                 f"{first['tokens']} scored tokens)", fontsize=10)
-    ax.legend(title="aggregation", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+def _panel(ax, part: pd.DataFrame, variants: list[str], protocols: list[str]) -> None:
+    """Points per (intervention, protocol) at each mask variant, dodged side by side."""
+    interventions = list(dict.fromkeys(part["intervention"]))
+    series = [(iv, p) for iv in interventions for p in protocols]
+    width = 0.7 / max(len(series), 1)
+    for k, (iv, proto) in enumerate(series):
+        # the default mask (protocol "any") is drawn once, with the first protocol's series
+        shown = [proto, "any"] if proto == protocols[0] else [proto]
+        rows = part[(part["intervention"] == iv) & (part["protocol"].isin(shown))]
+        rows = rows.set_index("variant").reindex(variants).dropna(subset=["value"])
+        x = np.array([variants.index(v) for v in rows.index]) + (k - (len(series) - 1) / 2) * width
+        label = iv if len(protocols) == 1 else f"{iv}, {proto} protocol"
+        points(ax, x, rows.reset_index(), color_of(iv), label,
+               marker=MARKERS[protocols.index(proto) % len(MARKERS)])
+    ax.set_xticks(range(len(variants)), variants)
+    if wants_log(part["value"]):
+        ax.set_yscale("log")
+    ax.grid(axis="y", color="0.9", lw=0.6)
+
+
+def aggregation_figure(df: pd.DataFrame, path: Path) -> Path:
+    """Corpus perplexity large (one panel per protocol), the other aggregations small."""
+    df = _variants(df)
+    variants = list(dict.fromkeys([NO_MASK] + list(df["variant"])))
+    variants = [v for v in variants if v in set(df["variant"])]
+    protocols = [p for p in dict.fromkeys(df["protocol"]) if p != "any"] or ["any"]
+    others = [a for a in AGG_ORDER[1:] if a in set(df["aggregation"])]
+    fig = plt.figure(figsize=(WIDTH * 1.15, 7.2), layout="constrained")
+    grid = fig.add_gridspec(2, max(len(others), 1), height_ratios=[1.6, 1])
+    top = grid[0, :].subgridspec(1, len(protocols), wspace=0.05)
+    corpus = df[df["aggregation"] == "corpus"]
+    head_axes = []
+    for i, proto in enumerate(protocols):
+        ax = fig.add_subplot(top[0, i], sharey=head_axes[0] if head_axes else None)
+        _panel(ax, corpus, variants, [proto])
+        ax.set_title(f"corpus perplexity (headline), {proto} protocol" if proto != "any"
+                     else "corpus perplexity (headline)", fontsize=9)
+        ax.set_xlabel("mask semantics of the linear mask" if variants != [NO_MASK] else "")
+        if i == 0:
+            ax.set_ylabel("perplexity" + (" (log scale)" if ax.get_yscale() == "log" else ""))
+        head_axes.append(ax)
+    if wants_log(corpus["value"]):  # shared axis: both panels the same scale
+        for ax in head_axes:
+            ax.set_yscale("log")
+    head_axes[0].legend(fontsize=7, title=interval_note(corpus) or None, title_fontsize=7)
+    for j, agg in enumerate(others):
+        ax = fig.add_subplot(grid[1, j])
+        _panel(ax, df[df["aggregation"] == agg], variants, protocols)
+        ax.set_title(AGG_LABEL.get(agg, agg), fontsize=8)
+        ax.tick_params(axis="x", labelrotation=40, labelsize=7)
+        ax.tick_params(axis="y", labelsize=7)
+        if j == 0:
+            ax.set_ylabel("perplexity", fontsize=8)
+    if others and len(protocols) > 1:
+        ax.legend(fontsize=6, loc="best")
+    tokens = int(df["tokens"].iloc[0])
+    fig.suptitle(title(df, f"perplexity with and without positions, graded masks "
+                           f"({tokens:,} scored tokens)"), fontsize=10)
+    return save(fig, path)
 
 
 def per_text_boxes(df: pd.DataFrame, path: Path) -> Path:
-    """The distribution of per-text perplexities per condition (what mean/median summarise)."""
-    df = _conditions(df.dropna(subset=["value"]))
-    groups = list(dict.fromkeys(df["condition"]))
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(groups) + 2), 4.5))
-    ax.boxplot([np.log10(df.loc[df["condition"] == g, "value"]) for g in groups], showmeans=True)
-    ax.set_xticks(range(1, len(groups) + 1), groups, rotation=30, ha="right", fontsize=8)
-    ax.set_ylabel("log10 per-text perplexity")
-    ax.set_title("per-text perplexity (triangle: mean of the logs)", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    """The distribution of per-text perplexities per condition (what mean/median summarise):
+    one panel per protocol, one box per (mask variant, intervention), coloured by intervention."""
+    df = _variants(df.dropna(subset=["value"]))
+    protocols = [p for p in dict.fromkeys(df["protocol"]) if p != "any"] or ["any"]
+    variants = [v for v in dict.fromkeys([NO_MASK] + list(df["variant"])) if v in set(df["variant"])]
+    interventions = list(dict.fromkeys(df["intervention"]))
+    n_boxes = len(variants) * len(interventions)
+    fig, axes = plt.subplots(1, len(protocols), figsize=(WIDTH, 0.32 * n_boxes + 1.8),
+                             sharex=True, sharey=True, squeeze=False, layout="constrained")
+    for ax, proto in zip(axes[0], protocols, strict=True):
+        part = df[df["protocol"].isin([proto, "any"])]
+        data, labels, colors = [], [], []
+        for v in variants:
+            for iv in interventions:
+                vals = part.loc[(part["variant"] == v) & (part["intervention"] == iv), "value"]
+                if len(vals):
+                    data.append(np.log10(vals.to_numpy(dtype=float)))
+                    labels.append(f"{iv}, {v}")
+                    colors.append(color_of(iv))
+        box = ax.boxplot(data[::-1], vert=False, showmeans=True, patch_artist=True, widths=0.6,
+                         meanprops={"marker": "^", "markerfacecolor": "white",
+                                    "markeredgecolor": "k", "markersize": 5},
+                         medianprops={"color": "k"}, flierprops={"markersize": 2, "alpha": 0.4})
+        for patch, c in zip(box["boxes"], colors[::-1], strict=True):
+            patch.set(facecolor=c, alpha=0.35, edgecolor=c)
+        ax.set_yticks(range(1, len(labels) + 1), labels[::-1], fontsize=7)
+        ax.set_title(f"{proto} protocol" if proto != "any" else "", fontsize=9)
+        ax.set_xlabel("log10 per-text perplexity")
+        if ax is axes[0][0]:
+            ax.set_ylabel("positions, mask semantics")
+        ax.grid(axis="x", color="0.9", lw=0.6)
+    fig.suptitle(title(df, "per-text perplexity (box: quartiles, whiskers 1.5 IQR, "
+                           "triangle: mean of log10)"), fontsize=9)
+    return save(fig, path)
 
 
 def figures(csv_paths: dict[str, Path], fig_dir: Path) -> list[Path]:
     """PNGs for the `perplexity` and `texts` tables that are present."""
     fig_dir = Path(fig_dir)
-    fig_dir.mkdir(parents=True, exist_ok=True)
     out = []
     if "perplexity" in csv_paths:
-        out.append(aggregation_bars(pd.read_csv(csv_paths["perplexity"]), fig_dir / "perplexity.png"))
+        out.append(aggregation_figure(pd.read_csv(csv_paths["perplexity"]), fig_dir / "perplexity.png"))
     if "texts" in csv_paths:
         out.append(per_text_boxes(pd.read_csv(csv_paths["texts"]), fig_dir / "perplexity_texts.png"))
     return out

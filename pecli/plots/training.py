@@ -8,7 +8,19 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
+
+from pecli.plots.style import (  # noqa: E402
+    MARKERS,
+    WIDTH,
+    color_of,
+    interval_note,
+    points,
+    save,
+    wants_log,
+)
 
 SCHEME_ORDER = ("learned", "sinusoidal", "none", "rope", "alibi")
 
@@ -18,66 +30,71 @@ def _ordered(schemes) -> list[str]:
     return [s for s in SCHEME_ORDER if s in present] + [s for s in present if s not in SCHEME_ORDER]
 
 
-def _save(fig, out: Path) -> Path:
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
-
-
 def toy_accuracy(csv: Path, out: Path) -> Path:
-    """Exact match per scheme, split by operation (+, -, all), with training time in the label."""
+    """Exact match per scheme (points in the scheme's colour), one marker per operation."""
     df = pd.read_csv(csv)
     acc = df[df.metric == "exact_match"]
     secs = df[df.metric == "train_seconds"].set_index("pe")["value"]
     schemes = _ordered(acc.pe)
-    ops = ["add", "sub", "all"]
-    fig, ax = plt.subplots(figsize=(1.6 * len(schemes) + 2, 3.6))
-    width = 0.8 / len(ops)
-    for i, op in enumerate(ops):
-        vals = acc[acc.operation == op].set_index("pe").reindex(schemes)["value"]
-        ax.bar([x + (i - 1) * width for x in range(len(schemes))], vals, width, label=op)
-    ax.set_xticks(range(len(schemes)))
-    ax.set_xticklabels([f"{s}\n{secs.get(s, float('nan')):.0f} s" for s in schemes])
-    ax.set_ylim(0, 1)
-    ax.set_ylabel("exact match (test)")
+    ops = [o for o in ("all", "add", "sub") if o in set(acc.operation)]
+    names = {"all": "all test sums", "add": "i+j only", "sub": "i-j only"}
+    fig, ax = plt.subplots(figsize=(WIDTH, 3.4), layout="constrained")
+    for k, op in enumerate(ops):
+        rows = acc[acc.operation == op].set_index("pe").reindex(schemes)
+        x = np.arange(len(schemes)) + (k - (len(ops) - 1) / 2) * 0.22
+        for xi, scheme in zip(x, schemes, strict=True):
+            points(ax, [xi], rows.loc[[scheme]], color_of(scheme), None, marker=MARKERS[k])
+        ax.plot([], [], MARKERS[k], color="0.3", label=names[op])  # marker legend only
+    ax.set_xticks(range(len(schemes)),
+                  [f"{s}\n({secs.get(s, float('nan')):.0f} s training)" for s in schemes])
+    ax.set_ylim(0, 1.02)
+    ax.set_ylabel("exact match on held-out sums")
+    ax.set_xlabel("position scheme")
     first = acc.iloc[0]
-    ax.set_title(f"{first['dataset']}: {int(first['steps'])} steps, {int(first['layers'])}x"
-                 f"{int(first['width'])}", fontsize=10)
-    ax.legend(fontsize=8)
-    return _save(fig, out)
+    ax.set_title(f"toy arithmetic: exact match per position scheme\n{first['dataset']}, "
+                 f"{int(first['rows']):,} held-out sums; {int(first['layers'])} layers x "
+                 f"{int(first['width'])}, {int(first['steps'])} steps", fontsize=10)
+    ax.legend(fontsize=8, loc="lower left")
+    ax.grid(axis="y", color="0.9", lw=0.6)
+    return save(fig, out)
 
 
-def toy_attention(csv: Path, out: Path, layer: int = 0) -> Path:
-    """Head-mean attention on the probe per scheme (layer `layer`, 0 = the first)."""
+def toy_attention(csv: Path, out: Path, layer: int | None = None) -> Path:
+    """Head-mean attention on the probe per scheme, in the first attention layer unless
+    `layer` is given (layer 0 is the embedding output, so that is layer 1)."""
     df = pd.read_csv(csv, keep_default_na=False)
-    att = df[(df.metric == "attention") & (df["head"].astype(str) == "mean")
-             & (df.layer == layer)]
+    df["layer"] = pd.to_numeric(df["layer"])
+    layer = int(df["layer"].min()) if layer is None else layer
+    att = df[(df.metric == "attention") & (df["head"].astype(str) == "mean") & (df.layer == layer)]
     first = df[df.layer == layer]
     gaps = first[first.metric == "shared_key_row_gap"].set_index("pe")["value"]
     key_gaps = first[first.metric == "repeat_key_gap"].set_index("pe")["value"]
     schemes = _ordered(att.pe)
-    fig, axes = plt.subplots(1, len(schemes), figsize=(3.0 * len(schemes), 3.2), squeeze=False)
-    for ax, scheme in zip(axes[0], schemes, strict=True):
+    cols = min(len(schemes), 3)
+    rows = -(-len(schemes) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(WIDTH, 2.15 * rows + 0.8), squeeze=False,
+                             layout="constrained")
+    for ax, scheme in zip(axes.ravel(), schemes, strict=False):
         sub = att[att.pe == scheme]
         n = int(sub.query_pos.max()) + 1
-        grid = [[float("nan")] * n for _ in range(n)]
-        for r in sub.itertuples():
-            grid[int(r.query_pos)][int(r.key_pos)] = r.value
+        grid = np.full((n, n), np.nan)
+        grid[sub.query_pos.astype(int), sub.key_pos.astype(int)] = sub.value.astype(float)
         labels = sub.sort_values("query_pos").drop_duplicates("query_pos")["query_token"].tolist()
-        ax.imshow(grid, vmin=0, vmax=1, cmap="viridis")
-        ax.set_xticks(range(n))
-        ax.set_xticklabels(labels, fontsize=7, rotation=90)
-        ax.set_yticks(range(n))
-        ax.set_yticklabels(labels, fontsize=7)
+        im = ax.imshow(grid, vmin=0, vmax=1, cmap="viridis")
+        ax.set_xticks(range(n), labels, fontsize=7, rotation=90)
+        ax.set_yticks(range(n), labels, fontsize=7)
+        ax.set_xlabel("key", fontsize=8)
+        ax.set_ylabel("query", fontsize=8)
         ax.set_title(f"{scheme}\nrow gap {gaps.get(scheme, float('nan')):.2g}, "
-                     f"key gap {key_gaps.get(scheme, float('nan')):.2g}", fontsize=9)
-    fig.suptitle(f"layer {layer + 1} attention (head mean) on {sub['probe'].iloc[0]!r}. Row gap: "
-                 "repeated tokens' rows over shared keys; key gap: a query's weights on two copies",
-                 fontsize=8)
-    return _save(fig, out)
+                     f"key gap {key_gaps.get(scheme, float('nan')):.2g}", fontsize=8)
+    for ax in axes.ravel()[len(schemes):]:
+        ax.axis("off")
+    fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.8, label="attention weight (head mean)")
+    probe = att["probe"].iloc[0]
+    fig.suptitle(f"layer {layer} attention on the probe {probe!r}, per position scheme\n"
+                 "row gap: how differently two copies of a token attend; "
+                 "key gap: how differently a query weighs them", fontsize=9)
+    return save(fig, out)
 
 
 def lm_curve(csv: Path, out: Path, perplexity_csv: Path | None = None) -> Path:
@@ -85,39 +102,60 @@ def lm_curve(csv: Path, out: Path, perplexity_csv: Path | None = None) -> Path:
     import math
 
     df = pd.read_csv(csv)
-    fig, ax = plt.subplots(figsize=(6, 3.8))
+    fig, ax = plt.subplots(figsize=(WIDTH, 3.8), layout="constrained")
     for scheme in _ordered(df.pe):
         sub = df[df.pe == scheme]
         ev = sub[sub.metric == "eval_loss"]
         tr = sub[sub.metric == "train_loss"]
-        line = ax.plot(ev.step, ev.value, marker=".", label=f"{scheme} (test slice)")[0]
-        ax.plot(tr.step, tr.value, ls=":", color=line.get_color(), label=f"{scheme} (train)")
+        ax.plot(ev.step, ev.value, marker=".", color=color_of(scheme), label=f"{scheme}: held-out")
+        ax.plot(tr.step, tr.value, ls=":", marker="x", ms=3, color=color_of(scheme),
+                label=f"{scheme}: train")
     if perplexity_csv is not None and Path(perplexity_csv).exists():
         ppl = pd.read_csv(perplexity_csv)
         uni = ppl[(ppl.model == "unigram") & (ppl.metric == "test_perplexity")]
         if len(uni):
-            ax.axhline(math.log(uni.value.iloc[0]), color="grey", ls="--", label="unigram (test)")
-    ax.set_xlabel("step")
-    ax.set_ylabel("loss (nats/token)")
-    ax.set_title(f"IMDB LM, tokenizer {df.tokenizer.iloc[0]} ({int(df.vocab_size.iloc[0])})",
-                 fontsize=10)
+            ax.axhline(math.log(uni.value.iloc[0]), color=color_of("unigram"), ls="--",
+                       label="unigram (test)")
+    steps = sorted(df.step.unique())
+    if len(steps) == 1:  # one point: an axis around it, not from step - 1 to step + 1
+        ax.set_xlim(0, steps[0] * 1.15)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("training step")
+    ax.set_ylabel("loss (nats per token)")
+    first = df.iloc[0]
+    ax.set_title(f"small causal LMs on {first['dataset']} per position scheme: loss by step\n"
+                 f"{int(first['layers'])} layers x {int(first['width'])}, context "
+                 f"{int(first['context'])}, {first['tokenizer']} tokenizer "
+                 f"({int(first['vocab_size'])}); held-out: {int(first['rows'])} test reviews",
+                 fontsize=9)
     ax.legend(fontsize=7, ncol=2)
-    return _save(fig, out)
+    return save(fig, out)
 
 
 def lm_perplexity(csv: Path, out: Path) -> Path:
-    """Test perplexity per scheme and the unigram baseline (log scale)."""
+    """Test perplexity per scheme and the unigram baseline: points on a linear axis (the
+    values are of one order of magnitude), interval bars when the table has them."""
     df = pd.read_csv(csv)
     ppl = df[df.metric == "test_perplexity"]
     names = ["unigram"] + [f"lm-{s}" for s in _ordered(ppl[ppl.model != "unigram"].pe)]
-    vals = ppl.set_index("model").reindex(names)["value"]
-    fig, ax = plt.subplots(figsize=(1.2 * len(names) + 2, 3.4))
-    bars = ax.bar(range(len(names)), vals, color=["grey"] + ["C0"] * (len(names) - 1))
-    for bar, v in zip(bars, vals, strict=True):
-        ax.text(bar.get_x() + bar.get_width() / 2, v, f"{v:.0f}", ha="center", va="bottom",
-                fontsize=8)
-    ax.set_xticks(range(len(names)))
-    ax.set_xticklabels([n.removeprefix("lm-") for n in names])
-    ax.set_yscale("log")
-    ax.set_ylabel("IMDB test perplexity")
-    return _save(fig, out)
+    vals = ppl.set_index("model").reindex(names)
+    fig, ax = plt.subplots(figsize=(WIDTH, 3.2), layout="constrained")
+    for i, name in enumerate(names):
+        points(ax, [i], vals.loc[[name]], color_of(name), None)
+        ax.annotate(f"{vals.loc[name, 'value']:.0f}", (i, vals.loc[name, "value"]),
+                    textcoords="offset points", xytext=(7, -3), fontsize=8)
+    ax.set_xticks(range(len(names)), [n.removeprefix("lm-") for n in names])
+    if wants_log(vals["value"]):
+        ax.set_yscale("log")
+    else:
+        ax.set_ylim(0, vals["value"].max() * 1.12)
+    ax.set_ylabel("test perplexity")
+    ax.set_xlabel("position scheme (unigram: counts only, no context)")
+    first = ppl[ppl.model != "unigram"].iloc[0]
+    ax.set_title(f"small causal LMs: test perplexity per position scheme\n{first['dataset']}/"
+                 f"{first['split']}, {int(first['rows'])} reviews, {int(first['tokens']):,} "
+                 f"scored tokens; {int(first['steps'])} steps" + (f"; {interval_note(ppl)}"
+                                                                  if interval_note(ppl) else ""),
+                 fontsize=9)
+    ax.grid(axis="y", color="0.9", lw=0.6)
+    return save(fig, out)

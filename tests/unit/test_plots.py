@@ -1,0 +1,120 @@
+"""Figures: one colour per condition across figures, points not bars, log only across decades,
+the headline aggregation on its own panels, titles that say what and on what."""
+
+from __future__ import annotations
+
+import itertools
+
+import matplotlib.colors as mcolors
+import pandas as pd
+import pytest
+
+from pecli.plots import ablate, perplexity, style, training
+
+
+@pytest.fixture
+def captured(monkeypatch):
+    """Figures handed to `save` by the plot modules, kept open for inspection."""
+    figs = []
+
+    def keep(fig, path, dpi=150):
+        figs.append(fig)
+        return path
+
+    for module in (ablate, perplexity, training):
+        monkeypatch.setattr(module, "save", keep)
+    return figs
+
+
+def _colors(ax) -> set[str]:
+    out = {mcolors.to_hex(line.get_color()) for line in ax.get_lines()}
+    out |= {mcolors.to_hex(c.get_edgecolor()) for c in ax.collections if hasattr(c, "get_edgecolor")
+            and len(c.get_edgecolor())}
+    return out
+
+
+def test_color_of_is_fixed_for_study_names_and_stable_for_others():
+    assert style.color_of("zero") == "#D55E00" and style.color_of("learned") == "#000000"
+    assert style.color_of("lm-alibi") == style.color_of("alibi") == style.color_of("toy-alibi")
+    assert style.color_of("swap:gpt2") == style.color_of("swap:gpt2")
+
+
+def test_wants_log_only_across_decades():
+    assert not style.wants_log([905, 1385, 227])
+    assert style.wants_log([120, 19600])
+    assert not style.wants_log([0.5])
+
+
+def _ablate_tables():
+    common = dict(model="minilm", dataset="imdb", split="test", rows=4, special_tokens="included")
+    main = []
+    for iv, layer in itertools.product(["shuffle", "zero"], range(3)):
+        for metric, value in (("cosine_mean", 0.9 - 0.1 * layer), ("cosine_std", 0.05)):
+            main.append({**common, "intervention": iv, "layer": layer, "final_layer": layer == 2,
+                         "metric": metric, "value": value})
+        if layer == 2:
+            main.append({**common, "intervention": iv, "layer": 2, "final_layer": True,
+                         "metric": "z_score", "value": 10.0})
+    rand = pd.DataFrame([{**common, "intervention": "none", "metric": "random_cosine_hist_count",
+                          "value": 5, "bin_left": b / 10, "bin_right": b / 10 + 0.1,
+                          "pairs": 100, "dim": 8} for b in range(-3, 3)])
+    return pd.DataFrame(main), rand
+
+
+def test_a_condition_has_one_colour_in_every_ablate_figure(captured, tmp_path):
+    main, rand = _ablate_tables()
+    ablate.cosine_by_layer(main, tmp_path / "a.png")
+    ablate.random_baseline(main, rand, tmp_path / "b.png")
+    layers, baseline = (fig.axes[0] for fig in captured)
+    for ax in (layers, baseline):
+        assert style.color_of("zero").lower() in _colors(ax)
+        assert style.color_of("shuffle").lower() in _colors(ax)
+    title = layers.get_title()
+    assert "minilm" in title and "imdb/test" in title and "4 texts" in title and "cosine" in title
+    assert layers.get_xlabel() and layers.get_ylabel()
+    labels = layers.get_legend_handles_labels()[1]
+    assert any("s.d." in label for label in labels)  # the band is named in the legend
+
+
+def _perplexity_table(huge: float):
+    rows = []
+    for iv, (mask, sem, proto), agg in itertools.product(
+            ["learned", "zero"],
+            [("default", "legacy", "study"), ("default", "legacy", "relative"),
+             ("linear", "legacy", "study"), ("linear", "legacy", "relative"),
+             ("linear", "log-bias", "study"), ("linear", "log-bias", "relative")],
+            perplexity.AGG_ORDER):
+        value = huge if (agg == "mean_per_token" and sem == "legacy" and mask == "linear") else 100.0
+        rows.append(dict(model="smollm2", dataset="truthfulqa", split="validation", rows=10,
+                         tokens=120, intervention=iv, mask=mask, mask_semantics=sem, protocol=proto,
+                         aggregation=agg, value=value + (iv == "zero"), ci_low=value - 5,
+                         ci_high=value + 5))
+    return pd.DataFrame(rows)
+
+
+def test_perplexity_figure_headline_panels_points_and_log_only_where_needed(captured, tmp_path):
+    perplexity.aggregation_figure(_perplexity_table(1e12), tmp_path / "p.png")
+    fig = captured[0]
+    titles = [ax.get_title() for ax in fig.axes]
+    assert sum("corpus perplexity (headline)" in t for t in titles) == 2  # one per protocol
+    scales = {ax.get_title(): ax.get_yscale() for ax in fig.axes}
+    assert scales[perplexity.AGG_LABEL["mean_per_token"]] == "log"  # 100 .. 1e12
+    assert scales["corpus perplexity (headline), study protocol"] == "linear"  # all near 100
+    for ax in fig.axes:
+        assert not ax.patches  # no bars anywhere
+        assert ax.get_xticklabels()[0].get_text() == "no mask"
+    head = fig.axes[0]
+    # learned and zero at 3 variants: 3 points each, with interval bars (error bar lines)
+    assert any(c.__class__.__name__ == "LineCollection" for c in head.collections)
+    assert "smollm2" in fig._suptitle.get_text() and "10 texts" in fig._suptitle.get_text()
+
+
+def test_one_point_learning_curve_gets_an_axis_from_zero(captured, tmp_path):
+    curve = pd.DataFrame([dict(pe="learned", metric=m, step=20, value=v, dataset="imdb",
+                               layers=1, width=8, context=16, tokenizer="bpe", vocab_size=300,
+                               rows=4) for m, v in (("eval_loss", 5.0), ("train_loss", 5.5))])
+    csv = tmp_path / "curve.csv"
+    curve.to_csv(csv, index=False)
+    training.lm_curve(csv, tmp_path / "c.png")
+    low, high = captured[0].axes[0].get_xlim()
+    assert low == 0 and 20 < high < 30
