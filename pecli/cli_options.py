@@ -12,7 +12,8 @@ ModelArg = Annotated[str, typer.Argument(
          "bert-base-uncased, roberta-base, ...) or a local checkpoint directory.")]
 DeviceOpt = Annotated[str, typer.Option(help="auto (CUDA if present), cpu or cuda.")]
 DtypeOpt = Annotated[str, typer.Option(help="float32, bfloat16 or float16.")]
-SeedOpt = Annotated[int, typer.Option(help="Seed for subsets, shuffles and random inits.")]
+SeedOpt = Annotated[int, typer.Option(
+    min=0, max=2**32 - 1, help="Seed for subsets, shuffles and random inits (0 to 2^32 - 1).")]
 LimitOpt = Annotated[int | None, typer.Option(
     help="Use a seeded random subset of N rows (stratified by label where there is one).")]
 DataDirOpt = Annotated[Path | None, typer.Option(
@@ -27,3 +28,5 @@ OutOpt = Annotated[Path | None, typer.Option(
     help="Output directory (default: runs/<command>/<UTC time>-<commit>).")]
 BatchSizeOpt = Annotated[int | None, typer.Option(
     help="Sequences per forward pass (default: by a token budget, larger on CUDA).")]
+BootstrapOpt = Annotated[int, typer.Option(
+    help="Resamples of the 95 % bootstrap intervals over texts (ci_low, ci_high); 0: none.")]

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.table import Table
 
+from pecli import parallel
 from pecli.cli_options import (
     BatchSizeOpt,
+    BootstrapOpt,
     DataDirOpt,
     DatasetOpt,
     DeviceOpt,
@@ -47,6 +48,7 @@ def ablate(
     baseline_pairs: Annotated[int, typer.Option(
         help="Random pairs of standard-normal vectors for the chance baseline.")] = 10_000,
     batch_size: BatchSizeOpt = None,
+    bootstrap: BootstrapOpt = 1000,
     seed: SeedOpt = 0,
     device: DeviceOpt = "auto",
     dtype: DtypeOpt = "float32",
@@ -57,8 +59,11 @@ def ablate(
 
     For each real token, the cosine between its hidden state with the model's own positions
     and under each --pe intervention, at every layer and by position index; compared with
-    random pairs of vectors of the model's width (z-score, percentile, histogram). Texts
-    longer than the model's positions are truncated and counted.
+    random pairs of vectors of the model's width (z-score, percentile, histogram), and with
+    two in-model baselines per layer (the model's own positions, same texts): the cosine of
+    two different tokens (its anisotropy floor) and of the same token in another text.
+    Means carry 95 % bootstrap intervals over texts. Texts longer than the model's
+    positions are truncated and counted.
 
     Examples:
         pecli ablate minilm
@@ -66,7 +71,8 @@ def ablate(
         pecli ablate random:gpt2 --pe zero --dataset truthfulqa --text question --limit 20
     """
     from pecli.experiments.ablate import figures, run
-    from pecli.io import default_out_dir, write_table
+    from pecli.intervals import METHOD
+    from pecli.io import RunOutput, default_out_dir
 
     names = [n.strip() for item in (pe or ["zero"]) for n in _split_names(item)]
     options = dict(model=model, interventions=names, dataset=dataset, split=split,
@@ -74,15 +80,16 @@ def ablate(
                    seed=seed, device=device, dtype=dtype,
                    data_dir=str(data_dir) if data_dir else None, text_field=text,
                    batch_size=batch_size, layers=layers, probe=probe,
-                   baseline_pairs=baseline_pairs)
+                   baseline_pairs=baseline_pairs, bootstrap=bootstrap)
     start = time.perf_counter()
-    tables = run(**options, progress=True)
-    elapsed = time.perf_counter() - start
-
-    out_dir = Path(out) if out else default_out_dir("ablate")
-    paths = {name: write_table(df, out_dir, name, {"command": "ablate", **options})
-             for name, df in tables.items()}
-    pngs = figures(paths, out_dir / "figures")
+    with RunOutput(out or default_out_dir("ablate")) as output:  # --out checked before computing
+        tables = run(**options, progress=True)
+        elapsed = time.perf_counter() - start
+        if not parallel.is_main():  # launched on N processes: the main one writes and prints
+            return
+        paths, pngs = output.write(tables, {"command": "ablate", **options,
+                                            "intervals": METHOD + "; in-model baselines: "
+                                            "their pairs resampled"}, figures)
     _summary(tables, elapsed)
     console = wide_console()
     for p in [*paths.values(), *pngs]:
@@ -94,6 +101,12 @@ def _split_names(item: str) -> list[str]:
     return [n for n in item.split(",") if n.strip()]
 
 
+def _ci(row) -> str:
+    """` [low, high]` of a row with an interval, else nothing."""
+    low, high = row.get("ci_low"), row.get("ci_high")
+    return "" if low is None or low != low else f" [{low:.4f}, {high:.4f}]"
+
+
 def _summary(tables: dict, elapsed: float) -> None:
     main = tables["ablate"]
     first = main.iloc[0]
@@ -102,24 +115,36 @@ def _summary(tables: dict, elapsed: float) -> None:
     table = Table(title=f"ablate: {first['model']} on {first['dataset']}/{first['split']} "
                         f"({first['rows']} texts, {first['truncated_texts']} truncated to "
                         f"{first['max_length']} tokens; {elapsed:.1f} s)")
-    for col in ("intervention", "mean cosine", "std", "median", "tokens",
-                "w/o special", "z-score", "percentile"):
+    between = "between_baselines" in set(final["metric"])
+    for col in ("intervention", "mean cosine [95 % CI]", "std", "median", "tokens",
+                "w/o special", "z-score", "percentile", *(["0 = other token, 1 = same"] * between)):
         table.add_column(col, justify="left" if col == "intervention" else "right")
     if probe is not None:
-        table.add_column("probe acc.", justify="right")
-    for name, group in final.groupby("intervention", sort=False):
-        inc = group[group["special_tokens"] == "included"].set_index("metric")["value"]
+        table.add_column("probe acc. [95 % CI]", justify="right")
+    for name, group in final[final["intervention"] != "learned"].groupby("intervention", sort=False):
+        inc = group[group["special_tokens"] == "included"].set_index("metric")
         exc = group[group["special_tokens"] == "excluded"].set_index("metric")["value"]
-        row = [name, f"{inc['cosine_mean']:.4f}", f"{inc['cosine_std']:.4f}",
-               f"{inc['cosine_median']:.4f}", f"{int(inc['token_count'])}",
-               f"{exc['cosine_mean']:.4f}", f"{inc['z_score']:.1f}", f"{inc['percentile']:.2f}"]
+        v = inc["value"]
+        row = [name, f"{v['cosine_mean']:.4f}" + _ci(inc.loc["cosine_mean"]),
+               f"{v['cosine_std']:.4f}", f"{v['cosine_median']:.4f}", f"{int(v['token_count'])}",
+               f"{exc['cosine_mean']:.4f}", f"{v['z_score']:.1f}", f"{v['percentile']:.2f}"]
+        if between:
+            row.append(f"{v['between_baselines']:.2f}")
         if probe is not None:
-            acc = probe.set_index(["intervention", "metric"])["value"]
-            row.append(f"{acc[(name, 'probe_accuracy')]:.3f} (learned "
-                       f"{acc[('learned', 'probe_accuracy')]:.3f})")
+            acc = probe.set_index(["intervention", "metric"])
+            row.append(f"{acc.loc[(name, 'probe_accuracy'), 'value']:.3f}"
+                       + _ci(acc.loc[(name, 'probe_accuracy')]) + " (learned "
+                       f"{acc.loc[('learned', 'probe_accuracy'), 'value']:.3f})")
         table.add_row(*row)
     console = wide_console()
     console.print(table)
+    own = final[final["intervention"] == "learned"].set_index("metric")
+    if "token_pair_cosine_mean" in own.index and "self_similarity_mean" in own.index:
+        tp, ss = own.loc["token_pair_cosine_mean"], own.loc["self_similarity_mean"]
+        console.print(f"in-model baselines (final layer, own positions, special tokens excluded): "
+                      f"two different tokens {tp['value']:.4f}{_ci(tp)} ({int(tp['pairs'])} pairs), "
+                      f"the same token in another text {ss['value']:.4f}{_ci(ss)} "
+                      f"({int(ss['pairs'])} pairs)")
     rand = tables["ablate_random"].set_index("metric")["value"]
     console.print(f"random baseline: {int(tables['ablate_random']['pairs'].iloc[0])} pairs of "
                   f"d = {int(tables['ablate_random']['dim'].iloc[0])} normal vectors, cosine mean "

@@ -13,6 +13,14 @@ Tables (long, one measurement per row, provenance on each):
   of the model's width): mean, std, pairs, and a histogram.
 - `ablate_probe` (probe=True): held-out accuracy of a logistic-regression probe on
   mean-pooled final features, with the model's positions and with each intervention.
+
+Is a cosine high? Besides random Gaussian vectors (the study's baseline), two in-model
+baselines per layer, with the model's own positions (intervention `learned`) on the same
+texts: `token_pair_cosine` (two different real tokens of different texts: the model's
+anisotropy floor, Ethayarajh 2019) and `self_similarity` (the same token id in two different
+texts). `between_baselines` places each intervention's mean cosine on that scale: 0 = as
+alike as two different tokens, 1 = as alike as the same token in another context.
+Means carry 95 % bootstrap intervals over texts (`ci_low`, `ci_high`; pecli.intervals).
 """
 
 from __future__ import annotations
@@ -23,12 +31,16 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from pecli import parallel
 from pecli.experiments import EXPERIMENTS, Experiment
 
 NAME = "ablate"
 VERSION = 1
 DEFAULT_LIMIT = 48  # `pecli ablate minilm` in about a minute on 2 shared CPU cores
 DEFAULT_PAIRS = 10_000
+DEFAULT_BOOTSTRAP = 1000
+BASELINE_TEXTS = 32  # the in-model baselines sample from this many of the texts (one more pass)
+BASELINE_PAIRS = 1000  # pairs per in-model baseline
 HIST_BINS = 60
 PROBE_TEST_FRACTION = 0.3
 
@@ -79,6 +91,7 @@ def measure(loaded, texts: list[str], interventions: list[str], *, seed: int = 0
         raise_empty(texts, lengths)
     batches = (length_batches(lengths, 0, max_batch=batch_size) if batch_size
                else tight_batches(lengths, default_token_budget(loaded.device)))
+    mine = parallel.shard(batches, lengths)  # this process's batches (all of them unless launched)
     special_ids = torch.tensor(sorted(set(loaded.tokenizer.all_special_ids)), dtype=torch.long)
     base = loaded.model.base_model  # hidden states only: no LM head over the vocabulary
     pad_id = loaded.tokenizer.pad_token_id
@@ -90,19 +103,20 @@ def measure(loaded, texts: list[str], interventions: list[str], *, seed: int = 0
     parts = _Parts(interventions, ["learned", *interventions] if pooled else [])
     checkpoint = None
     if checkpoint_every is not None:
-        checkpoint = _checkpoint(loaded, texts, interventions, seed, layers, pooled, batches,
-                                 checkpoint_every)
+        checkpoint = _checkpoint(loaded, texts, interventions, seed, layers, pooled,
+                                 [batches[b] for b in mine], checkpoint_every)
         saved = checkpoint.load()
         if saved is not None:
             parts.restore(saved)
-            if progress:
-                print(f"resuming: {parts.done} of {len(batches)} batches were done before",
+            if progress and parallel.is_main():
+                print(f"resuming: {parts.done} of {len(mine)} batches were done before",
                       file=sys.stderr)
 
-    with _progress(progress, len(batches), "ablate") as advance, torch.inference_mode():
+    with _progress(progress and parallel.is_main(), len(mine), "ablate") as advance, \
+            torch.inference_mode():
         for _ in range(parts.done):
             advance()
-        for batch in batches[parts.done:]:
+        for batch in [batches[b] for b in mine][parts.done:]:
             ids, mask = pad([enc.ids[i] for i in batch], pad_id, loaded.device, "right")  # [b, t]
             keep = mask.bool().cpu()
             parts.position.append(torch.arange(ids.shape[1]).expand(ids.shape)[keep].numpy())
@@ -121,10 +135,12 @@ def measure(loaded, texts: list[str], interventions: list[str], *, seed: int = 0
                     parts.pooled[name].append(_mean_pool(out[-1], mask))
             parts.done += 1
             advance()
-            if checkpoint is not None and parts.done < len(batches):
+            if checkpoint is not None and parts.done < len(mine):
                 checkpoint.save(parts.arrays)  # builds the arrays only when a save is due
     if checkpoint is not None:
         checkpoint.clear()
+    if parallel.launched():
+        parts.gather(batches, mine, lengths)
     back = np.argsort(np.concatenate(parts.order))  # pooled rows back to text order
     return Measured(
         layers=parts.layers, width=parts.width, tokens=enc.tokens, truncated=enc.truncated,
@@ -155,6 +171,17 @@ class _Parts:
         out |= {f"cos{i}": np.concatenate(v, axis=1) for i, v in enumerate(self.cosine.values())}
         out |= {f"pool{i}": np.concatenate(v) for i, v in enumerate(self.pooled.values())}
         return out
+
+    def gather(self, batches: list[list[int]], mine: list[int], lengths: list[int]) -> None:
+        """Become every process's parts in batch order (pecli.parallel): what one process gets."""
+        tokens, rows = [sum(lengths[i] for i in b) for b in batches], [len(b) for b in batches]
+        layout = {"position": (tokens, 0), "special": (tokens, 0), "text": (tokens, 0),
+                  "order": (rows, 0)}
+        layout |= {f"cos{i}": (tokens, 1) for i in range(len(self.cosine))}  # [l, n]
+        layout |= {f"pool{i}": (rows, 0) for i in range(len(self.pooled))}
+        shape = max(parallel.gather({parallel.rank(): (self.layers, self.width)}).values())
+        merged = parallel.gather_batches(mine, self.arrays() if self.done else None, layout)
+        self.restore({**merged, "done": len(batches), "layers": shape[0], "width": shape[1]})
 
     def restore(self, saved: dict) -> None:
         self.done, self.layers, self.width = (int(saved[k]) for k in ("done", "layers", "width"))
@@ -235,11 +262,10 @@ class _progress:
     def __enter__(self):
         if not self.enabled:
             return lambda: None
-        from rich.console import Console
-        from rich.progress import Progress
+        from pecli.progress import progress_bar
 
-        # piped or captured: no bar (a transient one would leave a blank line)
-        self.bar = Progress(transient=True, disable=not Console().is_terminal)
+        # a terminal gets a bar; piped or captured output, a line every ~10 % or 30 s
+        self.bar = progress_bar(transient=True)
         self.bar.__enter__()
         task = self.bar.add_task(f"{self.what} ({self.total} batches)", total=self.total)
         return lambda: self.bar.advance(task)
@@ -250,10 +276,103 @@ class _progress:
         return False
 
 
+# --- in-model baselines: how alike are two different tokens, or one token elsewhere? -----
+
+
+def sample_baseline_pairs(ids: list[list[int]], special: set[int], pairs: int = BASELINE_PAIRS,
+                          seed: int = 0, max_texts: int = BASELINE_TEXTS) -> dict[str, np.ndarray]:
+    """Seeded token pairs for the two in-model baselines, as [pairs, 2, 2] (text, position).
+
+    Both sample from at most `max_texts` texts (a seeded subset) and skip special tokens.
+    token_pair: a real token drawn uniformly, then a token of another text with another id.
+    self_similarity: a token drawn uniformly among those whose id occurs in another text,
+    then an occurrence of that id in another text. Token-weighted, like the intervention
+    cosines (frequent tokens count more). Fewer self-similarity pairs (even 0) when few ids
+    repeat across texts.
+    """
+    rng = np.random.default_rng([seed, 12])
+    chosen = np.sort(rng.permutation(len(ids))[:max_texts])
+    text, pos, tok = [], [], []
+    for t in chosen:
+        for p, i in enumerate(ids[t]):
+            if i not in special:
+                text.append(t), pos.append(p), tok.append(i)
+    text, pos, tok = np.array(text, np.int64), np.array(pos, np.int64), np.array(tok, np.int64)
+    out = {"token_pair": np.zeros((0, 2, 2), np.int64), "self_similarity": np.zeros((0, 2, 2), np.int64)}
+    if len(np.unique(text)) < 2:
+        return out
+    found = []
+    while len(found) < pairs:  # rejection: other text and other id (nearly always at once)
+        a, b = rng.integers(0, len(tok), size=(2, 4 * pairs))
+        ok = (text[a] != text[b]) & (tok[a] != tok[b])
+        found += list(zip(a[ok], b[ok], strict=True))
+    a, b = np.array(found[:pairs]).T
+    out["token_pair"] = np.stack([np.stack([text[a], pos[a]], 1), np.stack([text[b], pos[b]], 1)], 1)
+    texts_of = {}  # token id -> distinct texts it occurs in
+    for i, t in zip(tok.tolist(), text.tolist(), strict=True):
+        texts_of.setdefault(i, set()).add(t)
+    eligible = np.flatnonzero([len(texts_of[i]) > 1 for i in tok.tolist()])
+    if eligible.size:
+        where = {}  # token id -> indices of its occurrences
+        for j in eligible.tolist():
+            where.setdefault(int(tok[j]), []).append(j)
+        rows = []
+        for a in rng.choice(eligible, size=pairs):
+            others = [j for j in where[int(tok[a])] if text[j] != text[a]]
+            b = others[rng.integers(len(others))]
+            rows.append(((text[a], pos[a]), (text[b], pos[b])))
+        out["self_similarity"] = np.array(rows, np.int64)
+    return out
+
+
+def baseline_cosines(loaded, ids: list[list[int]], pairs: dict[str, np.ndarray],
+                     layers: bool = True) -> dict[str, np.ndarray]:
+    """Cosine at every layer between the hidden states (the model's own positions) of each
+    pair's two tokens: {baseline: [l, pairs]}. Runs the texts the pairs touch, one batch
+    of up to 16 at a time, keeping only the sampled tokens' states."""
+    import torch
+
+    from pecli.batching import pad
+
+    wanted = np.concatenate([p.reshape(-1, 2) for p in pairs.values()])
+    needed = sorted({int(t) for t in wanted[:, 0]}, key=lambda t: len(ids[t]))  # little padding
+    states = {}  # (text, position) -> [l, d] float64
+    base = loaded.model.base_model
+    with torch.inference_mode():
+        for start in range(0, len(needed), 16):
+            batch = needed[start:start + 16]
+            tensors, mask = pad([ids[t] for t in batch], loaded.tokenizer.pad_token_id,
+                                loaded.device, "right")
+            out = base(input_ids=tensors, attention_mask=mask, output_hidden_states=layers)
+            hidden = out.hidden_states if layers else (out.last_hidden_state,)  # l x [b, t, d]
+            for row, t in enumerate(batch):
+                positions = sorted(set(wanted[wanted[:, 0] == t, 1].tolist()))
+                h = torch.stack([x[row, positions] for x in hidden]).double().cpu()  # [l, k, d]
+                for k, p in enumerate(positions):
+                    states[(t, p)] = h[:, k]
+    result = {}
+    for name, pair in pairs.items():
+        if len(pair) == 0:
+            continue
+        a = torch.stack([states[tuple(x)] for x in pair[:, 0].tolist()], 1)  # [l, pairs, d]
+        b = torch.stack([states[tuple(x)] for x in pair[:, 1].tolist()], 1)
+        result[name] = torch.nn.functional.cosine_similarity(a, b, dim=-1).numpy()  # [l, pairs]
+    return result
+
+
 # --- tables ------------------------------------------------------------------------
 
 
-def probe_accuracy(features: dict[str, np.ndarray], labels, seed: int = 0) -> list[dict]:
+def _accuracy(correct: np.ndarray, bootstrap: int, seed: int) -> dict:
+    """Accuracy of held-out texts with its interval (test texts resampled)."""
+    from pecli.intervals import mean_interval
+
+    low, high = mean_interval(correct.astype(np.float64), n_boot=bootstrap, seed=seed)
+    return {"value": float(correct.mean()), "ci_low": low, "ci_high": high}
+
+
+def probe_accuracy(features: dict[str, np.ndarray], labels, seed: int = 0,
+                   bootstrap: int = DEFAULT_BOOTSTRAP) -> list[dict]:
     """Held-out accuracy of logistic regression on each condition's features, one seeded,
     stratified split shared by all; also the `learned` probe applied to each condition."""
     from sklearn.linear_model import LogisticRegression
@@ -278,12 +397,12 @@ def probe_accuracy(features: dict[str, np.ndarray], labels, seed: int = 0) -> li
         clf.fit(x[train], y[train])
         fitted[cond] = clf
         rows.append({"intervention": cond, "probe_trained_on": cond, "metric": "probe_accuracy",
-                     "value": float(clf.score(x[test], y[test]))})
+                     **_accuracy(clf.predict(x[test]) == y[test], bootstrap, seed)})
     for cond, x in features.items():
         if cond != "learned":
             rows.append({"intervention": cond, "probe_trained_on": "learned",
                          "metric": "probe_accuracy_transfer",
-                         "value": float(fitted["learned"].score(x[test], y[test]))})
+                         **_accuracy(fitted["learned"].predict(x[test]) == y[test], bootstrap, seed)})
     for r in rows:
         r.update(train_rows=len(train), test_rows=len(test), probe="logistic_regression",
                  probe_features="mean-pooled final hidden state (real tokens)")
@@ -291,8 +410,14 @@ def probe_accuracy(features: dict[str, np.ndarray], labels, seed: int = 0) -> li
 
 
 def tables(m: Measured, provenance: dict, *, seed: int, baseline_pairs: int,
-           probe_rows: list[dict] | None = None) -> dict[str, pd.DataFrame]:
-    """Tidy tables from a Measured run; `provenance` (model, data) and versions go on every row."""
+           probe_rows: list[dict] | None = None, baselines: dict[str, np.ndarray] | None = None,
+           bootstrap: int = DEFAULT_BOOTSTRAP) -> dict[str, pd.DataFrame]:
+    """Tidy tables from a Measured run; `provenance` (model, data) and versions go on every row.
+
+    `baselines`: {token_pair | self_similarity: cosines [l, pairs]} (see baseline_cosines);
+    `bootstrap`: resamples of the intervals (0: none, NaN bounds).
+    """
+    from pecli.intervals import by_text, ratio_interval
     from pecli.metrics import (
         histogram,
         mean_by_index,
@@ -308,6 +433,7 @@ def tables(m: Measured, provenance: dict, *, seed: int, baseline_pairs: int,
               "truncated_texts": m.truncated, "max_length": m.max_length, **row_provenance(), **provenance}
     final = m.layers - 1
     rand = random_pair_cosines(m.width, baseline_pairs, seed)
+    texts = int(m.text.max()) + 1 if m.text.size else 0
     rows = []
     for name, cos in m.cosine.items():
         for layer in range(m.layers):
@@ -316,7 +442,11 @@ def tables(m: Measured, provenance: dict, *, seed: int, baseline_pairs: int,
                 base = {"intervention": name, "layer": layer, "final_layer": layer == final,
                         "special_tokens": subset, "tokens": s["count"],
                         "aggregation": "over all real tokens of all texts"}
-                for stat in ("mean", "std", "median"):
+                low, high = ratio_interval(*by_text(cos[layer][keep], m.text[keep], texts),
+                                           n_boot=bootstrap, seed=seed)
+                rows.append({**base, "metric": "cosine_mean", "value": s["mean"],
+                             "ci_low": low, "ci_high": high})
+                for stat in ("std", "median"):
                     rows.append({**base, "metric": f"cosine_{stat}", "value": s[stat]})
                 rows.append({**base, "metric": "token_count", "value": s["count"]})
                 if layer == final:
@@ -329,6 +459,7 @@ def tables(m: Measured, provenance: dict, *, seed: int, baseline_pairs: int,
                      "special_tokens": "included", "tokens": m.tokens,
                      "metric": "truncated_texts", "value": m.truncated,
                      "aggregation": f"texts longer than {m.max_length} tokens, cut"})
+    rows += _baseline_rows(baselines or {}, rows, final, seed, bootstrap)
     main = validate(pd.DataFrame([{**common, **r} for r in rows]))
 
     pos_rows = []
@@ -359,12 +490,48 @@ def tables(m: Measured, provenance: dict, *, seed: int, baseline_pairs: int,
     return out
 
 
+def _baseline_rows(baselines: dict[str, np.ndarray], rows: list[dict], final: int, seed: int,
+                   bootstrap: int) -> list[dict]:
+    """Rows of the in-model baselines per layer, and where each intervention's mean cosine
+    sits between them (`between_baselines`: 0 = token_pair, 1 = self_similarity)."""
+    from pecli.intervals import ratio_interval
+
+    metric = {"token_pair": "token_pair_cosine", "self_similarity": "self_similarity"}
+    what = {"token_pair": "two different real tokens of different texts",
+            "self_similarity": "the same token id in two different texts"}
+    out, means = [], {}
+    for name, cos in baselines.items():  # cos [l, pairs]
+        for layer in range(cos.shape[0]):
+            base = {"intervention": "learned", "layer": layer, "final_layer": layer == final,
+                    "special_tokens": "excluded", "tokens": 2 * cos.shape[1],
+                    "pairs": cos.shape[1], "baseline": name,
+                    "aggregation": f"over {cos.shape[1]} seeded pairs of {what[name]}, the "
+                                   "model's own positions (interval: pairs resampled)"}
+            means[name, layer] = float(cos[layer].mean())
+            low, high = ratio_interval(cos[layer], n_boot=bootstrap, seed=seed)
+            out.append({**base, "metric": f"{metric[name]}_mean", "value": means[name, layer],
+                        "ci_low": low, "ci_high": high})
+            out.append({**base, "metric": f"{metric[name]}_std", "value": float(cos[layer].std())})
+    for r in rows:
+        layer = r.get("layer")
+        if r["metric"] != "cosine_mean" or ("token_pair", layer) not in means \
+                or ("self_similarity", layer) not in means:
+            continue
+        lo, hi = means["token_pair", layer], means["self_similarity", layer]
+        out.append({**{k: r[k] for k in ("intervention", "layer", "final_layer", "special_tokens",
+                                        "tokens")},
+                    "metric": "between_baselines", "value": (r["value"] - lo) / (hi - lo),
+                    "aggregation": "(mean cosine - token_pair_cosine_mean) / "
+                                   "(self_similarity_mean - token_pair_cosine_mean), same layer"})
+    return out
+
+
 def run(model: str = "minilm", interventions: list[str] | tuple[str, ...] = ("zero",),
         dataset: str = "imdb", split: str | None = None, limit: int | None = DEFAULT_LIMIT,
         seed: int = 0, device: str = "auto", dtype: str = "float32", data_dir: str | None = None,
         text_field: str | None = None, batch_size: int | None = None, layers: bool = True,
         probe: bool = False, baseline_pairs: int = DEFAULT_PAIRS, limit_at_most: bool = False,
-        progress: bool = False) -> dict[str, pd.DataFrame]:
+        bootstrap: int = DEFAULT_BOOTSTRAP, progress: bool = False) -> dict[str, pd.DataFrame]:
     """Load `model` and `dataset`, measure, and return the tables (see the module docstring).
 
     `limit_at_most`: a `limit` beyond the data's rows takes every row (the CLI's default
@@ -382,6 +549,8 @@ def run(model: str = "minilm", interventions: list[str] | tuple[str, ...] = ("ze
                           "pass another intervention (zero, shuffle, ...)")
     if len(set(interventions)) != len(interventions):
         raise ConfigError(f"an intervention is listed twice: {interventions}")
+    if bootstrap < 0:
+        raise ConfigError(f"--bootstrap must be 0 (no intervals) or more (got {bootstrap})")
     if baseline_pairs < 2:
         raise ConfigError(f"--baseline-pairs must be at least 2 (got {baseline_pairs})")
     if batch_size is not None and batch_size < 1:
@@ -398,10 +567,24 @@ def run(model: str = "minilm", interventions: list[str] | tuple[str, ...] = ("ze
         raise DataError(f"--probe needs labels; {data.dataset} has no label column (use imdb)")
     m = measure(loaded, data.texts(), interventions, seed=seed, batch_size=batch_size,
                 layers=layers, pooled=probe, progress=progress)
-    probe_rows = probe_accuracy(m.pooled, labels, seed) if probe else None
+    if not parallel.is_main():
+        return {}  # launched on N processes: the main one makes and writes the tables
+    probe_rows = probe_accuracy(m.pooled, labels, seed, bootstrap) if probe else None
     prov = {**loaded.provenance(), **data.provenance(),
             "text_field": text_field or data.text_field}
-    return tables(m, prov, seed=seed, baseline_pairs=baseline_pairs, probe_rows=probe_rows)
+    return tables(m, prov, seed=seed, baseline_pairs=baseline_pairs, probe_rows=probe_rows,
+                  baselines=in_model_baselines(loaded, data.texts(), seed, layers),
+                  bootstrap=bootstrap)
+
+
+def in_model_baselines(loaded, texts: list[str], seed: int, layers: bool = True
+                       ) -> dict[str, np.ndarray]:
+    """token_pair and self_similarity cosines [l, pairs] on (a seeded subset of) `texts`."""
+    from pecli.batching import encode
+
+    ids = _quiet_encode(encode, loaded, texts).ids
+    pairs = sample_baseline_pairs(ids, set(loaded.tokenizer.all_special_ids), seed=seed)
+    return baseline_cosines(loaded, ids, pairs, layers)
 
 
 def figures(csv_paths: dict, fig_dir) -> list:

@@ -44,7 +44,14 @@ def test_ablate_writes_tables_figures_and_summary(assets, tmp_path):
     for png in ("ablate_layers", "ablate_positions", "ablate_random_baseline"):
         assert (out / "figures" / f"{png}.png").stat().st_size > 1000
     main = pd.read_csv(out / "ablate.csv")
-    assert set(main.intervention) == {"zero", "shift:2"}
+    assert set(main.intervention) == {"learned", "zero", "shift:2"}  # learned: the in-model baselines
+    own = main[main.intervention == "learned"]
+    assert set(own.metric) == {"token_pair_cosine_mean", "token_pair_cosine_std",
+                               "self_similarity_mean", "self_similarity_std"}
+    assert "in-model baselines" in result.output and "[" in result.output  # intervals shown
+    assert "intervals" in (out / "ablate.json").read_text()  # the method, in the sidecar
+    probe = pd.read_csv(out / "ablate_probe.csv")
+    assert (probe.ci_low <= probe.value).all() and (probe.value <= probe.ci_high).all()
     cos = main[(main.metric == "cosine_mean") & main.final_layer & (main.special_tokens == "included")]
     assert cos["value"].between(-1, 1).all() and len(cos) == 2
     assert "mean cosine" in result.output and "z-score" in result.output and "ablate.csv" in result.output

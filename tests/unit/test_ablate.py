@@ -178,3 +178,81 @@ def test_an_interrupted_run_resumes_to_the_same_numbers(tiny, tmp_path, monkeypa
     for name in ["learned", *names]:
         np.testing.assert_array_equal(resumed.pooled[name], full.pooled[name])
     assert (resumed.layers, resumed.width, resumed.tokens) == (full.layers, full.width, full.tokens)
+
+
+# --- in-model baselines and intervals ---------------------------------------------------
+
+
+@pytest.mark.parametrize("family", ["bert", "gpt2"])
+def test_in_model_baselines_equal_a_direct_computation(family, tiny):
+    from pecli.experiments.ablate import baseline_cosines, sample_baseline_pairs
+
+    loaded = tiny(family)
+    special = set(loaded.tokenizer.all_special_ids)
+    ids = [loaded.tokenizer(t)["input_ids"] for t in TEXTS]
+    pairs = sample_baseline_pairs(ids, special, pairs=200, seed=5)
+    (a_tp, b_tp), (a_ss, b_ss) = pairs["token_pair"].transpose(1, 0, 2), pairs["self_similarity"].transpose(1, 0, 2)
+    assert len(a_tp) == 200 and len(a_ss) == 200
+    tok = lambda x: np.array([ids[t][p] for t, p in x])  # noqa: E731
+    assert (a_tp[:, 0] != b_tp[:, 0]).all() and (tok(a_tp) != tok(b_tp)).all()
+    assert (a_ss[:, 0] != b_ss[:, 0]).all()
+    assert (tok(a_ss) == tok(b_ss)).all()
+    assert not set(tok(a_tp)) & special and not set(tok(a_ss)) & special
+    assert pairs["token_pair"].tolist() == sample_baseline_pairs(ids, special, 200, 5)["token_pair"].tolist()
+
+    # independently: each text alone, every hidden state, cosine by numpy
+    states = []
+    with torch.inference_mode():
+        for t in range(len(TEXTS)):
+            out = loaded.model.base_model(input_ids=torch.tensor([ids[t]]), output_hidden_states=True)
+            states.append(np.stack([h[0].double().numpy() for h in out.hidden_states]))  # [l, t, d]
+    got = baseline_cosines(loaded, ids, pairs)
+    for name, (a, b) in (("token_pair", (a_tp, b_tp)), ("self_similarity", (a_ss, b_ss))):
+        u = np.stack([states[t][:, p] for t, p in a], 1)  # [l, pairs, d]
+        v = np.stack([states[t][:, p] for t, p in b], 1)
+        want = (u * v).sum(-1) / np.linalg.norm(u, axis=-1) / np.linalg.norm(v, axis=-1)
+        np.testing.assert_allclose(got[name], want, atol=1e-5)
+    # the same token elsewhere is more alike than two different tokens, at the embeddings
+    assert got["self_similarity"][0].mean() > got["token_pair"][0].mean()
+
+
+def test_tables_carry_baselines_and_intervals(tiny):
+    from pecli.experiments.ablate import baseline_cosines, sample_baseline_pairs
+    from pecli.intervals import ratio_interval
+
+    loaded = tiny("bert")
+    m = measure(loaded, TEXTS * 3, ["zero"])
+    ids = [loaded.tokenizer(t)["input_ids"] for t in TEXTS * 3]
+    base = baseline_cosines(loaded, ids, sample_baseline_pairs(ids, set(loaded.tokenizer.all_special_ids), 100, 0))
+    prov = {"model": "tiny", "model_id": "tiny", "model_revision": "x", "random_init": True,
+            "device": "cpu", "dtype": "float32", "dataset": "t", "split": "s", "rows": 21}
+    main = tables(m, prov, seed=0, baseline_pairs=100, baselines=base, bootstrap=300)["ablate"]
+    rows = main.set_index(["intervention", "layer", "special_tokens", "metric"])
+    for layer in range(3):
+        tp = rows.loc[("learned", layer, "excluded", "token_pair_cosine_mean")]
+        ss = rows.loc[("learned", layer, "excluded", "self_similarity_mean")]
+        assert tp["value"] == pytest.approx(base["token_pair"][layer].mean())
+        assert ss["value"] == pytest.approx(base["self_similarity"][layer].mean())
+        assert tp["ci_low"] <= tp["value"] <= tp["ci_high"]
+        assert rows.loc[("learned", layer, "excluded", "self_similarity_std"), "value"] == \
+            pytest.approx(base["self_similarity"][layer].std())
+        cos = rows.loc[("zero", layer, "included", "cosine_mean")]
+        # the interval resamples texts: per-text sums and counts, computed here by hand
+        c = m.cosine["zero"][layer]
+        sums = np.array([c[m.text == t].sum() for t in range(21)])
+        counts = np.array([(m.text == t).sum() for t in range(21)])
+        assert (cos["ci_low"], cos["ci_high"]) == ratio_interval(sums, counts, n_boot=300, seed=0)
+        assert cos["ci_low"] < cos["value"] < cos["ci_high"]
+        between = rows.loc[("zero", layer, "included", "between_baselines"), "value"]
+        assert between == pytest.approx((cos["value"] - tp["value"]) / (ss["value"] - tp["value"]))
+    off = tables(m, prov, seed=0, baseline_pairs=100, baselines=base, bootstrap=0)["ablate"]
+    assert off["ci_low"].isna().all()
+
+
+def test_probe_accuracy_interval_contains_the_accuracy():
+    rng = np.random.default_rng(0)
+    y = np.repeat([0, 1], 40)
+    x = y[:, None] + rng.standard_normal((80, 5))
+    rows = probe_accuracy({"learned": x, "zero": rng.standard_normal((80, 5))}, y, seed=0, bootstrap=500)
+    for r in rows:
+        assert r["ci_low"] <= r["value"] <= r["ci_high"] and r["ci_high"] - r["ci_low"] > 0
