@@ -20,7 +20,6 @@ from pecli.config import Entry, Preset
 from pecli.errors import ConfigError
 from pecli.experiments import EXPERIMENTS
 from pecli.io import RunOutput, run_meta, write_json
-from pecli.provenance import git_state, library_versions, utc_now
 
 
 @dataclass
@@ -100,6 +99,7 @@ def run_preset(preset: Preset, out: Path, force: bool = False,
                announce: Callable[[str], None] = print) -> list[EntryResult]:
     """Run every entry of the preset not already done, write figures and REPORT.md."""
     preflight(preset)
+    RunOutput.check(out)  # before the first entry computes
     results = []
     for n, entry in enumerate(preset.entries, 1):
         exp = EXPERIMENTS.get(entry.experiment)
@@ -111,8 +111,8 @@ def run_preset(preset: Preset, out: Path, force: bool = False,
             record = json.loads(done.read_text())
             announce(f"[{n}/{len(preset.entries)}] {entry.id}: done before (key {key}), skipped")
             tables = {name: folder / file for name, file in record["tables"].items()}
-            results.append(EntryResult(entry, tables, [Path(p) for p in record["figures"]], True,
-                                       record.get("seconds", 0.0)))
+            results.append(EntryResult(entry, tables, [_figure_path(p, out) for p in record["figures"]],
+                                       True, record.get("seconds", 0.0)))
             continue
         announce(f"[{n}/{len(preset.entries)}] {entry.id}: {entry.experiment} {entry.options}")
         done.unlink(missing_ok=True)
@@ -125,10 +125,21 @@ def run_preset(preset: Preset, out: Path, force: bool = False,
         seconds = time.perf_counter() - start
         write_json({**run_meta(config), "key": key, "tables": {n: p.name for n, p in tables.items()},
                     "seconds": round(seconds, 1),
-                    "figures": [str(p) for p in figures]}, done)
+                    "figures": [Path(os.path.relpath(p, out)).as_posix() for p in figures]}, done)
         results.append(EntryResult(entry, tables, list(figures), False, seconds))
     write_report(preset, out, results)
     return results
+
+
+def _figure_path(recorded: str, out: Path) -> Path:
+    """A figure named in done.json: relative to `out` (so a copied folder still works), or
+    as older runs wrote it, `<out as given then>/figures/...`."""
+    path = Path(recorded)
+    if path.parts and path.parts[0] == "figures":
+        return out / path
+    if "figures" in path.parts:
+        return out / Path(*path.parts[path.parts.index("figures"):])
+    return path
 
 
 def _lookup(csv: Path, where: dict) -> tuple[str, int]:
@@ -148,33 +159,68 @@ def _fmt(value: str, fmt: str) -> str:
         return value
 
 
+STUDY = ("a short empirical study of position information in "
+         "pretrained Transformers (what happens to BERT and GPT-2 when their learned position "
+         "embeddings are removed, and whether a graded attention mask can stand in for them)")
+
+
+def _recorded(res: EntryResult, out: Path) -> dict:
+    """What the section's rows and done.json say computed it: commit(s), dirtiness, versions."""
+    commits, versions = [], {}
+    for csv in res.tables.values():
+        head = pd.read_csv(csv, nrows=50, usecols=lambda c: c.endswith("_version") or c == "git_commit")
+        commits += [str(c) for c in head.get("git_commit", pd.Series(dtype=str)).dropna().unique()]
+        versions.update({c: str(head[c].iloc[0]) for c in head.columns if c != "git_commit"})
+    done = out / res.entry.id / "done.json"
+    dirty = done.exists() and bool(json.loads(done.read_text()).get("git_dirty"))
+    return {"commits": list(dict.fromkeys(commits)) or ["unknown"], "dirty": dirty,
+            "versions": versions}
+
+
 def write_report(preset: Preset, out: Path, results: list[EntryResult]) -> Path:
-    """REPORT.md: the study's numbers beside pecli's, every table and figure linked."""
-    versions = library_versions()
+    """REPORT.md: the study's numbers (labelled with the study's model) beside pecli's, every
+    table and figure linked, each section naming the commit its rows record.
+
+    Built from what the results record only (no clock, no current checkout), so rewriting it
+    over unchanged results leaves the file byte-identical; it is not touched then."""
+    recorded = {r.entry.id: _recorded(r, out) for r in results}
+    versions: dict[str, set] = {}
+    for rec in recorded.values():
+        for lib, v in rec["versions"].items():
+            versions.setdefault(lib, set()).add(v)
+    shown = ", ".join(f"{lib.removesuffix('_version')} {' / '.join(sorted(versions[lib]))}"
+                      for lib in ("pecli_version", "torch_version", "transformers_version")
+                      if lib in versions)
     lines = [
         f"# pecli reproduce --preset {preset.name}",
         "",
         preset.description.strip(),
         "",
-        f"Written {utc_now()} by pecli {versions['pecli_version']} (git {git_state()['git_commit']}"
-        f"{', dirty' if git_state()['git_dirty'] else ''}), torch {versions['torch_version']}, "
-        f"transformers {versions['transformers_version']}. Every CSV row carries its own provenance "
-        "columns; each CSV has a JSON sidecar with the resolved configuration. Computing every "
-        f"experiment took {sum(r.seconds for r in results) / 60:.1f} min in all (the sum of the "
-        "sections' times below).",
+        f"The study (`shared/docs/STUDY.md`): {STUDY}. Its numbers appear in the `study` column "
+        "with the model it measured (bert-base-uncased or gpt2); pecli's column is for the model "
+        "the section names, which is often another one.",
+        "",
+        f"Computed with {shown} (as the rows record them); each section names the commit that "
+        "computed it. Every CSV row carries its own provenance columns; each CSV has a JSON "
+        "sidecar with the resolved configuration. Computing every experiment took "
+        f"{sum(r.seconds for r in results) / 60:.1f} min in all (the sum of the sections' times "
+        "below).",
         "",
     ]
     if preset.choices:
         lines += ["## Choices the study left open, and what this preset takes", ""]
         lines += [f"- {c}" for c in preset.choices] + [""]
+    rel = lambda p: os.path.relpath(p, out)  # noqa: E731
     for res in results:
-        e = res.entry
-        lines += [f"## {e.title}", "", f"`{e.experiment}` with `{json.dumps(e.shown_options(), sort_keys=True)}`"
-                  + f" (computed in {res.seconds:.0f} s)", ""]
+        e, rec = res.entry, recorded[res.entry.id]
+        commit = ", ".join(rec["commits"]) + (" with uncommitted changes" if rec["dirty"] else "")
+        lines += [f"## {e.title}", "",
+                  f"`{e.experiment}` with `{json.dumps(e.shown_options(), sort_keys=True)}`: "
+                  f"computed at commit {commit} in {res.seconds:.0f} s.", ""]
         if e.study_notes:
             lines += [e.study_notes.strip(), ""]
         if e.report:
-            lines += ["| quantity | study | pecli |", "|---|---|---|"]
+            lines += ["| quantity | study (its model) | pecli (this section's model) |", "|---|---|---|"]
             for line in e.report:
                 csv = res.tables.get(line.table)
                 value = _fmt(*_lookup(csv, line.where)[:1], line.format) if csv else "— (no table)"
@@ -182,13 +228,15 @@ def write_report(preset: Preset, out: Path, results: list[EntryResult]) -> Path:
                 cells = (line.label, study, value)
                 lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
             lines.append("")
-        rel = lambda p: os.path.relpath(p, out)  # noqa: E731
         lines.append("Tables: " + ", ".join(f"[{n}]({rel(p)})" for n, p in res.tables.items()))
         lines.append("")
         lines += [f"![{Path(f).stem}]({rel(f)})" for f in res.figures] + [""]
     path = out / "REPORT.md"
+    text = "\n".join(lines)
+    if path.exists() and path.read_text(encoding="utf-8") == text:
+        return path  # nothing new: leave the file (and its time stamp) alone
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".md.tmp")
-    tmp.write_text("\n".join(lines), encoding="utf-8")
+    tmp.write_text(text, encoding="utf-8")
     tmp.replace(path)
     return path

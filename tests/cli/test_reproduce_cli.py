@@ -54,3 +54,38 @@ def test_smoke_preset_end_to_end_and_resume(tmp_path, shared_data):
                                 "--data-dir", str(shared_data)])
     assert again.exit_code == 0 and f"0 run, {len(preset.entries)} skipped" in again.output
     assert time.perf_counter() - start < 10
+
+
+def test_reproduce_twice_on_the_committed_results_changes_nothing(tmp_path, shared_data, monkeypatch):
+    """`make demo` on a fresh clone: every experiment is done, so the committed files, REPORT.md
+    included, stay byte for byte (and untouched) however often it runs."""
+    import json
+    import shutil
+
+    from conftest import _need
+
+    from pecli.config import CONFIG_DIR
+    from pecli.experiments import EXPERIMENTS
+
+    committed = CONFIG_DIR.parent / "results" / "offline"
+    preset = load_preset("offline")
+    stale = [e.id for e in preset.entries
+             if not (committed / e.id / "done.json").exists()
+             or json.loads((committed / e.id / "done.json").read_text())["key"]
+             != e.key(EXPERIMENTS.get(e.experiment).version)]
+    _need(not stale, f"committed results/offline predate the code for {stale}: "
+                     "re-run `pecli reproduce --preset offline` and commit")
+    out = tmp_path / "offline"
+    shutil.copytree(committed, out)
+    monkeypatch.setenv("PECLI_DATA_DIR", str(shared_data))
+
+    def snapshot():
+        return {str(p.relative_to(out)): (p.read_bytes(), p.stat().st_mtime_ns)
+                for p in sorted(out.rglob("*")) if p.is_file()}
+
+    before = snapshot()
+    for _ in range(2):
+        result = runner.invoke(app, ["reproduce", "--preset", "offline", "--out", str(out)])
+        assert result.exit_code == 0, result.output
+        assert f"0 run, {len(preset.entries)} skipped" in result.output
+        assert snapshot() == before

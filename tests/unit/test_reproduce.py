@@ -135,3 +135,43 @@ def test_project_model_paths_are_found_from_any_directory(tmp_path, monkeypatch)
     assert found["models"] == ["minilm", found["model"]]
     assert found["interventions"] == ["zero", f"swap:{found['model']}"] and found["limit"] == 3
     assert options["model"] == "models/tiny-gpt2-imdb"  # the preset's spelling (and key) stays
+
+
+def _snapshot(folder: Path) -> dict[str, tuple[bytes, int]]:
+    return {str(p.relative_to(folder)): (p.read_bytes(), p.stat().st_mtime_ns)
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_rerun_over_done_results_changes_no_file(fake_experiment, tmp_path, monkeypatch):
+    preset = load_preset(_write(tmp_path, PRESET))
+    out = tmp_path / "out"
+    run_preset(preset, out, announce=lambda s: None)
+    before = _snapshot(out)
+    # Another day, another checkout: nothing the report shows may come from the clock or HEAD.
+    monkeypatch.setattr("pecli.provenance.utc_now", lambda: "2099-01-01T00:00:00Z")
+    monkeypatch.setattr("pecli.provenance.git_state", lambda: {"git_commit": "0" * 12, "git_dirty": True})
+    run_preset(preset, out, announce=lambda s: None)
+    assert _snapshot(out) == before  # same bytes and untouched (mtime) files, REPORT.md included
+
+
+def test_report_names_the_commit_of_each_section_and_the_study(fake_experiment, tmp_path):
+    preset = load_preset(_write(tmp_path, PRESET))
+    out = tmp_path / "out"
+    run_preset(preset, out, announce=lambda s: None)
+    commit = pd.read_csv(out / "one" / "summary.csv")["git_commit"].iloc[0]
+    report = (out / "REPORT.md").read_text()
+    assert f"computed at commit {commit}" in report  # the rows' commit, not HEAD's
+    assert "short empirical study of position information in pretrained Transformers" in report
+    assert "| quantity | study (its model) | pecli (this section's model) |" in report
+
+
+def test_a_copied_results_folder_reports_its_own_figures(fake_experiment, tmp_path):
+    import shutil
+
+    preset = load_preset(_write(tmp_path, PRESET))
+    run_preset(preset, tmp_path / "a", announce=lambda s: None)
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    (tmp_path / "b" / "REPORT.md").unlink()
+    run_preset(preset, tmp_path / "b", announce=lambda s: None)
+    assert (tmp_path / "b" / "REPORT.md").read_text() == (tmp_path / "a" / "REPORT.md").read_text()
+    assert "![f](figures/one/f.png)" in (tmp_path / "b" / "REPORT.md").read_text()
