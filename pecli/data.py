@@ -71,6 +71,10 @@ class TextData:
             joined = joined + " " + p
         return joined.tolist()
 
+    def text_ids(self) -> list[int]:
+        """Each row's index in the source split (stable under --limit)."""
+        return self.frame["text_id"].tolist() if "text_id" in self.frame else list(range(len(self.frame)))
+
     def labels(self) -> list[int] | None:
         return None if self.label_field is None else self.frame[self.label_field].tolist()
 
@@ -186,7 +190,12 @@ def load_data(dataset: str, split: str | None = None, *, data_dir_: str | Path |
 
 
 def subset(frame: pd.DataFrame, limit: int | None, seed: int, label: str | None, what: str) -> pd.DataFrame:
-    """A seeded random subset of `limit` rows, balanced across labels (round robin)."""
+    """A seeded random subset of `limit` rows, balanced across labels (round robin).
+
+    Each row keeps `text_id`, its index in `frame` (the source split), so a per-text result
+    can be traced back and joined across runs whatever the limit."""
+    if "text_id" not in frame.columns:
+        frame = frame.assign(text_id=np.arange(len(frame)))
     if limit is None:
         return frame.reset_index(drop=True)
     if limit <= 0:

@@ -28,7 +28,7 @@ def library_versions() -> dict[str, str]:
 @cache
 def git_state() -> dict[str, str | bool]:
     """Commit and dirtiness of the checkout pecli runs from ("unknown" when installed)."""
-    root = Path(__file__).resolve().parent.parent
+    root = PROJECT_ROOT
 
     def git(*args: str) -> str:
         return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True,
@@ -43,6 +43,20 @@ def git_state() -> dict[str, str | bool]:
 
 
 def utc_now() -> str:
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+def portable_model_id(path: str | Path) -> str:
+    """A local model's id that is the same on every machine: its path relative to the project
+    (`models/tiny-gpt2-imdb`) when it lies inside it, else its folder name. The content hash
+    goes in `model_revision`; a machine's absolute path goes nowhere."""
+    path = Path(path).resolve()
+    try:
+        return path.relative_to(PROJECT_ROOT).as_posix()
+    except ValueError:
+        return path.name
+
+
     return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 

@@ -19,16 +19,11 @@ train_app = typer.Typer(help="Train small Transformers from scratch with a chose
 def run_with_progress(experiment: str, command: str, out: Path | None, options: dict,
                       save_models: bool = True) -> dict[str, Path]:
     """Run a registered training experiment with a rich progress bar; write tables and figures."""
-    from rich.progress import (
-        BarColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
+    from rich.progress import BarColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     from pecli.experiments import load_all
     from pecli.io import RunOutput, default_out_dir
+    from pecli.progress import progress_bar
 
     exp = load_all().get(experiment)
     output = RunOutput(out if out is not None else default_out_dir(command))  # checked before computing
@@ -36,9 +31,9 @@ def run_with_progress(experiment: str, command: str, out: Path | None, options: 
     if save_models and options.get("model_out") is None:  # checkpoints are outputs too: staged
         extra["save_dir"], staged["save_dir"] = str(out / "models"), str(output.dir / "models")
     console = wide_console()
-    with output, Progress(TextColumn("{task.description}"), BarColumn(),
-                          TextColumn("{task.fields[loss]}"), TimeElapsedColumn(),
-                          TimeRemainingColumn(), console=console) as bar:
+    with output, progress_bar(TextColumn("{task.description}"), BarColumn(),
+                              TextColumn("{task.fields[loss]}"), TimeElapsedColumn(),
+                              TimeRemainingColumn(), console=console) as bar:
         tasks: dict[str, int] = {}
 
         def progress(scheme: str, step: int, steps: int, loss: float) -> None:
@@ -61,7 +56,7 @@ def _summary(console: Console, experiment: str, tables: dict) -> None:
     if experiment == "toy":
         df = tables["accuracy"]
         att = tables["attention"]
-        first = att[att.layer == 0]
+        first = att[att.layer == 1]  # layer 0 = embedding output
         row_gap = first[first.metric == "shared_key_row_gap"].set_index("pe")["value"]
         key_gap = first[first.metric == "repeat_key_gap"].set_index("pe")["value"]
         table = Table(title=f"toy: exact match on {df['dataset'].iloc[0]} (test); layer-1 "

@@ -5,7 +5,8 @@ causal Transformer sees "<bos>i+j=" and is trained (loss on the answer and <eos>
 to produce k; exact match is measured by greedy decoding on the held-out split. Then
 layer-1 attention on a probe such as "21+21=" shows whether repeated digits can attend
 differently: without positions, identical tokens have identical queries and keys in
-layer 1 (see `attention_rows`).
+layer 1 (see `attention_rows`). Tables number layers as everywhere in pecli: 0 is the
+embedding output, so the first attention layer is `layer` 1.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from pecli.tables import validate
 
 SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")
 CHARS = "0123456789+-="
-VERSION = 1
+VERSION = 2  # 2: attention layers numbered from 1 (0 = embedding output); train_tokens
 
 # Default size: 109-211 s per scheme measured on the shared 2-core machine, 1 thread.
 DEFAULT_SIZE = dict(layers=2, width=64, heads=4)
@@ -259,11 +260,12 @@ def _run(schemes, max_n, steps, layers, width, heads, batch, lr, test_fraction, 
         model_id = f"toy:{scheme}"
         if save_dir is not None:
             from pecli.loading import weights_sha256
+            from pecli.provenance import portable_model_id
 
             path = save_checkpoint(model, tokenizer, Path(save_dir) / scheme,
                                    card={"experiment": "toy", "pe": scheme, "max": max_n,
                                          "steps": steps, "seed": seed, "size": size.__dict__})
-            model_id, revision = str(path), weights_sha256(path)
+            model_id, revision = portable_model_id(path), weights_sha256(path)
         base = {
             "experiment": "toy", "seed": seed, **row_provenance(), "model": f"toy-{scheme}",
             "model_id": model_id, "model_revision": revision, "random_init": False,
@@ -283,9 +285,10 @@ def _run(schemes, max_n, steps, layers, width, heads, batch, lr, test_fraction, 
                               ("final_train_loss", float(np.mean(result["losses"][-50:]))),
                               ("train_tokens_per_second", result["tokens"] / result["seconds"])):
             acc_rows.append({**base, "metric": metric, "operation": "all", "value": value,
-                             "rows": len(test_set), "tokens": result["tokens"]})
+                             "rows": len(test_set), "tokens": n_tokens,
+                             "train_tokens": result["tokens"]})
         layers_probs = attention_rows(model, torch.tensor([probe_ids]))
-        for layer, probs in enumerate(layers_probs):
+        for layer, probs in enumerate(layers_probs, 1):  # layer 0 = embedding output, as elsewhere
             pbase = {**base, "split": "probe", "probe": probe, "rows": 1,
                      "tokens": len(probe_ids), "layer": layer}
             for metric, value in repeat_gaps(probs, probe_ids).items():

@@ -28,7 +28,7 @@ from pecli.experiments import EXPERIMENTS, Experiment
 from pecli.provenance import row_provenance
 from pecli.tables import validate
 
-VERSION = 1
+VERSION = 2  # 2: train_tokens apart from (evaluation) tokens; portable model ids
 EOT = "<|endoftext|>"
 DEFAULTS = dict(layers=4, width=128, heads=4, context=128, batch=16, vocab=4096)
 DEFAULT_STEPS = 400
@@ -162,6 +162,7 @@ def run(pe: str | list[str] = "learned", steps: int = DEFAULT_STEPS,
 def _run(schemes, o, data_dir, save_dir, model_out, progress, n_threads) -> dict[str, pd.DataFrame]:
     from pecli.data import load_data
     from pecli.loading import weights_sha256
+    from pecli.provenance import portable_model_id
     from pecli.training import (
         ModelSize,
         TrainConfig,
@@ -219,7 +220,8 @@ def _run(schemes, o, data_dir, save_dir, model_out, progress, n_threads) -> dict
                 model.train()
                 row = {**base, **test_prov, "step": step + 1, "tokens": c_n}
                 curve_rows.append({**row, "metric": "train_loss", "value": float(np.mean(recent)),
-                                   "split": "train", "tokens": len(recent) * o["batch"] * o["context"]})
+                                   "split": "train", "tokens": None,  # not an evaluation
+                                   "train_tokens": len(recent) * o["batch"] * o["context"]})
                 curve_rows.append({**row, "metric": "eval_loss", "value": c_nll / c_n,
                                    "curve_windows": len(curve_windows)})
                 recent.clear()
@@ -234,7 +236,7 @@ def _run(schemes, o, data_dir, save_dir, model_out, progress, n_threads) -> dict
             card = {"experiment": "train-lm", "pe": scheme, **o, "test_perplexity": float(np.exp(nll / n)),
                     "train_seconds": result["seconds"], "train_tokens": result["tokens"]}
             save_checkpoint(model, tok, out_dir, card=card)
-            base.update(model_id=str(out_dir), model_revision=weights_sha256(out_dir))
+            base.update(model_id=portable_model_id(out_dir), model_revision=weights_sha256(out_dir))
         row = {**base, **test_prov, "aggregation": "corpus", "tokens": n}
         ppl_rows.append({**row, "metric": "test_perplexity", "value": float(np.exp(nll / n))})
         ppl_rows.append({**row, "metric": "test_nll", "value": nll / n})

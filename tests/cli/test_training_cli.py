@@ -21,7 +21,7 @@ def test_toy_arithmetic_writes_tables_figures_checkpoints(tmp_path):
     assert len(exact) == 2 and exact.value.between(0, 1).all()
     assert (exact.rows == round(0.2 * 2 * 6 * 6)).all()
     att = pd.read_csv(out / "attention.csv", keep_default_na=False)
-    gap = att[(att.metric == "repeat_key_gap") & (att.layer == 0)].set_index("pe")["value"]
+    gap = att[(att.metric == "repeat_key_gap") & (att.layer == 1)].set_index("pe")["value"]
     assert gap["none"] == 0.0 and gap["learned"] > 0
     for name in ("toy_accuracy.png", "toy_attention.png", "accuracy.json",
                  "models/none/config.json", "models/learned/model.safetensors"):
