@@ -15,6 +15,7 @@ import pandas as pd
 from pecli.errors import OutputError
 from pecli.provenance import git_state, library_versions, utc_now
 
+from pecli.tables import resolved
 # Tables longer than this are written gzipped (`.csv.gz`, which pandas reads as it is): their
 # repeated provenance columns compress some 50-fold.
 GZIP_ROWS = 10_000
@@ -74,7 +75,7 @@ def write_table(df: pd.DataFrame, out_dir: Path, name: str, config: dict) -> Pat
     out_dir; return the CSV path."""
     out_dir = Path(out_dir)
     csv = write_csv(df, out_dir / f"{name}.csv{'.gz' if len(df) > GZIP_ROWS else ''}")
-    write_json(run_meta(config), out_dir / f"{name}.json")
+    write_json({**run_meta(config), "resolved": resolved(df)}, out_dir / f"{name}.json")
     return csv
 
 

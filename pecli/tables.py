@@ -22,3 +22,27 @@ def validate(df: pd.DataFrame, model_rows: bool = True) -> pd.DataFrame:
         raise ValueError("results table is empty")
     first = [c for c in ("experiment", "model", "dataset", "intervention", "metric", "value") if c in df]
     return df[first + [c for c in df.columns if c not in first]]
+
+# Configuration as it was resolved for the rows (defaults filled in, `auto` decided): what a
+# table's JSON sidecar records beside the options as given.
+RESOLVED_COLUMNS = ("model", "model_id", "model_revision", "model_source", "device", "dtype",
+                    "dataset", "split", "data_revision", "text_field", "rows", "split_rows",
+                    "max_length", "start_token", "long_text", "stride", "padding_side",
+                    "batch_size", "batches", "max_batch_tokens", "seed", "world_size")
+
+
+def resolved(df: pd.DataFrame) -> dict:
+    """The table's resolved configuration: each RESOLVED_COLUMNS column it has, as one value
+    when all rows agree, else the sorted distinct values. `rows` is the number of texts used
+    after --limit (`limit_used`)."""
+    out = {}
+    for col in RESOLVED_COLUMNS:
+        if col not in df.columns:
+            continue
+        values = df[col].dropna().unique().tolist()
+        values = [v.item() if hasattr(v, "item") else v for v in values]
+        if values:
+            out[col] = values[0] if len(values) == 1 else sorted(values, key=str)
+    if "rows" in out:
+        out["limit_used"] = out["rows"]
+    return out

@@ -175,3 +175,15 @@ def test_a_copied_results_folder_reports_its_own_figures(fake_experiment, tmp_pa
     run_preset(preset, tmp_path / "b", announce=lambda s: None)
     assert (tmp_path / "b" / "REPORT.md").read_text() == (tmp_path / "a" / "REPORT.md").read_text()
     assert "![f](figures/one/f.png)" in (tmp_path / "b" / "REPORT.md").read_text()
+
+
+def test_sidecar_records_the_resolved_configuration(tmp_path):
+    from pecli.io import write_table
+
+    df = pd.DataFrame({"experiment": "x", "metric": "m", "value": [1.0, 2.0], "split": "validation",
+                       "device": "cpu", "dtype": "float32", "rows": 7, "model": ["a", "b"]})
+    write_table(df, tmp_path, "t", {"command": "x", "split": None, "device": "auto", "limit": 7})
+    sidecar = json.loads((tmp_path / "t.json").read_text())
+    assert sidecar["config"]["device"] == "auto"  # as given ...
+    assert sidecar["resolved"] == {"split": "validation", "device": "cpu", "dtype": "float32",
+                                   "rows": 7, "limit_used": 7, "model": ["a", "b"]}  # ... as used
