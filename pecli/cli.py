@@ -64,7 +64,23 @@ app = typer.Typer(
     add_completion=False,
 )
 
-COMMAND_MODULES = ("listing", "reproduce", "ablate", "perplexity", "pe", "toy", "train")
+def _version(show: bool) -> None:
+    if show:
+        from pecli.provenance import git_state, library_versions
+
+        v = library_versions()
+        typer.echo(f"pecli {v['pecli_version']} (git {git_state()['git_commit']}; torch "
+                   f"{v['torch_version']}, transformers {v['transformers_version']})")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", is_eager=True, callback=_version,
+                                       help="Show pecli's version and exit.")) -> None:
+    """Position information in pretrained Transformers: ablate, mask, measure."""
+
+
+COMMAND_MODULES = ("listing", "reproduce", "ablate", "perplexity", "mc", "pe", "toy", "train")
 
 for _name in COMMAND_MODULES:
     importlib.import_module(f"pecli.commands.{_name}").register(app)

@@ -112,9 +112,10 @@ def lm(
 
     Writes perplexity.csv, curve.csv (+ .json sidecars), train_lm_curve.png,
     train_lm_perplexity.png; checkpoints (HF format, loadable by every pecli command) in
-    OUT/models/<pe> or --model-out. At the defaults (4 x 128, 400 steps of 16 x 128 tokens)
-    one scheme trains in ~3.5 min at 1 thread on a quiet 2-core CPU (3,967 tokens/s
-    measured; 909 s when the machine was shared four ways).
+    OUT/models/<pe> or --model-out. Speed: the committed offline run (results/offline/
+    train-lm: 4 x 128, 250 steps of 16 x 128 tokens, 2 threads) trained at 8,600-11,500
+    tokens/s, 45-59 s per scheme (ALiBi slowest); at that rate the default 400 steps take
+    70-95 s per scheme, longer on a busy machine.
 
     Examples:
         pecli train lm --pe learned --model-out models/tiny-gpt2-imdb

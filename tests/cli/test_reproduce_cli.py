@@ -89,3 +89,10 @@ def test_reproduce_twice_on_the_committed_results_changes_nothing(tmp_path, shar
         assert result.exit_code == 0, result.output
         assert f"0 run, {len(preset.entries)} skipped" in result.output
         assert snapshot() == before
+
+
+def test_version():
+    import pecli
+
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0 and result.output.startswith(f"pecli {pecli.__version__} (git ")
