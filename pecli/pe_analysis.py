@@ -164,10 +164,11 @@ class RidgeLOO:
         self.alphas = alphas
 
     def fit(self, x: np.ndarray, y: np.ndarray, groups: np.ndarray | None = None) -> RidgeLOO:
-        """Fit; `groups` [n] switches alpha selection to leave-one-group-out."""
+        """Fit; y is [n] or [n, k] (k targets share alpha, e.g. one-hot classes); `groups` [n]
+        switches alpha selection to leave-one-group-out."""
         self.mean, self.scale = x.mean(0), x.std(0)
         self.scale[self.scale == 0] = 1.0
-        self.y_mean = y.mean()
+        self.y_mean = y.mean(0)
         xs, yc = (x - self.mean) / self.scale, y - self.y_mean  # [n, d], [n]
         if len(x) >= x.shape[1]:
             lam, v = np.linalg.eigh(xs.T @ xs)  # [d], [d, d]
@@ -178,15 +179,16 @@ class RidgeLOO:
             lam, u = lam[keep], u[:, keep]
             z = u * np.sqrt(lam)  # [n, r] = xs v
             v = xs.T @ u / np.sqrt(lam)  # [d, r]
-        zy = z.T @ yc  # [r]
+        zy = z.T @ yc  # [r] or [r, k]
+        col = (slice(None),) + (None,) * (yc.ndim - 1)  # broadcasts [r] / [n] over the k targets
         members = None if groups is None else [np.flatnonzero(groups == g) for g in np.unique(groups)]
         best, self.loo = None, {}
         for alpha in self.alphas:
             inv = 1.0 / (np.clip(lam, 0, None) + alpha)  # [r]
-            resid = yc - z @ (zy * inv)  # [n]
+            resid = yc - z @ (zy * inv[col])  # [n] or [n, k]
             if members is None:
                 hat = 1.0 / len(x) + (z**2) @ inv  # [n], the diagonal of H
-                loo = np.mean((resid / (1.0 - hat)) ** 2)
+                loo = np.mean((resid / (1.0 - hat)[col]) ** 2)
             else:
                 sq = 0.0
                 for idx in members:
@@ -196,7 +198,7 @@ class RidgeLOO:
                 loo = sq / len(x)
             self.loo[alpha] = float(loo)
             if best is None or loo < best[0]:
-                best = (loo, alpha, v @ (zy * inv))
+                best = (loo, alpha, v @ (zy * inv[col]))
         _, self.alpha, self.coef = best
         return self
 

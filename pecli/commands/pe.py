@@ -79,7 +79,7 @@ def probe(
     limit: LimitOpt = 16,
     max_length: Annotated[int, typer.Option(help="Tokens kept per text (and at most the model's positions).")] = 128,
     folds: Annotated[int, typer.Option(help="k of the k-fold cross-validations.")] = 5,
-    pairs: Annotated[int, typer.Option(help="Training pairs per fold of the order classifier.")] = 1000,
+    pairs: Annotated[int, typer.Option(min=1, help="Training pairs per fold of the order classifier.")] = 1000,
     intervention: IntervOpt = None,
     text: TextOpt = None,
     device: DeviceOpt = "auto",
@@ -157,7 +157,83 @@ def _hidden_summary(df) -> Table:
     return table
 
 
+def recover(
+    models: ModelsArg,
+    tokens: Annotated[int, typer.Option(help="Tokens sampled from the real vocabulary, each put at every position.")] = 32,
+    dataset: DatasetOpt = "imdb",
+    split: SplitOpt = None,
+    limit: LimitOpt = 32,
+    max_length: Annotated[int, typer.Option(help="Tokens kept per text for the hidden-state probe.")] = 128,
+    top_k: Annotated[int, typer.Option(help="Classes of the hidden-state token probe: the K most frequent tokens.")] = 50,
+    folds: Annotated[int, typer.Option(help="k of the k-fold cross-validations.")] = 5,
+    n_boot: Annotated[int, typer.Option(help="Bootstrap resamples per interval (0: none).")] = 1000,
+    text: TextOpt = None,
+    device: DeviceOpt = "auto",
+    dtype: DtypeOpt = "float32",
+    seed: SeedOpt = 0,
+    data_dir: DataDirOpt = None,
+    batch_size: BatchSizeOpt = None,
+    out: OutOpt = None,
+) -> None:
+    """Is adding position embeddings harmless, and can what was added be taken back out?
+
+    For learned absolute positions, x = E_tok[v] + E_pos[p] as the first block sees it (the
+    model's own normalisation): the token by nearest vocabulary row beside the no-position
+    ceiling, the position by a linear probe, subtraction with the token known, joint
+    decoding, and controls (random rows at the learned scale; a sinusoid plus Gaussian
+    tokens). Then a per-layer token probe on real text with and without positions. Rotary
+    models get a row: not applicable.
+
+    Examples:
+        pecli pe recover minilm
+        pecli pe recover models/tiny-gpt2-imdb random:bert smollm2 --tokens 16
+        pecli pe recover minilm --limit 64 --top-k 100 --out /tmp/recover
+    """
+    from pecli.experiments.recover import EXPERIMENTS, run_recover
+    from pecli.io import RunOutput, default_out_dir
+
+    console = wide_console(log_path=False)
+    options = dict(models=models, tokens=tokens, dataset=dataset, split=split, limit=limit,
+                   max_length=max_length, top_k=top_k, folds=folds, n_boot=n_boot, text=text,
+                   device=device, dtype=dtype, seed=seed,
+                   data_dir=str(data_dir) if data_dir else None, batch_size=batch_size)
+    with RunOutput(out or default_out_dir("pe-recover")) as output:  # --out checked before computing
+        with console.status("recovering") as status:
+            frames = run_recover(**options, announce=lambda msg: (status.update(msg), console.log(msg)))
+        tables, figures = output.write(frames, {"experiment": "pe-recover", **options},
+                                       EXPERIMENTS.get("pe-recover").figures)
+    console.print(_recover_summary(frames["summary"]))
+    _paths(console, tables, figures)
+
+
+def _recover_summary(df) -> Table:
+    table = Table(title="token and position from x = E_tok + E_pos at the input (token: nearest row by "
+                        "cosine, [95 % bootstrap over tokens]; position: ridge probe)")
+    table.add_column("model", no_wrap=True)
+    table.add_column("condition", no_wrap=True)
+    for col in ("token acc.", "ceiling", "worst pos.", "pos. MAE (chance)", "token known: pos.", "joint"):
+        table.add_column(col, justify="right", no_wrap=True)
+    notes = []
+    for (model, cond), rows in df.groupby(["model", "condition"], sort=False):
+        if (rows["metric"] == "not_applicable").any():
+            table.add_row(model, "not applicable*", *[""] * 6)
+            notes.append(f"* {model}: {rows['note'].iloc[0]}")
+            continue
+        v = rows.set_index("metric")
+        acc = v.loc["token_accuracy"]
+        table.add_row(model, cond, f"{acc['value']:.4f} [{acc['ci_low']:.3f}, {acc['ci_high']:.3f}]",
+                      f"{v.loc['token_accuracy_ceiling', 'value']:.4f}",
+                      f"{v.loc['token_accuracy_worst_position', 'value']:.3f}",
+                      f"{v.loc['position_probe_mae', 'value']:.1f} ({v.loc['position_probe_chance_mae', 'value']:.0f})",
+                      f"{v.loc['known_token_position_accuracy', 'value']:.4f}",
+                      f"{v.loc['joint_accuracy', 'value']:.4f}")
+    if notes:
+        table.caption = "\n".join(notes)
+    return table
+
+
 def register(app: typer.Typer) -> None:
     pe_app.command()(sinusoidal)
     pe_app.command()(probe)
+    pe_app.command()(recover)
     app.add_typer(pe_app, name="pe")
