@@ -251,6 +251,7 @@ def _load_custom(path: Path, text_field: str | None) -> TextData:
     from pecli.loading import file_sha256
 
     if not path.exists():
+    datasets.disable_progress_bars()  # pecli shows its own progress; theirs would flood a log
         raise DataError(f"data file {path} does not exist")
     try:
         frame = CUSTOM_READERS[path.suffix](path)
