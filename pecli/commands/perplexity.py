@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.table import Table
 
+from pecli import parallel
 from pecli.cli_options import (
     BatchSizeOpt,
+    BootstrapOpt,
     DataDirOpt,
     DeviceOpt,
     DtypeOpt,
@@ -23,7 +24,9 @@ from pecli.cli_options import (
 from pecli.commands import console as wide_console
 
 PeOpt = Annotated[list[str] | None, typer.Option(
-    "--pe", help="Position intervention(s): learned (none), zero, ... (repeat or a,b; see pecli interventions). Default: learned.")]
+    "--pe", help="Position intervention(s): learned (the model's own), zero, ... (repeat or a,b; "
+                 "see pecli interventions), crossed with --mask. Default: the study's E2/E3: "
+                 "learned, and with a --mask shape also zero + default and zero + that shape.")]
 MaskOpt = Annotated[list[str] | None, typer.Option(
     "--mask", help="Mask shape(s): default, linear, exponential, alibi, self (repeat or a,b; see pecli masks). Default: default.")]
 SemanticsOpt = Annotated[list[str] | None, typer.Option(
@@ -49,8 +52,9 @@ def perplexity(
              "add_start_token).")] = True,
     long_text: Annotated[str, typer.Option(
         help="Texts longer than the model's positions: truncate, or window (sliding, see --stride).")] = "truncate",
-    stride: Annotated[int | None, typer.Option(help="Window step for --long-text window (default: half the positions).")] = None,
+    stride: Annotated[int | None, typer.Option(min=1, help="Window step for --long-text window (default: half the positions).")] = None,
     batch_size: BatchSizeOpt = None,
+    bootstrap: BootstrapOpt = 1000,
     seed: SeedOpt = 0,
     device: DeviceOpt = "auto",
     dtype: DtypeOpt = "float32",
@@ -59,43 +63,53 @@ def perplexity(
 ) -> None:
     """Perplexity of a causal LM with its positions intervened on and graded attention masks.
 
-    Every aggregation (corpus, mean/median per text as `evaluate` does, mean per token) is a
-    named row; every row names its intervention, mask, semantics and protocol. The grid is
-    the product of the --pe, --mask, --mask-semantics and --protocol values.
+    The intact model (its own positions, default mask) always comes first. Without --pe,
+    a --mask SHAPE runs the study's E3: (own positions, default mask), (no positions =
+    zero, default mask), (zero, SHAPE); with gpt2 on TruthfulQA the study's numbers are
+    shown beside them. An explicit --pe is crossed with every --mask. Every aggregation
+    (corpus, mean/median per text as `evaluate` does, mean per token) is a named row with a
+    95 % bootstrap interval over texts; every row names its intervention, mask, semantics
+    and protocol.
 
     Examples:
+        pecli perplexity gpt2 --mask linear
         pecli perplexity smollm2 --mask linear --mask-semantics log-bias --limit 100
         pecli perplexity smollm2 --pe learned --pe zero --mask default --mask linear --protocol relative,study --limit 50
-        pecli perplexity gpt2 --pe zero --mask linear --mask-semantics legacy
     """
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, TimeElapsedColumn
 
+    from pecli.errors import ConfigError
     from pecli.experiments.perplexity import HEADLINE, as_list, run
-    from pecli.io import default_out_dir, write_table
+    from pecli.intervals import METHOD
+    from pecli.io import RunOutput, default_out_dir
     from pecli.plots.perplexity import condition_label, figures
+    from pecli.progress import progress_bar
 
-    options = dict(model=model, pe=as_list(pe or "learned", "intervention"),
+    if long_text not in ("truncate", "window"):
+        raise ConfigError(f"unknown --long-text {long_text!r}; use truncate or window")
+    options = dict(model=model, pe=as_list(pe, "intervention") if pe else None,
                    masks=as_list(mask or "default", "mask"),
                    semantics=as_list(mask_semantics or "legacy", "mask semantics"),
                    protocol=as_list(protocol or "relative", "protocol"),
                    dataset=dataset, split=split, text_field=text, limit=limit, seed=seed,
                    device=device, dtype=dtype, data_dir=str(data_dir) if data_dir else None,
                    batch_size=batch_size, add_start_token=start_token, long_text=long_text,
-                   stride=stride)
+                   stride=stride, bootstrap=bootstrap)
     console = wide_console()
-    with Progress("scoring", BarColumn(), MofNCompleteColumn(), "tokens", TimeElapsedColumn(),
-                  console=console, transient=True, disable=not console.is_terminal) as bar:
-        task = bar.add_task("scoring", total=None)
+    with RunOutput(out or default_out_dir("perplexity")) as output:  # --out checked before computing
+        with progress_bar("scoring", BarColumn(), MofNCompleteColumn(), "tokens",
+                          TimeElapsedColumn(), transient=True,
+                          disable=not parallel.is_main()) as bar:  # piped: plain lines
+            task = bar.add_task("scoring", total=None)
 
-        def advance(n: int, total: int) -> None:
-            bar.update(task, advance=n, total=total)
+            def advance(n: int, total: int) -> None:
+                bar.update(task, advance=n, total=total)
 
-        tables = run(**options, progress=advance)
-
-    out_dir = Path(out) if out else default_out_dir("perplexity")
-    paths = {name: write_table(df, out_dir, name, {"command": "perplexity", **options})
-             for name, df in tables.items()}
-    pngs = figures(paths, out_dir / "figures")
+            tables = run(**options, progress=advance)
+        if not parallel.is_main():  # launched on N processes: the main one writes and prints
+            return
+        paths, pngs = output.write(tables, {"command": "perplexity", **options,
+                                            "intervals": METHOD}, figures)
 
     df = tables["perplexity"]
     first = df.iloc[0]
@@ -104,23 +118,42 @@ def perplexity(
                           f"{first['start_token']}, {first['truncated']} truncated)")
     summary.add_column("condition")
     for col in ("corpus", "mean_per_text", "median_per_text", "mean_per_token"):
-        summary.add_column(col + (" *" if col == HEADLINE else ""), justify="right")
+        summary.add_column(col + (" * [95 % CI]" if col == HEADLINE else ""), justify="right")
+    study = df["study_value"].notna().any()
+    if study:
+        summary.add_column("study (gpt2)", justify="right")
     summary.add_column("computed as")
     shown = set()
     for _, group in df.groupby(["intervention", "mask", "mask_semantics", "protocol"], sort=False):
-        values = dict(zip(group["aggregation"], group["value"], strict=True))
+        by = group.set_index("aggregation")
         row = group.iloc[0]
         if condition_label(row) in shown:  # the default mask is one model under every semantics
             continue
         shown.add(condition_label(row))
-        summary.add_row(condition_label(row), *(f"{values[a]:,.4f}" for a in
-                        ("corpus", "mean_per_text", "median_per_text", "mean_per_token")),
-                        f"{row['computation']}, {row['passes']}")
+        cells = [_with_ci(by.loc[a]) if a == HEADLINE else _num(by.loc[a, "value"])
+                 for a in ("corpus", "mean_per_text", "median_per_text", "mean_per_token")]
+        if study:
+            cells.append("" if row["study_value"] != row["study_value"] else _num(row["study_value"]))
+        summary.add_row(condition_label(row), *cells, f"{row['computation']}, {row['passes']}")
     console.print(summary)
     console.print(f"* headline: {HEADLINE} = exp(token-weighted mean NLL); mean_per_text is "
-                  "evaluate's mean_perplexity")
+                  "evaluate's mean_perplexity; [95 % bootstrap interval over texts] (every aggregation's in "
+                  "the table: ci_low, ci_high)"
+                  + ("; study: its reported number (aggregation not stated; transformers 4.x)"
+                     if study else ""))
     for p in [*paths.values(), *pngs]:
         console.print(f"wrote {p}")
+
+
+def _with_ci(row) -> str:
+    """`111.24 [98.70, 125.1]`: the value and its interval, compactly."""
+    if row["ci_low"] != row["ci_low"]:  # NaN: --bootstrap 0
+        return _num(row["value"])
+    return f"{_num(row['value'])} [{_num(row['ci_low'])}, {_num(row['ci_high'])}]"
+
+
+def _num(x: float) -> str:
+    return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.4g}"
 
 
 def masks() -> None:

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from pecli import parallel
 from pecli.errors import ConfigError, DataError
 from pecli.experiments import EXPERIMENTS, Experiment
 from pecli.metrics import aggregate, per_text_perplexity
@@ -22,6 +23,13 @@ from pecli.provenance import row_provenance
 from pecli.tables import validate
 
 HEADLINE = "corpus"  # the aggregation summaries lead with; every other is a row too
+BASELINE = ("learned", "default")  # the intact model: its own positions, the default mask
+NO_POSITIONS = "zero"
+# The study's E2/E3 perplexities of gpt2 on TruthfulQA (transformers 4.x: legacy semantics;
+# which aggregation it used is not stated), shown beside ours when the model is gpt2.
+STUDY_MODEL, STUDY_DATASET = "gpt2", "truthfulqa"
+STUDY_VALUES = {("learned", "default"): 111.2409, ("zero", "default"): 712014.3125,
+                ("zero", "linear"): 11897.4824}
 
 
 def as_list(value, what: str) -> list[str]:
@@ -34,29 +42,45 @@ def as_list(value, what: str) -> list[str]:
 
 
 def conditions(pe, masks, semantics, protocol) -> list[tuple[str, str, str, str]]:
-    """Every (intervention, mask, semantics, protocol) asked for, names checked."""
+    """Every (intervention, mask, semantics, protocol) to run, names checked, the intact
+    baseline (learned, default) first.
+
+    pe=None is the study's E2/E3: (learned, default), and for any other mask shape also
+    (zero, default) and (zero, shape); an explicit pe list is crossed with the masks.
+    """
     from pecli.lm_scoring import plan
 
-    grid = [(p, m, s, pr) for p in as_list(pe, "intervention") for m in as_list(masks, "mask")
-            for s in as_list(semantics, "mask semantics") for pr in as_list(protocol, "protocol")]
+    masks = as_list(masks, "mask")
+    if pe is None:
+        shapes = [m for m in masks if m != "default"]
+        pairs = [BASELINE] + ([(NO_POSITIONS, "default")] + [(NO_POSITIONS, m) for m in shapes]
+                              if shapes else [])
+    else:
+        pairs = [(p, m) for p in as_list(pe, "intervention") for m in masks]
+        pairs = [BASELINE] + [x for x in pairs if x != BASELINE]
+    grid = [(p, m, s, pr) for p, m in pairs for s in as_list(semantics, "mask semantics")
+            for pr in as_list(protocol, "protocol")]
     for _, m, s, pr in grid:
         plan(m, s, pr)  # unknown names fail here, before a model loads
     return grid
 
 
-def run(model: str = "random:gpt2", pe="learned", masks="default", semantics="legacy",
+def run(model: str = "random:gpt2", pe=None, masks="default", semantics="legacy",
         protocol="relative", dataset: str = "truthfulqa", split: str | None = None,
         text_field: str | None = None, limit: int | None = None, seed: int = 0,
         device: str = "auto", dtype: str = "float32", data_dir: str | None = None,
         batch_size: int | None = None, add_start_token: bool = True, long_text: str = "truncate",
-        stride: int | None = None, padding_side: str = "right", loaded=None,
-        progress: Callable[[int, int], None] | None = None) -> dict[str, pd.DataFrame]:
-    """Perplexity tables: `perplexity` (one row per condition x aggregation) and `texts`
-    (one row per condition x text: its scored tokens and perplexity).
+        stride: int | None = None, padding_side: str = "right", bootstrap: int = 1000,
+        loaded=None, progress: Callable[[int, int], None] | None = None) -> dict[str, pd.DataFrame]:
+    """Perplexity tables: `perplexity` (one row per condition x aggregation, with its 95 %
+    bootstrap interval over texts) and `texts` (one row per condition x text: its scored
+    tokens and perplexity).
 
     pe, masks, semantics and protocol each take a name or a list (or "a,b"); the run covers
-    their product. `loaded` (a LoadedModel) skips loading `model`, for tests and benchmarks;
-    `progress(advance, total)` is told of every scored batch.
+    their product, after the intact baseline (learned, default); pe=None is the study's
+    E2/E3 (see `conditions`). `bootstrap`: resamples of the intervals (0: none). `loaded` (a
+    LoadedModel) skips loading `model`, for tests and benchmarks; `progress(advance,
+    total)` is told of every scored batch.
     """
     from pecli.batching import encode
     from pecli.data import load_data
@@ -65,6 +89,8 @@ def run(model: str = "random:gpt2", pe="learned", masks="default", semantics="le
     from pecli.loading import load_model
 
     grid = conditions(pe, masks, semantics, protocol)
+    if bootstrap < 0:
+        raise ConfigError(f"--bootstrap must be 0 (no intervals) or more (got {bootstrap})")
     if padding_side not in ("left", "right"):
         raise ConfigError(f"padding side must be left or right (got {padding_side!r})")
     data = load_data(dataset, split, data_dir_=data_dir, limit=limit, seed=seed, text_field=text_field)
@@ -91,7 +117,8 @@ def run(model: str = "random:gpt2", pe="learned", masks="default", semantics="le
     total = sum(prepared.tokens for _ in grid)
     checkpoint = _checkpoint(loaded, texts, prepared, padding_side, batch_size, seed)
     # computation -> per-text NLLs, shared by identical conditions; resumed from an interrupted run
-    done: dict[tuple, list] = _resumed(checkpoint)
+    # launched on N processes: the main one reads (and so locks and saves) the checkpoint
+    done: dict[tuple, list] = parallel.from_main(_resumed(checkpoint) if parallel.is_main() else {})
     rows, text_rows = [], []
     for pe_name, mask, sem, proto in grid:
         how = plan(mask, sem, proto)
@@ -108,14 +135,48 @@ def run(model: str = "random:gpt2", pe="learned", masks="default", semantics="le
         cond = {"intervention": pe_name, "mask": mask, "mask_semantics": sem, "protocol": proto,
                 "computation": how.attention, "passes": how.passes,
                 "texts_scored": sum(x.numel() > 0 for x in nlls)}
+        study = _study_value(loaded.model_id, data.dataset, pe_name, mask, sem)
+        ci = intervals(nlls, bootstrap, seed)
         for agg, value in aggregate(nlls).items():
             rows.append({**common, **cond, "metric": "perplexity", "aggregation": agg, "value": value,
-                         "headline": agg == HEADLINE})
-        for i, x in enumerate(nlls):
-            text_rows.append({**common, **cond, "metric": "text_perplexity", "text_index": i,
+                         "ci_low": ci[agg][0], "ci_high": ci[agg][1], "headline": agg == HEADLINE,
+                         "study_value": study})
+        for text_id, x in zip(data.text_ids(), nlls, strict=True):
+            text_rows.append({**common, **cond, "metric": "text_perplexity", "text_id": text_id,
                               "text_tokens": x.numel(), "value": per_text_perplexity(x)})
     checkpoint.clear()
     return {"perplexity": validate(pd.DataFrame(rows)), "texts": validate(pd.DataFrame(text_rows))}
+
+
+def intervals(nlls: list[torch.Tensor], n_boot: int, seed: int) -> dict[str, tuple[float, float]]:
+    """95 % bootstrap interval of every aggregation (metrics.AGGREGATIONS) over texts.
+
+    corpus and mean_per_token are ratios of per-text sums (NLL, exp(NLL)) to token counts;
+    mean_ and median_per_text are statistics of the per-text perplexities (texts without a
+    scored token left out, as in `aggregate`).
+    """
+    from pecli.intervals import mean_interval, ratio_interval, statistic_interval
+
+    scored = [x.double() for x in nlls if x.numel()]
+    counts = np.array([x.numel() for x in scored], np.float64)
+    nll_sums = np.array([x.sum().item() for x in scored])
+    exp_sums = np.array([x.exp().sum().item() for x in scored])
+    per_text = np.exp(nll_sums / np.maximum(counts, 1))
+    return {
+        "corpus": ratio_interval(nll_sums, counts, n_boot=n_boot, seed=seed, transform=np.exp),
+        "mean_per_text": mean_interval(per_text, n_boot=n_boot, seed=seed),
+        "median_per_text": statistic_interval(per_text, np.median, n_boot=n_boot, seed=seed),
+        "mean_per_token": ratio_interval(exp_sums, counts, n_boot=n_boot, seed=seed),
+    }
+
+
+def _study_value(model_id: str, dataset: str, pe: str, mask: str, semantics: str) -> float:
+    """The study's number for this condition when the model and data are the study's, else NaN."""
+    if model_id != STUDY_MODEL or dataset != STUDY_DATASET:
+        return float("nan")
+    if mask != "default" and semantics != "legacy":  # the study ran transformers 4.x
+        return float("nan")
+    return STUDY_VALUES.get((pe, mask), float("nan"))
 
 
 # --- resuming: each finished computation is saved (pecli.io.Checkpoint) -------------------
@@ -152,7 +213,7 @@ def _resumed(checkpoint) -> dict:
 
 EXPERIMENTS.add("perplexity", Experiment(
     name="perplexity",
-    version=1,
+    version=2,  # 2: per-text rows carry text_id (index in the source split)
     run=run,
     figures=figures,
     description="Perplexity under position interventions and graded attention masks (E2, E3), "

@@ -12,11 +12,11 @@ runner = CliRunner()
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
 
-def _hub_cache(root, repo_id: str):
-    """A tiny BERT + tokenizer in the hub layout: models--<id>/{refs/main, snapshots/<commit>/}."""
+def _hub_cache(root, repo_id: str, family: str = "bert"):
+    """A tiny model + tokenizer in the hub layout: models--<id>/{refs/main, snapshots/<commit>/}."""
     repo = root / f"models--{repo_id.replace('/', '--')}"
     snapshot = repo / "snapshots" / COMMIT
-    loaded = make_tiny("bert")
+    loaded = make_tiny(family)
     loaded.model.save_pretrained(snapshot)
     loaded.tokenizer.save_pretrained(snapshot)
     (repo / "refs").mkdir(parents=True)
@@ -67,3 +67,18 @@ def test_models_lists_the_aliases():
     flat = " ".join(result.output.split())  # table cells may wrap
     assert "bert (alias of" in flat and "roberta (alias of roberta-base)" in flat
     assert "hf download bert-base-uncased" in flat
+
+
+def test_perplexity_gpt2_shows_the_studys_numbers_beside_its_own(tmp_path, monkeypatch, shared_data):
+    """A tiny GPT-2 cached as `gpt2`: the E3 rows carry the study's 111.24 / 712,014 / 11,897."""
+    _hub_cache(tmp_path / "hub", "gpt2", family="gpt2")
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "hub"))
+    env = {"HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HOME": str(tmp_path), "COLUMNS": "250"}
+    result = runner.invoke(app, ["perplexity", "gpt2", "--mask", "linear", "--limit", "4",
+                                 "--data-dir", str(shared_data), "--bootstrap", "50",
+                                 "--out", str(tmp_path / "out")], env=env)
+    assert result.exit_code == 0, result.output
+    corpus = pd.read_csv(tmp_path / "out" / "perplexity.csv").query("aggregation == 'corpus'")
+    assert corpus["study_value"].tolist() == [111.2409, 712014.3125, 11897.4824]
+    assert set(corpus["model_id"]) == {"gpt2"}
+    assert "study (gpt2)" in result.output and "712,014" in result.output

@@ -94,3 +94,21 @@ def test_masks_lists_shapes_and_semantics():
     for name in ("default", "linear", "exponential", "alibi", "legacy", "boolean", "log-bias", "scale",
                  "relative, study"):
         assert name in result.output
+
+
+def test_mask_without_pe_runs_the_studys_e3(shared_data, tmp_path):
+    """`pecli perplexity random:gpt2 --mask linear --limit 8`: the three E2/E3 rows, baseline first."""
+    out = tmp_path / "e3"
+    result = _invoke("perplexity", "random:gpt2", "--mask", "linear", "--limit", "8",
+                     "--data-dir", str(shared_data), "--bootstrap", "200", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    df = pd.read_csv(out / "perplexity.csv")
+    corpus = df[df["aggregation"] == "corpus"]
+    assert list(zip(corpus["intervention"], corpus["mask"], strict=True)) == [
+        ("learned", "default"), ("zero", "default"), ("zero", "linear")]
+    assert (corpus["mask_semantics"] == "legacy").all() and (df["rows"] == 8).all()
+    assert ((df["ci_low"] <= df["value"]) & (df["value"] <= df["ci_high"])).all()
+    assert df["study_value"].isna().all()  # random weights: not the study's model
+    assert "intervals" in json.loads((out / "perplexity.json").read_text())["config"]
+    lines = [line for line in result.output.splitlines() if line.startswith("│ ")]
+    assert lines[0].split()[1] == "learned" and "[" in lines[0]  # baseline first, with its interval

@@ -258,3 +258,57 @@ def test_an_interrupted_grid_resumes_its_finished_computations(tiny, tmp_path, m
     assert len(calls) == 2 and not saved.exists()  # only the unfinished two were computed
     for name in ("perplexity", "texts"):
         pd.testing.assert_frame_equal(resumed[name], full[name])
+
+
+# --- the study's E2/E3 grid and intervals --------------------------------------------------
+
+
+def test_conditions_put_the_intact_baseline_first_and_read_e3_without_pe():
+    from pecli.experiments.perplexity import conditions
+
+    pairs = lambda grid: [(p, m) for p, m, _, _ in grid]  # noqa: E731
+    assert pairs(conditions(None, "default", "legacy", "relative")) == [("learned", "default")]
+    assert pairs(conditions(None, "linear", "legacy", "relative")) == [
+        ("learned", "default"), ("zero", "default"), ("zero", "linear")]
+    # an explicit --pe keeps its meaning, after the baseline
+    assert pairs(conditions("zero", "linear", "legacy", "relative")) == [
+        ("learned", "default"), ("zero", "linear")]
+    assert pairs(conditions(["learned", "zero"], ["default", "linear"], "legacy", "relative")) == [
+        ("learned", "default"), ("learned", "linear"), ("zero", "default"), ("zero", "linear")]
+    assert len(conditions(None, "linear", "legacy,log-bias", "study")) == 6
+
+
+def test_intervals_of_every_aggregation_by_hand():
+    from pecli.experiments.perplexity import intervals
+    from pecli.metrics import aggregate
+
+    gen = torch.Generator().manual_seed(0)
+    nlls = [torch.rand(int(n), generator=gen) * 6 for n in torch.randint(1, 30, (40,), generator=gen)]
+    nlls.append(torch.zeros(0))  # a text with no scored token: left out
+    point, ci = aggregate(nlls), intervals(nlls, 2000, seed=3)
+    for agg in point:
+        assert ci[agg][0] < point[agg] < ci[agg][1], agg
+    # by hand: the same resamples of the 40 scored texts, each statistic recomputed
+    idx = np.random.default_rng(3).integers(0, 40, size=(2000, 40))
+    scored = [x.double().numpy() for x in nlls[:40]]
+    sums = np.array([x.sum() for x in scored])
+    counts = np.array([x.size for x in scored])
+    exps = np.array([np.exp(x).sum() for x in scored])
+    ppl = np.exp(sums / counts)
+    by_hand = {"corpus": np.exp(sums[idx].sum(1) / counts[idx].sum(1)),
+               "mean_per_text": ppl[idx].mean(1), "median_per_text": np.median(ppl[idx], 1),
+               "mean_per_token": exps[idx].sum(1) / counts[idx].sum(1)}
+    for agg, stats in by_hand.items():
+        np.testing.assert_allclose(ci[agg], np.percentile(stats, [2.5, 97.5]), rtol=1e-9)
+    assert intervals(nlls, 2000, seed=3) == ci  # deterministic
+    assert all(np.isnan(v).all() for v in intervals(nlls, 0, seed=3).values())
+
+
+def test_study_values_only_for_the_studys_model_and_data():
+    from pecli.experiments.perplexity import _study_value
+
+    assert _study_value("gpt2", "truthfulqa", "learned", "default", "boolean") == 111.2409
+    assert _study_value("gpt2", "truthfulqa", "zero", "linear", "legacy") == 11897.4824
+    assert np.isnan(_study_value("gpt2", "truthfulqa", "zero", "linear", "log-bias"))
+    assert np.isnan(_study_value("random:gpt2", "truthfulqa", "learned", "default", "legacy"))
+    assert np.isnan(_study_value("gpt2", "imdb", "learned", "default", "legacy"))
