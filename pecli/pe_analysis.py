@@ -269,9 +269,15 @@ def _pairs(positions: np.ndarray, n: int, rng: np.random.Generator) -> tuple[np.
     return i, j
 
 
-@_single_threaded
 def order_accuracy(x: np.ndarray, *, folds: int = 5, pairs: int = 2000, seed: int = 0) -> float:
-    """Held-out accuracy of classifying which of two rows has the smaller position.
+    """Held-out accuracy of classifying which of two rows has the smaller position (the mean
+    of `order_correct`)."""
+    return float(order_correct(x, folds=folds, pairs=pairs, seed=seed).mean())
+
+
+@_single_threaded
+def order_correct(x: np.ndarray, *, folds: int = 5, pairs: int = 2000, seed: int = 0) -> np.ndarray:
+    """Whether each held-out pair's order is classified right: which of two rows has the smaller position.
 
     Features are the concatenation [x_i, x_j], label i < j, logistic regression, as Wang &
     Chen. Stricter than their pair-level split: the positions are split into `folds` folds
@@ -282,7 +288,7 @@ def order_accuracy(x: np.ndarray, *, folds: int = 5, pairs: int = 2000, seed: in
         x: position vectors [n, d], row p for position p.
         pairs: training pairs per fold (test pairs: a quarter of that).
     Returns:
-        accuracy over all test pairs of all folds.
+        [test pairs of all folds] bool, True where the classifier was right.
     """
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline
@@ -294,16 +300,15 @@ def order_accuracy(x: np.ndarray, *, folds: int = 5, pairs: int = 2000, seed: in
         raise ConfigError(f"order classification needs at least {2 * folds} positions (got {n})")
     fold = _fold_of(np.arange(n), folds, seed)
     rng = np.random.default_rng(seed)
-    correct = total = 0
+    correct = []
     for f in range(folds):
         train_i, train_j = _pairs(np.flatnonzero(fold != f), pairs, rng)
         test_i, test_j = _pairs(np.flatnonzero(fold == f), max(pairs // 4, 1), rng)
         clf = make_pipeline(StandardScaler(), LogisticRegression(max_iter=2000))
         clf.fit(np.hstack([x[train_i], x[train_j]]), train_i < train_j)
         predicted = clf.predict(np.hstack([x[test_i], x[test_j]]))
-        correct += int((predicted == (test_i < test_j)).sum())
-        total += len(test_i)
-    return correct / total
+        correct.append(predicted == (test_i < test_j))
+    return np.concatenate(correct)
 
 
 def cosine_matrix(x: np.ndarray) -> np.ndarray:

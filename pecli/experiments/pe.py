@@ -97,18 +97,23 @@ def _reference(n: int, d: int) -> np.ndarray:
     return pa.sinusoidal(n, d + d % 2)[:, :d]
 
 
-def matrix_analyses(matrix: np.ndarray, folds: int, pairs: int, seed: int) -> tuple[list[dict], list[dict]]:
+def matrix_analyses(matrix: np.ndarray, folds: int, pairs: int, seed: int,
+                    bootstrap: int = 1000) -> tuple[list[dict], list[dict]]:
     """Wang & Chen on one matrix [N, d]: (metric rows, sampled similarity-matrix rows)."""
+    from pecli.intervals import mean_interval
+
     reg = pa.position_regression(matrix, folds=folds, seed=seed, regressor="linear")
-    acc = pa.order_accuracy(matrix, folds=folds, pairs=pairs, seed=seed)
+    correct = pa.order_correct(matrix, folds=folds, pairs=pairs, seed=seed)
+    low, high = mean_interval(correct.astype(np.float64), n_boot=bootstrap, seed=seed)
     metrics = [
         {"metric": "regression_mae", "value": reg.mae, "protocol":
          f"linear regression row -> index, {folds}-fold CV over a seeded shuffle, MAE of round(prediction)"},
         {"metric": "regression_chance_mae", "value": reg.chance_mae, "protocol":
          "predict the training folds' mean index (same folds)"},
-        {"metric": "order_accuracy", "value": acc, "protocol":
+        {"metric": "order_accuracy", "value": float(correct.mean()), "ci_low": low, "ci_high": high,
+         "test_pairs": len(correct), "protocol":
          f"logistic regression on [x_i, x_j] -> i < j, {pairs} training pairs per fold, "
-         f"{folds} folds of held-out positions"},
+         f"{folds} folds of held-out positions (interval: test pairs resampled)"},
         {"metric": "order_chance_accuracy", "value": 0.5, "protocol": "guessing"},
     ]
     idx = pa.grid(len(matrix), SIMILARITY_POINTS)

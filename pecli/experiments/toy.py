@@ -19,6 +19,7 @@ import pandas as pd
 import torch
 
 from pecli.experiments import EXPERIMENTS, Experiment
+from pecli.intervals import METHOD, mean_interval
 from pecli.provenance import row_provenance
 from pecli.tables import validate
 
@@ -277,9 +278,11 @@ def _run(schemes, max_n, steps, layers, width, heads, batch, lr, test_fraction, 
         }
         n_tokens = sum(len(encode_example(tokenizer, e)[0]) for e in test_set)
         for op_name, sel in (("all", slice(None)), ("add", ops == "+"), ("sub", ops == "-")):
+            low, high = mean_interval(correct[sel].astype(np.float64), n_boot=1000, seed=seed)
             acc_rows.append({**base, "metric": "exact_match", "operation": op_name,
-                             "value": float(correct[sel].mean()), "rows": int(correct[sel].size),
-                             "tokens": n_tokens})
+                             "value": float(correct[sel].mean()), "ci_low": low, "ci_high": high,
+                             "interval": METHOD.replace("texts", "test examples"),
+                             "rows": int(correct[sel].size), "tokens": n_tokens})
         for metric, value in (("train_seconds", result["seconds"]),
                               ("eval_seconds", eval_seconds),
                               ("final_train_loss", float(np.mean(result["losses"][-50:]))),

@@ -67,3 +67,25 @@ def test_off_and_empty_give_nan():
     assert np.isnan(ratio_interval([1.0, 2.0], n_boot=0)).all()
     assert np.isnan(mean_interval([], n_boot=10)).all()
     assert np.isnan(statistic_interval([], np.median)).all()
+
+
+def test_pe_order_accuracy_carries_its_interval():
+    from pecli import pe_analysis as pa
+    from pecli.experiments.pe import matrix_analyses
+
+    matrix = pa.sinusoidal(40, 16) + np.random.default_rng(0).standard_normal((40, 16))
+    rows, _ = matrix_analyses(matrix, folds=5, pairs=200, seed=0)
+    acc = {r["metric"]: r for r in rows}["order_accuracy"]
+    assert acc["value"] == pa.order_accuracy(matrix, folds=5, pairs=200, seed=0)
+    assert acc["ci_low"] <= acc["value"] <= acc["ci_high"] and acc["ci_high"] - acc["ci_low"] > 0
+    correct = pa.order_correct(matrix, folds=5, pairs=200, seed=0)
+    assert (acc["ci_low"], acc["ci_high"]) == mean_interval(correct.astype(float), seed=0)
+
+
+def test_toy_exact_match_carries_its_interval():
+    from pecli.experiments.toy import run
+
+    acc = run(pe="none", max_n=12, steps=2, layers=1, width=16, heads=2)["accuracy"]
+    em = acc[acc["metric"] == "exact_match"]
+    assert len(em) == 3 and em["ci_low"].notna().all()
+    assert ((em["ci_low"] <= em["value"]) & (em["value"] <= em["ci_high"])).all()
