@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
+from pecli import parallel
 from pecli.batching import default_token_budget, length_batches, pad
 from pecli.errors import ConfigError, ModelError
 from pecli.masks import SEMANTICS, SHAPES, masked_attention
@@ -148,9 +149,13 @@ def _batches(lengths: list[int], batch_size: int | None, device: torch.device) -
 
 def score_windows(loaded, windows: list[Window], *, batch_size: int | None = None, side: str = "right",
                   progress: Callable[[int], None] | None = None) -> list[torch.Tensor]:
-    """One pass per window (under whatever attention the model is set to): NLL [targets] per window."""
-    out: list[torch.Tensor | None] = [None] * len(windows)
-    for batch in _batches([len(w.ids) for w in windows], batch_size, loaded.device):
+    """One pass per window (under whatever attention the model is set to): NLL [targets] per window.
+
+    Launched on N processes, each scores its shard of the batches (`pecli.parallel`)."""
+    batches = _batches([len(w.ids) for w in windows], batch_size, loaded.device)
+    done: dict[int, torch.Tensor] = {}  # batch index -> NLL [targets of its windows]
+    for b in parallel.shard(batches, [len(w.ids) for w in windows]):
+        batch = batches[b]
         seqs = [windows[i].ids for i in batch]
         ids, mask = pad(seqs, loaded.tokenizer.pad_token_id, loaded.device, side)  # [b, t]
         width = ids.shape[1]
@@ -163,12 +168,14 @@ def score_windows(loaded, windows: list[Window], *, batch_size: int | None = Non
             tgt += [w.ids[t] for t in ts]
             counts.append(len(ts))
         dev = loaded.device
-        nll = _nll_at(loaded, ids, mask, torch.tensor(rows, device=dev), torch.tensor(cols, device=dev),
-                      torch.tensor(tgt, device=dev))
-        for i, part in zip(batch, nll.cpu().split(counts), strict=True):
-            out[i] = part
+        done[b] = _nll_at(loaded, ids, mask, torch.tensor(rows, device=dev),
+                          torch.tensor(cols, device=dev), torch.tensor(tgt, device=dev)).cpu()
         if progress:
             progress(sum(counts))
+    out: list[torch.Tensor | None] = [None] * len(windows)
+    for b, nll in parallel.gather(done).items():
+        for i, part in zip(batches[b], nll.split([windows[i].targets for i in batches[b]]), strict=True):
+            out[i] = part
     return out
 
 
@@ -176,15 +183,20 @@ def score_prefixes(loaded, windows: list[Window], *, batch_size: int | None = No
                    progress: Callable[[int], None] | None = None) -> list[torch.Tensor]:
     """One pass per scored target over its prefix ids[:t], scoring the last row only."""
     jobs = [(wi, t) for wi, w in enumerate(windows) for t in range(w.first, len(w.ids))]
-    nll = torch.empty(len(jobs))
-    for batch in _batches([t for _, t in jobs], batch_size, loaded.device):
+    batches = _batches([t for _, t in jobs], batch_size, loaded.device)
+    done: dict[int, torch.Tensor] = {}  # batch index -> NLL [b]
+    for b in parallel.shard(batches, [t for _, t in jobs]):
+        batch = batches[b]
         seqs = [windows[jobs[j][0]].ids[: jobs[j][1]] for j in batch]
         ids, mask = pad(seqs, loaded.tokenizer.pad_token_id, loaded.device, "left")  # [b, t]
         last = torch.full((len(batch),), ids.shape[1] - 1, device=loaded.device)  # left padding
         tgt = torch.tensor([windows[jobs[j][0]].ids[jobs[j][1]] for j in batch], device=loaded.device)
-        nll[batch] = _nll_at(loaded, ids, mask, torch.arange(len(batch), device=loaded.device), last, tgt).cpu()
+        done[b] = _nll_at(loaded, ids, mask, torch.arange(len(batch), device=loaded.device), last, tgt).cpu()
         if progress:
             progress(len(batch))
+    nll = torch.empty(len(jobs))
+    for b, part in parallel.gather(done).items():
+        nll[batches[b]] = part
     counts = [w.targets for w in windows]
     return list(nll.split(counts))
 

@@ -125,3 +125,13 @@ def gather_batches(mine: list[int], arrays: dict, layout: dict[str, tuple[list[i
                 pieces[name][b] = piece
     return {name: np.concatenate([p[b] for b in sorted(p)], axis=layout[name][1])
             for name, p in pieces.items()}
+
+
+def from_main(obj: T) -> T:
+    """The main process's `obj` on every process (e.g. what a checkpoint held, which only
+    the main process reads: the others must skip the same work)."""
+    if not launched():
+        return obj
+    from accelerate.utils import broadcast_object_list
+
+    return broadcast_object_list([obj], from_process=0)[0]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import importlib.metadata
+import os
 import platform
 import subprocess
 from functools import cache
@@ -42,7 +43,6 @@ def git_state() -> dict[str, str | bool]:
     return {"git_commit": commit or "unknown", "git_dirty": dirty}
 
 
-def utc_now() -> str:
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -57,9 +57,11 @@ def portable_model_id(path: str | Path) -> str:
         return path.name
 
 
+def utc_now() -> str:
     return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def row_provenance() -> dict:
     """Columns every results row carries regardless of experiment."""
-    return {**library_versions(), "git_commit": git_state()["git_commit"]}
+    return {**library_versions(), "git_commit": git_state()["git_commit"],
+            "world_size": int(os.environ.get("WORLD_SIZE", "1"))}  # processes (pecli.parallel)
