@@ -80,7 +80,7 @@ def _root(version: bool = typer.Option(False, "--version", is_eager=True, callba
     """Position information in pretrained Transformers: ablate, mask, measure."""
 
 
-COMMAND_MODULES = ("listing", "reproduce", "ablate", "perplexity", "mc", "pe", "toy", "train")
+COMMAND_MODULES = ("listing", "reproduce", "ablate", "perplexity", "mc", "pe", "toy", "train", "compare")
 
 for _name in COMMAND_MODULES:
     importlib.import_module(f"pecli.commands.{_name}").register(app)
