@@ -14,7 +14,7 @@ def cosine_by_layer(main: pd.DataFrame, path: Path) -> Path:
     """Mean cosine (all real tokens) at each layer, one line per intervention; the shaded
     band is ±1 standard deviation over tokens, bars (when the table has them) the interval."""
     sel = main[main["special_tokens"] == "included"]
-    fig, ax = plt.subplots(figsize=(WIDTH, 4.0), layout="constrained")
+    fig, ax = plt.subplots(figsize=(WIDTH, 5.0), layout="constrained")
     for name, group in sel.groupby("intervention", sort=False):
         mean = group[group["metric"] == "cosine_mean"].set_index("layer").sort_index()
         std = group[group["metric"] == "cosine_std"].set_index("layer")["value"].reindex(mean.index)
@@ -23,15 +23,26 @@ def cosine_by_layer(main: pd.DataFrame, path: Path) -> Path:
         points(ax, mean.index, mean, color, f"{name}: mean")
         ax.fill_between(mean.index, mean["value"] - std, mean["value"] + std, color=color,
                         alpha=0.15, lw=0, label=f"{name}: ±1 s.d. over tokens")
+    # In-model baselines (the model's own positions, same texts), when the table has them.
+    for metric, ls, label in BASELINES:
+        base = main[main["metric"] == metric].sort_values("layer")
+        if len(base):
+            ax.plot(base["layer"], base["value"], color="0.45", ls=ls, lw=1.2, label=label)
     ax.axhline(1.0, color="grey", lw=0.8, ls=":", label="1 = unchanged")
     layers = sorted(sel["layer"].unique())
     ax.set_xticks(layers)
     ax.set_xlabel("layer (0 = embedding output)")
-    ax.set_ylabel("cosine, intervened vs own positions")
+    ax.set_ylabel("cosine similarity of hidden states")
     ax.set_title(title(main, "mean hidden-state cosine with vs without the model's positions, per layer"),
                  fontsize=10)
-    ax.legend(title=interval_note(sel) or None, fontsize=8, title_fontsize=8)
+    fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncol=2, fontsize=8,
+               title=interval_note(sel) or None, title_fontsize=8)
     return save(fig, path)
+
+
+# The ablate table's in-model baselines: what "similar" means inside this model.
+BASELINES = (("self_similarity_mean", "--", "baseline: the same token in another text"),
+             ("token_pair_cosine_mean", "-.", "baseline: two different tokens (anisotropy floor)"))
 
 
 def cosine_by_position(pos: pd.DataFrame, path: Path) -> Path:
