@@ -35,7 +35,7 @@ from pecli import parallel
 from pecli.experiments import EXPERIMENTS, Experiment
 
 NAME = "ablate"
-VERSION = 1
+VERSION = 2  # 2: in-model baselines (token_pair_cosine, self_similarity, between_baselines); ci_low/ci_high
 DEFAULT_LIMIT = 48  # `pecli ablate minilm` in about a minute on 2 shared CPU cores
 DEFAULT_PAIRS = 10_000
 DEFAULT_BOOTSTRAP = 1000

@@ -276,6 +276,6 @@ def _probe_figures(csv_paths, fig_dir):
 
 
 EXPERIMENTS.add("pe-probe", Experiment(
-    "pe-probe", 1, run_probe, _probe_figures,
+    "pe-probe", 2, run_probe, _probe_figures,  # 2: order_accuracy with ci_low/ci_high
     "Wang & Chen analyses of position-embedding matrices (sinusoidal reference) and a "
     "per-layer hidden-state probe of position with and without the model's positions"))

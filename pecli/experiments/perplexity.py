@@ -213,7 +213,7 @@ def _resumed(checkpoint) -> dict:
 
 EXPERIMENTS.add("perplexity", Experiment(
     name="perplexity",
-    version=2,  # 2: per-text rows carry text_id (index in the source split)
+    version=3,  # 2: per-text rows carry text_id; 3: ci_low/ci_high on every aggregation, study_value
     run=run,
     figures=figures,
     description="Perplexity under position interventions and graded attention masks (E2, E3), "

@@ -25,7 +25,7 @@ from pecli.tables import validate
 
 SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")
 CHARS = "0123456789+-="
-VERSION = 2  # 2: attention layers numbered from 1 (0 = embedding output); train_tokens
+VERSION = 3  # 2: attention layers numbered from 1 (0 = embedding output); train_tokens; 3: exact_match ci_low/ci_high
 
 # Default size: 109-211 s per scheme measured on the shared 2-core machine, 1 thread.
 DEFAULT_SIZE = dict(layers=2, width=64, heads=4)
