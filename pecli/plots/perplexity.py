@@ -54,8 +54,13 @@ def _variants(df: pd.DataFrame) -> pd.DataFrame:
     return df.drop_duplicates(keys)
 
 
-def _panel(ax, part: pd.DataFrame, variants: list[str], protocols: list[str]) -> None:
-    """Points per (intervention, protocol) at each mask variant, dodged side by side."""
+STUDY_LABEL = "x: the study's number (gpt2, transformers 4.x)"
+
+
+def _panel(ax, part: pd.DataFrame, variants: list[str], protocols: list[str],
+           study: bool = False) -> None:
+    """Points per (intervention, protocol) at each mask variant, dodged side by side;
+    `study`: the study's number beside each (rows' study_value, gpt2 only) as a cross."""
     interventions = list(dict.fromkeys(part["intervention"]))
     series = [(iv, p) for iv in interventions for p in protocols]
     width = 0.7 / max(len(series), 1)
@@ -68,6 +73,10 @@ def _panel(ax, part: pd.DataFrame, variants: list[str], protocols: list[str]) ->
         label = iv if len(protocols) == 1 else f"{iv}, {proto} protocol"
         points(ax, x, rows.reset_index(), color_of(iv), label,
                marker=MARKERS[protocols.index(proto) % len(MARKERS)])
+        if study and "study_value" in rows and rows["study_value"].notna().any():
+            first = not any(h.get_label() == STUDY_LABEL for h in ax.lines)
+            ax.plot(x, rows["study_value"].to_numpy(dtype=float), "x", color=color_of(iv), ms=8,
+                    mew=1.5, label=STUDY_LABEL if first else None)
     ax.set_xticks(range(len(variants)), variants)
     if wants_log(part["value"]):
         ax.set_yscale("log")
@@ -88,14 +97,15 @@ def aggregation_figure(df: pd.DataFrame, path: Path) -> Path:
     head_axes = []
     for i, proto in enumerate(protocols):
         ax = fig.add_subplot(top[0, i], sharey=head_axes[0] if head_axes else None)
-        _panel(ax, corpus, variants, [proto])
+        _panel(ax, corpus, variants, [proto], study=True)
         ax.set_title(f"corpus perplexity (headline), {proto} protocol" if proto != "any"
                      else "corpus perplexity (headline)", fontsize=9)
         ax.set_xlabel("mask semantics of the linear mask" if variants != [NO_MASK] else "")
         if i == 0:
             ax.set_ylabel("perplexity" + (" (log scale)" if ax.get_yscale() == "log" else ""))
         head_axes.append(ax)
-    if wants_log(corpus["value"]):  # shared axis: both panels the same scale
+    shown = pd.concat([corpus["value"], corpus.get("study_value", pd.Series(dtype=float))])
+    if wants_log(shown):  # shared axis: both panels the same scale (the study's numbers too)
         for ax in head_axes:
             ax.set_yscale("log")
     head_axes[0].legend(fontsize=7, title=interval_note(corpus) or None, title_fontsize=7)
