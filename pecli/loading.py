@@ -101,6 +101,8 @@ class LoadedModel:
             "random_init": self.is_random,
             "device": str(self.device),
             "dtype": str(self.dtype).removeprefix("torch."),
+            **({"device_map": ", ".join(sorted(set(self.extra["device_map"].values())))}
+               if "device_map" in self.extra else {}),
         }
 
 
@@ -108,6 +110,9 @@ class LoadedModel:
 
 
 def resolve_device(device: str) -> torch.device:
+    from pecli.parallel import local_device
+
+    device = local_device(device)  # launched on N GPUs: this process's own
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cuda" and not torch.cuda.is_available():
@@ -179,8 +184,10 @@ def weights_sha256(folder: Path) -> str:
 # --- loading ------------------------------------------------------------------------
 
 
-def load_model(name: str, device: str = "auto", dtype: str = "float32", seed: int = 0) -> LoadedModel:
-    """Load a model by name (see the module docstring) in eval mode on `device`."""
+def load_model(name: str, device: str = "auto", dtype: str = "float32", seed: int = 0,
+               device_map: str | None = None, max_memory: str | None = None) -> LoadedModel:
+    """Load a model by name (see the module docstring) in eval mode on `device`, or spread
+    over devices by `device_map` (see `dispatch`)."""
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # pecli shows its own progress
@@ -197,10 +204,73 @@ def load_model(name: str, device: str = "auto", dtype: str = "float32", seed: in
         loaded = _load_hub(name)
     else:
         raise ModelError(ALIASES.unknown_message(name))
-    loaded.model.to(device=dev, dtype=dt).eval()
-    loaded.device, loaded.dtype = dev, dt
+    if device_map:
+        loaded.model.to(dtype=dt).eval()
+        loaded.device, loaded.dtype = dispatch(loaded, device_map, max_memory), dt
+    else:
+        loaded.model.to(device=dev, dtype=dt).eval()
+        loaded.device, loaded.dtype = dev, dt
     _prepare_tokenizer(loaded.tokenizer)
     return loaded
+
+
+# --- model sharding: one model over several devices (accelerate) ----------------------
+
+
+def parse_max_memory(text: str | None) -> dict | None:
+    """`0=20GiB,1=20GiB,cpu=64GiB` -> {0: "20GiB", 1: "20GiB", "cpu": "64GiB"}."""
+    if not text:
+        return None
+    out: dict = {}
+    for item in text.split(","):
+        key, _, size = item.partition("=")
+        key, size = key.strip(), size.strip()
+        if not key or not size or not (key.isdigit() or key in ("cpu", "disk")):
+            raise DeviceError(f"--max-memory {text!r}: give DEVICE=SIZE pairs, e.g. "
+                              "0=20GiB,1=20GiB,cpu=64GiB (DEVICE: a GPU index, cpu or disk)")
+        out[int(key) if key.isdigit() else key] = size
+    return out
+
+
+def dispatch(loaded: LoadedModel, device_map: str | dict, max_memory: str | None = None,
+             offload_folder: str | Path | None = None) -> torch.device:
+    """Spread the model over devices with accelerate; return the device inputs go to.
+
+    `device_map` "auto" fills `max_memory` in order (GPUs, then cpu, then disk), whole
+    blocks at a time; a dict maps module names to devices ("disk": offloaded to
+    `offload_folder`, read back layer by layer). The position-embedding table is kept on an
+    execution device, so interventions edit it in place; rotations and masks follow each
+    module's device through accelerate's hooks.
+    """
+    import tempfile
+
+    from accelerate import dispatch_model, infer_auto_device_map
+
+    from pecli.architectures import position_embedding
+
+    model = loaded.model
+    if device_map == "auto":
+        device_map = infer_auto_device_map(model, max_memory=parse_max_memory(max_memory),
+                                           no_split_module_classes=model._no_split_modules or [])
+    elif not isinstance(device_map, dict):
+        raise DeviceError(f"--device-map {device_map!r}: only auto is understood (with --max-memory)")
+    device_map = dict(device_map)
+    gpus = [d for d in device_map.values() if d not in ("cpu", "disk")]
+    main = gpus[0] if gpus else "cpu"
+    if set(device_map.values()) == {"disk"}:
+        raise DeviceError("--max-memory leaves no room for any layer on a device; raise it")
+    if loaded.spec.position == "learned":  # the table interventions rewrite: never offloaded
+        table = position_embedding(model, loaded.spec)
+        name = next(n for n, m in model.named_modules() if m is table)
+        for key in device_map:
+            if (key == "" or name == key or name.startswith(key + ".")) \
+                    and device_map[key] in ("disk", "cpu" if gpus else "disk"):
+                device_map[key] = main
+    folder = offload_folder or (tempfile.mkdtemp(prefix="pecli-offload-")
+                                if "disk" in device_map.values() else None)
+    dispatch_model(model, device_map, main_device=main, offload_dir=folder)
+    loaded.extra["device_map"] = {k: str(v) for k, v in device_map.items()}
+    return torch.device(main if isinstance(main, str) else f"cuda:{main}")
 
 
 def _prepare_tokenizer(tokenizer) -> None:
