@@ -302,12 +302,16 @@ def sample_baseline_pairs(ids: list[list[int]], special: set[int], pairs: int = 
     if len(np.unique(text)) < 2:
         return out
     found = []
-    while len(found) < pairs:  # rejection: other text and other id (nearly always at once)
+    for _ in range(100):  # rejection: other text and other id (nearly always in one round)
         a, b = rng.integers(0, len(tok), size=(2, 4 * pairs))
         ok = (text[a] != text[b]) & (tok[a] != tok[b])
         found += list(zip(a[ok], b[ok], strict=True))
-    a, b = np.array(found[:pairs]).T
-    out["token_pair"] = np.stack([np.stack([text[a], pos[a]], 1), np.stack([text[b], pos[b]], 1)], 1)
+        if len(found) >= pairs:
+            break
+    if found:  # none only when every token of every text is the same id
+        a, b = np.array(found[:pairs]).T
+        out["token_pair"] = np.stack([np.stack([text[a], pos[a]], 1),
+                                      np.stack([text[b], pos[b]], 1)], 1)
     texts_of = {}  # token id -> distinct texts it occurs in
     for i, t in zip(tok.tolist(), text.tolist(), strict=True):
         texts_of.setdefault(i, set()).add(t)
@@ -531,7 +535,8 @@ def run(model: str = "minilm", interventions: list[str] | tuple[str, ...] = ("ze
         seed: int = 0, device: str = "auto", dtype: str = "float32", data_dir: str | None = None,
         text_field: str | None = None, batch_size: int | None = None, layers: bool = True,
         probe: bool = False, baseline_pairs: int = DEFAULT_PAIRS, limit_at_most: bool = False,
-        bootstrap: int = DEFAULT_BOOTSTRAP, progress: bool = False) -> dict[str, pd.DataFrame]:
+        bootstrap: int = DEFAULT_BOOTSTRAP, progress: bool = False, device_map: str | None = None,
+        max_memory: str | None = None) -> dict[str, pd.DataFrame]:
     """Load `model` and `dataset`, measure, and return the tables (see the module docstring).
 
     `limit_at_most`: a `limit` beyond the data's rows takes every row (the CLI's default
@@ -559,7 +564,8 @@ def run(model: str = "minilm", interventions: list[str] | tuple[str, ...] = ("ze
         raise DataError(f"--limit must be a positive number of rows (got {limit})")
     data = load_data(dataset, split, data_dir_=data_dir, limit=limit, seed=seed,
                      text_field=text_field, at_most=limit_at_most)
-    loaded = load_model(model, device=device, dtype=dtype, seed=seed)
+    loaded = load_model(model, device=device, dtype=dtype, seed=seed, device_map=device_map,
+                        max_memory=max_memory)
     for name in interventions:
         check_applies(loaded, name)
     labels = data.labels() if probe else None

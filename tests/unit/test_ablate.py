@@ -256,3 +256,14 @@ def test_probe_accuracy_interval_contains_the_accuracy():
     rows = probe_accuracy({"learned": x, "zero": rng.standard_normal((80, 5))}, y, seed=0, bootstrap=500)
     for r in rows:
         assert r["ci_low"] <= r["value"] <= r["ci_high"] and r["ci_high"] - r["ci_low"] > 0
+
+
+def test_baseline_pairs_degrade_to_none_when_impossible():
+    from pecli.experiments.ablate import sample_baseline_pairs
+
+    one_id = sample_baseline_pairs([[101, 7, 7, 102], [101, 7, 102]], {101, 102}, pairs=50)
+    assert len(one_id["token_pair"]) == 0 and len(one_id["self_similarity"]) == 50
+    one_text = sample_baseline_pairs([[101, 5, 6, 102]], {101, 102}, pairs=50)
+    assert len(one_text["token_pair"]) == 0 and len(one_text["self_similarity"]) == 0
+    no_repeat = sample_baseline_pairs([[101, 5, 102], [101, 6, 102]], {101, 102}, pairs=50)
+    assert len(no_repeat["token_pair"]) == 50 and len(no_repeat["self_similarity"]) == 0
