@@ -35,7 +35,7 @@ def encoding_heatmaps(encoding: pd.DataFrame, out: Path) -> Path:
                   "dimension", "position", cmap="RdBu", vmin=-1, vmax=1)
     _heatmap(axes[1], sinusoidal(512, 512, base), "sinusoidal PE, 512 x 512", "dimension",
              "position", cmap="RdBu", vmin=-1, vmax=1)
-    fig.colorbar(im, ax=axes, shrink=0.8)
+    fig.colorbar(im, ax=axes, shrink=0.8, label="PE(pos, dim)")
     fig.suptitle(f"PE(pos, 2i) = sin(pos / {base:g}^(2i/d)), PE(pos, 2i+1) = cos(...)")
     return save(fig, out)
 
@@ -66,15 +66,25 @@ def clock(encoding: pd.DataFrame, out: Path) -> Path:
 
 def dot_and_rotation(dot: pd.DataFrame, rotation: pd.DataFrame, out: Path) -> Path:
     """PE(p).PE(q) against p - q (all pairs), and the rotation error per offset."""
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4))
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2), layout="constrained")
     axes[0].scatter(dot["offset"], dot["value"], s=8, alpha=0.5)
     axes[0].set(title="PE(p) . PE(q): one value per p - q, symmetric, decaying",
                 xlabel="p - q", ylabel="dot product")
     axes[0].axvline(0, color="0.8", lw=1)
     err = rotation.sort_values("offset")
-    axes[1].semilogy(err["offset"], err["value"].clip(lower=1e-18), marker=".")
+    exact = err["value"] == 0  # log axis: exact zeros are named, not drawn at an invented floor
+    axes[1].semilogy(err.loc[~exact, "offset"], err.loc[~exact, "value"], marker=".", ls="none",
+                     label="max over positions p")
+    if exact.any():
+        ks = ", ".join(str(int(k)) for k in err.loc[exact, "offset"])
+        axes[1].plot([], [], " ", label=f"exactly 0 at k = {ks}")
+    axes[1].legend(fontsize=8)
     axes[1].set(title="max |PE(p + k) - M_k PE(p)| over positions", xlabel="offset k",
-                ylabel="max abs error")
+                ylabel="max abs error (float64)")
+    first = dot.iloc[0]
+    fig.suptitle(f"sinusoidal encoding, {int(first['positions'])} positions x {int(first['dim'])} "
+                 f"dimensions, base {float(first['base']):g}: dot products and the rotation "
+                 "property")
     return save(fig, out)
 
 
@@ -109,8 +119,11 @@ def similarity_heatmaps(sim: pd.DataFrame, out: Path) -> Path:
                            extent=(0, n, n, 0), interpolation="nearest")
             step = int(grid.index[1] - grid.index[0]) if len(grid) > 1 else 1
             ax.set(title=f"{model}: {kind}" + (" (reference)" if kind == "sinusoidal" else ""),
-                   xlabel=f"position q (every ~{step}th)", ylabel="position p")
+                   xlabel="position q" + (f" (every {step} positions shown)" if step > 1 else ""),
+                   ylabel="position p")
     fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.6, label="cosine similarity")
+    fig.suptitle("cosine similarity of position-embedding rows p and q: each model's learned "
+                 "table beside sinusoids of the same shape")
     return save(fig, out)
 
 
