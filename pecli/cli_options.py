@@ -28,5 +28,10 @@ OutOpt = Annotated[Path | None, typer.Option(
     help="Output directory (default: runs/<command>/<UTC time>-<commit>).")]
 BatchSizeOpt = Annotated[int | None, typer.Option(
     help="Sequences per forward pass (default: by a token budget, larger on CUDA).")]
+DeviceMapOpt = Annotated[str | None, typer.Option(
+    help="auto: spread a model too large for one device over the GPUs, then CPU, then disk "
+         "(accelerate; see --max-memory and docs/scaling.md). Numbers equal the undivided model's.")]
+MaxMemoryOpt = Annotated[str | None, typer.Option(
+    help="With --device-map auto: memory per device, e.g. 0=20GiB,1=20GiB,cpu=64GiB.")]
 BootstrapOpt = Annotated[int, typer.Option(
     help="Resamples of the 95 % bootstrap intervals over texts (ci_low, ci_high); 0: none.")]

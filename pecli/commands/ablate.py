@@ -14,8 +14,10 @@ from pecli.cli_options import (
     BootstrapOpt,
     DataDirOpt,
     DatasetOpt,
+    DeviceMapOpt,
     DeviceOpt,
     DtypeOpt,
+    MaxMemoryOpt,
     ModelArg,
     OutOpt,
     SeedOpt,
@@ -52,6 +54,8 @@ def ablate(
     seed: SeedOpt = 0,
     device: DeviceOpt = "auto",
     dtype: DtypeOpt = "float32",
+    device_map: DeviceMapOpt = None,
+    max_memory: MaxMemoryOpt = None,
     data_dir: DataDirOpt = None,
     out: OutOpt = None,
 ) -> None:
@@ -78,6 +82,7 @@ def ablate(
     options = dict(model=model, interventions=names, dataset=dataset, split=split,
                    limit=DEFAULT_LIMIT if limit is None else limit, limit_at_most=limit is None,
                    seed=seed, device=device, dtype=dtype,
+                   device_map=device_map, max_memory=max_memory,
                    data_dir=str(data_dir) if data_dir else None, text_field=text,
                    batch_size=batch_size, layers=layers, probe=probe,
                    baseline_pairs=baseline_pairs, bootstrap=bootstrap)

@@ -12,9 +12,11 @@ from pecli.cli_options import (
     BatchSizeOpt,
     BootstrapOpt,
     DataDirOpt,
+    DeviceMapOpt,
     DeviceOpt,
     DtypeOpt,
     LimitOpt,
+    MaxMemoryOpt,
     ModelArg,
     OutOpt,
     SeedOpt,
@@ -58,6 +60,8 @@ def perplexity(
     seed: SeedOpt = 0,
     device: DeviceOpt = "auto",
     dtype: DtypeOpt = "float32",
+    device_map: DeviceMapOpt = None,
+    max_memory: MaxMemoryOpt = None,
     data_dir: DataDirOpt = None,
     out: OutOpt = None,
 ) -> None:
@@ -93,6 +97,7 @@ def perplexity(
                    protocol=as_list(protocol or "relative", "protocol"),
                    dataset=dataset, split=split, text_field=text, limit=limit, seed=seed,
                    device=device, dtype=dtype, data_dir=str(data_dir) if data_dir else None,
+                   device_map=device_map, max_memory=max_memory,
                    batch_size=batch_size, add_start_token=start_token, long_text=long_text,
                    stride=stride, bootstrap=bootstrap)
     console = wide_console()

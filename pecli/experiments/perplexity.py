@@ -71,7 +71,8 @@ def run(model: str = "random:gpt2", pe=None, masks="default", semantics="legacy"
         device: str = "auto", dtype: str = "float32", data_dir: str | None = None,
         batch_size: int | None = None, add_start_token: bool = True, long_text: str = "truncate",
         stride: int | None = None, padding_side: str = "right", bootstrap: int = 1000,
-        loaded=None, progress: Callable[[int, int], None] | None = None) -> dict[str, pd.DataFrame]:
+        loaded=None, progress: Callable[[int, int], None] | None = None,
+        device_map: str | None = None, max_memory: str | None = None) -> dict[str, pd.DataFrame]:
     """Perplexity tables: `perplexity` (one row per condition x aggregation, with its 95 %
     bootstrap interval over texts) and `texts` (one row per condition x text: its scored
     tokens and perplexity).
@@ -94,7 +95,8 @@ def run(model: str = "random:gpt2", pe=None, masks="default", semantics="legacy"
     if padding_side not in ("left", "right"):
         raise ConfigError(f"padding side must be left or right (got {padding_side!r})")
     data = load_data(dataset, split, data_dir_=data_dir, limit=limit, seed=seed, text_field=text_field)
-    loaded = loaded or load_model(model, device=device, dtype=dtype, seed=seed)
+    loaded = loaded or load_model(model, device=device, dtype=dtype, seed=seed,
+                                  device_map=device_map, max_memory=max_memory)
     check_causal(loaded)
     for p in dict.fromkeys(g[0] for g in grid):
         check_applies(loaded, p)
