@@ -142,21 +142,28 @@ def _figure_path(recorded: str, out: Path) -> Path:
     return path
 
 
-def _lookup(csv: Path, where: dict) -> tuple[str, int]:
-    """The value of the single row of `csv` matching `where` ('—' unless exactly one matches)."""
-    df = pd.read_csv(csv)
+def _lookup(csv: Path, where: dict, fmt: str) -> str:
+    """The value of the single row of `csv` matching `where`, with its 95 % interval when the
+    table has one (`0.6918 [0.6871, 0.6965]`); '—' and the reason unless exactly one matches."""
+    df = pd.read_csv(csv, low_memory=False)
     for col, want in where.items():
         if col not in df.columns:
-            return f"— (no column {col})", 0
+            return f"— (no column {col})"
         df = df[df[col].astype(str) == str(want)]
-    return (str(df["value"].iloc[0]), 1) if len(df) == 1 else (f"— ({len(df)} rows match)", len(df))
+    if len(df) != 1:
+        return f"— ({len(df)} rows match)"
+    row = df.iloc[0]
+    value = _fmt(row["value"], fmt)
+    if pd.notna(row.get("ci_low")) and pd.notna(row.get("ci_high")):
+        value += f" [{_fmt(row['ci_low'], fmt)}, {_fmt(row['ci_high'], fmt)}]"
+    return value
 
 
-def _fmt(value: str, fmt: str) -> str:
+def _fmt(value, fmt: str) -> str:
     try:
         return fmt.format(float(value))
     except ValueError:
-        return value
+        return str(value)
 
 
 STUDY = ("a short empirical study of position information in "
@@ -220,10 +227,11 @@ def write_report(preset: Preset, out: Path, results: list[EntryResult]) -> Path:
         if e.study_notes:
             lines += [e.study_notes.strip(), ""]
         if e.report:
-            lines += ["| quantity | study (its model) | pecli (this section's model) |", "|---|---|---|"]
+            lines += ["| quantity | study (its model) | pecli (this section's model) [95 % interval, where computed] |",
+                      "|---|---|---|"]
             for line in e.report:
                 csv = res.tables.get(line.table)
-                value = _fmt(*_lookup(csv, line.where)[:1], line.format) if csv else "— (no table)"
+                value = _lookup(csv, line.where, line.format) if csv else "— (no table)"
                 study = "—" if line.study is None else str(line.study)
                 cells = (line.label, study, value)
                 lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")

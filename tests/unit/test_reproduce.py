@@ -162,7 +162,7 @@ def test_report_names_the_commit_of_each_section_and_the_study(fake_experiment, 
     report = (out / "REPORT.md").read_text()
     assert f"computed at commit {commit}" in report  # the rows' commit, not HEAD's
     assert "short empirical study of position information in pretrained Transformers" in report
-    assert "| quantity | study (its model) | pecli (this section's model) |" in report
+    assert "| quantity | study (its model) | pecli (this section's model) [95 % interval, where computed] |" in report
 
 
 def test_a_copied_results_folder_reports_its_own_figures(fake_experiment, tmp_path):
