@@ -69,8 +69,12 @@ def _panel(ax, part: pd.DataFrame, variants: list[str], protocols: list[str],
         shown = [proto, "any"] if proto == protocols[0] else [proto]
         rows = part[(part["intervention"] == iv) & (part["protocol"].isin(shown))]
         rows = rows.set_index("variant").reindex(variants).dropna(subset=["value"])
+        if rows.empty:  # e.g. `learned` only without a mask: no empty legend entry
+            continue
         x = np.array([variants.index(v) for v in rows.index]) + (k - (len(series) - 1) / 2) * width
         label = iv if len(protocols) == 1 else f"{iv}, {proto} protocol"
+        if (rows["protocol"] == "any").all():
+            label = f"{iv}, no mask (any protocol)"
         points(ax, x, rows.reset_index(), color_of(iv), label,
                marker=MARKERS[protocols.index(proto) % len(MARKERS)])
         if study and "study_value" in rows and rows["study_value"].notna().any():
@@ -108,7 +112,6 @@ def aggregation_figure(df: pd.DataFrame, path: Path) -> Path:
     if wants_log(shown):  # shared axis: both panels the same scale (the study's numbers too)
         for ax in head_axes:
             ax.set_yscale("log")
-    head_axes[0].legend(fontsize=7, title=interval_note(corpus) or None, title_fontsize=7)
     for j, agg in enumerate(others):
         ax = fig.add_subplot(grid[1, j])
         _panel(ax, df[df["aggregation"] == agg], variants, protocols)
@@ -117,8 +120,10 @@ def aggregation_figure(df: pd.DataFrame, path: Path) -> Path:
         ax.tick_params(axis="y", labelsize=7)
         if j == 0:
             ax.set_ylabel("perplexity", fontsize=8)
-    if others and len(protocols) > 1:
-        ax.legend(fontsize=6, loc="best")
+    # one legend for all panels, below them: colour = positions, marker = protocol
+    handles = max((a.get_legend_handles_labels() for a in fig.axes), key=lambda hl: len(hl[1]))
+    fig.legend(*handles, loc="outside lower center", ncol=min(len(handles[1]), 4), fontsize=8,
+               title=interval_note(df) or None, title_fontsize=8)
     tokens = int(df["tokens"].iloc[0])
     fig.suptitle(title(df, f"perplexity with and without positions, graded masks "
                            f"({tokens:,} scored tokens)"), fontsize=10)
