@@ -22,8 +22,13 @@ LABELS = {"learned": "the model's positions added", "none": "no position (ceilin
 DASH = {"none": "--", "sinusoidal": "-.", "random": ":", "learned": "-"}
 
 
-def _panels(n: int, width: float = 4.8, height: float = 3.8):
-    fig, axes = plt.subplots(1, n, figsize=(width * n, height), squeeze=False, sharey=True)
+def _width(n: int) -> float:
+    """Figure width for n panels: at least room for the two-line suptitle."""
+    return max(4.8 * n, 8.5)
+
+
+def _panels(n: int, height: float = 3.8):
+    fig, axes = plt.subplots(1, n, figsize=(_width(n), height), squeeze=False, sharey=True)
     return fig, axes[0]
 
 
@@ -35,7 +40,7 @@ def _model_title(rows: pd.DataFrame) -> str:
 def token_by_position(df: pd.DataFrame, out: Path) -> Path:
     """Row 1: accuracy on the full scale; row 2: the same curves zoomed to 0.9-1."""
     models = list(dict.fromkeys(df["model"]))
-    fig, axes = plt.subplots(2, len(models), figsize=(4.8 * len(models), 6.4), squeeze=False,
+    fig, axes = plt.subplots(2, len(models), figsize=(_width(len(models)), 6.4), squeeze=False,
                              sharey="row", height_ratios=[3, 2])
     for col, model in enumerate(models):
         rows = df[df["model"] == model]
@@ -86,8 +91,8 @@ def hidden_probe(df: pd.DataFrame, out: Path) -> Path:
     axes[0].set_ylabel("held-out token accuracy (linear probe)")
     axes[-1].legend(loc="lower left", fontsize=8, title="bars: 95 % bootstrap over texts",
                     title_fontsize=8)
-    fig.suptitle("Token identity from each layer's hidden state, with and without the model's "
-                 "positions:\nridge probe over the most frequent tokens, 5-fold CV over texts", fontsize=11)
+    fig.suptitle("Token identity read from each layer, with and without positions "
+                 "(ridge probe, 5-fold CV over texts)", fontsize=10)
     return save(fig, out)
 
 
