@@ -30,7 +30,7 @@ class Experiment:
 EXPERIMENTS: Registry[Experiment] = Registry("experiment", ConfigError)
 
 # Modules that register experiments, imported on first use.
-EXPERIMENT_MODULES: tuple[str, ...] = ("ablate", "perplexity", "pe", "recover", "toy", "train_lm")
+EXPERIMENT_MODULES: tuple[str, ...] = ("ablate", "perplexity", "mc", "pe", "recover", "toy", "train_lm")
 
 
 def load_all() -> Registry[Experiment]:

@@ -1,0 +1,116 @@
+"""`pecli mc`: TruthfulQA multiple choice (MC1, MC2) with and without position information."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from pecli.cli_options import (
+    BatchSizeOpt,
+    DataDirOpt,
+    DeviceOpt,
+    DtypeOpt,
+    LimitOpt,
+    ModelArg,
+    OutOpt,
+    SeedOpt,
+)
+from pecli.commands import console as wide_console
+from pecli.commands.perplexity import MaskOpt, PeOpt, SemanticsOpt
+
+McProtocolOpt = Annotated[list[str] | None, typer.Option(
+    "--protocol", help="relative (default; the meaningful one here: each query weighs its own prefix, so "
+                       "the question's context is scored once and shared by every choice) or study (one "
+                       "pass per answer token with one 1-D key mask over context + answer, as the study's "
+                       "perplexity; exact but ~10x slower). Repeat or a,b.")]
+
+
+def mc(
+    model: ModelArg,
+    pe: PeOpt = None,
+    mask: MaskOpt = None,
+    mask_semantics: SemanticsOpt = None,
+    protocol: McProtocolOpt = None,
+    dataset: Annotated[str, typer.Option(
+        help="truthfulqa-mc, or a JSON list / JSONL file of items with question, mc1_targets, "
+             "mc2_targets ({choice: label} or {\"choices\": [...], \"labels\": [...]}).")] = "truthfulqa-mc",
+    limit: LimitOpt = None,
+    bootstrap: Annotated[int, typer.Option(
+        help="Bootstrap resamples over items for the 95 % intervals (0: off).")] = 1000,
+    batch_size: BatchSizeOpt = None,
+    seed: SeedOpt = 0,
+    device: DeviceOpt = "auto",
+    dtype: DtypeOpt = "float32",
+    data_dir: DataDirOpt = None,
+    out: OutOpt = None,
+) -> None:
+    """TruthfulQA MC1 / MC2 as lm-evaluation-harness scores them, with positions intervened on
+    and graded attention masks.
+
+    The context is the harness's six-question QA primer then "Q: {question}\\nA:"; each choice
+    " {choice}" is scored by the sum of its tokens' log-likelihoods. MC1: the true (first)
+    choice scores highest; MC2: the normalised probability mass of the true choices;
+    mc1_norm: MC1 on log-likelihood per character (the harness's acc_norm). The intact
+    condition (own positions, default mask) is always the first row.
+
+    Examples:
+        pecli mc smollm2 --pe zero --limit 100
+        pecli mc smollm2 --pe zero --mask linear --mask-semantics log-bias --limit 50
+        pecli mc gpt2 --pe zero,shuffle --dataset my_items.jsonl
+    """
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    from pecli.experiments.mc import run
+    from pecli.experiments.perplexity import as_list
+    from pecli.intervals import METHOD
+    from pecli.io import RunOutput, default_out_dir
+    from pecli.plots.mc import condition_label, figures
+
+    options = dict(model=model, pe=as_list(pe or "learned", "intervention"),
+                   masks=as_list(mask or "default", "mask"),
+                   semantics=as_list(mask_semantics or "legacy", "mask semantics"),
+                   protocol=as_list(protocol or "relative", "protocol"),
+                   dataset=dataset, limit=limit, seed=seed, device=device, dtype=dtype,
+                   data_dir=str(data_dir) if data_dir else None, batch_size=batch_size,
+                   bootstrap=bootstrap)
+    console = wide_console()
+    meta = {"command": "mc", **options, "interval_method": METHOD}
+    with RunOutput(Path(out) if out else default_out_dir("mc")) as output:  # --out checked first
+        with Progress("scoring", BarColumn(), MofNCompleteColumn(), "items x conditions",
+                      TimeElapsedColumn(), console=console, transient=True,
+                      disable=not console.is_terminal) as bar:
+            task = bar.add_task("scoring", total=None)
+            tables = run(**options, progress=lambda n, total: bar.update(task, advance=n, total=total))
+        paths, pngs = output.write(tables, meta, figures)
+
+    df = tables["mc"]
+    first = df.iloc[0]
+    summary = Table(title=f"TruthfulQA MC: {first['model']} on {first['dataset']} ({first['items']} items, "
+                          f"{first['choices_scored']} choices, {first['truncated_pairs']} cut to the "
+                          "model's positions)")
+    summary.add_column("condition")
+    for metric in ("mc1", "mc2", "mc1_norm"):
+        summary.add_column(f"{metric} [95 % CI]", justify="right")
+    summary.add_column("computed as")
+    shown = set()
+    for _, group in df.groupby(["intervention", "mask", "mask_semantics", "protocol"], sort=False):
+        row = group.iloc[0]
+        if condition_label(row) in shown:  # the default mask is one model under every semantics
+            continue
+        shown.add(condition_label(row))
+        cells = {r["metric"]: f"{r['value']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]"
+                 for _, r in group.iterrows()}
+        summary.add_row(condition_label(row), cells["mc1"], cells["mc2"], cells["mc1_norm"],
+                        f"{row['computation']}, {row['passes']}")
+    console.print(summary)
+    chance = df.drop_duplicates("metric").set_index("metric")["chance"]
+    console.print(f"chance (uniform choice): mc1 {chance['mc1']:.3f}, mc2 {chance['mc2']:.3f}")
+    for p in [*paths.values(), *pngs]:
+        console.print(f"wrote {p}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(mc)

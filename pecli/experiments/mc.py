@@ -1,0 +1,121 @@
+"""TruthfulQA multiple choice (MC1, MC2, MC1-norm) with and without position information.
+
+One tokenisation; for each (intervention, mask, semantics, protocol) the log-likelihood of
+every choice of every item (pecli.mc), then the per-item metrics, their mean, standard error
+and bootstrap interval over items. The intact condition (own positions, default mask) is
+always computed and comes first; conditions that are the same computation run once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pandas as pd
+
+from pecli.experiments import EXPERIMENTS, Experiment
+from pecli.plots.mc import figures
+from pecli.provenance import row_provenance
+from pecli.tables import validate
+
+INTACT = ("learned", "default", "legacy", "relative")
+TASK_VERSIONS = "truthfulqa_mc1 v2.0, truthfulqa_mc2 v2.0 (lm-evaluation-harness)"
+
+
+def grid(pe, masks, semantics, protocol) -> list[tuple[str, str, str, str]]:
+    """The intact condition first, then every (intervention, mask, semantics, protocol) asked for."""
+    from pecli.experiments.perplexity import conditions
+
+    return list(dict.fromkeys([INTACT, *conditions(pe, masks, semantics, protocol)]))
+
+
+def summarise(values: np.ndarray, n_boot: int, seed: int) -> dict:
+    """Mean over items, its standard error (sample sd / sqrt n, as the harness) and interval."""
+    from pecli.intervals import ratio_interval
+
+    low, high = ratio_interval(values, n_boot=n_boot, seed=seed)
+    stderr = float(values.std(ddof=1) / np.sqrt(len(values))) if len(values) > 1 else float("nan")
+    return {"value": float(values.mean()), "stderr": stderr, "ci_low": low, "ci_high": high}
+
+
+def chance(items, metric: str) -> float:
+    """The expected value of a metric when every choice is equally likely."""
+    if metric == "mc2":
+        return float(np.mean([(list(lab) + [0]).index(0) / len(lab)
+                              for lab in (it.targets["mc2"][1] for it in items)]))
+    return float(np.mean([1 / len(it.targets["mc1"][0]) for it in items]))
+
+
+def run(model: str = "random:gpt2", pe="learned", masks="default", semantics="legacy",
+        protocol="relative", dataset: str = "truthfulqa-mc", limit: int | None = None, seed: int = 0,
+        device: str = "auto", dtype: str = "float32", data_dir: str | None = None,
+        batch_size: int | None = None, bootstrap: int = 1000, loaded=None,
+        progress: Callable[[int, int], None] | None = None) -> dict[str, pd.DataFrame]:
+    """Tables `mc` (condition x metric: value, stderr, ci_low, ci_high) and `mc_items`
+    (condition x item x task x choice: log-likelihood, label, picked).
+
+    pe, masks, semantics and protocol each take a name or a list (or "a,b"); the run covers
+    their product, plus the intact condition. `loaded` skips loading `model` (tests,
+    benchmarks); `progress(advance, total)` is told of every finished condition (in items).
+    """
+    from pecli import mc
+    from pecli.interventions import check_applies, intervene
+    from pecli.lm_scoring import check_causal, plan
+    from pecli.loading import load_model
+
+    conds = grid(pe, masks, semantics, protocol)
+    if bootstrap < 0:
+        from pecli.errors import ConfigError
+
+        raise ConfigError(f"--bootstrap must be 0 (off) or a number of resamples (got {bootstrap})")
+    items, data = mc.load_items(dataset, data_dir, limit, seed)
+    loaded = loaded or load_model(model, device=device, dtype=dtype, seed=seed)
+    check_causal(loaded)
+    for p in dict.fromkeys(c[0] for c in conds):
+        check_applies(loaded, p)
+    reqs = mc.requests(loaded.tokenizer, items)
+    pairs = [(r.context, c) for r in reqs for c in r.continuations]
+    common = {"experiment": "mc", "seed": seed, **row_provenance(), **loaded.provenance(),
+              **data.provenance(), "tasks": TASK_VERSIONS, "items": len(items),
+              "choices_scored": len(pairs), "tokens": sum(len(c) for _, c in pairs),
+              "context_tokens_mean": float(np.mean([len(r.context) for r in reqs])),
+              "truncated_pairs": sum(len(a) + len(c) > loaded.max_positions + 1 for a, c in pairs),
+              "aggregation": "mean_over_items", "bootstrap": bootstrap}
+    done: dict[tuple, tuple] = {}  # (intervention, attention, passes) -> (log-likelihoods, how)
+    rows, item_rows = [], []
+    for pe_name, mask, sem, proto in conds:
+        key = (pe_name, plan(mask, sem, proto).attention)
+        if key not in done:
+            with intervene(loaded, pe_name, seed):
+                done[key] = mc.score(loaded, reqs, mask, sem, proto, batch_size=batch_size)
+        if progress:
+            progress(len(items), len(items) * len(conds))
+        lls, how = done[key]
+        cond = {"intervention": pe_name, "mask": mask, "mask_semantics": sem, "protocol": proto,
+                "computation": how.attention, "passes": how.passes,
+                "intact": (pe_name, mask, sem, proto) == INTACT}
+        scored = [mc.item_scores(it, ll) for it, ll in zip(items, lls, strict=True)]
+        for metric in mc.METRICS:
+            values = np.array([s["values"][metric] for s in scored])
+            rows.append({**common, **cond, "metric": metric, **summarise(values, bootstrap, seed),
+                         "chance": chance(items, metric), "meaning": mc.METRIC_MEANING[metric]})
+        for it, s in zip(items, scored, strict=True):
+            for task, t in s["tasks"].items():
+                for j, (choice, label, ll) in enumerate(zip(t["choices"], t["labels"], t["loglik"],
+                                                            strict=True)):
+                    item_rows.append({**common, **cond, "metric": "choice_loglik", "value": float(ll),
+                                      "text_id": it.text_id, "task": task, "choice_index": j,
+                                      "choice": choice, "label": label, "picked": j == t["picked"],
+                                      "picked_norm": j == t["picked_norm"],
+                                      "item_value": s["values"][task]})
+    return {"mc": validate(pd.DataFrame(rows)), "mc_items": validate(pd.DataFrame(item_rows))}
+
+
+EXPERIMENTS.add("mc", Experiment(
+    name="mc",
+    version=1,
+    run=run,
+    figures=figures,
+    description="TruthfulQA MC1/MC2 (lm-evaluation-harness v2.0) under position interventions "
+                "and graded masks, with bootstrap intervals over items",
+))

@@ -1,0 +1,64 @@
+"""TruthfulQA multiple-choice figure from the written mc.csv (pandas + matplotlib only)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from pecli.plots.style import color_of, save
+
+PANELS = (("mc1", "MC1 accuracy"), ("mc2", "MC2 (true probability mass)"),
+          ("mc1_norm", "MC1, length-normalised"))
+
+
+def condition_label(row) -> str:
+    """`zero + linear/log-bias (relative)`; the intact condition is `learned (intact)`."""
+    label = row["intervention"]
+    if row["mask"] != "default":
+        label += f" + {row['mask']}/{row['mask_semantics']} ({row['protocol']})"
+    elif row["intervention"] == "learned":
+        label += " (intact)"
+    return label
+
+
+def accuracy_bars(df: pd.DataFrame, path: Path) -> Path:
+    """One panel per metric: a bar per condition with its interval, chance level dashed."""
+    df = df.copy()
+    df["condition"] = df.apply(condition_label, axis=1)
+    df = df.drop_duplicates(["condition", "metric"])  # the default mask: one model under any semantics
+    conditions = list(dict.fromkeys(df["condition"]))
+    fig, axes = plt.subplots(1, len(PANELS), figsize=(max(9.0, 1.1 * len(conditions) * 3), 4.6),
+                             sharey=True)
+    x = np.arange(len(conditions))
+    for ax, (metric, title) in zip(axes, PANELS, strict=True):
+        part = df[df["metric"] == metric].set_index("condition").loc[conditions]
+        colors = [color_of(i) for i in part["intervention"]]
+        hatches = ["" if m == "default" else "//" for m in part["mask"]]
+        err = np.vstack([part["value"] - part["ci_low"], part["ci_high"] - part["value"]])
+        bars = ax.bar(x, part["value"], 0.7, color=colors, edgecolor="black", linewidth=0.6)
+        for bar, hatch in zip(bars, hatches, strict=True):
+            bar.set_hatch(hatch)
+            bar.set_alpha(0.85)
+        if np.isfinite(err).all():
+            ax.errorbar(x, part["value"], yerr=err, fmt="none", ecolor="black", capsize=4, lw=1)
+        ax.axhline(part["chance"].iloc[0], color="grey", ls="--", lw=1.2)
+        ax.text(len(conditions) - 0.5, part["chance"].iloc[0], f"chance {part['chance'].iloc[0]:.2f}",
+                ha="right", va="bottom", fontsize=8, color="dimgrey")
+        ax.set_xticks(x, conditions, rotation=30, ha="right", fontsize=8)
+        ax.set_title(title, fontsize=10)
+        ax.set_ylim(0, 1)
+    axes[0].set_ylabel("mean over items (bars: 95 % bootstrap interval)")
+    first = df.iloc[0]
+    fig.suptitle(f"TruthfulQA multiple choice: {first['model']} on {first['dataset']} "
+                 f"({first['items']} items); dashed: chance (uniform choice); hatched: graded mask",
+                 fontsize=10)
+    return save(fig, path)
+
+
+def figures(csv_paths: dict[str, Path], fig_dir: Path) -> list[Path]:
+    if "mc" not in csv_paths:
+        return []
+    return [accuracy_bars(pd.read_csv(csv_paths["mc"]), Path(fig_dir) / "mc.png")]
