@@ -30,9 +30,43 @@ def encode(tokenizer, texts: list[str], max_length: int, add_special_tokens: boo
     return Encoded(ids, truncated)
 
 
+CUDA_BYTES_PER_TOKEN = 256 * 1024  # rough activation memory per padded token (a 7B model's
+# hidden states, MLP and LM-head chunk in fp32 with headroom); an overshoot is caught below
+
+
 def default_token_budget(device: torch.device) -> int:
-    """Padded tokens per forward pass: small batches on CPU (no gain past a few thousand)."""
-    return 32768 if device.type == "cuda" else 4096
+    """Padded tokens per forward pass: small batches on CPU (no gain past a few thousand); on
+    CUDA half the free device memory over CUDA_BYTES_PER_TOKEN, between 2,048 and 262,144
+    (an out-of-memory error still halves a batch: `halving_on_oom`)."""
+    if device.type != "cuda":
+        return 4096
+    free, _ = torch.cuda.mem_get_info(device)
+    return int(min(max(free // 2 // CUDA_BYTES_PER_TOKEN, 2048), 262_144))
+
+
+def halving_on_oom(compute, batch: list[int]) -> list:
+    """`[compute(batch)]`, or when it runs out of device memory (torch.OutOfMemoryError), the
+    results of its two halves in order (recursively; a single text that does not fit fails).
+
+    Batches done before are kept by the caller; each split is counted in the rows'
+    provenance (`oom_splits`) and logged on stderr.
+    """
+    import sys
+
+    from pecli.provenance import RUN_NOTES
+
+    try:
+        return [compute(batch)]
+    except torch.OutOfMemoryError:
+        if len(batch) == 1:
+            raise
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    RUN_NOTES["oom_splits"] = RUN_NOTES.get("oom_splits", 0) + 1
+    half = len(batch) // 2
+    print(f"out of device memory on a batch of {len(batch)}: retrying as {half} + "
+          f"{len(batch) - half}", file=sys.stderr)
+    return halving_on_oom(compute, batch[:half]) + halving_on_oom(compute, batch[half:])
 
 
 def length_batches(lengths: list[int], token_budget: int, max_batch: int | None = None) -> list[list[int]]:

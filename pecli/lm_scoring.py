@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import torch
 
 from pecli import parallel
-from pecli.batching import default_token_budget, length_batches, pad
+from pecli.batching import default_token_budget, halving_on_oom, length_batches, pad
 from pecli.errors import ConfigError, ModelError
 from pecli.masks import SEMANTICS, SHAPES, masked_attention
 from pecli.metrics import target_nll
@@ -153,25 +153,27 @@ def score_windows(loaded, windows: list[Window], *, batch_size: int | None = Non
 
     Launched on N processes, each scores its shard of the batches (`pecli.parallel`)."""
     batches = _batches([len(w.ids) for w in windows], batch_size, loaded.device)
-    done: dict[int, torch.Tensor] = {}  # batch index -> NLL [targets of its windows]
-    for b in parallel.shard(batches, [len(w.ids) for w in windows]):
-        batch = batches[b]
+
+    def one(batch: list[int]) -> torch.Tensor:  # NLL [targets of the batch's windows]
         seqs = [windows[i].ids for i in batch]
         ids, mask = pad(seqs, loaded.tokenizer.pad_token_id, loaded.device, side)  # [b, t]
         width = ids.shape[1]
-        rows, cols, tgt, counts = [], [], [], []
+        rows, cols, tgt = [], [], []
         for r, i in enumerate(batch):
             w, shift = windows[i], (width - len(windows[i].ids) if side == "left" else 0)
             ts = list(range(w.first, len(w.ids)))
             rows += [r] * len(ts)
             cols += [shift + t - 1 for t in ts]  # the row before target t predicts it
             tgt += [w.ids[t] for t in ts]
-            counts.append(len(ts))
         dev = loaded.device
-        done[b] = _nll_at(loaded, ids, mask, torch.tensor(rows, device=dev),
-                          torch.tensor(cols, device=dev), torch.tensor(tgt, device=dev)).cpu()
+        nll = _nll_at(loaded, ids, mask, torch.tensor(rows, device=dev),
+                      torch.tensor(cols, device=dev), torch.tensor(tgt, device=dev)).cpu()
         if progress:
-            progress(sum(counts))
+            progress(len(tgt))
+        return nll
+
+    done = {b: torch.cat(halving_on_oom(one, batches[b]))  # batch index -> NLL
+            for b in parallel.shard(batches, [len(w.ids) for w in windows])}
     out: list[torch.Tensor | None] = [None] * len(windows)
     for b, nll in parallel.gather(done).items():
         for i, part in zip(batches[b], nll.split([windows[i].targets for i in batches[b]]), strict=True):
@@ -184,16 +186,19 @@ def score_prefixes(loaded, windows: list[Window], *, batch_size: int | None = No
     """One pass per scored target over its prefix ids[:t], scoring the last row only."""
     jobs = [(wi, t) for wi, w in enumerate(windows) for t in range(w.first, len(w.ids))]
     batches = _batches([t for _, t in jobs], batch_size, loaded.device)
-    done: dict[int, torch.Tensor] = {}  # batch index -> NLL [b]
-    for b in parallel.shard(batches, [t for _, t in jobs]):
-        batch = batches[b]
+
+    def one(batch: list[int]) -> torch.Tensor:  # NLL [b]
         seqs = [windows[jobs[j][0]].ids[: jobs[j][1]] for j in batch]
         ids, mask = pad(seqs, loaded.tokenizer.pad_token_id, loaded.device, "left")  # [b, t]
         last = torch.full((len(batch),), ids.shape[1] - 1, device=loaded.device)  # left padding
         tgt = torch.tensor([windows[jobs[j][0]].ids[jobs[j][1]] for j in batch], device=loaded.device)
-        done[b] = _nll_at(loaded, ids, mask, torch.arange(len(batch), device=loaded.device), last, tgt).cpu()
+        nll = _nll_at(loaded, ids, mask, torch.arange(len(batch), device=loaded.device), last, tgt).cpu()
         if progress:
             progress(len(batch))
+        return nll
+
+    done = {b: torch.cat(halving_on_oom(one, batches[b]))  # batch index -> NLL [b]
+            for b in parallel.shard(batches, [t for _, t in jobs])}
     nll = torch.empty(len(jobs))
     for b, part in parallel.gather(done).items():
         nll[batches[b]] = part

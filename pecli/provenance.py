@@ -61,7 +61,11 @@ def utc_now() -> str:
     return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+RUN_NOTES: dict[str, int] = {}  # what happened during this run (oom_splits: pecli.batching)
+
+
 def row_provenance() -> dict:
     """Columns every results row carries regardless of experiment."""
     return {**library_versions(), "git_commit": git_state()["git_commit"],
-            "world_size": int(os.environ.get("WORLD_SIZE", "1"))}  # processes (pecli.parallel)
+            "world_size": int(os.environ.get("WORLD_SIZE", "1")),  # processes (pecli.parallel)
+            **RUN_NOTES}

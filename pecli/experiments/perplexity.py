@@ -147,7 +147,9 @@ def run(model: str = "random:gpt2", pe=None, masks="default", semantics="legacy"
             text_rows.append({**common, **cond, "metric": "text_perplexity", "text_id": text_id,
                               "text_tokens": x.numel(), "value": per_text_perplexity(x)})
     checkpoint.clear()
-    return {"perplexity": validate(pd.DataFrame(rows)), "texts": validate(pd.DataFrame(text_rows))}
+    notes = row_provenance()  # again: what happened while scoring (oom_splits: batches halved)
+    return {"perplexity": validate(pd.DataFrame(rows).assign(**notes)),
+            "texts": validate(pd.DataFrame(text_rows).assign(**notes))}
 
 
 def intervals(nlls: list[torch.Tensor], n_boot: int, seed: int) -> dict[str, tuple[float, float]]:
