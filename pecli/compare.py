@@ -85,7 +85,7 @@ def headline_rows(df: pd.DataFrame) -> pd.DataFrame:
         if h is None or not set(h.where) | set(h.condition) <= set(rows.columns):
             continue
         for col, want in h.where.items():
-            rows = rows[rows[col].astype(str).str.lower() == str(want).lower()]
+            rows = rows[rows[col].map(lambda v: str(v).lower()) == str(want).lower()]
         if rows.empty:
             continue
         rows = rows.assign(condition=[_condition(r, h) for _, r in rows.iterrows()])
@@ -142,7 +142,8 @@ def _incomparable(rows: pd.DataFrame) -> str:
     cols = [c for c in SAME_DATA if c in rows]
     if not cols:
         return ""
-    key = rows[cols].astype(str).agg(" ".join, axis=1)
+    key = pd.Series([" ".join(map(str, t)) for t in rows[cols].itertuples(index=False)],
+                    index=rows.index)
     if key.nunique() <= 1:
         return ""
     a, b = rows.loc[key.drop_duplicates().index[:2]].to_dict("records")

@@ -92,3 +92,14 @@ def test_perplexity_rows_name_the_default_mask_once():
 def test_not_a_run_folder(tmp_path):
     with pytest.raises(DataError, match="holds no results tables"):
         gather([tmp_path])
+
+
+def test_missing_cells_neither_match_nor_break_the_check(tmp_path):
+    rows = pd.DataFrame({"metric": "cosine_mean", "value": [0.5, 0.6], "model": "m",
+                         "intervention": "zero", "final_layer": [True, None],
+                         "special_tokens": "included", "dataset": "d", "split": None,
+                         "rows": [4, 4], "data_revision": "x"})
+    assert headline_rows(rows)["value"].tolist() == [0.5]
+    (tmp_path / "a").mkdir()
+    rows.to_csv(tmp_path / "a" / "ablate.csv", index=False)
+    assert not gather([tmp_path / "a"])["mixed"].any()
