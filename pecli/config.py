@@ -23,6 +23,9 @@ import difflib
 import hashlib
 import inspect
 import json
+import re
+import types
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,6 +39,12 @@ PRESET_KEYS = {"name", "description", "defaults", "choices", "experiments"}
 ENTRY_KEYS = {"id", "experiment", "title", "options", "report", "study_notes"}
 LOCATION_OPTIONS = {"data_dir"}  # say where, not what: excluded from keys and reports
 REPORT_KEYS = {"label", "study", "table", "where", "format"}
+# Smallest value of integer options wherever they occur (a preset reaches run() directly).
+MINIMUM = {"seed": 0, "limit": 1, "eval_limit": 1, "batch_size": 1, "baseline_pairs": 1,
+           "steps": 1, "eval_every": 1, "folds": 2, "pairs": 1, "max_length": 1, "layers": 1,
+           "width": 1, "heads": 1, "threads": 1, "positions": 1, "dim": 2, "vocab": 1,
+           "context": 1, "batch": 1, "max_n": 1, "stride": 1}
+ENTRY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # a folder name under --out
 
 
 @dataclass(frozen=True)
@@ -87,6 +96,72 @@ def _check_keys(found: dict, allowed: set[str], where: str) -> None:
             raise ConfigError(f"{where}: unknown key {key!r}{hint}; allowed: {', '.join(sorted(allowed))}")
 
 
+_KINDS = {int: "an integer", float: "a number", str: "a string", bool: "true or false",
+          type(None): "null"}
+
+
+def _expected(hint, default=inspect.Parameter.empty):
+    """The type an option must have: its annotation, else that of its default (a string
+    default also takes a list of strings, as the `a,b` options do)."""
+    if hint is not inspect.Parameter.empty:
+        return hint
+    if default is None or default is inspect.Parameter.empty:
+        return typing.Any
+    return str | list[str] if isinstance(default, str) else type(default)
+
+
+def type_matches(value, hint) -> bool:
+    """Whether a YAML value fits a run() annotation (scalars, unions, lists; others pass)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is typing.Any:
+        return True
+    if origin in (typing.Union, types.UnionType):
+        return any(type_matches(value, a) for a in args)
+    if origin in (list, tuple):
+        item = args[0] if args else typing.Any
+        return isinstance(value, list | tuple) and all(type_matches(v, item) for v in value)
+    if hint is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if isinstance(hint, type):
+        return isinstance(value, hint)
+    return True
+
+
+def _describe(hint) -> str:
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return " or ".join(dict.fromkeys(_describe(a) for a in typing.get_args(hint)))
+    if typing.get_origin(hint) in (list, tuple):
+        return f"a list of {_describe((typing.get_args(hint) or (typing.Any,))[0]).removeprefix('a ')}s"
+    return _KINDS.get(hint, getattr(hint, "__name__", str(hint)))
+
+
+def check_options(options: dict, run, where: str) -> None:
+    """Fail on an option whose type does not fit `run`'s signature or whose value is out of
+    range, naming the option, the value and what it takes: before any model or data loads."""
+    try:
+        hints = typing.get_type_hints(run)
+    except Exception:  # noqa: BLE001 (an unresolvable annotation: fall back to the defaults)
+        hints = {}
+    params = inspect.signature(run).parameters
+    for key, value in options.items():
+        expected = _expected(hints.get(key, inspect.Parameter.empty), params[key].default)
+        if not type_matches(value, expected):
+            raise ConfigError(f"{where}: option {key}: {value!r} is not {_describe(expected)}")
+        if key in MINIMUM and isinstance(value, int) and not isinstance(value, bool) \
+                and value < MINIMUM[key]:
+            raise ConfigError(f"{where}: option {key}: {value} is out of range (at least {MINIMUM[key]})")
+
+
+def _mapping(value, what: str) -> dict:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{what} must be a mapping (key: value), not {type(value).__name__}")
+    return value
+
+
 def preset_names() -> list[str]:
     return sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
 
@@ -101,7 +176,7 @@ def load_preset(name_or_path: str, overrides: dict | None = None) -> Preset:
     from pecli.experiments import load_all
 
     path = Path(name_or_path)
-    if not path.suffix:
+    if not path.suffix and not path.is_dir():
         path = CONFIG_DIR / f"{name_or_path}.yaml"
     if not path.exists():
         close = difflib.get_close_matches(name_or_path, preset_names(), n=1)
@@ -111,28 +186,44 @@ def load_preset(name_or_path: str, overrides: dict | None = None) -> Preset:
         raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as err:
         raise ConfigError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not a UTF-8 text file; a preset is YAML "
+                          "(see configs/offline.yaml)") from None
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read it ({err.strerror or err})") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: a preset is a mapping with keys {', '.join(sorted(PRESET_KEYS))}")
     _check_keys(raw, PRESET_KEYS, str(path))
     experiments = load_all()
-    defaults = dict(raw.get("defaults") or {})
+    defaults = _mapping(raw.get("defaults"), f"{path.name}: defaults")
+    if not isinstance(raw.get("experiments") or [], list):
+        raise ConfigError(f"{path.name}: experiments must be a list of entries (- id: ...)")
     entries, seen = [], set()
     for i, item in enumerate(raw.get("experiments") or []):
         where = f"{path.name}: experiments[{i}]"
         if not isinstance(item, dict) or "experiment" not in item or "id" not in item:
             raise ConfigError(f"{where}: each experiment needs 'id' and 'experiment'")
         _check_keys(item, ENTRY_KEYS, where)
+        if not isinstance(item["id"], str) or not ENTRY_ID.fullmatch(item["id"]):
+            raise ConfigError(f"{where}: id {item['id']!r} must be a folder name "
+                              "(letters, digits, '.', '_', '-')")
         if item["id"] in seen:
             raise ConfigError(f"{where}: id {item['id']!r} is used twice")
         seen.add(item["id"])
-        exp = experiments.get(item["experiment"])
+        exp = experiments.get(str(item["experiment"]))
         params = inspect.signature(exp.run).parameters
-        options = {k: v for k, v in {**defaults, **(item.get("options") or {}), **(overrides or {})}.items()
-                   if k in params or k in (item.get("options") or {})}
+        own = _mapping(item.get("options"), f"{where}: options")
+        options = {k: v for k, v in {**defaults, **own, **(overrides or {})}.items()
+                   if k in params or k in own}
         _check_keys(options, set(params), f"{where} ({item['experiment']}) options")
+        check_options(options, exp.run, f"{where} ({item['experiment']})")
         report = []
-        for line in item.get("report") or []:
+        lines = item.get("report") or []
+        for line in lines if isinstance(lines, list) else [lines]:
+            line = _mapping(line, f"{where}: report line")
             _check_keys(line, REPORT_KEYS, f"{where}: report")
+            if not {"label", "table", "where"} <= set(line) or not isinstance(line["where"], dict):
+                raise ConfigError(f"{where}: a report line needs label, table and where (a mapping)")
             report.append(ReportLine(**line))
         entries.append(Entry(item["id"], item["experiment"], item.get("title", item["id"]),
                              options, tuple(report), item.get("study_notes", "")))

@@ -152,8 +152,25 @@ def data_dir(explicit: str | Path | None = None) -> Path | None:
     return path
 
 
-CUSTOM_READERS = {".csv": pd.read_csv, ".parquet": pd.read_parquet,
-                  ".jsonl": lambda p: pd.read_json(p, lines=True),
+def _read_jsonl(path: Path) -> pd.DataFrame:
+    """One JSON object per line; a bad line is named by its number (pandas gives a byte offset)."""
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise DataError(f"{path}: line {number} is not valid JSON ({err.msg}, column "
+                                f"{err.colno}); fix or delete that line") from None
+            if not isinstance(row, dict):
+                raise DataError(f"{path}: line {number} is not a JSON object ({{\"text\": ...}})")
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+CUSTOM_READERS = {".csv": pd.read_csv, ".parquet": pd.read_parquet, ".jsonl": _read_jsonl,
                   ".json": pd.read_json}
 
 
@@ -234,6 +251,7 @@ def _load_hub(spec: DatasetSpec, split: str) -> TextData:
         os.environ.setdefault("HF_DATASETS_OFFLINE", "1")  # try the datasets cache only
     import datasets
 
+    datasets.disable_progress_bars()  # pecli shows its own progress; theirs would flood a log
     try:
         ds = datasets.load_dataset(spec.hub_id, spec.hub_config, split=split)
     except Exception as err:  # datasets raises many types for "not reachable / not cached"
@@ -251,12 +269,23 @@ def _load_custom(path: Path, text_field: str | None) -> TextData:
     from pecli.loading import file_sha256
 
     if not path.exists():
-    datasets.disable_progress_bars()  # pecli shows its own progress; theirs would flood a log
         raise DataError(f"data file {path} does not exist")
     try:
         frame = CUSTOM_READERS[path.suffix](path)
+    except DataError:
+        raise
+    except UnicodeDecodeError:
+        raw = path.read_bytes()
+        try:
+            raw.decode("utf-8")
+            where = ""
+        except UnicodeDecodeError as err:  # where in the whole file (pandas reports its chunk)
+            line = raw[:err.start].count(b"\n") + 1
+            where = f" (byte 0x{raw[err.start]:02x} on line {line})"
+        raise DataError(f"cannot read {path}: not UTF-8 text{where}; re-encode it, e.g. "
+                        f"`iconv -f latin1 -t utf-8 {path.name} > {path.stem}.utf8{path.suffix}`") from None
     except Exception as err:
-        raise DataError(f"cannot read {path}: {str(err).splitlines()[0]}") from None
+        raise DataError(f"cannot read {path}: {(str(err).splitlines() or [type(err).__name__])[0]}") from None
     field = text_field or "text"
     if field.split("+")[0] not in frame.columns:
         raise DataError(

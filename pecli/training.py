@@ -158,6 +158,9 @@ def save_checkpoint(model, tokenizer, out_dir: Path, card: dict | None = None) -
     if card:
         (out_dir / "pecli_training.json").write_text(json.dumps(card, indent=2, default=str) + "\n",
                                                      encoding="utf-8")
+    from pecli.loading import follow_umask
+
+    follow_umask(out_dir)  # safetensors writes 0600; checkpoints are shared like tables
     return out_dir
 
 

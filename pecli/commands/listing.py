@@ -66,35 +66,56 @@ def datasets(data_dir: DataDirOpt = None) -> None:
 
 def cache(
     clear_partial: Annotated[bool, typer.Option(
-        "--clear-partial", help="Delete the saved progress of interrupted runs.")] = False,
+        "--clear-partial", help="Delete the saved progress of interrupted runs (and damaged copies set aside).")] = False,
+    clear_models: Annotated[bool, typer.Option(
+        "--clear-models", help="Delete the dequantised models (rebuilt on next use, about 30 s each).")] = False,
+    clear_all: Annotated[bool, typer.Option("--clear-all", help="Both of the above.")] = False,
 ) -> None:
     """Show pecli's cache (dequantised models, progress of interrupted runs) and its sizes.
+
+    Cached models carry checksums written with them and are verified on every load; a
+    damaged one is rebuilt, and a damaged progress file is set aside (`*.damaged`).
 
     Examples:
         pecli cache
         pecli cache --clear-partial
+        pecli cache --clear-models
     """
-    from pecli.loading import cache_dir
+    import shutil
+
+    from pecli.loading import cache_dir, checksum_problem
 
     root = cache_dir()
-    partial = sorted((root / "partial").glob("*.npz"))
-    if clear_partial:
+    models = sorted(p for p in (root / "models").glob("*") if p.is_dir())
+    partial = sorted((root / "partial").glob("*.npz")) + sorted((root / "partial").glob("*.damaged"))
+    if clear_partial or clear_all:
         for path in partial:
-            path.unlink()
+            path.unlink(missing_ok=True)
         typer.echo(f"deleted {len(partial)} saved run(s) from {root / 'partial'}")
         partial = []
+    if clear_models or clear_all:
+        for folder in models:
+            shutil.rmtree(folder, ignore_errors=True)
+        typer.echo(f"deleted {len(models)} cached model(s) from {root / 'models'}")
+        models = []
     table = Table(title=f"pecli cache: {root} (PECLI_CACHE_DIR)")
-    for col in ("what", "entry", "size"):
+    for col in ("what", "entry", "size", "state"):
         table.add_column(col)
-    for folder in sorted(p for p in (root / "models").glob("*") if p.is_dir()):
+    for folder in models:
         size = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
-        table.add_row("model", folder.name, f"{size / 1e6:,.1f} MB")
+        problem = checksum_problem(folder)
+        table.add_row("model", folder.name, f"{size / 1e6:,.1f} MB",
+                      "checksums match" if problem is None else f"rebuilt on next use: {problem}")
     for path in partial:
-        table.add_row("interrupted run", path.name, f"{path.stat().st_size / 1e6:,.1f} MB")
+        damaged = path.suffix == ".damaged"
+        table.add_row("interrupted run", path.name, f"{path.stat().st_size / 1e6:,.1f} MB",
+                      "damaged, set aside" if damaged else "resumable")
     wide_console().print(table)
     if partial:
         typer.echo("Rerunning the same command resumes an interrupted run; "
                    "`pecli cache --clear-partial` forgets them.")
+    if models:
+        typer.echo("`pecli cache --clear-models` deletes the cached models; `--clear-all` empties the cache.")
 
 
 def register(app: typer.Typer) -> None:

@@ -11,7 +11,7 @@ from pecli.cli_options import OutOpt, SeedOpt
 PeOpt = Annotated[list[str] | None, typer.Option(
     "--pe", help="Position scheme(s): learned, sinusoidal, none, rope, alibi (repeat the flag "
                  "or comma-separate; default: all five).")]
-StepsOpt = Annotated[int, typer.Option(help="Optimiser steps per scheme.")]
+StepsOpt = Annotated[int, typer.Option(min=1, help="Optimiser steps per scheme.")]
 
 toy_app = typer.Typer(help="Toy tasks that show what position information is for.",
                       no_args_is_help=True)
@@ -24,10 +24,10 @@ def arithmetic(
     steps: StepsOpt = 2000,
     probe: Annotated[str | None, typer.Option(
         help="Input whose attention is drawn (default 21+211= if --max > 211, else 21+21=, or 1+1= below 22).")] = None,
-    layers: Annotated[int, typer.Option(help="Transformer blocks.")] = 2,
-    width: Annotated[int, typer.Option(help="Hidden size.")] = 64,
-    heads: Annotated[int, typer.Option(help="Attention heads.")] = 4,
-    threads: Annotated[int, typer.Option(help="torch threads (1 is fastest at this size).")] = 1,
+    layers: Annotated[int, typer.Option(min=1, help="Transformer blocks.")] = 2,
+    width: Annotated[int, typer.Option(min=1, help="Hidden size.")] = 64,
+    heads: Annotated[int, typer.Option(min=1, help="Attention heads.")] = 4,
+    threads: Annotated[int, typer.Option(min=1, help="torch threads (1 is fastest at this size).")] = 1,
     save_models: Annotated[bool, typer.Option(help="Save each checkpoint under OUT/models/<pe>.")] = True,
     seed: SeedOpt = 0,
     out: OutOpt = None,

@@ -26,6 +26,10 @@ def run_with_progress(experiment: str, command: str, out: Path | None, options: 
     from pecli.progress import progress_bar
 
     exp = load_all().get(experiment)
+    if options["width"] % options["heads"]:
+        from pecli.errors import ConfigError
+
+        raise ConfigError(f"--width {options['width']} must be a multiple of --heads {options['heads']}")
     output = RunOutput(out if out is not None else default_out_dir(command))  # checked before computing
     out, extra, staged = output.target, {}, {}
     if save_models and options.get("model_out") is None:  # checkpoints are outputs too: staged
@@ -88,20 +92,20 @@ def lm(
     pe: Annotated[list[str] | None, typer.Option(
         "--pe", help="Position scheme(s): learned, sinusoidal, none, rope, alibi (repeat or "
                      "comma-separate).")] = None,
-    steps: Annotated[int, typer.Option(help="Optimiser steps per scheme.")] = 400,
+    steps: Annotated[int, typer.Option(min=1, help="Optimiser steps per scheme.")] = 400,
     tokenizer: Annotated[str, typer.Option(
         help="bpe (learned on IMDB train, saved with the checkpoint) or gpt2 (50,257 rows).")] = "bpe",
-    vocab: Annotated[int, typer.Option(help="BPE vocabulary size.")] = 4096,
-    layers: Annotated[int, typer.Option(help="Transformer blocks.")] = 4,
-    width: Annotated[int, typer.Option(help="Hidden size.")] = 128,
-    heads: Annotated[int, typer.Option(help="Attention heads.")] = 4,
-    context: Annotated[int, typer.Option(help="Tokens per training window (= positions).")] = 128,
-    batch: Annotated[int, typer.Option(help="Windows per step.")] = 16,
+    vocab: Annotated[int, typer.Option(min=1, help="BPE vocabulary size.")] = 4096,
+    layers: Annotated[int, typer.Option(min=1, help="Transformer blocks.")] = 4,
+    width: Annotated[int, typer.Option(min=1, help="Hidden size.")] = 128,
+    heads: Annotated[int, typer.Option(min=1, help="Attention heads.")] = 4,
+    context: Annotated[int, typer.Option(min=1, help="Tokens per training window (= positions).")] = 128,
+    batch: Annotated[int, typer.Option(min=1, help="Windows per step.")] = 16,
     limit: Annotated[int | None, typer.Option(
-        help="IMDB train reviews (seeded, label-balanced subset).")] = 5000,
-    eval_limit: Annotated[int | None, typer.Option(help="IMDB test reviews scored.")] = 400,
-    eval_every: Annotated[int, typer.Option(help="Steps between learning-curve points.")] = 50,
-    threads: Annotated[int | None, typer.Option(help="torch threads (default: torch's).")] = None,
+        min=1, help="IMDB train reviews (seeded, label-balanced subset).")] = 5000,
+    eval_limit: Annotated[int | None, typer.Option(min=1, help="IMDB test reviews scored.")] = 400,
+    eval_every: Annotated[int, typer.Option(min=1, help="Steps between learning-curve points.")] = 50,
+    threads: Annotated[int | None, typer.Option(min=1, help="torch threads (default: torch's).")] = None,
     model_out: Annotated[Path | None, typer.Option(
         help="Save the checkpoint exactly here (one --pe), e.g. models/tiny-gpt2-imdb.")] = None,
     seed: SeedOpt = 0,
