@@ -177,15 +177,18 @@ def figures(csv_paths: dict, fig_dir) -> list[Path]:
         conditions = list(dict.fromkeys(rows["condition"]))
         fig, ax = plt.subplots(figsize=(max(5.0, 1.3 * len(xs) + 2.5), 4.2))
         width = 0.7 / max(len(conditions), 1)
+        # colour: the intervention; marker: the rest of the condition (the mask variant)
+        variants = list(dict.fromkeys(_variant(c) for c in conditions))
         for i, cond in enumerate(conditions):
             sel = rows[rows["condition"] == cond]
             x = np.array([xs.index(w) for w in sel["where"]]) + (i - (len(conditions) - 1) / 2) * width
             points(ax, x, sel, color_of(cond.split(" + ")[0].split()[0]), cond,
-                   marker="os^vDP*X"[i % 8])
+                   marker=MARKERS[variants.index(_variant(cond)) % len(MARKERS)])
         if metric == "cosine_mean":
             _baselines(ax, df, rows, xs)
-        ax.set_xticks(range(len(xs)), xs, rotation=20 if len(xs) > 3 else 0,
-                      ha="right" if len(xs) > 3 else "center")
+        crowded = len(xs) > 3 or (len(xs) > 1 and max(map(len, xs)) > 14)
+        ax.set_xticks(range(len(xs)), xs, rotation=20 if crowded else 0,
+                      ha="right" if crowded else "center", fontsize=8)
         ax.set_xlim(-0.6, len(xs) - 0.4)
         ax.set_ylabel(metric)
         if wants_log(rows["value"]):
@@ -200,6 +203,14 @@ def figures(csv_paths: dict, fig_dir) -> list[Path]:
                   loc="center left", bbox_to_anchor=(1.01, 0.5))
         out.append(save(fig, Path(fig_dir) / f"compare_{metric}.png"))
     return out
+
+
+MARKERS = "os^vDP*XphH<>d"
+
+
+def _variant(condition: str) -> str:
+    """`zero + linear/legacy (study)` -> `linear/legacy (study)`; `zero` -> ''."""
+    return condition.split(" + ", 1)[1] if " + " in condition else ""
 
 
 def _baselines(ax, df: pd.DataFrame, rows: pd.DataFrame, xs: list[str]) -> None:
@@ -220,4 +231,5 @@ def _baselines(ax, df: pd.DataFrame, rows: pd.DataFrame, xs: list[str]) -> None:
 def _x_labels(rows: pd.DataFrame) -> list[str]:
     """The model, with its run where one model appears in several runs."""
     runs_per_model = rows.groupby("model")["run"].nunique()
-    return [m if runs_per_model[m] == 1 else f"{m}\n({r})" for m, r in zip(rows["model"], rows["run"], strict=True)]
+    return [m if runs_per_model[m] == 1 else f"{m}\n({r.rsplit('/', 1)[-1]})"
+            for m, r in zip(rows["model"], rows["run"], strict=True)]
