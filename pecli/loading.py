@@ -232,6 +232,36 @@ def checksum_problem(folder: Path) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class ModelRef:
+    """A model known by name and family before any weights load, for checks that come first."""
+
+    name: str
+    spec: ArchSpec
+
+
+def peek(name: str) -> ModelRef | None:
+    """The family of `name` from its config alone (None where only loading would tell).
+
+    An unsupported family or unknown random family fails here, in milliseconds.
+    """
+    if name.startswith("random:"):
+        return ModelRef(name, ARCHITECTURES.get(name.removeprefix("random:")))
+    if name in ALIASES:
+        return ModelRef(name, ARCHITECTURES.get("bert" if name == "minilm" else "llama"))
+    config = Path(name).expanduser() / "config.json"
+    if not config.is_file() and not looks_like_path(name):
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(HUB_ALIASES.get(name, name), "config.json")
+        config = Path(cached) if isinstance(cached, str) else config
+    try:
+        model_type = json.loads(config.read_text(encoding="utf-8"))["model_type"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # loading gives the precise error
+    return ModelRef(name, spec_for_model_type(model_type))
+
+
 # --- loading ------------------------------------------------------------------------
 
 
@@ -434,7 +464,9 @@ def _load_local(name: str, path: Path) -> LoadedModel:
         raise ModelError(f"{path / 'config.json'} is not valid JSON ({str(err).splitlines()[0]}); "
                          "repair it or save the checkpoint again") from None
     if isinstance(raw, dict) and "pecli_position" in raw:
-        import pecli.training  # noqa: F401  (registers the attention function ALiBi checkpoints name)
+        # registers the attention function ALiBi checkpoints name; by name, as training sits
+        # above loading (tests/unit/test_layers.py)
+        importlib.import_module("pecli.training")
     weights = [p for pattern in ("*.safetensors", "*.bin", "*.safetensors.index.json", "*.bin.index.json")
                for p in path.glob(pattern)]
     try:

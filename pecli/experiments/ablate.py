@@ -545,7 +545,7 @@ def run(model: str = "minilm", interventions: list[str] | tuple[str, ...] = ("ze
     from pecli.data import load_data
     from pecli.errors import ConfigError, DataError
     from pecli.interventions import check_applies
-    from pecli.loading import load_model
+    from pecli.loading import load_model, peek
     interventions = list(interventions)
     if not interventions:
         raise ConfigError("no intervention given; pass --pe NAME (see `pecli interventions`)")
@@ -562,15 +562,18 @@ def run(model: str = "minilm", interventions: list[str] | tuple[str, ...] = ("ze
         raise ConfigError(f"--batch-size must be positive (got {batch_size})")
     if limit is not None and limit <= 0:
         raise DataError(f"--limit must be a positive number of rows (got {limit})")
+    ref = peek(model)  # checks that need only the family come before data and weights load
+    for name in interventions if ref is not None else ():
+        check_applies(ref, name)
     data = load_data(dataset, split, data_dir_=data_dir, limit=limit, seed=seed,
                      text_field=text_field, at_most=limit_at_most)
+    labels = data.labels() if probe else None
+    if probe and labels is None:
+        raise DataError(f"--probe needs labels; {data.dataset} has no label column (use imdb)")
     loaded = load_model(model, device=device, dtype=dtype, seed=seed, device_map=device_map,
                         max_memory=max_memory)
     for name in interventions:
         check_applies(loaded, name)
-    labels = data.labels() if probe else None
-    if probe and labels is None:
-        raise DataError(f"--probe needs labels; {data.dataset} has no label column (use imdb)")
     m = measure(loaded, data.texts(), interventions, seed=seed, batch_size=batch_size,
                 layers=layers, pooled=probe, progress=progress)
     if not parallel.is_main():

@@ -87,13 +87,18 @@ def run(model: str = "random:gpt2", pe=None, masks="default", semantics="legacy"
     from pecli.data import load_data
     from pecli.interventions import check_applies, intervene
     from pecli.lm_scoring import check_causal, plan, prepare, score
-    from pecli.loading import load_model
+    from pecli.loading import load_model, peek
 
     grid = conditions(pe, masks, semantics, protocol)
     if bootstrap < 0:
         raise ConfigError(f"--bootstrap must be 0 (no intervals) or more (got {bootstrap})")
     if padding_side not in ("left", "right"):
         raise ConfigError(f"padding side must be left or right (got {padding_side!r})")
+    ref = None if loaded is not None else peek(model)  # family checks before data and weights load
+    if ref is not None and not ref.spec.causal:
+        check_causal(ref)
+    for p in dict.fromkeys(g[0] for g in grid) if ref is not None else ():
+        check_applies(ref, p)
     data = load_data(dataset, split, data_dir_=data_dir, limit=limit, seed=seed, text_field=text_field)
     loaded = loaded or load_model(model, device=device, dtype=dtype, seed=seed,
                                   device_map=device_map, max_memory=max_memory)

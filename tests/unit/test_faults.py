@@ -337,6 +337,21 @@ def test_full_disk_leaves_nothing_partial(tmp_path, monkeypatch, files):
     assert list(tmp_path.iterdir()) == []  # no run folder, no staging folder
 
 
+def test_a_really_full_small_file_system_leaves_nothing(tmp_path):
+    """A 256 KiB tmpfs where the platform allows mounting one (root on Linux)."""
+    small = tmp_path / "small"
+    small.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(small)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a small tmpfs here (needs root); the simulated ENOSPC tests cover it")
+    try:
+        result = _invoke("pe", "sinusoidal", "--positions", "64", "--dim", "64", "--out", small / "run")
+        _one_clear_line(result, "No space left on device; nothing was written")
+        assert list(small.iterdir()) == []
+    finally:
+        subprocess.run(["umount", str(small)], check=True)
+
+
 def test_full_disk_keeps_an_existing_out_folder_as_it_was(tmp_path, monkeypatch):
     out = tmp_path / "run"
     assert _invoke("pe", "sinusoidal", "--positions", "8", "--dim", "8", "--out", out).exit_code == 0
@@ -440,6 +455,19 @@ def test_bad_option_values_are_one_clear_line_before_any_model(args, option, tmp
     assert result.exit_code in (1, 2), result.output  # 2: typer's own range check
     assert not isinstance(result.exception, AssertionError), result.exception
     assert "Traceback" not in result.output and option in result.output, result.output
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["ablate", "smollm2", "--pe", "sinusoidal"], "intervention 'sinusoidal' does not apply to smollm2"),
+    (["ablate", "random:llama", "--pe", "zero,swap:random:gpt2"], "intervention 'swap' does not apply to random:llama"),
+    (["perplexity", "minilm"], "minilm is a bert encoder without a language-model head"),
+    (["perplexity", "random:llama", "--pe", "random"], "intervention 'random' does not apply to random:llama"),
+    (["ablate", "random:gpt2", "--probe", "--dataset", "NOLABELS"], "--probe needs labels"),
+])
+def test_invalid_combinations_fail_before_the_model_loads(args, message, tmp_path, no_model, toy_csv):
+    args = [str(toy_csv) if a == "NOLABELS" else a for a in args]
+    _one_clear_line(_invoke(*args, "--out", tmp_path / "o"), f"error: {message}")
     assert not (tmp_path / "o").exists()
 
 
