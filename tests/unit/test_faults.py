@@ -294,6 +294,9 @@ COMMANDS = {  # every command that writes results, with arguments that would oth
     "toy": ["toy", "arithmetic", "--steps", "1"],
     "train lm": ["train", "lm", "--steps", "1"],
     "reproduce": ["reproduce", "--preset", "smoke"],
+    "mc": ["mc", "random:gpt2"],
+    "pe recover": ["pe", "recover", "random:gpt2"],
+    "compare": ["compare", "results/offline"],
 }
 
 
@@ -424,6 +427,8 @@ BAD_VALUES = [
     (["pe", "probe", "random:gpt2", "--seed", "-1"], "--seed"),
     (["toy", "arithmetic", "--seed", "-1"], "--seed"),
     (["train", "lm", "--seed", "-1"], "--seed"),
+    (["mc", "random:gpt2", "--seed", "-1"], "--seed"),
+    (["pe", "recover", "random:gpt2", "--seed", "-1"], "--seed"),
     (["ablate", "random:gpt2", "--seed", str(2**32)], "--seed"),
     (["ablate", "random:gpt2", "--limit", "-3"], "--limit"),
     (["ablate", "random:gpt2", "--baseline-pairs", "0"], "--baseline-pairs"),
