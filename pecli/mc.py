@@ -13,6 +13,7 @@ the model's N positions keeps its last N + 1 tokens (the model reads the first N
 
     MC1       1 when the first choice (the true one) has the highest log-likelihood
     MC2       exp-normalised probability mass of the choices before the first false label
+              (v2.0; v3.0 sums every true label: the same wherever labels are sorted)
     MC1-norm  MC1 with log-likelihood per character of the choice (the harness's acc_norm)
 
 Speed: the context (~150 tokens) is the same for every choice of an item, so it runs once

@@ -13,8 +13,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from pecli.experiments import EXPERIMENTS, Experiment
-from pecli.plots.mc import figures
+from pecli.experiments import EXPERIMENTS, Experiment, lazy
 from pecli.provenance import row_provenance
 from pecli.tables import validate
 
@@ -23,10 +22,22 @@ TASK_VERSIONS = "truthfulqa_mc1 v2.0, truthfulqa_mc2 v2.0 (lm-evaluation-harness
 
 
 def grid(pe, masks, semantics, protocol) -> list[tuple[str, str, str, str]]:
-    """The intact condition first, then every (intervention, mask, semantics, protocol) asked for."""
-    from pecli.experiments.perplexity import conditions
+    """The intact condition first, then every (intervention, mask, semantics, protocol) asked for.
 
-    return list(dict.fromkeys([INTACT, *conditions(pe, masks, semantics, protocol)]))
+    The default mask is the unchanged model under every semantics and protocol, so each
+    intervention has one default-mask row (named legacy, relative).
+    """
+    from pecli.experiments.perplexity import as_list
+    from pecli.lm_scoring import plan
+
+    out = [INTACT]
+    for p in as_list(pe, "intervention"):
+        for m in as_list(masks, "mask"):
+            for s in as_list(semantics, "mask semantics"):
+                for pr in as_list(protocol, "protocol"):
+                    plan(m, s, pr)  # unknown names fail here, before a model loads
+                    out.append((p, m, s, pr) if m != "default" else (p, m, *INTACT[2:]))
+    return list(dict.fromkeys(out))
 
 
 def summarise(values: np.ndarray, n_boot: int, seed: int) -> dict:
@@ -115,7 +126,7 @@ EXPERIMENTS.add("mc", Experiment(
     name="mc",
     version=1,
     run=run,
-    figures=figures,
+    figures=lazy("pecli.plots.mc:figures"),
     description="TruthfulQA MC1/MC2 (lm-evaluation-harness v2.0) under position interventions "
                 "and graded masks, with bootstrap intervals over items",
 ))
