@@ -518,9 +518,13 @@ def _load_gguf(name: str, gguf: Path, model_id: str) -> LoadedModel:
     import transformers.modeling_gguf_pytorch_utils as gguf_utils
 
     # its own tqdm bar would flood a piped stderr: the line above says what happens
-    with patch.object(gguf_utils, "tqdm", lambda items, **_: items):
-        quantised = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    try:
+        with patch.object(gguf_utils, "tqdm", lambda items, **_: items):
+            quantised = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    except Exception as err:  # noqa: BLE001 (the GGUF reader raises many types for a bad file)
+        raise ModelError(f"cannot read {gguf} as a GGUF model ({type(err).__name__}: "
+                         f"{(str(err).splitlines() or [''])[0][:200]}); give a valid .gguf file") from None
     spec = _family_of(quantised.config)
     # A GGUF-loaded model refuses save_pretrained: rebuild a plain one from its config.
     config = quantised.config

@@ -548,13 +548,17 @@ def _checkpoint_dir(tmp_path) -> Path:
      "cannot load the checkpoint in"),
     (lambda p: (p / "ckpt").mkdir(), "has no config.json"),
     (lambda p: (p / "ckpt").write_text("x"), "is a file"),
+    (lambda p: (p / "ckpt.gguf").write_bytes(b"GARBAGE" * 100), "as a GGUF model"),
 ])
-def test_malformed_model_directories_are_one_line_errors(make, message, tmp_path):
+def test_malformed_model_directories_are_one_line_errors(make, message, tmp_path, monkeypatch):
     from pecli.loading import load_model
 
     make(tmp_path)
+    monkeypatch.setenv("PECLI_CACHE_DIR", str(tmp_path / "cache"))
+    name = next(p for p in tmp_path.iterdir() if p.name.startswith("ckpt"))
     with pytest.raises(ModelError, match=message):
-        load_model(str(tmp_path / "ckpt"), device="cpu")
+        load_model(str(name), device="cpu")
+    assert not (tmp_path / "cache" / "models").exists() or not list((tmp_path / "cache" / "models").iterdir())
 
 
 @pytest.mark.parametrize("name", ["./no-such-model", "/no/such/model", "~/no-such-model",
