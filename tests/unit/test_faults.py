@@ -268,6 +268,22 @@ def test_a_second_run_with_the_same_key_does_not_touch_the_first_ones_file(tmp_p
     np.testing.assert_array_equal(third.load()["x"], arrays["x"])
 
 
+def test_a_checkpoint_that_cannot_be_written_never_stops_the_run(tmp_path, monkeypatch, capfd):
+    cp, arrays = _saved_checkpoint(tmp_path, monkeypatch)
+    before = cp.path.read_bytes()
+    _full_disk_after(monkeypatch, 0)
+    full = Checkpoint("t", {"a": 1}, ["text"], every=0)
+    full.save(lambda: {"done": np.array(4)})  # ENOSPC: a warning, the old progress intact
+    assert full.shared and cp.path.read_bytes() == before
+    assert "could not save progress" in capfd.readouterr().err
+    monkeypatch.setenv("PECLI_CACHE_DIR", str(cp.path))  # the cache is a regular file
+    odd = Checkpoint("t", {"a": 1}, ["text"], every=0)
+    assert odd.load() is None and odd.shared
+    odd.save(lambda: {"done": np.array(1)})
+    odd.clear()
+    assert "will not save or resume progress" in capfd.readouterr().err
+
+
 def test_ctrl_c_promises_a_resume_only_once_progress_was_saved(tmp_path, monkeypatch):
     import pecli.experiments.ablate as ablate_exp
 
