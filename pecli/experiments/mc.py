@@ -72,13 +72,18 @@ def run(model: str = "random:gpt2", pe="learned", masks="default", semantics="le
     from pecli import mc
     from pecli.interventions import check_applies, intervene
     from pecli.lm_scoring import check_causal, plan
-    from pecli.loading import load_model
+    from pecli.loading import load_model, peek
 
     conds = grid(pe, masks, semantics, protocol)
     if bootstrap < 0:
         from pecli.errors import ConfigError
 
         raise ConfigError(f"--bootstrap must be 0 (off) or a number of resamples (got {bootstrap})")
+    ref = None if loaded is not None else peek(model)  # family checks before items and weights load
+    if ref is not None and not ref.spec.causal:
+        check_causal(ref)
+    for p in dict.fromkeys(c[0] for c in conds) if ref is not None else ():
+        check_applies(ref, p)
     items, data = mc.load_items(dataset, data_dir, limit, seed)
     loaded = loaded or load_model(model, device=device, dtype=dtype, seed=seed)
     check_causal(loaded)

@@ -220,7 +220,7 @@ def run_probe(models: list[str] | str = ("minilm",), dataset: str = "imdb", spli
     from pecli.data import load_data
     from pecli.interventions import check_applies
     from pecli.interventions import parse as parse_intervention
-    from pecli.loading import load_model
+    from pecli.loading import load_model, peek
 
     models = [models] if isinstance(models, str) else list(models)
     interventions = [interventions] if isinstance(interventions, str) else list(interventions)
@@ -231,6 +231,10 @@ def run_probe(models: list[str] | str = ("minilm",), dataset: str = "imdb", spli
     for iv in interventions:
         parse_intervention(iv)  # a typo fails before any data or model is loaded
     _preflight(models)
+    for name in models:  # an intervention that does not fit a later model fails now, not after the first
+        ref = peek(name)
+        for iv in interventions if ref is not None else ():
+            check_applies(ref, iv)
     say = announce or (lambda _msg: None)
     data = load_data(dataset, split, data_dir_=data_dir, limit=limit, seed=seed, text_field=text)
     texts = data.texts()
