@@ -44,6 +44,7 @@ MINIMUM = {"seed": 0, "limit": 1, "eval_limit": 1, "batch_size": 1, "baseline_pa
            "steps": 1, "eval_every": 1, "folds": 2, "pairs": 1, "max_length": 1, "layers": 1,
            "width": 1, "heads": 1, "threads": 1, "positions": 1, "dim": 2, "vocab": 1,
            "context": 1, "batch": 1, "max_n": 1, "stride": 1}
+MAXIMUM = {"seed": 2**32 - 1}  # numpy's legacy seeding takes 32 bits
 ENTRY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # a folder name under --out
 
 
@@ -150,8 +151,9 @@ def check_options(options: dict, run, where: str) -> None:
         if not type_matches(value, expected):
             raise ConfigError(f"{where}: option {key}: {value!r} is not {_describe(expected)}")
         if key in MINIMUM and isinstance(value, int) and not isinstance(value, bool) \
-                and value < MINIMUM[key]:
-            raise ConfigError(f"{where}: option {key}: {value} is out of range (at least {MINIMUM[key]})")
+                and not MINIMUM[key] <= value <= MAXIMUM.get(key, value):
+            raise ConfigError(f"{where}: option {key}: {value} is out of range (at least {MINIMUM[key]}"
+                              + (f", at most {MAXIMUM[key]})" if key in MAXIMUM else ")"))
 
 
 def _mapping(value, what: str) -> dict:

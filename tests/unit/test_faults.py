@@ -625,7 +625,7 @@ def test_check_options_types_and_ranges():
 
     check_options({"limit": None, "names": ["a"], "rate": 2, "flag": True, "pe": ["a", "b"]}, run, "w")
     for bad in ({"limit": "four"}, {"limit": True}, {"names": "a"}, {"names": [1]}, {"rate": "x"},
-                {"flag": 1}, {"pe": 3}, {"seed": -1}, {"limit": 0}):
+                {"flag": 1}, {"pe": 3}, {"seed": -1}, {"seed": 2**32}, {"limit": 0}):
         with pytest.raises(ConfigError):
             check_options(bad, run, "w")
 
