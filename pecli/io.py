@@ -88,7 +88,8 @@ class RunOutput:
     """The outputs of one run, all or nothing: the one writer every command uses.
 
     Created before computing, it checks that `target` can be written (a one-line
-    OutputError otherwise) and makes a hidden staging folder beside it. Tables, sidecars,
+    OutputError otherwise) and makes a hidden staging folder beside it (inside it, if it
+    exists). Tables, sidecars,
     figures and checkpoints go into the staging folder (`self.dir`); leaving the `with`
     block normally moves them into `target` together (a rename, or a move per file when
     `target` already holds other files), an exception or Ctrl-C deletes them. A full disk
@@ -105,9 +106,12 @@ class RunOutput:
         try:
             if self.target.exists() and not self.target.is_dir():
                 raise NotADirectoryError(errno.ENOTDIR, "exists and is not a directory")
-            self.target.parent.mkdir(parents=True, exist_ok=True)
-            self.dir = Path(tempfile.mkdtemp(dir=self.target.parent,
-                                             prefix=f".{self.target.name}.partial-"))
+            if self.target.is_dir():  # stage inside it: its parent need not be writable
+                self.dir = Path(tempfile.mkdtemp(dir=self.target, prefix=".partial-"))
+            else:
+                self.target.parent.mkdir(parents=True, exist_ok=True)
+                self.dir = Path(tempfile.mkdtemp(dir=self.target.parent,
+                                                 prefix=f".{self.target.name}.partial-"))
             _share(self.dir, directory=True)
         except OSError as err:
             raise OutputError(f"cannot write to {self.target}: {_reason(err)}; "
