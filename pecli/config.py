@@ -168,15 +168,16 @@ def preset_names() -> list[str]:
     return sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
 
 
-def load_preset(name_or_path: str, overrides: dict | None = None) -> Preset:
+def load_preset(name_or_path: str, overrides: dict | None = None, *, experiments) -> Preset:
     """Load and validate a preset by name (configs/<name>.yaml) or path.
 
     Args:
         name_or_path: preset name or YAML path.
         overrides: options applied to every experiment, after the preset's own (CLI > YAML).
+        experiments: the experiment registry whose run() signatures the options must fit
+            (passed in: experiments sit above config, see tests/unit/test_layers.py;
+            `pecli.reproduce.load_preset` passes them all).
     """
-    from pecli.experiments import load_all
-
     path = Path(name_or_path)
     if not path.suffix and not path.is_dir():
         path = CONFIG_DIR / f"{name_or_path}.yaml"
@@ -196,7 +197,6 @@ def load_preset(name_or_path: str, overrides: dict | None = None) -> Preset:
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: a preset is a mapping with keys {', '.join(sorted(PRESET_KEYS))}")
     _check_keys(raw, PRESET_KEYS, str(path))
-    experiments = load_all()
     defaults = _mapping(raw.get("defaults"), f"{path.name}: defaults")
     if not isinstance(raw.get("experiments") or [], list):
         raise ConfigError(f"{path.name}: experiments must be a list of entries (- id: ...)")

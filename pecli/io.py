@@ -29,6 +29,17 @@ def umask() -> int:
     return mask
 
 
+def cache_dir() -> Path:
+    """pecli's own cache (dequantised GGUF models, trained checkpoints, interrupted runs):
+    PECLI_CACHE_DIR or the user cache."""
+    env = os.environ.get("PECLI_CACHE_DIR")
+    if env:
+        return Path(env)
+    from platformdirs import user_cache_dir
+
+    return Path(user_cache_dir("pecli"))
+
+
 def _share(path: Path, directory: bool = False) -> None:
     # mkstemp / mkdtemp create 0600 / 0700; give what open() / mkdir() would (0644 / 0755 under 022).
     os.chmod(path, (0o777 if directory else 0o666) & ~umask())
@@ -213,8 +224,6 @@ class Checkpoint:
     def __init__(self, kind: str, key: dict, texts: list[str], every: float = 60.0):
         import hashlib
         import time
-
-        from pecli.loading import cache_dir
 
         digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode())
         digest.update("\x00".join(texts).encode())

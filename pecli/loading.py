@@ -26,6 +26,7 @@ import torch
 
 from pecli.architectures import ARCHITECTURES, ArchSpec, max_positions, spec_for_model_type
 from pecli.errors import DeviceError, ModelError, PecliError
+from pecli.io import cache_dir  # noqa: F401  (pecli.loading.cache_dir, as before)
 from pecli.registry import Registry
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -129,16 +130,6 @@ def resolve_dtype(dtype: str) -> torch.dtype:
 
 
 # --- where things are ---------------------------------------------------------------
-
-
-def cache_dir() -> Path:
-    """pecli's own cache (dequantised GGUF models, trained checkpoints): PECLI_CACHE_DIR or the user cache."""
-    env = os.environ.get("PECLI_CACHE_DIR")
-    if env:
-        return Path(env)
-    from platformdirs import user_cache_dir
-
-    return Path(user_cache_dir("pecli"))
 
 
 def package_dir(pkg: PypiModel) -> Path | None:

@@ -16,10 +16,16 @@ from pathlib import Path
 
 import pandas as pd
 
+from pecli import config
 from pecli.config import Entry, Preset
 from pecli.errors import ConfigError
-from pecli.experiments import EXPERIMENTS
+from pecli.experiments import EXPERIMENTS, load_all
 from pecli.io import RunOutput, run_meta, write_json
+
+
+def load_preset(name_or_path: str, overrides: dict | None = None) -> Preset:
+    """`config.load_preset` checked against every registered experiment."""
+    return config.load_preset(name_or_path, overrides, experiments=load_all())
 
 
 @dataclass

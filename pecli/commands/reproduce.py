@@ -30,8 +30,7 @@ def reproduce(
         pecli reproduce --preset smoke --out /tmp/smoke
         pecli reproduce --preset study --device cuda
     """
-    from pecli.config import load_preset
-    from pecli.reproduce import run_preset
+    from pecli.reproduce import load_preset, run_preset
 
     overrides = {k: v for k, v in {"device": device, "limit": limit,
                                    "data_dir": str(data_dir) if data_dir else None}.items() if v is not None}
@@ -48,7 +47,8 @@ def presets() -> None:
     Examples:
         pecli presets
     """
-    from pecli.config import load_preset, preset_names
+    from pecli.config import preset_names
+    from pecli.reproduce import load_preset
 
     for name in preset_names():
         cfg = load_preset(name)

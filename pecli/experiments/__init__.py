@@ -2,7 +2,9 @@
 
 Each experiment module registers an `Experiment` whose `run(**options)` takes plain,
 JSON-able options (the same names as its CLI flags) and returns tidy tables that pass
-`pecli.tables.validate`; `figures` turns the written CSVs into PNGs without torch.
+`pecli.tables.validate`; `figures` turns the written CSVs into PNGs without torch. Experiments
+name their figures by a "module:function" string (`lazy`): plots sit above experiments
+(tests/unit/test_layers.py), so an experiment never imports them.
 """
 
 from __future__ import annotations
@@ -25,6 +27,17 @@ class Experiment:
     run: Callable[..., dict[str, pd.DataFrame]]
     figures: Callable[[dict[str, Path], Path], list[Path]]
     description: str
+
+
+def lazy(target: str) -> Callable[[dict[str, Path], Path], list[Path]]:
+    """The function named "package.module:function", imported when first called."""
+    module, _, name = target.partition(":")
+
+    def call(*args, **kwargs):
+        return getattr(importlib.import_module(module), name)(*args, **kwargs)
+
+    call.__qualname__ = call.__name__ = target
+    return call
 
 
 EXPERIMENTS: Registry[Experiment] = Registry("experiment", ConfigError)

@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from pecli import parallel
-from pecli.experiments import EXPERIMENTS, Experiment
+from pecli.experiments import EXPERIMENTS, Experiment, lazy
 
 NAME = "ablate"
 VERSION = 2  # 2: in-model baselines (token_pair_cosine, self_similarity, between_baselines); ci_low/ci_high
@@ -596,10 +596,7 @@ def in_model_baselines(loaded, texts: list[str], seed: int, layers: bool = True
     return baseline_cosines(loaded, ids, pairs, layers)
 
 
-def figures(csv_paths: dict, fig_dir) -> list:
-    from pecli.plots.ablate import ablate_figures
-
-    return ablate_figures(csv_paths, fig_dir)
+figures = lazy("pecli.plots.ablate:ablate_figures")
 
 
 EXPERIMENTS.add(NAME, Experiment(

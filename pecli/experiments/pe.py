@@ -13,7 +13,7 @@ import pandas as pd
 
 from pecli import pe_analysis as pa
 from pecli.errors import ConfigError
-from pecli.experiments import EXPERIMENTS, Experiment
+from pecli.experiments import EXPERIMENTS, Experiment, lazy
 from pecli.provenance import row_provenance
 from pecli.tables import validate
 
@@ -70,14 +70,8 @@ def run_sinusoidal(positions: int = 16, dim: int = 32, base: float = 10000.0,
                                 ("summary", summary)]}
 
 
-def _sinusoidal_figures(csv_paths, fig_dir):
-    from pecli.plots.pe import sinusoidal_figures
-
-    return sinusoidal_figures(csv_paths, fig_dir)
-
-
 EXPERIMENTS.add("pe-sinusoidal", Experiment(
-    "pe-sinusoidal", 1, run_sinusoidal, _sinusoidal_figures,
+    "pe-sinusoidal", 1, run_sinusoidal, lazy("pecli.plots.pe:sinusoidal_figures"),
     "Sinusoidal position encoding: heatmap, clock, rotation property, dot product vs offset"))
 
 
@@ -273,13 +267,7 @@ def run_probe(models: list[str] | str = ("minilm",), dataset: str = "imdb", spli
     return tables
 
 
-def _probe_figures(csv_paths, fig_dir):
-    from pecli.plots.pe import probe_figures
-
-    return probe_figures(csv_paths, fig_dir)
-
-
 EXPERIMENTS.add("pe-probe", Experiment(
-    "pe-probe", 2, run_probe, _probe_figures,  # 2: order_accuracy with ci_low/ci_high
+    "pe-probe", 2, run_probe, lazy("pecli.plots.pe:probe_figures"),  # 2: order_accuracy with ci_low/ci_high
     "Wang & Chen analyses of position-embedding matrices (sinusoidal reference) and a "
     "per-layer hidden-state probe of position with and without the model's positions"))

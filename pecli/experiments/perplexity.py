@@ -16,9 +16,8 @@ import torch
 
 from pecli import parallel
 from pecli.errors import ConfigError, DataError
-from pecli.experiments import EXPERIMENTS, Experiment
+from pecli.experiments import EXPERIMENTS, Experiment, lazy
 from pecli.metrics import aggregate, per_text_perplexity
-from pecli.plots.perplexity import figures
 from pecli.provenance import row_provenance
 from pecli.tables import validate
 
@@ -224,7 +223,7 @@ EXPERIMENTS.add("perplexity", Experiment(
     name="perplexity",
     version=3,  # 2: per-text rows carry text_id; 3: ci_low/ci_high on every aggregation, study_value
     run=run,
-    figures=figures,
+    figures=lazy("pecli.plots.perplexity:figures"),
     description="Perplexity under position interventions and graded attention masks (E2, E3), "
                 "every aggregation, semantics and protocol named",
 ))

@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from pecli import recover as rc
-from pecli.experiments import EXPERIMENTS, Experiment
+from pecli.experiments import EXPERIMENTS, Experiment, lazy
 from pecli.experiments.pe import _frame, _preflight, collect_hidden
 from pecli.intervals import ratio_interval
 from pecli.tables import validate
@@ -285,14 +285,8 @@ def run_recover(models: list[str] | str = ("minilm",), tokens: int = 32, dataset
     return tables
 
 
-def _figures(csv_paths, fig_dir):
-    from pecli.plots.recover import recover_figures
-
-    return recover_figures(csv_paths, fig_dir)
-
-
 EXPERIMENTS.add("pe-recover", Experiment(
-    "pe-recover", 1, run_recover, _figures,
+    "pe-recover", 1, run_recover, lazy("pecli.plots.recover:recover_figures"),
     "Token and position recovered from x = E_tok + E_pos at the input (nearest row, linear "
     "probe, exact extraction, joint decoding, sinusoid and random controls) and a per-layer "
     "token-identity probe with and without positions"))

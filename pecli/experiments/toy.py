@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from pecli.experiments import EXPERIMENTS, Experiment
+from pecli.experiments import EXPERIMENTS, Experiment, lazy
 from pecli.intervals import METHOD, mean_interval
 from pecli.provenance import row_provenance
 from pecli.tables import validate
@@ -311,15 +311,7 @@ def _run(schemes, max_n, steps, layers, width, heads, batch, lr, test_fraction, 
             "attention": validate(pd.DataFrame(att_rows))}
 
 
-def figures(csv_paths: dict[str, Path], fig_dir: Path) -> list[Path]:
-    from pecli.plots.training import toy_accuracy, toy_attention
-
-    out = []
-    if "accuracy" in csv_paths:
-        out.append(toy_accuracy(csv_paths["accuracy"], fig_dir / "toy_accuracy.png"))
-    if "attention" in csv_paths:
-        out.append(toy_attention(csv_paths["attention"], fig_dir / "toy_attention.png"))
-    return out
+figures = lazy("pecli.plots.training:toy_figures")
 
 
 EXPERIMENTS.add("toy", Experiment(

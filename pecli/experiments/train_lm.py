@@ -24,7 +24,7 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from pecli.experiments import EXPERIMENTS, Experiment
+from pecli.experiments import EXPERIMENTS, Experiment, lazy
 from pecli.provenance import row_provenance
 from pecli.tables import validate
 
@@ -249,16 +249,7 @@ def _run(schemes, o, data_dir, save_dir, model_out, progress, n_threads) -> dict
     return {"perplexity": validate(pd.DataFrame(ppl_rows)), "curve": validate(pd.DataFrame(curve_rows))}
 
 
-def figures(csv_paths: dict[str, Path], fig_dir: Path) -> list[Path]:
-    from pecli.plots.training import lm_curve, lm_perplexity
-
-    out = []
-    if "curve" in csv_paths:
-        out.append(lm_curve(csv_paths["curve"], fig_dir / "train_lm_curve.png",
-                            csv_paths.get("perplexity")))
-    if "perplexity" in csv_paths:
-        out.append(lm_perplexity(csv_paths["perplexity"], fig_dir / "train_lm_perplexity.png"))
-    return out
+figures = lazy("pecli.plots.training:train_lm_figures")
 
 
 EXPERIMENTS.add("train-lm", Experiment(

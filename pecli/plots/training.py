@@ -159,3 +159,24 @@ def lm_perplexity(csv: Path, out: Path) -> Path:
                  fontsize=9)
     ax.grid(axis="y", color="0.9", lw=0.6)
     return save(fig, out)
+
+
+def toy_figures(csv_paths: dict[str, Path], fig_dir: Path) -> list[Path]:
+    """The toy experiment's figures from its written tables (accuracy, attention)."""
+    out = []
+    if "accuracy" in csv_paths:
+        out.append(toy_accuracy(csv_paths["accuracy"], fig_dir / "toy_accuracy.png"))
+    if "attention" in csv_paths:
+        out.append(toy_attention(csv_paths["attention"], fig_dir / "toy_attention.png"))
+    return out
+
+
+def train_lm_figures(csv_paths: dict[str, Path], fig_dir: Path) -> list[Path]:
+    """train-lm's figures from its written tables (curve, perplexity)."""
+    out = []
+    if "curve" in csv_paths:
+        out.append(lm_curve(csv_paths["curve"], fig_dir / "train_lm_curve.png",
+                            csv_paths.get("perplexity")))
+    if "perplexity" in csv_paths:
+        out.append(lm_perplexity(csv_paths["perplexity"], fig_dir / "train_lm_perplexity.png"))
+    return out

@@ -7,7 +7,8 @@ import pytest
 from typer.testing import CliRunner
 
 from pecli.cli import app
-from pecli.config import load_preset, preset_names
+from pecli.config import preset_names
+from pecli.reproduce import load_preset
 from pecli.tables import validate
 
 runner = CliRunner()

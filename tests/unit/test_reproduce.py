@@ -6,11 +6,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from pecli.config import load_preset
 from pecli.errors import ConfigError
 from pecli.experiments import EXPERIMENTS, Experiment
 from pecli.provenance import row_provenance
-from pecli.reproduce import run_preset
+from pecli.reproduce import load_preset, run_preset
 
 CALLS: list[dict] = []
 

@@ -1,0 +1,138 @@
+"""Imports run one way: down the layers of pecli, never back up.
+
+Layers, bottom (0) to top, in the order data flows through a run
+(config -> model and data -> intervention -> run -> metrics -> tables -> plots -> files):
+
+    0 base          errors, registry, config (what to run)
+    1 utilities     io, tables, provenance, intervals, progress, parallel (written to by all)
+    2 model + data  loading, data, architectures, batching
+    3 computation   interventions, masks, lm_scoring, metrics, pe_analysis, recover, mc, training
+    4 experiments   experiments.* (one run: model + data + intervention -> tidy tables)
+    5 plots         plots.* (figures from the written CSVs)
+    6 runners       reproduce, compare (several runs -> files)
+    7 interface     commands.*, cli, cli_options, __main__
+
+A module may import its own layer or any layer below, never above, at module level or
+inside a function. Late binding by name (`importlib.import_module` of a "module:function"
+string, as experiments name their figures and EXPERIMENT_MODULES its experiments) is how
+a lower layer refers to a higher one. config, io, tables and plots never import torch or
+transformers, directly or through what they import (checked on the AST and at run time).
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pecli
+
+ROOT = Path(pecli.__file__).parent
+LAYERS = [
+    {"pecli", "errors", "registry", "config"},
+    {"io", "tables", "provenance", "intervals", "progress", "parallel"},
+    {"loading", "data", "architectures", "batching"},
+    {"interventions", "masks", "lm_scoring", "metrics", "pe_analysis", "recover", "mc", "training"},
+    {"experiments"},
+    {"plots"},
+    {"reproduce", "compare"},
+    {"commands", "cli", "cli_options", "__main__"},
+]
+TORCH_FREE = ("pecli.config", "pecli.io", "pecli.tables", "pecli.plots")
+HEAVY = ("torch", "transformers")
+
+
+def module_name(path: Path) -> str:
+    parts = ("pecli", *path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def layer(module: str) -> int:
+    """The layer of a pecli module, by its first name below `pecli`."""
+    top = module.split(".")[1] if "." in module else "pecli"
+    found = [i for i, names in enumerate(LAYERS) if top in names]
+    assert found, f"{module} has no layer: add it to LAYERS in {__file__}"
+    return found[0]
+
+
+def imports(path: Path) -> list[tuple[int, str]]:
+    """(line, module) of every import in the file, at any depth, relative ones resolved;
+    `from pecli.x import y` also yields pecli.x.y (y may be a submodule)."""
+    module = module_name(path)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            found.append((node.lineno, base))
+            found += [(node.lineno, f"{base}.{a.name}") for a in node.names]
+    return found
+
+
+def graph() -> dict[str, list[tuple[int, str]]]:
+    return {module_name(p): imports(p) for p in sorted(ROOT.rglob("*.py"))}
+
+
+def test_every_module_has_a_layer():
+    for module in graph():
+        layer(module)
+
+
+def test_no_import_goes_back_up():
+    modules = graph()
+    back = []
+    for module, found in modules.items():
+        for line, target in found:
+            if target.split(".")[0] != "pecli" or target not in modules:
+                continue
+            if layer(target) > layer(module):
+                back.append(f"{module}:{line} imports {target} "
+                            f"(layer {layer(module)} -> {layer(target)})")
+    assert not back, "imports going back up:\n" + "\n".join(back)
+
+
+def test_config_io_tables_plots_never_import_torch():
+    modules = graph()
+    bad = []
+    for start in (m for m in modules if m.startswith(TORCH_FREE)):
+        seen, todo = {start}, [(start, start)]
+        while todo:  # everything `start` imports, directly or through other pecli modules
+            module, chain = todo.pop()
+            for _, target in modules[module]:
+                if target.split(".")[0] in HEAVY:
+                    bad.append(f"{chain} -> {target}")
+                elif target in modules and target not in seen:
+                    seen.add(target)
+                    todo.append((target, f"{chain} -> {target}"))
+    assert not bad, "torch/transformers reached from a torch-free module:\n" + "\n".join(bad)
+
+
+def test_torch_free_modules_load_without_torch():
+    plots = [module_name(p) for p in sorted((ROOT / "plots").glob("*.py"))]
+    code = ("import sys\n" + "".join(f"import {m}\n" for m in ["pecli.config", "pecli.io",
+                                                               "pecli.tables", *plots])
+            + "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_the_walk_sees_imports_inside_functions(tmp_path):
+    path = ROOT / "tables.py"  # resolved against the real package; only the text is ours
+    source = "def f():\n    from pecli.plots.style import color_of\n    from . import io\n"
+    tree_imports = [t for _, t in ast_imports_of(source, path)]
+    assert "pecli.plots.style" in tree_imports and "pecli.io" in tree_imports
+
+
+def ast_imports_of(source: str, path: Path) -> list[tuple[int, str]]:
+    original = Path.read_text
+    try:
+        Path.read_text = lambda self, **kw: source if self == path else original(self, **kw)
+        return imports(path)
+    finally:
+        Path.read_text = original
