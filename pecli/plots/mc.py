@@ -43,10 +43,14 @@ def accuracy_bars(df: pd.DataFrame, path: Path) -> Path:
             bar.set_hatch(hatch)
             bar.set_alpha(0.85)
         if np.isfinite(err).all():
-            ax.errorbar(x, part["value"], yerr=err, fmt="none", ecolor="black", capsize=4, lw=1)
-        ax.axhline(part["chance"].iloc[0], color="grey", ls="--", lw=1.2)
-        ax.text(len(conditions) - 0.5, part["chance"].iloc[0], f"chance {part['chance'].iloc[0]:.2f}",
-                ha="right", va="bottom", fontsize=8, color="dimgrey")
+            for colour, width in (("white", 3.0), ("black", 1.2)):  # outlined: visible on dark bars
+                ax.errorbar(x, part["value"], yerr=err, fmt="none", ecolor=colour, capsize=4,
+                            elinewidth=width, capthick=width, zorder=5)
+        level = part["chance"].iloc[0]
+        ax.axhline(level, color="grey", ls="--", lw=1.2, zorder=3)
+        ax.text(0.02, level + 0.01, f"chance {level:.2f}", transform=ax.get_yaxis_transform(),
+                ha="left", va="bottom", fontsize=8, color="dimgrey", zorder=4,
+                bbox=dict(facecolor="white", edgecolor="none", alpha=0.8, pad=1))
         ax.set_xticks(x, conditions, rotation=30, ha="right", fontsize=8)
         ax.set_title(title, fontsize=10)
         ax.set_ylim(0, 1)
