@@ -292,12 +292,8 @@ def sample_baseline_pairs(ids: list[list[int]], special: set[int], pairs: int = 
     """
     rng = np.random.default_rng([seed, 12])
     chosen = np.sort(rng.permutation(len(ids))[:max_texts])
-    text, pos, tok = [], [], []
-    for t in chosen:
-        for p, i in enumerate(ids[t]):
-            if i not in special:
-                text.append(t), pos.append(p), tok.append(i)
-    text, pos, tok = np.array(text, np.int64), np.array(pos, np.int64), np.array(tok, np.int64)
+    real = [(t, p, i) for t in chosen for p, i in enumerate(ids[t]) if i not in special]
+    text, pos, tok = np.array(real, np.int64).reshape(-1, 3).T  # [n] each
     out = {"token_pair": np.zeros((0, 2, 2), np.int64), "self_similarity": np.zeros((0, 2, 2), np.int64)}
     if len(np.unique(text)) < 2:
         return out
