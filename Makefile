@@ -6,7 +6,7 @@ PECLI   := $(VENV)/bin/pecli
 PECLI_DATA_DIR ?= $(abspath ../shared/data)
 export PECLI_DATA_DIR
 
-.PHONY: setup test test-fast demo reproduce smoke lint bench docs
+.PHONY: setup test test-fast demo reproduce smoke lint bench docs golden
 
 setup: $(VENV)/.installed
 
@@ -44,3 +44,8 @@ bench: setup
 # The CLI reference is generated from the app, never written by hand (a test checks it).
 docs: setup
 	$(VENV)/bin/typer pecli.cli utils docs --name pecli --output docs/cli.md
+
+# Golden tables (tests/golden/*.csv): recompute after a change that moves numbers on purpose,
+# then review the diff; tests/unit/test_golden.py compares against them.
+golden: setup
+	$(PY) tests/golden/build.py

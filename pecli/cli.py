@@ -12,6 +12,10 @@ import importlib
 import os
 
 import typer
+
+# typer vendors click and exports only BadParameter of its errors: the usage error base
+# class has no public name (tests/cli/test_early_validation.py checks the one-line form).
+from typer._click.exceptions import NoArgsIsHelpError, UsageError
 from typer.core import TyperGroup
 
 from pecli.errors import PecliError
@@ -37,7 +41,8 @@ def _kept(command: str | None) -> str:
 
 
 class _PecliGroup(TyperGroup):
-    """Turns a PecliError anywhere below into one line on stderr and exit code 1.
+    """Turns a PecliError anywhere below into one line on stderr and exit code 1, and a
+    command's usage error (unknown flag, value out of range) into one line and exit code 2.
 
     PECLI_DEBUG=1 shows the traceback instead.
     """
@@ -50,6 +55,12 @@ class _PecliGroup(TyperGroup):
                 raise
             typer.echo(f"error: {err}", err=True)
             raise typer.Exit(1) from None
+        except UsageError as err:
+            if isinstance(err, NoArgsIsHelpError) or err.ctx is None or err.ctx.parent is None:
+                raise
+            path = err.ctx.command_path
+            typer.echo(f"error: {path}: {err.format_message()} (see {path} --help)", err=True)
+            raise typer.Exit(2) from None
         except KeyboardInterrupt:
             typer.echo(f"interrupted: {_kept(ctx.invoked_subcommand)}", err=True)
             raise typer.Exit(130) from None

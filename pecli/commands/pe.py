@@ -168,7 +168,8 @@ def recover(
     max_length: Annotated[int, typer.Option(help="Tokens kept per text for the hidden-state probe.")] = 128,
     top_k: Annotated[int, typer.Option(help="Classes of the hidden-state token probe: the K most frequent tokens.")] = 50,
     folds: Annotated[int, typer.Option(help="k of the k-fold cross-validations.")] = 5,
-    n_boot: Annotated[int, typer.Option(help="Bootstrap resamples per interval (0: none).")] = 1000,
+    n_boot: Annotated[int, typer.Option(
+        min=0, help="Bootstrap resamples per interval (0: none).")] = 1000,
     text: TextOpt = None,
     device: DeviceOpt = "auto",
     dtype: DtypeOpt = "float32",

@@ -1,0 +1,102 @@
+"""A typo in any name-valued option, or a count out of range, fails with one `error:` line
+before any model or data loads (issue 15): loading is patched to fail the test if reached.
+
+Dataset names are checked by `pecli.data.load_data` itself, before it reads a file, so for
+`--dataset` typos only the model loader is patched.
+"""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from pecli.cli import app
+
+runner = CliRunner()
+
+
+def _never(*args, **kwargs):
+    raise AssertionError("loaded before the options were checked")
+
+
+@pytest.fixture
+def no_loading(monkeypatch, tmp_path):
+    monkeypatch.setattr("pecli.loading.load_model", _never)
+    monkeypatch.setattr("pecli.data.load_data", _never)
+    monkeypatch.setattr("pecli.training.build_model", _never)
+    monkeypatch.chdir(tmp_path)  # default output folders land here
+
+
+ABLATE = ["ablate", "random:bert"]
+PPL = ["perplexity", "random:gpt2"]
+MC = ["mc", "random:gpt2"]
+PROBE = ["pe", "probe", "random:bert"]
+RECOVER = ["pe", "recover", "random:bert"]
+TOY = ["toy", "arithmetic"]
+TRAIN = ["train", "lm"]
+DEVICE_DTYPE_SEED = [["--device", "cdua"], ["--dtype", "float23"], ["--seed", "-1"]]
+
+CASES = [
+    *[ABLATE + a for a in [["--pe", "nosuch"], ["--pe", "zero,shufle"], ["--limit", "0"],
+                           ["--bootstrap", "-1"], ["--baseline-pairs", "0"], *DEVICE_DTYPE_SEED]],
+    *[PPL + a for a in [["--pe", "nosuch"], ["--mask", "linaer"], ["--mask-semantics", "log-bais"],
+                        ["--protocol", "studdy"], ["--long-text", "windw"], ["--stride", "0"],
+                        ["--limit", "0"], ["--bootstrap", "-1"], *DEVICE_DTYPE_SEED]],
+    *[MC + a for a in [["--pe", "nosuch"], ["--mask", "linaer"], ["--mask-semantics", "log-bais"],
+                       ["--protocol", "studdy"], ["--limit", "0"], ["--bootstrap", "-1"],
+                       *DEVICE_DTYPE_SEED]],
+    *[PROBE + a for a in [["--intervention", "nosuch"], ["--limit", "0"], *DEVICE_DTYPE_SEED]],
+    *[RECOVER + a for a in [["--limit", "0"], ["--n-boot", "-1"], *DEVICE_DTYPE_SEED]],
+    *[TOY + a for a in [["--pe", "nosuch"], ["--steps", "0"], ["--seed", "-1"]]],
+    ["toy", "arithmetc"],
+    *[TRAIN + a for a in [["--pe", "nosuch"], ["--tokenizer", "bep"], ["--limit", "0"],
+                          ["--seed", "-1"]]],
+]
+
+
+@pytest.mark.parametrize("args", CASES, ids=" ".join)
+def test_a_bad_option_fails_before_loading(no_loading, args):
+    result = runner.invoke(app, args)
+    assert result.exit_code != 0, result.output
+    assert not isinstance(result.exception, AssertionError), "loaded before checking " + " ".join(args)
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:"), result.output
+
+
+@pytest.mark.parametrize("args", [ABLATE + ["--dataset", "imbd"], PPL + ["--dataset", "truthfulq"],
+                                  PROBE + ["--dataset", "imbd"], RECOVER + ["--dataset", "imbd"]],
+                         ids=" ".join)
+def test_a_dataset_typo_fails_before_the_model_loads(monkeypatch, tmp_path, args):
+    monkeypatch.setattr("pecli.loading.load_model", _never)
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1 and not isinstance(result.exception, AssertionError), result.output
+    assert result.output.strip().startswith("error:") and "imdb" in result.output
+
+
+PRESET = """
+name: t
+experiments:
+  - id: a
+    experiment: {experiment}
+    options: {{model: {model}, {options}}}
+"""
+
+
+@pytest.mark.parametrize("experiment,model,options", [
+    ("ablate", "random:bert", "pe: [nosuch]"),
+    ("ablate", "random:bert", "pe: 'zero,shufle'"),
+    ("perplexity", "random:gpt2", "mask_semantics: [log-bais]"),
+    ("perplexity", "random:gpt2", "masks: [linaer]"),
+    ("perplexity", "random:gpt2", "protocol: [studdy]"),
+    ("perplexity", "random:gpt2", "limit: 0"),
+    ("perplexity", "random:gpt2", "limit: four"),
+    ("ablate", "random:bert", "seed: -1"),
+])
+def test_a_preset_typo_fails_before_loading(no_loading, tmp_path, experiment, model, options):
+    path = tmp_path / "p.yaml"
+    path.write_text(PRESET.format(experiment=experiment, model=model, options=options))
+    result = runner.invoke(app, ["reproduce", "--preset", str(path), "--out", str(tmp_path / "o")])
+    assert result.exit_code == 1 and not isinstance(result.exception, AssertionError), result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert lines[-1].startswith("error:") and "Traceback" not in result.output, result.output
