@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Generic, TypeVar
 
 from pecli.errors import PecliError
@@ -23,13 +23,6 @@ class Registry(Generic[T]):
         self.kind = kind
         self.error = error
         self._entries: dict[str, T] = {}
-
-    def register(self, name: str) -> Callable[[T], T]:
-        def add(obj: T) -> T:
-            self.add(name, obj)
-            return obj
-
-        return add
 
     def add(self, name: str, obj: T) -> None:
         if name in self._entries:

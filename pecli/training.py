@@ -24,7 +24,7 @@ import math
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -216,10 +216,6 @@ def train(model, batches: Iterator[dict], cfg: TrainConfig,
             on_step(step, losses[-1])
     model.eval()
     return {"losses": losses, "seconds": time.perf_counter() - start, "tokens": tokens}
-
-
-def size_dict(size: ModelSize) -> dict:
-    return asdict(size)
 
 
 @contextmanager

@@ -164,7 +164,7 @@ def hidden_probe(loaded, ids: list[list[int]], intervention: str, folds: int, se
         reg = pa.position_regression(x, positions, folds=folds, seed=seed, groups=texts,
                                      regressor="ridge")
         common = {"layer": layer, "intervention": intervention, "tokens": len(positions),
-                  "max_position": int(positions.max()), "regressor": "standardise + RidgeCV",
+                  "max_position": int(positions.max()), "regressor": "standardise + RidgeLOO (alpha by leave-one-text-out)",
                   "protocol": f"{folds}-fold CV over texts, MAE of round(prediction)"}
         rows += [{"metric": "probe_mae", "value": reg.mae, **common},
                  {"metric": "probe_chance_mae", "value": reg.chance_mae, **common}]
