@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ import pandas as pd
 
 from pecli import config
 from pecli.config import Entry, Preset
-from pecli.errors import ConfigError
+from pecli.errors import ConfigError, PecliError
 from pecli.experiments import EXPERIMENTS, load_all
 from pecli.io import RunOutput, run_meta, write_json
 
@@ -75,11 +76,47 @@ def located(options: dict) -> dict:
     return _map_models(options, find)
 
 
+def _names(o: dict) -> list[str]:
+    return [n.strip() for item in ([o] if isinstance(o, str) else o or [])
+            for n in str(item).split(",") if n.strip()]
+
+
+def check_names(experiment: str, options: dict) -> None:
+    """The entry's names (interventions, masks, semantics, protocols, long-text handling,
+    training schemes) checked against their registries: no model or data needed."""
+    import inspect
+
+    from pecli.experiments.mc import grid
+    from pecli.experiments.perplexity import conditions
+    from pecli.interventions import parse
+    from pecli.lm_scoring import prepare
+    from pecli.training import check_schemes
+
+    params = inspect.signature(EXPERIMENTS.get(experiment).run).parameters
+    o = {**{k: p.default for k, p in params.items()}, **options}
+    for name in _names(o.get("interventions") if experiment in ("ablate", "pe-probe") else
+                       o.get("pe") if experiment in ("perplexity", "mc") else None):
+        parse(name)
+    if experiment == "perplexity":
+        conditions(o["pe"], o["masks"], o["semantics"], o["protocol"])
+        prepare([], sys.maxsize, None, o["long_text"], o["stride"])  # no texts, no model: names only
+    elif experiment == "mc":
+        grid(o["pe"], o["masks"], o["semantics"], o["protocol"])
+    elif experiment in ("toy", "train-lm"):
+        check_schemes(o["pe"])
+
+
 def preflight(preset: Preset) -> None:
-    """Fail in seconds, before any computation, naming every missing model and dataset."""
+    """Fail in seconds, before any computation, naming every typo'd name and every missing
+    model and dataset."""
     from pecli.data import DATASETS, data_dir, dataset_availability
     from pecli.loading import model_availability
 
+    for entry in preset.entries:
+        try:
+            check_names(entry.experiment, entry.options)
+        except PecliError as err:
+            raise ConfigError(f"{preset.name}: {entry.id} ({entry.experiment}): {err}") from None
     missing: list[str] = []
     for entry in preset.entries:
         for name in _models_of(located(entry.options)):

@@ -77,26 +77,37 @@ def test_a_dataset_typo_fails_before_the_model_loads(monkeypatch, tmp_path, args
 PRESET = """
 name: t
 experiments:
-  - id: a
+  - id: fine
+    experiment: ablate
+    options: {{model: random:bert}}
+  - id: typo
     experiment: {experiment}
-    options: {{model: {model}, {options}}}
+    options: {{{options}}}
 """
 
 
-@pytest.mark.parametrize("experiment,model,options", [
-    ("ablate", "random:bert", "pe: [nosuch]"),
-    ("ablate", "random:bert", "pe: 'zero,shufle'"),
-    ("perplexity", "random:gpt2", "mask_semantics: [log-bais]"),
-    ("perplexity", "random:gpt2", "masks: [linaer]"),
-    ("perplexity", "random:gpt2", "protocol: [studdy]"),
-    ("perplexity", "random:gpt2", "limit: 0"),
-    ("perplexity", "random:gpt2", "limit: four"),
-    ("ablate", "random:bert", "seed: -1"),
+@pytest.mark.parametrize("experiment,options", [
+    ("ablate", "model: random:bert, interventions: [nosuch]"),
+    ("ablate", "model: random:bert, interventions: 'zero,shufle'"),
+    ("ablate", "model: random:bert, seed: -1"),
+    ("pe-probe", "models: [random:bert], interventions: [zero, nosuch]"),
+    ("mc", "model: random:gpt2, pe: [nosuch]"),
+    ("mc", "model: random:gpt2, semantics: legacy, masks: 'linear,linaer'"),
+    ("toy", "pe: [learned, nosuch]"),
+    ("train-lm", "pe: [nosuch]"),
+    ("perplexity", "model: random:gpt2, semantics: [log-bais]"),
+    ("perplexity", "model: random:gpt2, masks: [linaer]"),
+    ("perplexity", "model: random:gpt2, protocol: [studdy]"),
+    ("perplexity", "model: random:gpt2, long_text: windw"),
+    ("perplexity", "model: random:gpt2, limit: 0"),
+    ("perplexity", "model: random:gpt2, limit: four"),
 ])
-def test_a_preset_typo_fails_before_loading(no_loading, tmp_path, experiment, model, options):
+def test_a_preset_typo_fails_before_anything_runs(no_loading, tmp_path, experiment, options):
+    """The second entry's typo stops the preset before the first entry loads anything."""
     path = tmp_path / "p.yaml"
-    path.write_text(PRESET.format(experiment=experiment, model=model, options=options))
+    path.write_text(PRESET.format(experiment=experiment, options=options))
     result = runner.invoke(app, ["reproduce", "--preset", str(path), "--out", str(tmp_path / "o")])
     assert result.exit_code == 1 and not isinstance(result.exception, AssertionError), result.output
     lines = [line for line in result.output.splitlines() if line.strip()]
-    assert lines[-1].startswith("error:") and "Traceback" not in result.output, result.output
+    assert len(lines) == 1 and lines[0].startswith("error:"), result.output
+    assert "typo" in lines[0] or experiment in lines[0], result.output
