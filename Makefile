@@ -40,6 +40,7 @@ lint: setup
 bench: setup
 	$(PY) benchmarks/bench_ablate.py
 	$(PY) benchmarks/bench_perplexity.py
+	$(PY) benchmarks/bench_mc.py
 
 # The CLI reference is generated from the app, never written by hand (a test checks it).
 docs: setup
