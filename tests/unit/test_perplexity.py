@@ -239,7 +239,7 @@ def test_an_interrupted_grid_resumes_its_finished_computations(tiny, tmp_path, m
     pd.DataFrame({"text": TEXTS}).to_csv(tmp_path / "t.csv", index=False)
     grid = dict(loaded=loaded, dataset=str(tmp_path / "t.csv"), pe=["learned", "zero"],
                 masks="linear", semantics="log-bias", protocol=["relative", "study"])
-    full = exp.run(**grid)  # 4 computations
+    full = exp.run(**grid)  # 5 computations: the intact baseline (learned, default) + 2 x 2
     real, calls = pecli.lm_scoring.score, []
 
     def interrupted_in_the_third(*args, **kwargs):
@@ -255,7 +255,7 @@ def test_an_interrupted_grid_resumes_its_finished_computations(tiny, tmp_path, m
     calls.clear()
     monkeypatch.setattr(pecli.lm_scoring, "score", lambda *a, **k: calls.append(1) or real(*a, **k))
     resumed = exp.run(**grid)
-    assert len(calls) == 2 and not saved.exists()  # only the unfinished two were computed
+    assert len(calls) == 3 and not saved.exists()  # only the unfinished three were computed
     for name in ("perplexity", "texts"):
         pd.testing.assert_frame_equal(resumed[name], full[name])
 
