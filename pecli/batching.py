@@ -101,3 +101,12 @@ def pad(seqs: list[list[int]], pad_id: int, device: torch.device, side: str = "r
         ids[row, span] = torch.tensor(seq, dtype=torch.long)
         mask[row, span] = 1
     return ids.to(device), mask.to(device)
+
+
+def plan_summary(batches: list[list[int]], lengths: list[int], batch_size: int | None) -> dict:
+    """The batch plan as rows and sidecars record it: `batch_size` as given ("token budget"
+    when None), the number of forward `batches` of the whole run (before any sharding across
+    processes) and the largest padded batch, `max_batch_tokens` (rows x longest)."""
+    return {"batch_size": "token budget" if batch_size is None else batch_size,
+            "batches": len(batches),
+            "max_batch_tokens": max((len(b) * max(lengths[i] for i in b) for b in batches), default=0)}

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import torch
 
 from pecli import parallel
-from pecli.batching import default_token_budget, halving_on_oom, length_batches, pad
+from pecli.batching import default_token_budget, halving_on_oom, length_batches, pad, plan_summary
 from pecli.errors import ConfigError, ModelError
 from pecli.masks import SEMANTICS, SHAPES, masked_attention
 from pecli.metrics import target_nll
@@ -147,6 +147,19 @@ def _batches(lengths: list[int], batch_size: int | None, device: torch.device) -
     return length_batches(lengths, default_token_budget(device), max_batch=batch_size)
 
 
+def _prefix_jobs(windows: list[Window]) -> list[tuple[int, int]]:
+    # (window, t): one pass over windows[window].ids[:t] per scored target t
+    return [(wi, t) for wi, w in enumerate(windows) for t in range(w.first, len(w.ids))]
+
+
+def batch_plan(loaded, windows: list[Window], passes: str, batch_size: int | None = None) -> dict:
+    """The batches `score_windows` (passes "one-pass") or `score_prefixes` plan for these
+    windows, summarised (`pecli.batching.plan_summary`): the same on any number of processes."""
+    lengths = ([len(w.ids) for w in windows] if passes == "one-pass"
+               else [t for _, t in _prefix_jobs(windows)])
+    return plan_summary(_batches(lengths, batch_size, loaded.device), lengths, batch_size)
+
+
 def score_windows(loaded, windows: list[Window], *, batch_size: int | None = None, side: str = "right",
                   progress: Callable[[int], None] | None = None) -> list[torch.Tensor]:
     """One pass per window (under whatever attention the model is set to): NLL [targets] per window.
@@ -184,7 +197,7 @@ def score_windows(loaded, windows: list[Window], *, batch_size: int | None = Non
 def score_prefixes(loaded, windows: list[Window], *, batch_size: int | None = None,
                    progress: Callable[[int], None] | None = None) -> list[torch.Tensor]:
     """One pass per scored target over its prefix ids[:t], scoring the last row only."""
-    jobs = [(wi, t) for wi, w in enumerate(windows) for t in range(w.first, len(w.ids))]
+    jobs = _prefix_jobs(windows)
     batches = _batches([t for _, t in jobs], batch_size, loaded.device)
 
     def one(batch: list[int]) -> torch.Tensor:  # NLL [b]

@@ -59,6 +59,7 @@ class Measured:
     special: np.ndarray  # [n] bool: a special token ([CLS], [SEP], <|endoftext|>, ...)
     cosine: dict[str, np.ndarray] = field(default_factory=dict)  # intervention -> [l, n]
     pooled: dict[str, np.ndarray] = field(default_factory=dict)  # condition -> [texts, d]
+    plan: dict = field(default_factory=dict)  # the batch plan (pecli.batching.plan_summary)
 
 
 def measure(loaded, texts: list[str], interventions: list[str], *, seed: int = 0,
@@ -80,7 +81,7 @@ def measure(loaded, texts: list[str], interventions: list[str], *, seed: int = 0
     """
     import torch
 
-    from pecli.batching import default_token_budget, encode, length_batches, pad
+    from pecli.batching import default_token_budget, encode, length_batches, pad, plan_summary
     from pecli.interventions import prepare
     from pecli.metrics import cosine_by_layer
 
@@ -148,6 +149,7 @@ def measure(loaded, texts: list[str], interventions: list[str], *, seed: int = 0
         position=np.concatenate(parts.position), special=np.concatenate(parts.special),
         cosine={k: np.concatenate(v, axis=1) for k, v in parts.cosine.items()},
         pooled={k: np.concatenate(v)[back] for k, v in parts.pooled.items()},
+        plan=plan_summary(batches, lengths, batch_size),
     )
 
 
@@ -430,7 +432,8 @@ def tables(m: Measured, provenance: dict, *, seed: int, baseline_pairs: int,
     from pecli.tables import validate
 
     common = {"experiment": NAME, "experiment_version": VERSION, "seed": seed,
-              "truncated_texts": m.truncated, "max_length": m.max_length, **row_provenance(), **provenance}
+              "truncated_texts": m.truncated, "max_length": m.max_length, **m.plan, **row_provenance(),
+              **provenance}
     final = m.layers - 1
     rand = random_pair_cosines(m.width, baseline_pairs, seed)
     texts = int(m.text.max()) + 1 if m.text.size else 0

@@ -85,7 +85,7 @@ def run(model: str = "random:gpt2", pe=None, masks="default", semantics="legacy"
     from pecli.batching import encode
     from pecli.data import load_data
     from pecli.interventions import check_applies, intervene
-    from pecli.lm_scoring import check_causal, plan, prepare, score
+    from pecli.lm_scoring import batch_plan, check_causal, plan, prepare, score
     from pecli.loading import load_model, peek
 
     grid = conditions(pe, masks, semantics, protocol)
@@ -140,6 +140,7 @@ def run(model: str = "random:gpt2", pe=None, masks="default", semantics="legacy"
         nlls = done[key]
         cond = {"intervention": pe_name, "mask": mask, "mask_semantics": sem, "protocol": proto,
                 "computation": how.attention, "passes": how.passes,
+                **batch_plan(loaded, prepared.windows, how.passes, batch_size),
                 "texts_scored": sum(x.numel() > 0 for x in nlls)}
         study = _study_value(loaded.model_id, data.dataset, pe_name, mask, sem)
         ci = intervals(nlls, bootstrap, seed)
