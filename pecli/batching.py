@@ -103,10 +103,15 @@ def pad(seqs: list[list[int]], pad_id: int, device: torch.device, side: str = "r
     return ids.to(device), mask.to(device)
 
 
-def plan_summary(batches: list[list[int]], lengths: list[int], batch_size: int | None) -> dict:
-    """The batch plan as rows and sidecars record it: `batch_size` as given ("token budget"
-    when None), the number of forward `batches` of the whole run (before any sharding across
-    processes) and the largest padded batch, `max_batch_tokens` (rows x longest)."""
+def padded_tokens(batches: list[list[int]], lengths: list[int]) -> list[int]:
+    """Each batch's padded size: rows x longest."""
+    return [len(b) * max(lengths[i] for i in b) for b in batches]
+
+
+def plan_summary(padded: list[int], batch_size: int | None) -> dict:
+    """The batch plan as rows and sidecars record it, from each forward batch's padded size
+    (`padded_tokens`): `batch_size` as given ("token budget" when None), the number of
+    `batches` of the whole run (before any sharding across processes) and the largest,
+    `max_batch_tokens`."""
     return {"batch_size": "token budget" if batch_size is None else batch_size,
-            "batches": len(batches),
-            "max_batch_tokens": max((len(b) * max(lengths[i] for i in b) for b in batches), default=0)}
+            "batches": len(padded), "max_batch_tokens": max(padded, default=0)}

@@ -28,7 +28,14 @@ from dataclasses import dataclass
 import torch
 
 from pecli import parallel
-from pecli.batching import default_token_budget, halving_on_oom, length_batches, pad, plan_summary
+from pecli.batching import (
+    default_token_budget,
+    halving_on_oom,
+    length_batches,
+    pad,
+    padded_tokens,
+    plan_summary,
+)
 from pecli.errors import ConfigError, ModelError
 from pecli.masks import SEMANTICS, SHAPES, masked_attention
 from pecli.metrics import target_nll
@@ -157,7 +164,7 @@ def batch_plan(loaded, windows: list[Window], passes: str, batch_size: int | Non
     windows, summarised (`pecli.batching.plan_summary`): the same on any number of processes."""
     lengths = ([len(w.ids) for w in windows] if passes == "one-pass"
                else [t for _, t in _prefix_jobs(windows)])
-    return plan_summary(_batches(lengths, batch_size, loaded.device), lengths, batch_size)
+    return plan_summary(padded_tokens(_batches(lengths, batch_size, loaded.device), lengths), batch_size)
 
 
 def score_windows(loaded, windows: list[Window], *, batch_size: int | None = None, side: str = "right",

@@ -235,14 +235,13 @@ def _positions(mask: torch.Tensor) -> torch.Tensor:
 def score_per_choice(loaded, reqs: list[Request], budget: int, max_rows: int | None = None
                      ) -> list[np.ndarray]:
     """One forward pass per choice over context + continuation (batched by length)."""
-    from pecli.batching import length_batches, pad
+    from pecli.batching import pad
 
     if not reqs:
         return []
-    jobs = [(r, c) for r, req in enumerate(reqs) for c in range(len(req.continuations))]
-    seqs = [_sequence(reqs[r].context, reqs[r].continuations[c], loaded.max_positions) for r, c in jobs]
-    out = np.zeros(len(jobs))
-    for batch in length_batches([len(s) - 1 for s, _ in seqs], budget, max_batch=max_rows):
+    seqs, lengths, batches = _per_choice_plan(loaded, reqs, budget, max_rows)
+    out = np.zeros(len(seqs))
+    for batch in batches:
         ids, mask = pad([seqs[j][0][:-1] for j in batch], loaded.tokenizer.pad_token_id, loaded.device)
         hidden = loaded.model.base_model(input_ids=ids, attention_mask=mask, position_ids=_positions(mask),
                                          use_cache=False).last_hidden_state  # [b, t, d]
@@ -256,6 +255,15 @@ def score_per_choice(loaded, reqs: list[Request], budget: int, max_rows: int | N
         for j, part in zip(batch, _scored(loaded, hidden, rows, cols, tgt).split(counts), strict=True):
             out[j] = part.sum().item()
     return _per_request(reqs, out)
+
+
+def _per_choice_plan(loaded, reqs: list[Request], budget: int, max_rows: int | None):
+    """(sequence and scored start, input length, batches): one pass per choice, length-batched."""
+    from pecli.batching import length_batches
+
+    seqs = [_sequence(r.context, c, loaded.max_positions) for r in reqs for c in r.continuations]
+    lengths = [len(s) - 1 for s, _ in seqs]
+    return seqs, lengths, length_batches(lengths, budget, max_batch=max_rows)
 
 
 def _per_request(reqs: list[Request], flat: np.ndarray) -> list[np.ndarray]:
@@ -301,21 +309,37 @@ def score_shared(loaded, reqs: list[Request], budget: int, max_rows: int | None 
         prefix = loaded.model.base_model(input_ids=ids, attention_mask=torch.ones_like(ids),
                                          position_ids=_positions(torch.ones_like(ids)),
                                          use_cache=True).past_key_values
-    fits.sort(key=lambda i: -len(reqs[i].context))  # similar context lengths: little padding
-    batch: list[int] = []
-    for n, i in enumerate(fits):
-        batch.append(i)
-        rows = sum(len(reqs[j].continuations) for j in batch)
-        width = len(reqs[batch[0]].context) + max(len(c) for j in batch for c in reqs[j].continuations)
-        nxt = fits[n + 1] if n + 1 < len(fits) else None
-        more = rows + len(reqs[nxt].continuations) if nxt is not None else 0
-        if nxt is None or (more > max_rows if max_rows else more * width > budget):
-            cache = copy.deepcopy(prefix) if prefix is not None else None
-            for j, ll in zip(batch, _shared_batch(loaded, [reqs[j] for j in batch], shared, cache),
-                             strict=True):
-                out[j] = ll
-            batch = []
+    for batch in _shared_groups(reqs, fits, budget, max_rows):
+        cache = copy.deepcopy(prefix) if prefix is not None else None
+        for j, ll in zip(batch, _shared_batch(loaded, [reqs[j] for j in batch], shared, cache),
+                         strict=True):
+            out[j] = ll
     return out
+
+
+def _shared_rows_width(reqs: list[Request], batch: list[int]) -> tuple[int, int]:
+    """A group's choice rows and padded width (longest context + longest choice)."""
+    return (sum(len(reqs[j].continuations) for j in batch),
+            max(len(reqs[j].context) for j in batch) + max(len(c) for j in batch for c in reqs[j].continuations))
+
+
+def _shared_groups(reqs: list[Request], fits: list[int], budget: int, max_rows: int | None
+                   ) -> list[list[int]]:
+    """The items `fits` in groups of similar context length (little padding), each within
+    `max_rows` choice rows, or `budget` padded tokens (rows x width) when that is None."""
+    order = sorted(fits, key=lambda i: -len(reqs[i].context))
+    groups: list[list[int]] = []
+    batch: list[int] = []
+    for n, i in enumerate(order):
+        batch.append(i)
+        if n + 1 < len(order):
+            rows, width = _shared_rows_width(reqs, batch)
+            more = rows + len(reqs[order[n + 1]].continuations)
+            if not (more > max_rows if max_rows else more * width > budget):
+                continue
+        groups.append(batch)
+        batch = []
+    return groups
 
 
 def _shared_batch(loaded, reqs: list[Request], shared: int, cache) -> list[np.ndarray]:
@@ -352,12 +376,38 @@ def _shared_batch(loaded, reqs: list[Request], shared: int, cache) -> list[np.nd
 
 def score_prefix_passes(loaded, reqs: list[Request], batch_size: int | None) -> list[np.ndarray]:
     """The `study` protocol: one pass per continuation token over its prefix (pecli.lm_scoring)."""
-    from pecli.lm_scoring import Window, score_prefixes
+    from pecli.lm_scoring import score_prefixes
 
-    windows = [Window(n, *_sequence(r.context, c, loaded.max_positions))
-               for n, r in enumerate(reqs) for c in r.continuations]
-    flat = np.array([-x.sum().item() for x in score_prefixes(loaded, windows, batch_size=batch_size)])
+    flat = np.array([-x.sum().item() for x in score_prefixes(loaded, _windows(loaded, reqs),
+                                                             batch_size=batch_size)])
     return _per_request(reqs, flat)
+
+
+def _windows(loaded, reqs: list[Request]) -> list:
+    """Each choice as a pecli.lm_scoring Window (context + choice, the choice scored)."""
+    from pecli.lm_scoring import Window
+
+    return [Window(n, *_sequence(r.context, c, loaded.max_positions))
+            for n, r in enumerate(reqs) for c in r.continuations]
+
+
+def batch_plan(loaded, reqs: list[Request], passes: str, batch_size: int | None = None) -> dict:
+    """The forward batches `score` plans for `passes` (shared-context: groups of items, plus
+    per-choice batches for pairs too long to share), summarised by
+    `pecli.batching.plan_summary`: the whole run's plan, the same on any number of processes."""
+    from pecli.batching import default_token_budget, padded_tokens, plan_summary
+    from pecli.lm_scoring import batch_plan as prefix_plan
+
+    if passes == "prefix-by-prefix":
+        return prefix_plan(loaded, _windows(loaded, reqs), passes, batch_size)
+    budget = default_token_budget(loaded.device)
+    shared = passes == "shared-context"
+    fits = [i for i, r in enumerate(reqs) if shared and _fits(r, loaded.max_positions)]
+    rest = [reqs[i] for i in sorted(set(range(len(reqs))) - set(fits))]
+    _, lengths, batches = _per_choice_plan(loaded, rest, budget, batch_size)
+    groups = [_shared_rows_width(reqs, g) for g in _shared_groups(reqs, fits, budget, batch_size)]
+    return plan_summary(padded_tokens(batches, lengths) + [rows * width for rows, width in groups],
+                        batch_size)
 
 
 def score(loaded, reqs: list[Request], shape: str = "default", semantics: str = "legacy",

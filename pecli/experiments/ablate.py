@@ -81,7 +81,14 @@ def measure(loaded, texts: list[str], interventions: list[str], *, seed: int = 0
     """
     import torch
 
-    from pecli.batching import default_token_budget, encode, length_batches, pad, plan_summary
+    from pecli.batching import (
+        default_token_budget,
+        encode,
+        length_batches,
+        pad,
+        padded_tokens,
+        plan_summary,
+    )
     from pecli.interventions import prepare
     from pecli.metrics import cosine_by_layer
 
@@ -149,7 +156,7 @@ def measure(loaded, texts: list[str], interventions: list[str], *, seed: int = 0
         position=np.concatenate(parts.position), special=np.concatenate(parts.special),
         cosine={k: np.concatenate(v, axis=1) for k, v in parts.cosine.items()},
         pooled={k: np.concatenate(v)[back] for k, v in parts.pooled.items()},
-        plan=plan_summary(batches, lengths, batch_size),
+        plan=plan_summary(padded_tokens(batches, lengths), batch_size),
     )
 
 

@@ -109,6 +109,7 @@ def run(model: str = "random:gpt2", pe="learned", masks="default", semantics="le
         lls, how = done[key]
         cond = {"intervention": pe_name, "mask": mask, "mask_semantics": sem, "protocol": proto,
                 "computation": how.attention, "passes": how.passes,
+                **mc.batch_plan(loaded, reqs, how.passes, batch_size),
                 "intact": (pe_name, mask, sem, proto) == INTACT}
         scored = [mc.item_scores(it, ll) for it, ll in zip(items, lls, strict=True)]
         for metric in mc.METRICS:

@@ -15,6 +15,13 @@ TEXTS = ["a short one", "Good.", "The film was long, slow and in the end rather 
          "I liked the music and the acting but the plot had holes big enough to drive through."]
 
 
+ITEMS = [{"question": q, "mc1_targets": {"choices": c[:3], "labels": [1, 0, 0]},
+          "mc2_targets": {"choices": c, "labels": [1] + [0] * (len(c) - 1)}}
+         for q, c in [("Is the sky blue?", ["Yes.", "No.", "It is green.", "Only at night, sadly."]),
+                      ("What is 2+2?", ["4", "5", "22"]),
+                      ("Where is Paris?", ["In France.", "In Texas only.", "On the moon", "Nowhere"])]]
+
+
 def _by_hand(lengths: list[int], size: int) -> tuple[int, int]:
     """Batches of `size` texts, longest first: (how many, largest rows x longest)."""
     desc = sorted(lengths, reverse=True)
@@ -67,3 +74,33 @@ def test_perplexity_sidecar_records_each_computations_plan(tiny, tmp_path):
     got = _resolved(df, tmp_path)
     assert got["batch_size"] == 3
     assert sorted(got["batches"]) == sorted({_by_hand(windows, 3)[0], _by_hand(prefixes, 3)[0]})
+
+
+@pytest.mark.parametrize("batch_size", [None, 3])
+def test_mc_sidecar_records_each_computations_plan(tiny, tmp_path, batch_size):
+    from pecli import mc
+    from pecli.experiments.mc import run
+
+    loaded = tiny("gpt2", n_positions=512)
+    (tmp_path / "items.json").write_text(json.dumps(ITEMS))
+    df = run(dataset=str(tmp_path / "items.json"), loaded=loaded, masks="linear", semantics="log-bias",
+             protocol="study", batch_size=batch_size, bootstrap=0)["mc"]
+    reqs = mc.requests(loaded.tokenizer, mc.parse_items(ITEMS, "t"))
+    # shared context (every pair fits): items longest context first, grouped within 3 choice
+    # rows (every item has >= 3 choices: one item a group) or the CPU's 4096 padded tokens
+    # (all three items fit: one group); a group pads to rows x (longest context + choice)
+    groups = [[r] for r in reqs] if batch_size else [reqs]
+    sizes = [sum(len(r.continuations) for r in g) * (max(len(r.context) for r in g)
+             + max(len(c) for r in g for c in r.continuations)) for g in groups]
+    assert all(len(r.continuations) >= 3 for r in reqs) and sum(sizes) < 4096
+    shared = df[df["passes"] == "shared-context"]
+    assert set(zip(shared["batches"], shared["max_batch_tokens"], strict=True)) == {(len(groups), max(sizes))}
+    # prefix by prefix: one pass per choice token over context + the choice before it
+    prefixes = [len(r.context) + k for r in reqs for c in r.continuations for k in range(len(c))]
+    plan = length_batches(prefixes, 4096, max_batch=batch_size)
+    want = (len(plan), max(len(b) * max(prefixes[i] for i in b) for b in plan))
+    if batch_size:
+        assert want == _by_hand(prefixes, batch_size)
+    keys = df[df["passes"] == "prefix-by-prefix"]
+    assert len(keys) and set(zip(keys["batches"], keys["max_batch_tokens"], strict=True)) == {want}
+    assert sorted(_resolved(df, tmp_path)["batches"]) == sorted({len(groups), want[0]})
