@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from pecli import parallel
 from pecli.errors import DataError
 
 # The harness's fixed six-question QA primer (TruthfulQA's "QA prompt"), byte for byte.
@@ -240,8 +241,9 @@ def score_per_choice(loaded, reqs: list[Request], budget: int, max_rows: int | N
     if not reqs:
         return []
     seqs, lengths, batches = _per_choice_plan(loaded, reqs, budget, max_rows)
-    out = np.zeros(len(seqs))
-    for batch in batches:
+    done = {}  # batch index -> its choices' log-likelihoods (this process's shard)
+    for b in parallel.shard(batches, lengths):
+        batch = batches[b]
         ids, mask = pad([seqs[j][0][:-1] for j in batch], loaded.tokenizer.pad_token_id, loaded.device)
         hidden = loaded.model.base_model(input_ids=ids, attention_mask=mask, position_ids=_positions(mask),
                                          use_cache=False).last_hidden_state  # [b, t, d]
@@ -252,8 +254,10 @@ def score_per_choice(loaded, reqs: list[Request], budget: int, max_rows: int | N
             cols += list(range(first - 1, len(seq) - 1))  # the row before each target predicts it
             tgt += seq[first:]
             counts.append(len(seq) - first)
-        for j, part in zip(batch, _scored(loaded, hidden, rows, cols, tgt).split(counts), strict=True):
-            out[j] = part.sum().item()
+        done[b] = [part.sum().item() for part in _scored(loaded, hidden, rows, cols, tgt).split(counts)]
+    out = np.zeros(len(seqs))
+    for b, lls in parallel.gather(done).items():
+        out[batches[b]] = lls
     return _per_request(reqs, out)
 
 
@@ -309,10 +313,14 @@ def score_shared(loaded, reqs: list[Request], budget: int, max_rows: int | None 
         prefix = loaded.model.base_model(input_ids=ids, attention_mask=torch.ones_like(ids),
                                          position_ids=_positions(torch.ones_like(ids)),
                                          use_cache=True).past_key_values
-    for batch in _shared_groups(reqs, fits, budget, max_rows):
+    groups = _shared_groups(reqs, fits, budget, max_rows)
+    widths = [len(r.context) + max(map(len, r.continuations)) for r in reqs]
+    done = {}  # group index -> its items' log-likelihoods (this process's shard)
+    for g in parallel.shard(groups, widths):
         cache = copy.deepcopy(prefix) if prefix is not None else None
-        for j, ll in zip(batch, _shared_batch(loaded, [reqs[j] for j in batch], shared, cache),
-                         strict=True):
+        done[g] = _shared_batch(loaded, [reqs[j] for j in groups[g]], shared, cache)
+    for g, lls in parallel.gather(done).items():
+        for j, ll in zip(groups[g], lls, strict=True):
             out[j] = ll
     return out
 

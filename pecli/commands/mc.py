@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from pecli import parallel
 from pecli.cli_options import (
     BatchSizeOpt,
     DataDirOpt,
@@ -81,9 +82,11 @@ def mc(
     with RunOutput(Path(out) if out else default_out_dir("mc")) as output:  # --out checked first
         with Progress("scoring", BarColumn(), MofNCompleteColumn(), "items x conditions",
                       TimeElapsedColumn(), console=console, transient=True,
-                      disable=not console.is_terminal) as bar:
+                      disable=not console.is_terminal or not parallel.is_main()) as bar:
             task = bar.add_task("scoring", total=None)
             tables = run(**options, progress=lambda n, total: bar.update(task, advance=n, total=total))
+        if not parallel.is_main():  # launched on N processes: the main one writes and prints
+            return
         paths, pngs = output.write(tables, meta, figures)
 
     df = tables["mc"]

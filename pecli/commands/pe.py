@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from pecli import parallel
 from pecli.cli_options import (
     BatchSizeOpt,
     DataDirOpt,
@@ -116,7 +117,10 @@ def probe(
                    data_dir=str(data_dir) if data_dir else None, batch_size=batch_size)
     with RunOutput(out or default_out_dir("pe-probe")) as output:  # --out checked before computing
         with console.status("probing") as status:
-            frames = run_probe(**options, announce=lambda msg: (status.update(msg), console.log(msg)))
+            frames = run_probe(**options, announce=(lambda msg: (status.update(msg), console.log(msg)))
+                               if parallel.is_main() else None)
+        if not parallel.is_main():  # launched on N processes: the main one writes and prints
+            return
         tables, figures = output.write(frames, {"experiment": "pe-probe", **options},
                                        EXPERIMENTS.get("pe-probe").figures)
     if "matrix" in frames:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from pecli import parallel
 from pecli import pe_analysis as pa
 from pecli.errors import ConfigError
 from pecli.experiments import EXPERIMENTS, Experiment, lazy
@@ -130,25 +131,23 @@ def collect_hidden(loaded, ids: list[list[int]], batch_size: int | None = None):
 
     base = getattr(loaded.model, "base_model", loaded.model)  # no LM head: no [t, vocab] logits
     pad_id = loaded.tokenizer.pad_token_id
-    per_layer: list[list[np.ndarray]] = []
-    positions, texts = [], []
-    batches = length_batches([len(x) for x in ids], default_token_budget(loaded.device), batch_size)
+    lengths = [len(x) for x in ids]
+    batches = length_batches(lengths, default_token_budget(loaded.device), batch_size)
+    done = {}  # batch index -> (states per layer [n_real, d], positions, text index); this process's shard
     with torch.inference_mode():
-        for batch in batches:
+        for b in parallel.shard(batches, lengths):
+            batch = batches[b]
             # Right padding: a real token's index in its sequence is its position.
             input_ids, mask = pad([ids[i] for i in batch], pad_id, loaded.device, "right")  # [b, t]
             out = base(input_ids=input_ids, attention_mask=mask, output_hidden_states=True)
             real = mask.bool()  # [b, t]
-            if not per_layer:
-                per_layer = [[] for _ in out.hidden_states]
-            for layer, h in enumerate(out.hidden_states):  # h: [b, t, d]
-                per_layer[layer].append(h[real].float().cpu().numpy())  # [n_real, d]
             pos = torch.arange(input_ids.shape[1], device=mask.device).expand_as(mask)  # [b, t]
-            positions.append(pos[real].cpu().numpy())
             text = torch.tensor(batch, device=mask.device)[:, None].expand_as(mask)  # [b, t]
-            texts.append(text[real].cpu().numpy())
-    return ([np.concatenate(chunks) for chunks in per_layer], np.concatenate(positions),
-            np.concatenate(texts))
+            done[b] = ([h[real].float().cpu().numpy() for h in out.hidden_states],  # h: [b, t, d]
+                       pos[real].cpu().numpy(), text[real].cpu().numpy())
+    parts = list(parallel.gather(done).values())  # every batch, in batch order
+    return ([np.concatenate(layer) for layer in zip(*(p[0] for p in parts), strict=True)],
+            np.concatenate([p[1] for p in parts]), np.concatenate([p[2] for p in parts]))
 
 
 def hidden_probe(loaded, ids: list[list[int]], intervention: str, folds: int, seed: int,
@@ -158,6 +157,8 @@ def hidden_probe(loaded, ids: list[list[int]], intervention: str, folds: int, se
 
     with intervene(loaded, intervention, seed=seed):
         states, positions, texts = collect_hidden(loaded, ids, batch_size)
+    if not parallel.is_main():  # launched on N processes: the main one fits the probes
+        return []
     rows = []
     for layer, x in enumerate(states):
         # Tokens of one text stay in one fold: held-out texts, not held-out tokens.
@@ -209,6 +210,9 @@ def run_probe(models: list[str] | str = ("minilm",), dataset: str = "imdb", spli
         folds: k of every cross-validation; pairs: training pairs per fold (order task).
         interventions: conditions of the hidden-state probe (`learned` = the model as is).
         announce: optional callable(str) for progress lines (the CLI passes one).
+
+    Launched on N processes (`pecli.parallel`), each extracts the hidden states of its shard
+    of the batches; the main process fits every probe and alone gets tables ({} elsewhere).
     """
     from pecli.batching import encode
     from pecli.data import load_data
@@ -238,7 +242,7 @@ def run_probe(models: list[str] | str = ("minilm",), dataset: str = "imdb", spli
         for iv in interventions:
             check_applies(loaded, iv)
         model_cols = {**loaded.provenance(), "intervention": "learned"}
-        if loaded.spec.position == "learned":
+        if loaded.spec.position == "learned" and parallel.is_main():  # no batches to share out
             own = _embedding_rows(loaded)  # [N, d]
             for kind, matrix in [("learned", own), ("sinusoidal", _reference(*own.shape))]:
                 say(f"{name}: Wang & Chen analyses of the {kind} matrix {own.shape[0]} x {own.shape[1]}")
@@ -259,6 +263,8 @@ def run_probe(models: list[str] | str = ("minilm",), dataset: str = "imdb", spli
             rows = hidden_probe(loaded, enc.ids, iv, folds, seed, batch_size)
             hidden_rows += [{**data_cols, **r} for r in rows]
         del loaded
+    if not parallel.is_main():
+        return {}
     tables = {}
     if matrix_rows:
         tables["matrix"] = validate(_frame(matrix_rows, "pe-probe", seed), model_rows=False)

@@ -56,7 +56,13 @@ def _compare(one: Path, two: Path) -> None:
     ["perplexity", "models/tiny-gpt2-imdb", "--mask", "default,linear",
      "--protocol", "relative,study", "--mask-semantics", "log-bias", "--limit", "8",
      "--batch-size", "3"],
-], ids=["ablate", "perplexity"])
+    # shared-context groups of items (the primer's cache copied into each), a trained GPT-2
+    ["mc", "models/tiny-gpt2-imdb", "--pe", "zero", "--limit", "6", "--batch-size", "8",
+     "--bootstrap", "100"],
+    # hidden states of 6 texts in 3 batches gathered, probes fitted by the main process
+    ["pe", "probe", "minilm", "--limit", "6", "--max-length", "32", "--batch-size", "2",
+     "--folds", "3", "--pairs", "100"],
+], ids=["ablate", "perplexity", "mc", "pe-probe"])
 def test_two_processes_equal_one(command, shared_data, minilm, tmp_path):
     env = _env(shared_data, tmp_path)
     one = _pecli([*command, "--out", str(tmp_path / "one")], 1, env)
