@@ -91,9 +91,11 @@ def length_batches(lengths: list[int], token_budget: int, max_batch: int | None 
     return batches
 
 
-def pad(seqs: list[list[int]], pad_id: int, device: torch.device, side: str = "right"):
-    """(input_ids[b, t], attention_mask[b, t]) padded on `side` to the longest sequence."""
-    longest = max(map(len, seqs))
+def pad(seqs: list[list[int]], pad_id: int, device: torch.device, side: str = "right",
+        width: int | None = None):
+    """(input_ids[b, t], attention_mask[b, t]) padded on `side` to the longest sequence (or
+    to `width`)."""
+    longest = max(map(len, seqs)) if width is None else width
     ids = torch.full((len(seqs), longest), pad_id, dtype=torch.long)
     mask = torch.zeros((len(seqs), longest), dtype=torch.long)
     for row, seq in enumerate(seqs):

@@ -78,16 +78,20 @@ def balance(costs: list[int], world: int) -> list[list[int]]:
     return [sorted(s) for s in shards]
 
 
-def shard(batches: list[list[int]], lengths: list[int]) -> list[int]:
-    """This process's batches (indices into `batches`), balanced by padded tokens.
+def shards(batches: list[list[int]], lengths: list[int]) -> list[list[int]]:
+    """Every process's batches (indices into `batches`), balanced by padded tokens.
 
     A batch costs len(batch) * its longest text: what its forward pass computes.
     """
     world = world_size()
     if world == 1:
-        return list(range(len(batches)))
-    costs = [len(b) * max(lengths[i] for i in b) for b in batches]
-    return balance(costs, world)[rank()]
+        return [list(range(len(batches)))]
+    return balance([len(b) * max(lengths[i] for i in b) for b in batches], world)
+
+
+def shard(batches: list[list[int]], lengths: list[int]) -> list[int]:
+    """This process's batches (indices into `batches`): its part of `shards`."""
+    return shards(batches, lengths)[rank()]
 
 
 def gather(local: dict[int, T]) -> dict[int, T]:
@@ -100,31 +104,6 @@ def gather(local: dict[int, T]) -> dict[int, T]:
     for part in gather_object([local]):
         merged.update(part)
     return dict(sorted(merged.items()))
-
-
-def gather_batches(mine: list[int], arrays: dict, layout: dict[str, tuple[list[int], int]]) -> dict:
-    """Per-batch results of every process, concatenated in global batch order, on every process.
-
-    Args:
-        mine: this process's batch indices, in the order its pieces were concatenated.
-        arrays: name -> numpy array, the pieces of `mine` concatenated along an axis
-            (None or {} when this process had no batch).
-        layout: name -> (size of every batch's piece, indexed by global batch; the axis).
-    Returns:
-        name -> the pieces of all batches 0, 1, ... concatenated: what one process computes.
-    """
-    import numpy as np
-
-    pieces: dict[str, dict[int, np.ndarray]] = {name: {} for name in layout}
-    for b_list, arr in gather({rank(): (mine, arrays or {})}).values():
-        for name, (sizes, axis) in layout.items():
-            if not b_list:
-                continue
-            cuts = np.cumsum([sizes[b] for b in b_list])[:-1]
-            for b, piece in zip(b_list, np.split(arr[name], cuts, axis=axis), strict=True):
-                pieces[name][b] = piece
-    return {name: np.concatenate([p[b] for b in sorted(p)], axis=layout[name][1])
-            for name, p in pieces.items()}
 
 
 def from_main(obj: T) -> T:

@@ -76,14 +76,19 @@ def measure(loaded, texts: list[str], interventions: list[str], *, seed: int = 0
         layers: every layer's hidden state (else the final one only).
         pooled: also keep mean-pooled final features per text (for the probe).
         checkpoint_every: save the batches done so far at most this often (seconds), so
-            that an interrupted run resumes where it stopped (`pecli.io.Checkpoint`); None:
-            never.
+            that an interrupted run resumes where it stopped, at any process count
+            (`pecli.io.Checkpoint`, keyed by the whole run's batch plan); None: never.
+
+    A batch that runs out of device memory is halved and retried (`halving_on_oom`); the
+    halves keep the batch's padded width, so only the matrix products' row count changes
+    (numbers equal to float noise).
     """
     import torch
 
     from pecli.batching import (
         default_token_budget,
         encode,
+        halving_on_oom,
         length_batches,
         pad,
         padded_tokens,
@@ -99,8 +104,7 @@ def measure(loaded, texts: list[str], interventions: list[str], *, seed: int = 0
         raise_empty(texts, lengths)
     batches = (length_batches(lengths, 0, max_batch=batch_size) if batch_size
                else tight_batches(lengths, default_token_budget(loaded.device)))
-    mine = parallel.shard(batches, lengths)  # this process's batches (all of them unless launched)
-    special_ids = torch.tensor(sorted(set(loaded.tokenizer.all_special_ids)), dtype=torch.long)
+    special_ids = np.array(sorted(set(loaded.tokenizer.all_special_ids)), dtype=np.int64)
     base = loaded.model.base_model  # hidden states only: no LM head over the vocabulary
     pad_id = loaded.tokenizer.pad_token_id
 
@@ -108,105 +112,135 @@ def measure(loaded, texts: list[str], interventions: list[str], *, seed: int = 0
         out = base(input_ids=ids, attention_mask=mask, output_hidden_states=layers)
         return out.hidden_states if layers else (out.last_hidden_state,)  # l x [b, t, d]
 
-    parts = _Parts(interventions, ["learned", *interventions] if pooled else [])
-    checkpoint = None
-    if checkpoint_every is not None:
-        checkpoint = _checkpoint(loaded, texts, interventions, seed, layers, pooled,
-                                 [batches[b] for b in mine], checkpoint_every)
-        saved = checkpoint.load()
-        if saved is not None:
-            parts.restore(saved)
-            if progress and parallel.is_main():
-                print(f"resuming: {parts.done} of {len(mine)} batches were done before",
-                      file=sys.stderr)
-
-    with _progress(progress and parallel.is_main(), len(mine), "ablate") as advance, \
-            torch.inference_mode():
-        for _ in range(parts.done):
-            advance()
-        for batch in [batches[b] for b in mine][parts.done:]:
-            ids, mask = pad([enc.ids[i] for i in batch], pad_id, loaded.device, "right")  # [b, t]
-            keep = mask.bool().cpu()
-            parts.position.append(torch.arange(ids.shape[1]).expand(ids.shape)[keep].numpy())
-            parts.special.append(torch.isin(ids.cpu(), special_ids)[keep].numpy())
-            parts.text.append(torch.tensor(batch)[:, None].expand(ids.shape)[keep].numpy())
-            parts.order.append(np.array(batch, dtype=np.int64))
-            ref = hidden(ids, mask)  # l x [b, t, d]
-            parts.layers, parts.width = len(ref), ref[-1].shape[-1]
+    def one(rows: list[int], width: int) -> dict[str, np.ndarray]:
+        """A batch's per-token (and per-text) arrays; rows padded to `width`."""
+        seqs = [enc.ids[i] for i in rows]
+        ids, mask = pad(seqs, pad_id, loaded.device, "right", width)  # [b, t]
+        n = [len(x) for x in seqs]
+        out = {"position": np.concatenate([np.arange(k, dtype=np.int64) for k in n]),
+               "special": np.isin(np.concatenate(seqs), special_ids),
+               "text": np.repeat(np.array(rows, dtype=np.int64), n),
+               "order": np.array(rows, dtype=np.int64)}
+        ref = hidden(ids, mask)  # l x [b, t, d]
+        out["shape"] = np.array([len(ref), ref[-1].shape[-1]])
+        if pooled:
+            out["pool0"] = _mean_pool(ref[-1], mask)
+        for k, apply in enumerate(applied.values()):
+            with apply():
+                h = hidden(ids, mask)  # l x [b, t, d]
+            out[f"cos{k}"] = cosine_by_layer(ref, h, mask).cpu().numpy()  # [l, n_b]
             if pooled:
-                parts.pooled["learned"].append(_mean_pool(ref[-1], mask))
-            for name, apply in applied.items():
-                with apply():
-                    out = hidden(ids, mask)  # l x [b, t, d]
-                parts.cosine[name].append(cosine_by_layer(ref, out, mask).cpu().numpy())  # [l, n_b]
-                if pooled:
-                    parts.pooled[name].append(_mean_pool(out[-1], mask))
-            parts.done += 1
+                out[f"pool{k + 1}"] = _mean_pool(h[-1], mask)
+        return out
+
+    parts = _Parts(batches, lengths)
+    checkpoint = None
+    if checkpoint_every is not None and parallel.is_main():  # the main process alone saves
+        checkpoint = _checkpoint(loaded, texts, interventions, seed, layers, pooled, batches,
+                                 checkpoint_every)
+    parts.restore(parallel.from_main(checkpoint.load() if checkpoint is not None else None))
+    if parts.done and progress and parallel.is_main():
+        print(f"resuming: {len(parts.done)} of {len(batches)} batches were done before",
+              file=sys.stderr)
+    todo = [b for b in range(len(batches)) if b not in parts.done]
+    shares = [[todo[i] for i in s] for s in parallel.shards([batches[b] for b in todo], lengths)]
+    mine = shares[parallel.rank()]
+    from pecli.provenance import RUN_NOTES
+
+    splits_before = RUN_NOTES.get("oom_splits", 0)
+    with _progress(progress and parallel.is_main(), len(batches), "ablate") as advance, \
+            torch.inference_mode():
+        for _ in parts.done:
             advance()
-            if checkpoint is not None and parts.done < len(mine):
+        for step in range(max(map(len, shares))):  # launched: every process takes part in each step
+            new = {}
+            if step < len(mine):
+                rows = batches[mine[step]]
+                width = max(lengths[i] for i in rows)
+                new[mine[step]] = _joined(halving_on_oom(lambda r, w=width: one(r, w), rows))
+            for b, arrays in parallel.gather(new).items():  # every process's batch of this step
+                parts.done[b] = arrays
+                advance()
+            if checkpoint is not None and len(parts.done) < len(batches):
                 checkpoint.save(parts.arrays)  # builds the arrays only when a save is due
+    splits = sum(parallel.gather({parallel.rank(): RUN_NOTES.get("oom_splits", 0) - splits_before}
+                                 ).values())
+    if splits:  # every process's splits, in the main process's rows
+        RUN_NOTES["oom_splits"] = splits_before + splits
     if checkpoint is not None:
         checkpoint.clear()
-    if parallel.launched():
-        parts.gather(batches, mine, lengths)
-    back = np.argsort(np.concatenate(parts.order))  # pooled rows back to text order
+    names = list(applied)
+    shape = parts.done[0]["shape"]
+    back = np.argsort(parts.joined("order"))  # pooled rows back to text order
     return Measured(
-        layers=parts.layers, width=parts.width, tokens=enc.tokens, truncated=enc.truncated,
-        max_length=loaded.max_positions, text=np.concatenate(parts.text),
-        position=np.concatenate(parts.position), special=np.concatenate(parts.special),
-        cosine={k: np.concatenate(v, axis=1) for k, v in parts.cosine.items()},
-        pooled={k: np.concatenate(v)[back] for k, v in parts.pooled.items()},
+        layers=int(shape[0]), width=int(shape[1]), tokens=enc.tokens, truncated=enc.truncated,
+        max_length=loaded.max_positions, text=parts.joined("text"),
+        position=parts.joined("position"), special=parts.joined("special"),
+        cosine={name: parts.joined(f"cos{k}") for k, name in enumerate(names)},
+        pooled={name: parts.joined(f"pool{k}")[back]
+                for k, name in enumerate(["learned", *names] if pooled else [])},
         plan=plan_summary(padded_tokens(batches, lengths), batch_size),
     )
 
 
-class _Parts:
-    """Per-batch arrays collected so far, in batch order: what a checkpoint saves."""
+def _axis(name: str) -> int:
+    """The axis a batch's array grows along: tokens for cosines [l, n], else the first."""
+    return 1 if name.startswith("cos") else 0
 
-    def __init__(self, interventions: list[str], pooled: list[str]):
-        self.done = self.layers = self.width = 0  # batches done; hidden-state layers; width
-        self.position: list = []  # [n_b] per batch
-        self.special: list = []
-        self.text: list = []
-        self.order: list = []  # [b] the batch's text indices
-        self.cosine: dict[str, list] = {name: [] for name in interventions}  # [l, n_b] per batch
-        self.pooled: dict[str, list] = {name: [] for name in pooled}  # [b, d] per batch
+
+def _joined(pieces: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """The halves of a batch split after running out of memory, joined back into the batch."""
+    if len(pieces) == 1:
+        return pieces[0]
+    return {name: pieces[0][name] if name == "shape"
+            else np.concatenate([p[name] for p in pieces], axis=_axis(name)) for name in pieces[0]}
+
+
+class _Parts:
+    """Finished batches by their index in the whole run's plan (the same at any process count):
+    what a checkpoint saves and a run at another process count resumes from."""
+
+    def __init__(self, batches: list[list[int]], lengths: list[int]):
+        self.rows = [len(b) for b in batches]
+        self.tokens = [sum(lengths[i] for i in b) for b in batches]
+        self.done: dict[int, dict[str, np.ndarray]] = {}  # batch -> name -> array
+
+    def _sizes(self, name: str, batches: list[int]) -> list[int]:
+        per = self.rows if name == "order" or name.startswith("pool") else self.tokens
+        return [per[b] for b in batches]
+
+    def joined(self, name: str, batches: list[int] | None = None) -> np.ndarray:
+        """`name`'s pieces of `batches` (default: all, in plan order) concatenated."""
+        batches = range(len(self.rows)) if batches is None else batches
+        return np.concatenate([self.done[b][name] for b in batches], axis=_axis(name))
 
     def arrays(self) -> dict[str, np.ndarray]:
-        out = {"done": np.array(self.done), "layers": np.array(self.layers),
-               "width": np.array(self.width)}
-        for attr in ("position", "special", "text", "order"):
-            out[attr] = np.concatenate(getattr(self, attr))
-        out |= {f"cos{i}": np.concatenate(v, axis=1) for i, v in enumerate(self.cosine.values())}
-        out |= {f"pool{i}": np.concatenate(v) for i, v in enumerate(self.pooled.values())}
-        return out
+        done = sorted(self.done)
+        out = {name: self.joined(name, done) for name in self.done[done[0]] if name != "shape"}
+        return {**out, "batches": np.array(done, dtype=np.int64), "shape": self.done[done[0]]["shape"]}
 
-    def gather(self, batches: list[list[int]], mine: list[int], lengths: list[int]) -> None:
-        """Become every process's parts in batch order (pecli.parallel): what one process gets."""
-        tokens, rows = [sum(lengths[i] for i in b) for b in batches], [len(b) for b in batches]
-        layout = {"position": (tokens, 0), "special": (tokens, 0), "text": (tokens, 0),
-                  "order": (rows, 0)}
-        layout |= {f"cos{i}": (tokens, 1) for i in range(len(self.cosine))}  # [l, n]
-        layout |= {f"pool{i}": (rows, 0) for i in range(len(self.pooled))}
-        shape = max(parallel.gather({parallel.rank(): (self.layers, self.width)}).values())
-        merged = parallel.gather_batches(mine, self.arrays() if self.done else None, layout)
-        self.restore({**merged, "done": len(batches), "layers": shape[0], "width": shape[1]})
-
-    def restore(self, saved: dict) -> None:
-        self.done, self.layers, self.width = (int(saved[k]) for k in ("done", "layers", "width"))
-        for attr in ("position", "special", "text", "order"):
-            setattr(self, attr, [saved[attr]])
-        self.cosine = {name: [saved[f"cos{i}"]] for i, name in enumerate(self.cosine)}
-        self.pooled = {name: [saved[f"pool{i}"]] for i, name in enumerate(self.pooled)}
+    def restore(self, saved: dict | None) -> None:
+        if not saved:
+            return
+        done = saved["batches"].tolist()
+        self.done = {b: {"shape": saved["shape"]} for b in done}
+        for name, arr in saved.items():
+            if name in ("batches", "shape"):
+                continue
+            cuts = np.cumsum(self._sizes(name, done))[:-1]
+            for b, piece in zip(done, np.split(arr, cuts, axis=_axis(name)), strict=True):
+                self.done[b][name] = piece
 
 
 def _checkpoint(loaded, texts, interventions, seed, layers, pooled, batches, every):
-    """Where this exact measurement's partial results live (see `pecli.io.Checkpoint`)."""
+    """Where this exact measurement's partial results live (see `pecli.io.Checkpoint`): keyed
+    by the whole run's batch plan, never by a process's share of it."""
     from pecli.io import Checkpoint
 
     return Checkpoint("ablate", {"version": VERSION, **loaded.provenance(),
                                  "interventions": interventions, "seed": seed, "layers": layers,
-                                 "pooled": pooled, "batches": batches}, texts, every)
+                                 "pooled": pooled, "batches": batches, "saved": "by plan batch"},
+                      texts, every)
 
 
 def tight_batches(lengths: list[int], token_budget: int, max_waste: float = 0.15,

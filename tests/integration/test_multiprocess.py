@@ -20,15 +20,20 @@ ROOT = Path(__file__).resolve().parents[2]
 VARYING = ["world_size", "git_commit"]
 
 
-def _pecli(args: list[str], processes: int, env: dict) -> str:
-    """Run pecli in 1 process or under torchrun with `processes`; its stdout."""
+def _launch(args: list[str], processes: int, env: dict, script: Path | None = None):
+    """Run pecli (or `script`, which runs pecli) in 1 process or under torchrun."""
+    start = [str(script)] if script else ["-m", "pecli"]
     if processes == 1:
-        cmd = [sys.executable, "-m", "pecli", *args]
+        cmd = [sys.executable, *start, *args]
     else:
         torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
-        cmd = [torchrun, "--standalone", "--nproc_per_node", str(processes), "-m", "pecli",
-               *args]
-    done = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=240)
+        cmd = [torchrun, "--standalone", "--nproc_per_node", str(processes), *start, *args]
+    return subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=240)
+
+
+def _pecli(args: list[str], processes: int, env: dict) -> str:
+    """Run pecli in 1 process or under torchrun with `processes`; its stdout."""
+    done = _launch(args, processes, env)
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
 
@@ -70,3 +75,46 @@ def test_two_processes_equal_one(command, shared_data, minilm, tmp_path):
     # only the main process prints (each written file's path once)
     assert two.count(str(tmp_path / "two")) == one.count(str(tmp_path / "one")) > 0
     _compare(tmp_path / "one", tmp_path / "two")
+
+
+# pecli, saving after every batch, with the main process interrupted in its batch DIE_AT
+INTERRUPTED = """
+import os, runpy, sys
+import pecli.experiments.ablate, pecli.metrics
+pecli.experiments.ablate.measure.__kwdefaults__["checkpoint_every"] = 0
+real, calls = pecli.metrics.cosine_by_layer, []
+def dying(*args):
+    calls.append(1)  # two interventions: two calls per batch
+    if len(calls) > 2 * (int(os.environ["DIE_AT"]) - 1) and os.environ.get("RANK", "0") == "0":
+        raise KeyboardInterrupt
+    return real(*args)
+pecli.metrics.cosine_by_layer = dying
+sys.argv[0] = "pecli"
+runpy.run_module("pecli", run_name="__main__", alter_sys=True)
+"""
+
+
+@pytest.mark.parametrize("first, then", [(2, 1), (1, 2)], ids=["2-then-1", "1-then-2"])
+def test_ablate_resumes_at_another_process_count(first, then, shared_data, minilm, tmp_path):
+    """Interrupted with `first` processes, resumed with `then`: the saved batches are those of
+    the whole run's plan, so the resumed tables equal an uninterrupted run's exactly."""
+    command = ["ablate", "minilm", "--pe", "zero,shuffle", "--limit", "12", "--batch-size", "3",
+               "--probe", "--baseline-pairs", "200"]  # 4 batches
+    env = {**_env(shared_data, tmp_path), "PECLI_CACHE_DIR": str(tmp_path / "cache")}
+    _pecli([*command, "--out", str(tmp_path / "whole")], 1, env)
+    script = tmp_path / "interrupted.py"
+    script.write_text(INTERRUPTED)
+    # 1 process dies in its batch 3, 2 processes in their batch 2: 2 batches saved either way
+    died = _launch([*command, "--out", str(tmp_path / "died")], first,
+                   {**env, "DIE_AT": str(4 - first)}, script)
+    assert died.returncode != 0 and not (tmp_path / "died").exists()
+    [saved] = (tmp_path / "cache" / "partial").glob("ablate-*.npz")
+    resumed = _launch([*command, "--out", str(tmp_path / "resumed")], then, env)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resuming: 2 of 4 batches were done before" in resumed.stderr
+    assert not saved.exists()
+    for name in sorted(p.name for p in (tmp_path / "whole").glob("*.csv*")):
+        a, b = (pd.read_csv(tmp_path / d / name) for d in ("whole", "resumed"))
+        assert (b["world_size"] == then).all(), name
+        pd.testing.assert_frame_equal(a.drop(columns=VARYING), b.drop(columns=VARYING),
+                                      check_exact=True, obj=name)

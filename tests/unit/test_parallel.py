@@ -31,31 +31,65 @@ def test_shard_balances_padded_tokens_not_texts(monkeypatch):
     assert parallel.shard(batches[:2], lengths) == [1]
 
 
-def test_gather_batches_restores_one_process_order(monkeypatch):
-    """Two processes' concatenated pieces come back exactly as one process concatenates them."""
-    sizes = [3, 1, 2, 4]  # tokens of batches 0..3
-    pieces = [np.arange(n) + 10 * b for b, n in enumerate(sizes)]  # batch b's tokens
-    cos = [np.vstack([p, -p]) for p in pieces]  # [l=2, n_b]
-    shards = {0: [0, 3], 1: [1, 2]}
-    per_rank = {r: (mine, {"tok": np.concatenate([pieces[b] for b in mine]),
-                           "cos": np.concatenate([cos[b] for b in mine], axis=1)})
-                for r, mine in shards.items()}
-    monkeypatch.setattr(parallel, "gather", lambda local: per_rank)  # what all_gather returns
-    out = parallel.gather_batches(shards[0], per_rank[0][1],
-                                  {"tok": (sizes, 0), "cos": (sizes, 1)})
-    np.testing.assert_array_equal(out["tok"], np.concatenate(pieces))
-    np.testing.assert_array_equal(out["cos"], np.concatenate(cos, axis=1))
-
-
 def test_not_launched_is_one_process(monkeypatch):
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     assert (parallel.world_size(), parallel.rank(), parallel.is_main()) == (1, 0, True)
     assert parallel.gather({2: "b", 0: "a"}) == {0: "a", 2: "b"}
     assert parallel.from_main([1]) == [1]
     assert parallel.shard([[0], [1]], [3, 4]) == [0, 1]
+    assert parallel.shards([[0], [1]], [3, 4]) == [[0, 1]]
 
 
-def test_cuda_oom_halves_the_batch_and_tables_match(tmp_path, monkeypatch):
+def _tight_memory(model, most: int, sizes: list[int]):
+    """A hook that raises the CUDA out-of-memory error on batches of more than `most` rows."""
+    def forward(module, args, kwargs):
+        sizes.append(kwargs["input_ids"].shape[0])
+        if kwargs["input_ids"].shape[0] > most:
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+
+    return model.register_forward_pre_hook(forward, with_kwargs=True)
+
+
+def test_ablate_halves_a_batch_out_of_memory_to_the_same_tables(monkeypatch, capsys):
+    """ablate on a model that runs out of memory above 2 sequences: batches of 5 are split
+    (5 -> 2 + 3 -> 2 + 1 + 2) and every table equals the unhindered run's: the same rows,
+    tokens and order exactly, the numbers to float noise (a matrix product of fewer rows may
+    round differently; measured 1.2e-7); the splits are logged and counted in `oom_splits`."""
+    import pecli.provenance
+    from pecli.experiments.ablate import measure, tables
+
+    texts = ["a film about a dog", "the ending was far too long for me and my friends", "fine",
+             "I laughed", "a quiet story of two sisters in a small town", "no", "lovely score",
+             "the acting, the music and the light were all wonderful", "dull", "it was ok"]
+    loaded = make_tiny("bert")
+    kwargs = dict(batch_size=5, pooled=True, checkpoint_every=None)
+    monkeypatch.setattr(pecli.provenance, "RUN_NOTES", {})
+    plain = measure(loaded, texts, ["zero", "shuffle"], **kwargs)
+    prov = {**loaded.provenance(), "dataset": "t", "split": "s", "rows": len(texts)}
+    plain_tables = tables(plain, prov, seed=0, baseline_pairs=50, bootstrap=20)
+    sizes: list[int] = []
+    handle = _tight_memory(loaded.model.base_model, 2, sizes)
+    try:
+        split = measure(loaded, texts, ["zero", "shuffle"], **kwargs)
+    finally:
+        handle.remove()
+    assert max(sizes) == 5 and set(sizes) >= {1, 2}  # it hit the limit, then fit
+    assert pecli.provenance.RUN_NOTES["oom_splits"] == 4  # two batches, each split twice
+    assert capsys.readouterr().err.count("out of device memory on a batch of") == 4
+    for name in ("text", "position", "special"):
+        np.testing.assert_array_equal(getattr(split, name), getattr(plain, name))
+    for name in plain.cosine:
+        np.testing.assert_allclose(split.cosine[name], plain.cosine[name], rtol=1e-6)
+    for name in plain.pooled:
+        np.testing.assert_allclose(split.pooled[name], plain.pooled[name], rtol=1e-5, atol=1e-7)
+    split_tables = tables(split, prov, seed=0, baseline_pairs=50, bootstrap=20)
+    for name, table in plain_tables.items():
+        assert (split_tables[name]["oom_splits"] == 4).all() and "oom_splits" not in table
+        pd.testing.assert_frame_equal(split_tables[name].drop(columns="oom_splits"), table,
+                                      check_exact=False, rtol=1e-5, obj=name)
+
+
+def test_perplexity_halves_a_batch_out_of_memory_and_tables_match(tmp_path, monkeypatch):
     """A model that runs out of memory on batches of more than 2 sequences: the run splits
     them, finishes, says so in `oom_splits`, and its numbers equal an unhindered run's."""
     from pecli.experiments.perplexity import run
@@ -70,14 +104,8 @@ def test_cuda_oom_halves_the_batch_and_tables_match(tmp_path, monkeypatch):
     monkeypatch.setattr("pecli.provenance.RUN_NOTES", {})
     plain = run(**kwargs)
 
-    sizes = []
-
-    def tight_memory(module, args, kwargs):
-        sizes.append(kwargs["input_ids"].shape[0])
-        if kwargs["input_ids"].shape[0] > 2:
-            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
-
-    handle = loaded.model.base_model.register_forward_pre_hook(tight_memory, with_kwargs=True)
+    sizes: list[int] = []
+    handle = _tight_memory(loaded.model.base_model, 2, sizes)
     try:
         split = run(**kwargs)
     finally:
