@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import warnings
 
 import typer
 
@@ -48,6 +49,7 @@ class _PecliGroup(TyperGroup):
     """
 
     def invoke(self, ctx):
+        warnings.formatwarning = _one_line
         try:
             return super().invoke(ctx)
         except PecliError as err:
@@ -64,6 +66,11 @@ class _PecliGroup(TyperGroup):
         except KeyboardInterrupt:
             typer.echo(f"interrupted: {_kept(ctx.invoked_subcommand)}", err=True)
             raise typer.Exit(130) from None
+
+
+def _one_line(message, category, *args, **kwargs) -> str:
+    """Warnings meant for the user (a deprecated option) as `warning: ...` lines."""
+    return f"warning: {message}\n"
 
 
 app = typer.Typer(

@@ -13,23 +13,23 @@ ModelArg = Annotated[str, typer.Argument(
          "checkpoint directory.")]
 
 
-def _check(resolve: str):
-    """Option callback: the value resolved by pecli.loading.<resolve> now, before any
-    model or data loads (its error is the usual one-line PecliError); the name is kept."""
+def _check(field: str):
+    """Option callback: the value checked as pecli.options checks that field, now, before
+    anything loads (one-line error); the value is kept."""
     def check(value):
         if value is not None:
-            from pecli import loading
+            from pecli.options import Running
 
-            getattr(loading, resolve)(value)
+            Running.build({field: value}, "pecli")
         return value
 
     return check
 
 
-DeviceOpt = Annotated[str, typer.Option(help="auto (CUDA if present), cpu or cuda.",
-                                        callback=_check("resolve_device"))]
+DeviceOpt = Annotated[str, typer.Option(help="auto (CUDA if present), cpu, cuda or cuda:N.",
+                                        callback=_check("device"))]
 DtypeOpt = Annotated[str, typer.Option(help="float32, bfloat16 or float16.",
-                                       callback=_check("resolve_dtype"))]
+                                       callback=_check("dtype"))]
 SeedOpt = Annotated[int, typer.Option(
     min=0, max=2**32 - 1, help="Seed for subsets, shuffles and random inits (0 to 2^32 - 1).")]
 LimitOpt = Annotated[int | None, typer.Option(
@@ -53,3 +53,22 @@ MaxMemoryOpt = Annotated[str | None, typer.Option(
     help="With --device-map auto: memory per device, e.g. 0=20GiB,1=20GiB,cpu=64GiB.")]
 BootstrapOpt = Annotated[int, typer.Option(
     help="Resamples of the 95 % bootstrap intervals over texts (ci_low, ci_high); 0: none.")]
+
+
+def intervention_option(help: str):
+    """--intervention NAME (repeat or a,b), with this command's default in `help`."""
+    return Annotated[list[str] | None, typer.Option(
+        "--intervention", help=f"Position intervention(s) on the model: {help} (repeat or a,b; "
+                               "see pecli interventions).")]
+
+
+# Deprecated spelling of --intervention (kept for one release; `build` warns when it is used).
+PeAliasOpt = Annotated[list[str] | None, typer.Option(
+    "--pe", hidden=True, help="Deprecated: use --intervention.")]
+
+
+def build(cls, where: str, **flags):
+    """The command's options object from its flags: unset flags (None) take the options'
+    defaults; paths become strings. Every check of pecli.options runs here, before loading."""
+    given = {k: str(v) if isinstance(v, Path) else v for k, v in flags.items() if v is not None}
+    return cls.build(given, where)

@@ -19,12 +19,12 @@ Unknown keys and options fail before any model is loaded, with a suggestion.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import hashlib
 import inspect
 import json
 import re
-import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +32,7 @@ from pathlib import Path
 import yaml
 
 from pecli.errors import ConfigError
+from pecli.options import Options, describe, type_matches
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 
@@ -62,18 +63,27 @@ class Entry:
     id: str
     experiment: str
     title: str
-    options: dict
+    options: dict  # as the preset gives them (deprecated keys renamed), plain JSON values
     report: tuple[ReportLine, ...] = ()
     study_notes: str = ""
+    built: Options | None = None  # the experiment's options object, checked
 
-    def key(self, version: int) -> str:
+    def key(self, version: int, spelling: dict[str, str] | None = None) -> str:
         """Hash of everything that determines the numbers: reruns with the same key are skipped.
 
         Where the data directory is does not count (the rows record the files' hashes).
+        `spelling` renames keys first: the experiment's `KEYED_AS` gives the key that results
+        computed before a renaming were saved under.
         """
+        shown = {(spelling or {}).get(k, k): v for k, v in self.shown_options().items()}
         blob = json.dumps({"experiment": self.experiment, "version": version,
-                           "options": self.shown_options()}, sort_keys=True, default=str)
+                           "options": shown}, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def keys(self, version: int) -> tuple[str, ...]:
+        """This entry's key, then its key before the options' renaming (if it differs)."""
+        spelling = type(self.built).KEYED_AS if self.built is not None else {}
+        return tuple(dict.fromkeys([self.key(version), self.key(version, spelling)]))
 
 
     def shown_options(self) -> dict:
@@ -97,10 +107,6 @@ def _check_keys(found: dict, allowed: set[str], where: str) -> None:
             raise ConfigError(f"{where}: unknown key {key!r}{hint}; allowed: {', '.join(sorted(allowed))}")
 
 
-_KINDS = {int: "an integer", float: "a number", str: "a string", bool: "true or false",
-          type(None): "null"}
-
-
 def _expected(hint, default=inspect.Parameter.empty):
     """The type an option must have: its annotation, else that of its default (a string
     default also takes a list of strings, as the `a,b` options do)."""
@@ -109,33 +115,6 @@ def _expected(hint, default=inspect.Parameter.empty):
     if default is None or default is inspect.Parameter.empty:
         return typing.Any
     return str | list[str] if isinstance(default, str) else type(default)
-
-
-def type_matches(value, hint) -> bool:
-    """Whether a YAML value fits a run() annotation (scalars, unions, lists; others pass)."""
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if hint is typing.Any:
-        return True
-    if origin in (typing.Union, types.UnionType):
-        return any(type_matches(value, a) for a in args)
-    if origin in (list, tuple):
-        item = args[0] if args else typing.Any
-        return isinstance(value, list | tuple) and all(type_matches(v, item) for v in value)
-    if hint is float:
-        return isinstance(value, int | float) and not isinstance(value, bool)
-    if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if isinstance(hint, type):
-        return isinstance(value, hint)
-    return True
-
-
-def _describe(hint) -> str:
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        return " or ".join(dict.fromkeys(_describe(a) for a in typing.get_args(hint)))
-    if typing.get_origin(hint) in (list, tuple):
-        return f"a list of {_describe((typing.get_args(hint) or (typing.Any,))[0]).removeprefix('a ')}s"
-    return _KINDS.get(hint, getattr(hint, "__name__", str(hint)))
 
 
 def check_options(options: dict, run, where: str) -> None:
@@ -149,7 +128,7 @@ def check_options(options: dict, run, where: str) -> None:
     for key, value in options.items():
         expected = _expected(hints.get(key, inspect.Parameter.empty), params[key].default)
         if not type_matches(value, expected):
-            raise ConfigError(f"{where}: option {key}: {value!r} is not {_describe(expected)}")
+            raise ConfigError(f"{where}: option {key}: {value!r} is not {describe(expected)}")
         if key in MINIMUM and isinstance(value, int) and not isinstance(value, bool) \
                 and not MINIMUM[key] <= value <= MAXIMUM.get(key, value):
             raise ConfigError(f"{where}: option {key}: {value} is out of range (at least {MINIMUM[key]}"
@@ -213,12 +192,20 @@ def load_preset(name_or_path: str, overrides: dict | None = None, *, experiments
             raise ConfigError(f"{where}: id {item['id']!r} is used twice")
         seen.add(item["id"])
         exp = experiments.get(str(item["experiment"]))
-        params = inspect.signature(exp.run).parameters
         own = _mapping(item.get("options"), f"{where}: options")
-        options = {k: v for k, v in {**defaults, **own, **(overrides or {})}.items()
-                   if k in params or k in own}
-        _check_keys(options, set(params), f"{where} ({item['experiment']}) options")
-        check_options(options, exp.run, f"{where} ({item['experiment']})")
+        built = None
+        if exp.options is not None:
+            accepted = {f.name for f in dataclasses.fields(exp.options)} | set(exp.options.RENAMED)
+            options = {k: v for k, v in {**defaults, **own, **(overrides or {})}.items()
+                       if k in accepted or k in own}
+            built = exp.options.build(options, f"{where} ({item['experiment']})")
+            options = {exp.options.RENAMED.get(k, k): v for k, v in options.items()}
+        else:  # an experiment whose run() still takes keyword options
+            params = inspect.signature(exp.run).parameters
+            options = {k: v for k, v in {**defaults, **own, **(overrides or {})}.items()
+                       if k in params or k in own}
+            _check_keys(options, set(params), f"{where} ({item['experiment']}) options")
+            check_options(options, exp.run, f"{where} ({item['experiment']})")
         report = []
         lines = item.get("report") or []
         for line in lines if isinstance(lines, list) else [lines]:
@@ -228,7 +215,7 @@ def load_preset(name_or_path: str, overrides: dict | None = None, *, experiments
                 raise ConfigError(f"{where}: a report line needs label, table and where (a mapping)")
             report.append(ReportLine(**line))
         entries.append(Entry(item["id"], item["experiment"], item.get("title", item["id"]),
-                             options, tuple(report), item.get("study_notes", "")))
+                             options, tuple(report), item.get("study_notes", ""), built))
     if not entries:
         raise ConfigError(f"{path}: the preset lists no experiments")
     return Preset(raw.get("name", path.stem), raw.get("description", ""), tuple(entries),

@@ -23,70 +23,56 @@ from dataclasses import dataclass
 
 import torch
 
+from pecli import names
 from pecli.architectures import position_embedding, resolve
 from pecli.errors import InterventionError
-from pecli.registry import Registry
+from pecli.names import INTERVENTIONS, Choice
 
 
 @dataclass(frozen=True)
-class Intervention:
-    name: str
-    description: str
-    families: tuple[str, ...]  # position kinds it applies to: "learned", "rotary"
-    argument: str | None  # name of the required argument (`shift:K` -> "K"), None if none
+class Implementation:
+    """How one intervention (a name in pecli.names.INTERVENTIONS) acts on each position kind."""
+
     learned: Callable | None  # (loaded, weight_rows[n, d], arg, seed) -> new rows[n, d]
     rotary: Callable | None  # (loaded, arg, seed) -> contextmanager installing hooks
 
 
-INTERVENTIONS: Registry[Intervention] = Registry("intervention", InterventionError)
-
-
 def intervention_names() -> list[str]:
     """Names as a user types them (`shift:K`, `swap:MODEL`), for listings and help."""
-    out = []
-    for name, iv in INTERVENTIONS.items():
-        out.append(f"{name}:{iv.argument}" if iv.argument else name)
-    return out
+    return [term.shown() for _, term in INTERVENTIONS.items()]
 
 
-def parse(name: str) -> tuple[Intervention, str | None]:
-    """`shift:3` -> (the shift Intervention, "3"); checks the argument is there when needed."""
-    base, _, arg = name.partition(":")
-    iv = INTERVENTIONS.get(base)
-    if iv.argument and not arg:
+def parse(name: str | Choice) -> Choice:
+    """`shift:3` -> Choice(<shift>, "3"); a Choice passes through (options have parsed it)."""
+    return name if isinstance(name, Choice) else names.parse(INTERVENTIONS, name)
+
+
+def check_applies(loaded, name: str | Choice) -> Choice:
+    """The parsed intervention, or an InterventionError if it cannot act on this model's
+    positions (`loaded` may be a LoadedModel or a loading.ModelRef: only `spec` and `name`)."""
+    choice = parse(name)
+    kinds = choice.term.applies_to
+    if loaded.spec.position not in kinds:
         raise InterventionError(
-            f"intervention {base!r} needs an argument: write {base}:{iv.argument} (e.g. "
-            f"{'shift:3' if base == 'shift' else 'swap:random:bert'})"
+            f"intervention {choice.name!r} does not apply to {loaded.name} ({loaded.spec.family}, "
+            f"{loaded.spec.position} positions); it needs {' or '.join(kinds)} positions"
         )
-    if not iv.argument and arg:
-        raise InterventionError(f"intervention {base!r} takes no argument; write {base!r}")
-    return iv, (arg or None)
+    return choice
 
 
-def check_applies(loaded, name: str) -> Intervention:
-    """The intervention, or an InterventionError if it cannot act on this model's positions."""
-    iv, _ = parse(name)
-    if loaded.spec.position not in iv.families:
-        raise InterventionError(
-            f"intervention {iv.name!r} does not apply to {loaded.name} ({loaded.spec.family}, "
-            f"{loaded.spec.position} positions); it needs {' or '.join(iv.families)} positions"
-        )
-    return iv
-
-
-def intervene(loaded, name: str, seed: int = 0):
+def intervene(loaded, name: str | Choice, seed: int = 0):
     """Apply intervention `name` to `loaded.model` inside the block; restore it exactly on exit."""
     return prepare(loaded, name, seed)()
 
 
-def prepare(loaded, name: str, seed: int = 0) -> Callable[[], AbstractContextManager]:
+def prepare(loaded, name: str | Choice, seed: int = 0) -> Callable[[], AbstractContextManager]:
     """Do the slow part once (new rows, a donor model); return a cheap context-manager factory.
 
     A loop over batches enters `prepare(...)()` per batch without recomputing anything.
     Errors (does not apply, bad argument, width mismatch) are raised here, before any change.
     """
-    iv = check_applies(loaded, name)
-    _, arg = parse(name)
+    choice = check_applies(loaded, name)
+    iv, arg = IMPLEMENTATIONS[choice.name], choice.argument
     if loaded.spec.position == "rotary":
         return lambda: iv.rotary(loaded, arg, seed)
     table = position_embedding(loaded.model, loaded.spec)
@@ -116,10 +102,7 @@ def prepare(loaded, name: str, seed: int = 0) -> Callable[[], AbstractContextMan
 
 
 def _shift_amount(arg: str) -> int:
-    try:
-        return int(arg)
-    except ValueError:
-        raise InterventionError(f"shift needs an integer offset, got {arg!r}; e.g. shift:3") from None
+    return int(arg)  # checked when parsed (pecli.names)
 
 
 def _permutation(n: int, seed: int) -> torch.Tensor:
@@ -260,23 +243,15 @@ def _rotary(kind: str):
     return install
 
 
-_BOTH = ("learned", "rotary")
-for _iv in [
-    Intervention("learned", "no change: the model's own positions (the baseline)", _BOTH, None,
-                 _learned("learned"), _rotary("learned")),
-    Intervention("zero", "no position information: zero rows (learned), identity rotation (rotary)",
-                 _BOTH, None, _learned("zero"), _rotary("zero")),
-    Intervention("shuffle", "position p gets position perm[p]'s rows / rotation (seeded)", _BOTH,
-                 None, _learned("shuffle"), _rotary("shuffle")),
-    Intervention("reverse", "position p gets position N-1-p's rows / rotation", _BOTH, None,
-                 _learned("reverse"), _rotary("reverse")),
-    Intervention("shift", "position p gets position p+K's rows / rotation", _BOTH, "K",
-                 _learned("shift"), _rotary("shift")),
-    Intervention("sinusoidal", "Vaswani sinusoids scaled to the learned rows' mean norm",
-                 ("learned",), None, _learned_sinusoidal, None),
-    Intervention("random", "Gaussian rows matching the learned rows' mean and std (seeded)",
-                 ("learned",), None, _learned_random, None),
-    Intervention("swap", "another model's position rows of the same width (zero past its end)",
-                 ("learned",), "MODEL", _learned_swap, None),
-]:
-    INTERVENTIONS.add(_iv.name, _iv)
+# Keyed by the names of pecli.names.INTERVENTIONS (which says what each does and where it
+# applies); tests/unit/test_names.py checks the two agree.
+IMPLEMENTATIONS: dict[str, Implementation] = {
+    "learned": Implementation(_learned("learned"), _rotary("learned")),
+    "zero": Implementation(_learned("zero"), _rotary("zero")),
+    "shuffle": Implementation(_learned("shuffle"), _rotary("shuffle")),
+    "reverse": Implementation(_learned("reverse"), _rotary("reverse")),
+    "shift": Implementation(_learned("shift"), _rotary("shift")),
+    "sinusoidal": Implementation(_learned_sinusoidal, None),
+    "random": Implementation(_learned_random, None),
+    "swap": Implementation(_learned_swap, None),
+}

@@ -49,7 +49,7 @@ def _map_models(options: dict, fn: Callable[[str], str]) -> dict:
         out["model"] = fn(out["model"])
     if isinstance(out.get("models"), list):
         out["models"] = [fn(m) if isinstance(m, str) else m for m in out["models"]]
-    for key in ("interventions", "pe"):
+    for key in ("intervention", "interventions", "pe"):
         if key in out:
             values = out[key]
             out[key] = [swap(v) for v in values] if isinstance(values, list) else swap(values)
@@ -92,6 +92,8 @@ def check_names(experiment: str, options: dict) -> None:
     from pecli.lm_scoring import prepare
     from pecli.training import check_schemes
 
+    if EXPERIMENTS.get(experiment).options is not None:
+        return  # its options object checked every name when the preset was loaded
     params = inspect.signature(EXPERIMENTS.get(experiment).run).parameters
     o = {**{k: p.default for k, p in params.items()}, **options}
     for name in _names(o.get("interventions") if experiment in ("ablate", "pe-probe") else
@@ -150,8 +152,10 @@ def run_preset(preset: Preset, out: Path, force: bool = False,
         folder = out / entry.id
         done = folder / "done.json"
         start = time.perf_counter()
-        if not force and done.exists() and json.loads(done.read_text())["key"] == key:
+        if not force and done.exists() and json.loads(done.read_text())["key"] in entry.keys(exp.version):
             record = json.loads(done.read_text())
+            if record["key"] != key:  # saved under the options' names before their renaming
+                write_json({**record, "key": key}, done)
             announce(f"[{n}/{len(preset.entries)}] {entry.id}: done before (key {key}), skipped")
             tables = {name: folder / file for name, file in record["tables"].items()}
             results.append(EntryResult(entry, tables, [_figure_path(p, out) for p in record["figures"]],
@@ -162,7 +166,7 @@ def run_preset(preset: Preset, out: Path, force: bool = False,
         config = {"preset": preset.name, "entry": entry.id, "experiment": entry.experiment,
                   "experiment_version": exp.version, "key": key, "options": entry.options}
         with RunOutput(out) as output:  # the entry's tables and figures arrive together or not at all
-            frames: dict[str, pd.DataFrame] = exp.run(**located(entry.options))
+            frames: dict[str, pd.DataFrame] = exp.run_with(located(entry.options), entry.id)
             tables, figures = output.write(frames, config, exp.figures, tables_dir=entry.id,
                                            figures_dir=f"figures/{entry.id}")
         seconds = time.perf_counter() - start

@@ -20,29 +20,32 @@ from pecli.cli_options import (
     MaxMemoryOpt,
     ModelArg,
     OutOpt,
+    PeAliasOpt,
     SeedOpt,
     SplitOpt,
     TextOpt,
+    build,
+    intervention_option,
 )
 from pecli.commands import console as wide_console
+from pecli.options import AblateOptions
 
-DEFAULT_LIMIT = 48  # keep equal to pecli.experiments.ablate.DEFAULT_LIMIT (tested)
-
-PeOpt = Annotated[list[str] | None, typer.Option(
-    "--pe", help="Intervention(s) compared with the model's own positions: zero (default), "
-                 "shuffle, reverse, shift:K, sinusoidal, random, swap:MODEL (repeat or a,b; "
-                 "see pecli interventions).")]
+InterventionOpt = intervention_option(
+    "compared with the model's own positions: zero (default), shuffle, reverse, shift:K, "
+    "sinusoidal, random, swap:MODEL")
 
 
 def ablate(
     model: ModelArg,
-    pe: PeOpt = None,
+    intervention: InterventionOpt = None,
+    pe: PeAliasOpt = None,
     dataset: DatasetOpt = "imdb",
     split: SplitOpt = None,
     text: TextOpt = None,
     limit: Annotated[int | None, typer.Option(
         help=f"Seeded random subset of N rows (stratified by label where there is one). "
-             f"Default: {DEFAULT_LIMIT}, or every row of smaller data.", show_default=False)] = None,
+             f"Default: {AblateOptions.DEFAULT_LIMIT}, or every row of smaller data.",
+        show_default=False)] = None,
     probe: Annotated[bool, typer.Option(
         help="Also fit a logistic-regression probe on mean-pooled final features (labelled "
              "data, e.g. imdb) with and without the intervention; report held-out accuracy.")] = False,
@@ -62,7 +65,7 @@ def ablate(
     """Cosine similarity of every token's features with vs without position information.
 
     For each real token, the cosine between its hidden state with the model's own positions
-    and under each --pe intervention, at every layer and by position index; compared with
+    and under each --intervention, at every layer and by position index; compared with
     random pairs of vectors of the model's width (z-score, percentile, histogram), and with
     two in-model baselines per layer (the model's own positions, same texts): the cosine of
     two different tokens (its anisotropy floor) and of the same token in another text.
@@ -71,39 +74,32 @@ def ablate(
 
     Examples:
         pecli ablate minilm
-        pecli ablate minilm --pe zero,shuffle --limit 200 --probe
-        pecli ablate random:gpt2 --pe zero --dataset truthfulqa --text question --limit 20
+        pecli ablate minilm --intervention zero,shuffle --limit 200 --probe
+        pecli ablate random:gpt2 --intervention zero --dataset truthfulqa --text question --limit 20
     """
+    options = build(AblateOptions, "pecli ablate", model=model, intervention=intervention, pe=pe,
+                    dataset=dataset, split=split, text_field=text, limit=limit,
+                    limit_at_most=limit is None, seed=seed, device=device, dtype=dtype,
+                    device_map=device_map, max_memory=max_memory, data_dir=data_dir,
+                    batch_size=batch_size, layers=layers, probe=probe,
+                    baseline_pairs=baseline_pairs, bootstrap=bootstrap)
     from pecli.experiments.ablate import figures, run
     from pecli.intervals import METHOD
     from pecli.io import RunOutput, default_out_dir
 
-    names = [n.strip() for item in (pe or ["zero"]) for n in _split_names(item)]
-    options = dict(model=model, interventions=names, dataset=dataset, split=split,
-                   limit=DEFAULT_LIMIT if limit is None else limit, limit_at_most=limit is None,
-                   seed=seed, device=device, dtype=dtype,
-                   device_map=device_map, max_memory=max_memory,
-                   data_dir=str(data_dir) if data_dir else None, text_field=text,
-                   batch_size=batch_size, layers=layers, probe=probe,
-                   baseline_pairs=baseline_pairs, bootstrap=bootstrap)
     start = time.perf_counter()
     with RunOutput(out or default_out_dir("ablate")) as output:  # --out checked before computing
-        tables = run(**options, progress=True)
+        tables = run(options, progress=True)
         elapsed = time.perf_counter() - start
         if not parallel.is_main():  # launched on N processes: the main one writes and prints
             return
-        paths, pngs = output.write(tables, {"command": "ablate", **options,
+        paths, pngs = output.write(tables, {"command": "ablate", **options.as_dict(),
                                             "intervals": METHOD + "; in-model baselines: "
                                             "their pairs resampled"}, figures)
     _summary(tables, elapsed)
     console = wide_console()
     for p in [*paths.values(), *pngs]:
         console.print(f"wrote {p}", soft_wrap=True)
-
-
-def _split_names(item: str) -> list[str]:
-    # `swap:random:bert` keeps its colons; commas separate names.
-    return [n for n in item.split(",") if n.strip()]
 
 
 def _ci(row) -> str:
@@ -157,21 +153,22 @@ def _summary(tables: dict, elapsed: float) -> None:
 
 
 def interventions() -> None:
-    """List the position interventions --pe accepts and which position kinds each applies to.
+    """List the position interventions --intervention accepts and which position kinds each
+    applies to.
 
     Examples:
         pecli interventions
-        pecli ablate minilm --pe shift:3
+        pecli ablate minilm --intervention shift:3
     """
     from rich.markup import escape
 
-    from pecli.interventions import INTERVENTIONS, intervention_names
+    from pecli.names import INTERVENTIONS
 
     table = Table(title="interventions")
     for col in ("name", "applies to", "what it does"):
         table.add_column(col)
-    for shown, (_, iv) in zip(intervention_names(), INTERVENTIONS.items(), strict=True):
-        table.add_row(escape(shown), ", ".join(iv.families), escape(iv.description))
+    for _, term in INTERVENTIONS.items():
+        table.add_row(escape(term.shown()), ", ".join(term.applies_to), escape(term.description))
     wide_console().print(table)
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from pecli.errors import ConfigError
+from pecli.options import Options
 from pecli.registry import Registry
 
 
@@ -27,6 +28,13 @@ class Experiment:
     run: Callable[..., dict[str, pd.DataFrame]]
     figures: Callable[[dict[str, Path], Path], list[Path]]
     description: str
+    options: type[Options] | None = None  # its options object: run(options, progress=...)
+
+    def run_with(self, values: dict, where: str, **kwargs) -> dict[str, pd.DataFrame]:
+        """Build the options from plain values (a preset's, a test's), check them, and run."""
+        if self.options is None:  # not yet moved to an options object: keyword options
+            return self.run(**values, **kwargs)
+        return self.run(self.options.build(values, where), **kwargs)
 
 
 def lazy(target: str) -> Callable[[dict[str, Path], Path], list[Path]]:

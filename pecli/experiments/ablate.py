@@ -33,12 +33,10 @@ import pandas as pd
 
 from pecli import parallel
 from pecli.experiments import EXPERIMENTS, Experiment, lazy
+from pecli.options import AblateOptions
 
 NAME = "ablate"
 VERSION = 2  # 2: in-model baselines (token_pair_cosine, self_similarity, between_baselines); ci_low/ci_high
-DEFAULT_LIMIT = 48  # `pecli ablate minilm` in about a minute on 2 shared CPU cores
-DEFAULT_PAIRS = 10_000
-DEFAULT_BOOTSTRAP = 1000
 BASELINE_TEXTS = 32  # the in-model baselines sample from this many of the texts (one more pass)
 BASELINE_PAIRS = 1000  # pairs per in-model baseline
 HIST_BINS = 60
@@ -415,7 +413,7 @@ def _accuracy(correct: np.ndarray, bootstrap: int, seed: int) -> dict:
 
 
 def probe_accuracy(features: dict[str, np.ndarray], labels, seed: int = 0,
-                   bootstrap: int = DEFAULT_BOOTSTRAP) -> list[dict]:
+                   bootstrap: int = 1000) -> list[dict]:
     """Held-out accuracy of logistic regression on each condition's features, one seeded,
     stratified split shared by all; also the `learned` probe applied to each condition."""
     from sklearn.linear_model import LogisticRegression
@@ -454,7 +452,7 @@ def probe_accuracy(features: dict[str, np.ndarray], labels, seed: int = 0,
 
 def tables(m: Measured, provenance: dict, *, seed: int, baseline_pairs: int,
            probe_rows: list[dict] | None = None, baselines: dict[str, np.ndarray] | None = None,
-           bootstrap: int = DEFAULT_BOOTSTRAP) -> dict[str, pd.DataFrame]:
+           bootstrap: int = 1000) -> dict[str, pd.DataFrame]:
     """Tidy tables from a Measured run; `provenance` (model, data) and versions go on every row.
 
     `baselines`: {token_pair | self_similarity: cosines [l, pairs]} (see baseline_cosines);
@@ -570,60 +568,37 @@ def _baseline_rows(baselines: dict[str, np.ndarray], rows: list[dict], final: in
     return out
 
 
-def run(model: str = "minilm", interventions: list[str] | tuple[str, ...] = ("zero",),
-        dataset: str = "imdb", split: str | None = None, limit: int | None = DEFAULT_LIMIT,
-        seed: int = 0, device: str = "auto", dtype: str = "float32", data_dir: str | None = None,
-        text_field: str | None = None, batch_size: int | None = None, layers: bool = True,
-        probe: bool = False, baseline_pairs: int = DEFAULT_PAIRS, limit_at_most: bool = False,
-        bootstrap: int = DEFAULT_BOOTSTRAP, progress: bool = False, device_map: str | None = None,
-        max_memory: str | None = None) -> dict[str, pd.DataFrame]:
-    """Load `model` and `dataset`, measure, and return the tables (see the module docstring).
-
-    `limit_at_most`: a `limit` beyond the data's rows takes every row (the CLI's default
-    size) instead of failing (a number the user gave).
-    """
+def run(options: AblateOptions, progress: bool = False) -> dict[str, pd.DataFrame]:
+    """Load the model and data, measure, and return the tables (see the module docstring)."""
     from pecli.data import load_data
-    from pecli.errors import ConfigError, DataError
+    from pecli.errors import DataError
     from pecli.interventions import check_applies
     from pecli.loading import load_model, peek
-    interventions = list(interventions)
-    if not interventions:
-        raise ConfigError("no intervention given; pass --pe NAME (see `pecli interventions`)")
-    if "learned" in interventions:
-        raise ConfigError("`learned` is the baseline every intervention is compared with; "
-                          "pass another intervention (zero, shuffle, ...)")
-    if len(set(interventions)) != len(interventions):
-        raise ConfigError(f"an intervention is listed twice: {interventions}")
-    if bootstrap < 0:
-        raise ConfigError(f"--bootstrap must be 0 (no intervals) or more (got {bootstrap})")
-    if baseline_pairs < 2:
-        raise ConfigError(f"--baseline-pairs must be at least 2 (got {baseline_pairs})")
-    if batch_size is not None and batch_size < 1:
-        raise ConfigError(f"--batch-size must be positive (got {batch_size})")
-    if limit is not None and limit <= 0:
-        raise DataError(f"--limit must be a positive number of rows (got {limit})")
-    ref = peek(model)  # checks that need only the family come before data and weights load
-    for name in interventions if ref is not None else ():
-        check_applies(ref, name)
-    data = load_data(dataset, split, data_dir_=data_dir, limit=limit, seed=seed,
-                     text_field=text_field, at_most=limit_at_most)
-    labels = data.labels() if probe else None
-    if probe and labels is None:
+
+    o = options
+    ref = peek(o.model)  # what the config alone decides is checked before data and weights load
+    for choice in o.intervention if ref is not None else ():
+        check_applies(ref, choice)
+    data = load_data(o.dataset, o.split, data_dir_=o.data_dir, limit=o.limit, seed=o.seed,
+                     text_field=o.text_field, at_most=o.limit_at_most)
+    labels = data.labels() if o.probe else None
+    if o.probe and labels is None:
         raise DataError(f"--probe needs labels; {data.dataset} has no label column (use imdb)")
-    loaded = load_model(model, device=device, dtype=dtype, seed=seed, device_map=device_map,
-                        max_memory=max_memory)
-    for name in interventions:
-        check_applies(loaded, name)
-    m = measure(loaded, data.texts(), interventions, seed=seed, batch_size=batch_size,
-                layers=layers, pooled=probe, progress=progress)
+    loaded = load_model(o.model, device=o.device, dtype=o.dtype, seed=o.seed,
+                        device_map=o.device_map, max_memory=o.max_memory)
+    for choice in o.intervention:
+        check_applies(loaded, choice)
+    interventions = [str(c) for c in o.intervention]  # table and checkpoint keys
+    m = measure(loaded, data.texts(), interventions, seed=o.seed, batch_size=o.batch_size,
+                layers=o.layers, pooled=o.probe, progress=progress)
     if not parallel.is_main():
         return {}  # launched on N processes: the main one makes and writes the tables
-    probe_rows = probe_accuracy(m.pooled, labels, seed, bootstrap) if probe else None
+    probe_rows = probe_accuracy(m.pooled, labels, o.seed, o.bootstrap) if o.probe else None
     prov = {**loaded.provenance(), **data.provenance(),
-            "text_field": text_field or data.text_field}
-    return tables(m, prov, seed=seed, baseline_pairs=baseline_pairs, probe_rows=probe_rows,
-                  baselines=in_model_baselines(loaded, data.texts(), seed, layers),
-                  bootstrap=bootstrap)
+            "text_field": o.text_field or data.text_field}
+    return tables(m, prov, seed=o.seed, baseline_pairs=o.baseline_pairs, probe_rows=probe_rows,
+                  baselines=in_model_baselines(loaded, data.texts(), o.seed, o.layers),
+                  bootstrap=o.bootstrap)
 
 
 def in_model_baselines(loaded, texts: list[str], seed: int, layers: bool = True
@@ -643,4 +618,5 @@ EXPERIMENTS.add(NAME, Experiment(
     NAME, VERSION, run, figures,
     "cosine of features with vs without (or with altered) position information, per layer "
     "and position, against a random baseline; optional linear probe (study E1, E2)",
+    AblateOptions,
 ))

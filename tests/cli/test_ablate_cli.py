@@ -36,7 +36,7 @@ def _ablate(assets, tmp_path, *extra):
 
 
 def test_ablate_writes_tables_figures_and_summary(assets, tmp_path):
-    result = _ablate(assets, tmp_path, "--pe", "zero,shift:2", "--probe")
+    result = _ablate(assets, tmp_path, "--intervention", "zero,shift:2", "--probe")
     assert result.exit_code == 0, result.output
     out = tmp_path / "out"
     for name in ("ablate", "ablate_positions", "ablate_random", "ablate_probe"):
@@ -60,10 +60,11 @@ def test_ablate_writes_tables_figures_and_summary(assets, tmp_path):
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--pe", "zeros"], "unknown intervention 'zeros' (did you mean 'zero'"),
-    (["--pe", "learned"], "`learned` is the baseline"),
-    (["--pe", "shift"], "needs an argument"),
-    (["--limit", "0"], "--limit must be a positive number"),
+    (["--intervention", "zeros"], "unknown intervention 'zeros' (did you mean 'zero'"),
+    (["--intervention", "learned"], "`learned` is the baseline"),
+    (["--intervention", "shift"], "needs an argument"),
+    (["--limit", "0"], "limit (--limit): 0 is out of range (at least 1)"),
+    (["--intervention", "zero", "--pe", "shuffle"], "'pe' and 'intervention' are the same option"),
 ])
 def test_ablate_errors_are_one_line(assets, tmp_path, args, message):
     result = _ablate(assets, tmp_path, *args)
@@ -73,7 +74,7 @@ def test_ablate_errors_are_one_line(assets, tmp_path, args, message):
 
 
 def test_swap_across_widths_is_a_clear_error(assets, tmp_path):
-    result = _ablate(assets, tmp_path, "--pe", f"swap:{assets / 'bert64'}")
+    result = _ablate(assets, tmp_path, "--intervention", f"swap:{assets / 'bert64'}")
     assert result.exit_code == 1
     assert "width 64 does not match" in result.output and "same hidden size" in result.output
 

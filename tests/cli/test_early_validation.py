@@ -37,7 +37,7 @@ TRAIN = ["train", "lm"]
 DEVICE_DTYPE_SEED = [["--device", "cdua"], ["--dtype", "float23"], ["--seed", "-1"]]
 
 CASES = [
-    *[ABLATE + a for a in [["--pe", "nosuch"], ["--pe", "zero,shufle"], ["--limit", "0"],
+    *[ABLATE + a for a in [["--intervention", "nosuch"], ["--pe", "zero,shufle"], ["--limit", "0"],
                            ["--bootstrap", "-1"], ["--baseline-pairs", "0"], *DEVICE_DTYPE_SEED]],
     *[PPL + a for a in [["--pe", "nosuch"], ["--mask", "linaer"], ["--mask-semantics", "log-bais"],
                         ["--protocol", "studdy"], ["--long-text", "windw"], ["--stride", "0"],

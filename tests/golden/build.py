@@ -36,7 +36,7 @@ NUMBERS = ["value", "ci_low", "ci_high"]
 
 # name -> (experiment, model family, options, table kept)
 RUNS = {
-    "ablate_bert": ("ablate", "bert", dict(interventions=["zero", "shuffle"], baseline_pairs=8,
+    "ablate_bert": ("ablate", "bert", dict(intervention=["zero", "shuffle"], baseline_pairs=8,
                                            bootstrap=20), "ablate"),
     "perplexity_gpt2": ("perplexity", "gpt2", dict(pe=["zero"], masks=["linear"],
                                                    semantics=["legacy", "log-bias"],
@@ -52,9 +52,9 @@ def compute(name: str) -> pd.DataFrame:
         data = Path(tmp) / "texts.csv"
         pd.DataFrame({"text": TEXTS}).to_csv(data, index=False)
         with patch("pecli.loading.load_model", lambda *a, **k: make_tiny(family)):
-            frames = load_all().get(experiment).run(
-                model=f"random:{family}", dataset=str(data), limit=len(TEXTS), seed=0,
-                device="cpu", **options)
+            frames = load_all().get(experiment).run_with(
+                dict(model=f"random:{family}", dataset=str(data), limit=len(TEXTS), seed=0,
+                     device="cpu", **options), name)
     df = frames[table]
     keys = [c for c in KEYS if c in df.columns]
     out = df[keys + [c for c in NUMBERS if c in df.columns]].copy()

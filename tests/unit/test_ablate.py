@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from pecli.architectures import ARCHITECTURES
-from pecli.experiments.ablate import DEFAULT_LIMIT, measure, probe_accuracy, tables
+from pecli.experiments.ablate import measure, probe_accuracy, tables
 from pecli.interventions import intervene
 from pecli.metrics import random_pair_cosines, z_score
 
@@ -118,12 +118,6 @@ def test_tables_schema_and_numbers(tiny):
     assert 0 <= pr[("zero", "probe_accuracy")] <= 1 and ("zero", "probe_accuracy_transfer") in pr
     for df in out.values():
         assert df["git_commit"].notna().all() and (df["experiment"] == "ablate").all()
-
-
-def test_cli_default_limit_matches_the_experiment():
-    from pecli.commands.ablate import DEFAULT_LIMIT as CLI_LIMIT
-
-    assert CLI_LIMIT == DEFAULT_LIMIT
 
 
 def test_tight_batches_cover_every_text_once_within_budget_and_waste():

@@ -18,7 +18,7 @@ def _applicable(family: str) -> list[str]:
     names = []
     for name in intervention_names():
         iv = INTERVENTIONS.get(name.partition(":")[0])
-        if spec.position not in iv.families:
+        if spec.position not in iv.applies_to:
             continue
         names.append({"shift:K": "shift:3", "swap:MODEL": "swap:donor"}.get(name, name))
     return names

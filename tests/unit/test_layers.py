@@ -3,7 +3,7 @@
 Layers, bottom (0) to top, in the order data flows through a run
 (config -> model and data -> intervention -> run -> metrics -> tables -> plots -> files):
 
-    0 base          errors, registry, config (what to run)
+    0 base          errors, registry, names, options, config (what to run)
     1 utilities     io, tables, provenance, intervals, progress, parallel (written to by all)
     2 model + data  loading, data, architectures, batching
     3 computation   interventions, masks, lm_scoring, metrics, pe_analysis, recover, mc, training
@@ -15,7 +15,7 @@ Layers, bottom (0) to top, in the order data flows through a run
 A module may import its own layer or any layer below, never above, at module level or
 inside a function. Late binding by name (`importlib.import_module` of a "module:function"
 string, as experiments name their figures and EXPERIMENT_MODULES its experiments) is how
-a lower layer refers to a higher one. config, io, tables and plots never import torch or
+a lower layer refers to a higher one. names, options, config, io, tables and plots never import torch or
 transformers, directly or through what they import (checked on the AST and at run time).
 """
 
@@ -30,7 +30,7 @@ import pecli
 
 ROOT = Path(pecli.__file__).parent
 LAYERS = [
-    {"pecli", "errors", "registry", "config"},
+    {"pecli", "errors", "registry", "names", "options", "config"},
     {"io", "tables", "provenance", "intervals", "progress", "parallel"},
     {"loading", "data", "architectures", "batching"},
     {"interventions", "masks", "lm_scoring", "metrics", "pe_analysis", "recover", "mc", "training"},
@@ -39,7 +39,8 @@ LAYERS = [
     {"reproduce", "compare"},
     {"commands", "cli", "cli_options", "__main__"},
 ]
-TORCH_FREE = ("pecli.config", "pecli.io", "pecli.tables", "pecli.plots")
+TORCH_FREE = ("pecli.names", "pecli.options", "pecli.config", "pecli.io", "pecli.tables",
+              "pecli.plots")
 HEAVY = ("torch", "transformers")
 
 

@@ -1,0 +1,170 @@
+"""The names a user types, one registry per kind, without torch.
+
+Every name-valued option (an intervention, a mask shape, a mask semantics, a protocol, a
+way to treat long texts, a position-encoding scheme to train) is looked up here when its
+options object is built (pecli.options), so a typo fails in well under a second, before
+any data, model or torch loads. The modules that implement a name (interventions.py,
+masks.py, lm_scoring.py, training.py) key their implementations by these names;
+tests/unit/test_names.py checks that every name has one and no implementation lacks a name.
+
+The vocabulary (docs/cli.md has the table):
+    intervention    what is done to a pretrained model's positions (--intervention)
+    pe              the position encoding a model is trained with (toy, train lm: --pe)
+    mask            a graded attention mask shape m(q, k) (--mask)
+    mask_semantics  what a mask weight does to attention (--mask-semantics)
+    protocol        how a mask meets a causal LM's prefixes (--protocol)
+    long_text       texts longer than the model's positions (--long-text)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pecli.errors import ConfigError, InterventionError
+from pecli.registry import Registry
+
+
+@dataclass(frozen=True)
+class Term:
+    """One name of a vocabulary.
+
+    argument: the placeholder of a required argument (`shift:K` -> "K"), None if it takes none;
+    check: raises on a malformed argument (a message naming the fix);
+    applies_to: the position kinds it acts on (interventions: learned, rotary);
+    traits: facts the computation plan reads (mask shapes: positive, rises_to_newest).
+    """
+
+    name: str
+    description: str
+    argument: str | None = None
+    example: str = ""
+    check: Callable[[str], None] | None = None
+    applies_to: tuple[str, ...] = ()
+    traits: frozenset[str] = frozenset()
+    note: str = ""  # mask semantics: which transformers behaviour it reproduces
+
+    def shown(self) -> str:
+        """As a user types it: `shift:K`."""
+        return f"{self.name}:{self.argument}" if self.argument else self.name
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A parsed name and its argument: `shift:3` -> Choice(<shift>, "3"). str() gives it back."""
+
+    term: Term
+    argument: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.term.name
+
+    def __repr__(self) -> str:
+        return f"Choice({str(self)!r})"
+
+    def __str__(self) -> str:
+        return f"{self.term.name}:{self.argument}" if self.argument else self.term.name
+
+
+def parse(registry: Registry[Term], text: str) -> Choice:
+    """`shift:3` -> Choice; unknown names, a missing or a stray argument fail with a fix."""
+    text = str(text).strip()
+    base, colon, arg = text.partition(":")
+    term = registry.get(base)
+    if term.argument and not arg:
+        raise registry.error(f"{registry.kind} {base!r} needs an argument: write "
+                             f"{term.shown()} (e.g. {term.example})")
+    if not term.argument and colon:
+        raise registry.error(f"{registry.kind} {base!r} takes no argument; write {base!r}")
+    if term.check and arg:
+        term.check(arg)
+    return Choice(term, arg or None)
+
+
+def split_names(value) -> list[str]:
+    """A name, a list of names, or "a,b" -> the names, in order, repeats dropped.
+
+    Commas separate names; colons stay inside one (`swap:random:bert`).
+    """
+    items = [value] if isinstance(value, str) else list(value or [])
+    names = [s.strip() for item in items for s in str(item).split(",") if s.strip()]
+    return list(dict.fromkeys(names))
+
+
+def _integer(what: str, example: str):
+    def check(arg: str) -> None:
+        try:
+            int(arg)
+        except ValueError:
+            raise InterventionError(f"{what} needs an integer, got {arg!r}; e.g. {example}") from None
+
+    return check
+
+
+def _registry(kind: str, error, terms: list[Term]) -> Registry[Term]:
+    registry: Registry[Term] = Registry(kind, error)
+    for term in terms:
+        registry.add(term.name, term)
+    return registry
+
+
+_BOTH = ("learned", "rotary")
+
+INTERVENTIONS = _registry("intervention", InterventionError, [
+    Term("learned", "no change: the model's own positions (the baseline)", applies_to=_BOTH),
+    Term("zero", "no position information: zero rows (learned), identity rotation (rotary)",
+         applies_to=_BOTH),
+    Term("shuffle", "position p gets position perm[p]'s rows / rotation (seeded)", applies_to=_BOTH),
+    Term("reverse", "position p gets position N-1-p's rows / rotation", applies_to=_BOTH),
+    Term("shift", "position p gets position p+K's rows / rotation", argument="K",
+         example="shift:3", check=_integer("shift", "shift:3"), applies_to=_BOTH),
+    Term("sinusoidal", "Vaswani sinusoids scaled to the learned rows' mean norm",
+         applies_to=("learned",)),
+    Term("random", "Gaussian rows matching the learned rows' mean and std (seeded)",
+         applies_to=("learned",)),
+    Term("swap", "another model's position rows of the same width (zero past its end)",
+         argument="MODEL", example="swap:random:bert", applies_to=("learned",)),
+])
+
+MASKS = _registry("mask", ConfigError, [
+    Term("default", "1 for every visible key: the model's own mask", traits=frozenset({"positive"})),
+    Term("linear", "the study's: 1 at the newest key falling linearly to 0.1 at the oldest (q=1: 1)",
+         traits=frozenset({"positive", "rises_to_newest"})),
+    Term("exponential", "1 at the newest key falling geometrically to 0.1 at the oldest",
+         traits=frozenset({"positive", "rises_to_newest"})),
+    Term("alibi", "exp(-slope_h * distance), ALiBi's per-head slopes: log-bias gives ALiBi "
+                  "(weights below fp32's range, e.g. slope 0.5 at distance > ~200, are 0)",
+         traits=frozenset({"rises_to_newest"})),
+    Term("self", "1 at the newest key (the query itself), 0 elsewhere: a bigram model"),
+])
+
+MASK_SEMANTICS = _registry("mask semantics", ConfigError, [
+    Term("legacy", "add (1 - m) * finfo(dtype).min to the logits: only the keys with the row's "
+                   "largest m survive (the newest alone, for a rising mask)",
+         note="4.x GPT-2 with a float attention_mask"),
+    Term("boolean", "a key is visible iff m != 0; weights are otherwise ignored",
+         note="5.x: a 2-D float mask is cast to bool"),
+    Term("log-bias", "add log m to the logits: a renormalised soft reweighting",
+         note="none (what the idea meant, softly)"),
+    Term("scale", "multiply the attention probabilities by m after softmax, without "
+                  "renormalising (shrinks each attention output)", note="none"),
+])
+
+PROTOCOLS = _registry("protocol", ConfigError, [
+    Term("relative", "each query weighs its own prefix by m(q, k): one pass per text"),
+    Term("study", "the study's loop: one pass per predicted token, one 1-D key mask m(n, k)"),
+])
+
+LONG_TEXT = _registry("long-text treatment", ConfigError, [
+    Term("truncate", "keep the first positions' worth of tokens; the rest are dropped and counted"),
+    Term("window", "sliding windows (--stride) so that every token is scored"),
+])
+
+PE_SCHEMES = _registry("position encoding", ConfigError, [
+    Term("learned", "a learned absolute table (GPT-2's wpe)"),
+    Term("sinusoidal", "fixed Vaswani sinusoids in wpe"),
+    Term("none", "no position information (NoPE; causal masking alone)"),
+    Term("rope", "rotary embeddings in every attention (Llama)"),
+    Term("alibi", "no table; a per-head linear bias on attention logits by distance"),
+])

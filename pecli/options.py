@@ -1,0 +1,350 @@
+"""One frozen options object per experiment, built and checked once, the same way from CLI
+flags and from a preset's YAML:
+
+    options = AblateOptions.build({"model": "minilm", "intervention": "zero,shuffle"},
+                                  where="pecli ablate")
+    tables = run(options)
+
+`build` renames deprecated keys (with a warning), refuses unknown ones (with a suggestion),
+and constructing the object checks every field: its type (from the annotation), its range
+(field metadata), its names (looked up in pecli.names, parsed into `Choice` objects), and
+the conflicts no model is needed to see. So every mistake a user can make without weights
+fails here, in well under a second: this module imports neither torch nor the experiments.
+What only a model's config decides (`swap:` between different widths, a rotary model and a
+learned-only intervention) is checked right after the config is read, before weights load.
+
+`as_dict()` gives the options back as plain JSON values (names as strings): what sidecars
+record. Field names are the vocabulary of docs/cli.md: the same in flags, presets and
+table columns.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import re
+import types
+import typing
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from pecli import names
+from pecli.errors import ConfigError, InterventionError
+from pecli.names import Choice
+from pecli.registry import Registry
+
+SEED_MAX = 2**32 - 1  # numpy's legacy seeding takes 32 bits
+DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+def option(default=None, *, low: int | float | None = None, high: int | float | None = None,
+           vocabulary: Registry | None = None, many: bool = False,
+           choices: tuple[str, ...] | None = None, location: bool = False):
+    """A field with its checks: a range [low, high], a `vocabulary` (pecli.names, parsed into
+    Choice objects; `many`: a tuple of them, from a list or "a,b"), fixed `choices`, or a
+    `location` (where, not what: left out of result keys)."""
+    meta = {"low": low, "high": high, "names": vocabulary, "many": many, "choices": choices,
+            "location": location}
+    if isinstance(default, list | tuple):
+        return dataclasses.field(default_factory=lambda: tuple(default), metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+# --- types: what a YAML value or flag may be ----------------------------------------------
+
+_KINDS = {int: "an integer", float: "a number", str: "a string", bool: "true or false",
+          type(None): "null"}
+
+
+def type_matches(value, hint) -> bool:
+    """Whether a value fits an annotation (scalars, unions, lists; anything else passes)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is typing.Any:
+        return True
+    if origin in (typing.Union, types.UnionType):
+        return any(type_matches(value, a) for a in args)
+    if origin in (list, tuple):
+        item = args[0] if args else typing.Any
+        return isinstance(value, list | tuple) and all(type_matches(v, item) for v in value)
+    if hint is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if isinstance(hint, type):
+        return isinstance(value, hint)
+    return True
+
+
+def describe(hint) -> str:
+    """`int | None` -> "an integer or null"."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return " or ".join(dict.fromkeys(describe(a) for a in typing.get_args(hint)))
+    if typing.get_origin(hint) in (list, tuple):
+        return f"a list of {describe((typing.get_args(hint) or (typing.Any,))[0]).removeprefix('a ')}s"
+    return _KINDS.get(hint, getattr(hint, "__name__", str(hint)))
+
+
+NAMES_IN = str | list[str]  # what a name-valued field takes before parsing
+
+
+@dataclass(frozen=True)
+class Options:
+    """Base of every experiment's options: checks run when an object is constructed."""
+
+    RENAMED: ClassVar[dict[str, str]] = {}  # deprecated key -> its name now (kept one release)
+    # Keys that results were hashed under before the renaming (pecli.config.Entry.key): a
+    # finished result under the old spelling is recognised, not recomputed.
+    KEYED_AS: ClassVar[dict[str, str]] = {}
+
+    @classmethod
+    def build(cls, values: Mapping[str, Any], where: str) -> typing.Self:
+        """From flags or a preset's mapping; `where` starts every error ("pecli ablate",
+        "offline.yaml: experiments[0] (ablate)")."""
+        fields = {f.name for f in dataclasses.fields(cls)}
+        given = {}
+        for key, value in values.items():
+            new = cls.RENAMED.get(key)
+            if new is not None:
+                warnings.warn(f"{where}: {key!r} is deprecated; use {new!r} (flag "
+                              f"--{new.replace('_', '-')}), the same option", FutureWarning,
+                              stacklevel=2)
+                if new in values:
+                    raise ConfigError(f"{where}: {key!r} and {new!r} are the same option; give one")
+                key = new
+            if key not in fields:
+                close = difflib.get_close_matches(key, fields, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise ConfigError(f"{where}: unknown option {key!r}{hint}; options: "
+                                  f"{', '.join(sorted(fields))}")
+            given[key] = value
+        try:
+            return cls(**given)
+        except (ConfigError, InterventionError) as err:
+            raise type(err)(f"{where}: {err}") from None
+
+    def __post_init__(self) -> None:
+        hints = typing.get_type_hints(type(self))
+        for f in dataclasses.fields(self):
+            value, meta = getattr(self, f.name), f.metadata
+            if meta.get("names") is not None:
+                object.__setattr__(self, f.name, _parse_names(f.name, value, meta))
+                continue
+            if not type_matches(value, hints[f.name]):
+                raise ConfigError(f"{_label(f.name)}: {value!r} is not {describe(hints[f.name])}")
+            if isinstance(value, list):
+                object.__setattr__(self, f.name, tuple(value))
+            low, high = meta.get("low"), meta.get("high")
+            if isinstance(value, int | float) and not isinstance(value, bool) and (
+                    (low is not None and value < low) or (high is not None and value > high)):
+                bounds = [f"at least {low}"] * (low is not None) + [f"at most {high}"] * (high is not None)
+                raise ConfigError(f"{_label(f.name)}: {value} is out of range ({', '.join(bounds)})")
+            if meta.get("choices") and value is not None and value not in meta["choices"]:
+                close = difflib.get_close_matches(str(value), meta["choices"], n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise ConfigError(f"{_label(f.name)}: unknown value {value!r}{hint}; use one of "
+                                  f"{', '.join(meta['choices'])}")
+        self.check()
+
+    def check(self) -> None:
+        """Conflicts between fields that need no model (subclasses add theirs)."""
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain JSON values, names as strings: what a sidecar records."""
+        return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+    def replace(self, **changes) -> typing.Self:
+        """A copy with some fields changed, checked again."""
+        return dataclasses.replace(self, **changes)
+
+
+def _parse_names(key: str, value, meta) -> Choice | tuple[Choice, ...] | None:
+    registry = meta["names"]
+    if value is None:
+        return None
+    if isinstance(value, Choice):
+        return value
+    if isinstance(value, tuple) and all(isinstance(v, Choice) for v in value):
+        return value
+    if not type_matches(value, NAMES_IN):
+        raise ConfigError(f"{_label(key)}: {value!r} is not a name or a list of names")
+    parsed = tuple(names.parse(registry, n) for n in names.split_names(value))
+    if not parsed:
+        raise ConfigError(f"{_label(key)}: no {registry.kind} given")
+    if meta["many"]:
+        return parsed
+    if len(parsed) > 1:
+        raise ConfigError(f"{_label(key)}: one {registry.kind}, not {len(parsed)}")
+    return parsed[0]
+
+
+def _label(key: str) -> str:
+    """`text_field` -> "text_field (--text-field)": the preset key and the flag."""
+    return f"{key} (--{key.replace('_', '-')})"
+
+
+def _plain(value):
+    if isinstance(value, Choice):
+        return str(value)
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value]
+    return value
+
+
+# --- the experiments' options --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Running(Options):
+    """Where and how a run computes; every experiment on a model has these."""
+
+    seed: int = option(0, low=0, high=SEED_MAX)
+    device: str = option("auto")
+    dtype: str = option("float32", choices=DTYPES)
+    batch_size: int | None = option(None, low=1)
+    device_map: str | None = option(None, choices=("auto",))
+    max_memory: str | None = None
+    data_dir: str | None = option(None, location=True)
+
+    def check(self) -> None:
+        if not DEVICE.fullmatch(self.device):
+            raise ConfigError(f"device: unknown device {self.device!r}; use auto, cpu, "
+                              "cuda or cuda:N")
+        if self.max_memory is not None and self.device_map is None:
+            raise ConfigError("max_memory (--max-memory) needs device_map: auto (it sizes the split "
+                              "of a model over devices)")
+
+
+@dataclass(frozen=True)
+class OnData(Running):
+    """A model measured on the texts of a dataset."""
+
+    model: str = "minilm"
+    dataset: str = "imdb"
+    split: str | None = None
+    text_field: str | None = None
+    limit: int | None = option(None, low=1)
+    bootstrap: int = option(1000, low=0)
+
+
+@dataclass(frozen=True)
+class AblateOptions(OnData):
+    """`pecli ablate` and the `ablate` experiment (study E1, E2's cosine)."""
+
+    RENAMED: ClassVar[dict[str, str]] = {"interventions": "intervention", "pe": "intervention"}
+    KEYED_AS: ClassVar[dict[str, str]] = {"intervention": "interventions"}
+    DEFAULT_LIMIT: ClassVar[int] = 48  # `pecli ablate minilm` in about a minute on 2 CPU cores
+
+    intervention: tuple[Choice, ...] = option(("zero",), vocabulary=names.INTERVENTIONS, many=True)
+    limit: int | None = option(DEFAULT_LIMIT, low=1)
+    limit_at_most: bool = False  # a limit beyond the data's rows takes every row (the CLI default)
+    layers: bool = True
+    probe: bool = False
+    baseline_pairs: int = option(10_000, low=2)
+
+    def check(self) -> None:
+        super().check()
+        if any(c.name == "learned" for c in self.intervention):
+            raise ConfigError("intervention: `learned` is the baseline every intervention "
+                              "is compared with; pass another (zero, shuffle, ...)")
+
+
+@dataclass(frozen=True)
+class MaskGrid(OnData):
+    """Interventions crossed with graded masks on a causal LM (perplexity, mc)."""
+
+    RENAMED: ClassVar[dict[str, str]] = {"pe": "intervention", "masks": "mask",
+                                         "semantics": "mask_semantics"}
+    KEYED_AS: ClassVar[dict[str, str]] = {"intervention": "pe", "mask": "masks",
+                                          "mask_semantics": "semantics"}
+
+    model: str = "random:gpt2"
+    mask: tuple[Choice, ...] = option(("default",), vocabulary=names.MASKS, many=True)
+    mask_semantics: tuple[Choice, ...] = option(("legacy",), vocabulary=names.MASK_SEMANTICS, many=True)
+    protocol: tuple[Choice, ...] = option(("relative",), vocabulary=names.PROTOCOLS, many=True)
+
+
+@dataclass(frozen=True)
+class PerplexityOptions(MaskGrid):
+    """`pecli perplexity` and the `perplexity` experiment (study E2, E3).
+
+    intervention None is the study's E2/E3 grid (see experiments.perplexity.conditions).
+    """
+
+    RENAMED: ClassVar[dict[str, str]] = {**MaskGrid.RENAMED, "add_start_token": "start_token"}
+    KEYED_AS: ClassVar[dict[str, str]] = {**MaskGrid.KEYED_AS, "start_token": "add_start_token"}
+
+    intervention: tuple[Choice, ...] | None = option(None, vocabulary=names.INTERVENTIONS, many=True)
+    dataset: str = "truthfulqa"
+    start_token: bool = True
+    long_text: Choice = option("truncate", vocabulary=names.LONG_TEXT)
+    stride: int | None = option(None, low=1)
+    padding_side: str = option("right", choices=("left", "right"))
+
+    def check(self) -> None:
+        super().check()
+        if self.stride is not None and self.long_text.name != "window":
+            raise ConfigError("stride (--stride) steps the windows of long_text: window; "
+                              "add --long-text window or drop --stride")
+
+
+@dataclass(frozen=True)
+class McOptions(MaskGrid):
+    """`pecli mc` and the `mc` experiment (TruthfulQA multiple choice)."""
+
+    intervention: tuple[Choice, ...] = option(("learned",), vocabulary=names.INTERVENTIONS, many=True)
+    dataset: str = "truthfulqa-mc"
+
+
+@dataclass(frozen=True)
+class ProbeOptions(Running):
+    """`pecli pe probe` and the `pe-probe` experiment."""
+
+    RENAMED: ClassVar[dict[str, str]] = {"interventions": "intervention", "text": "text_field"}
+    KEYED_AS: ClassVar[dict[str, str]] = {"intervention": "interventions", "text_field": "text"}
+
+    models: tuple[str, ...] = ("minilm",)
+    dataset: str = "imdb"
+    split: str | None = None
+    text_field: str | None = None
+    limit: int | None = option(16, low=1)
+    max_length: int = option(128, low=2)
+    folds: int = option(5, low=2)
+    pairs: int = option(1000, low=1)
+    intervention: tuple[Choice, ...] = option(("learned", "zero"), vocabulary=names.INTERVENTIONS,
+                                              many=True)
+
+
+@dataclass(frozen=True)
+class RecoverOptions(Running):
+    """`pecli pe recover` and the `pe-recover` experiment."""
+
+    RENAMED: ClassVar[dict[str, str]] = {"n_boot": "bootstrap", "text": "text_field"}
+    KEYED_AS: ClassVar[dict[str, str]] = {"bootstrap": "n_boot", "text_field": "text"}
+
+    models: tuple[str, ...] = ("minilm",)
+    tokens: int = option(32, low=1)
+    dataset: str = "imdb"
+    split: str | None = None
+    text_field: str | None = None
+    limit: int | None = option(32, low=1)
+    max_length: int = option(128, low=2)
+    top_k: int = option(50, low=1)
+    folds: int = option(5, low=2)
+    bootstrap: int = option(1000, low=0)
+
+
+@dataclass(frozen=True)
+class SinusoidOptions(Options):
+    """`pecli pe sinusoidal` and the `pe-sinusoidal` experiment."""
+
+    positions: int = option(16, low=1)
+    dim: int = option(32, low=2)
+    base: float = option(10000.0, low=1.0)
+    seed: int = option(0, low=0, high=SEED_MAX)
+
+    def check(self) -> None:
+        if self.dim % 2:
+            raise ConfigError(f"dim (--dim): {self.dim} is odd; sin/cos pairs need an even width")
