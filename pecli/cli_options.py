@@ -40,8 +40,13 @@ DataDirOpt = Annotated[Path | None, typer.Option(
 DatasetOpt = Annotated[str, typer.Option(
     help="imdb, truthfulqa, truthfulqa-mc, or a CSV/JSONL/parquet file with a text column.")]
 SplitOpt = Annotated[str | None, typer.Option(help="Dataset split (default: the dataset's first).")]
-TextOpt = Annotated[str | None, typer.Option(
+TextFieldOpt = Annotated[str | None, typer.Option(
+    "--text-field", help="Text column; a+b joins columns, e.g. question+best_answer.")]
+TextOpt = Annotated[str | None, typer.Option(  # until perplexity/mc/pe move to TextFieldOpt
     "--text", help="Text column; a+b joins columns, e.g. question+best_answer.")]
+# Deprecated spelling of --text-field (kept for one release; `build` warns when it is used).
+TextAliasOpt = Annotated[str | None, typer.Option(
+    "--text", hidden=True, help="Deprecated: use --text-field.")]
 OutOpt = Annotated[Path | None, typer.Option(
     help="Output directory (default: runs/<command>/<UTC time>-<commit>).")]
 BatchSizeOpt = Annotated[int | None, typer.Option(

@@ -233,7 +233,8 @@ class OnData(Running):
 class AblateOptions(OnData):
     """`pecli ablate` and the `ablate` experiment (study E1, E2's cosine)."""
 
-    RENAMED: ClassVar[dict[str, str]] = {"interventions": "intervention", "pe": "intervention"}
+    RENAMED: ClassVar[dict[str, str]] = {"interventions": "intervention", "pe": "intervention",
+                                         "text": "text_field"}
     KEYED_AS: ClassVar[dict[str, str]] = {"intervention": "interventions"}
     DEFAULT_LIMIT: ClassVar[int] = 48  # `pecli ablate minilm` in about a minute on 2 CPU cores
 
@@ -256,7 +257,7 @@ class MaskGrid(OnData):
     """Interventions crossed with graded masks on a causal LM (perplexity, mc)."""
 
     RENAMED: ClassVar[dict[str, str]] = {"pe": "intervention", "masks": "mask",
-                                         "semantics": "mask_semantics"}
+                                         "semantics": "mask_semantics", "text": "text_field"}
     KEYED_AS: ClassVar[dict[str, str]] = {"intervention": "pe", "mask": "masks",
                                           "mask_semantics": "semantics"}
 

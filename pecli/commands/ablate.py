@@ -23,7 +23,8 @@ from pecli.cli_options import (
     PeAliasOpt,
     SeedOpt,
     SplitOpt,
-    TextOpt,
+    TextAliasOpt,
+    TextFieldOpt,
     build,
     intervention_option,
 )
@@ -41,7 +42,8 @@ def ablate(
     pe: PeAliasOpt = None,
     dataset: DatasetOpt = "imdb",
     split: SplitOpt = None,
-    text: TextOpt = None,
+    text_field: TextFieldOpt = None,
+    text: TextAliasOpt = None,
     limit: Annotated[int | None, typer.Option(
         help=f"Seeded random subset of N rows (stratified by label where there is one). "
              f"Default: {AblateOptions.DEFAULT_LIMIT}, or every row of smaller data.",
@@ -75,10 +77,10 @@ def ablate(
     Examples:
         pecli ablate minilm
         pecli ablate minilm --intervention zero,shuffle --limit 200 --probe
-        pecli ablate random:gpt2 --intervention zero --dataset truthfulqa --text question --limit 20
+        pecli ablate random:gpt2 --intervention zero --dataset truthfulqa --text-field question --limit 20
     """
     options = build(AblateOptions, "pecli ablate", model=model, intervention=intervention, pe=pe,
-                    dataset=dataset, split=split, text_field=text, limit=limit,
+                    dataset=dataset, split=split, text_field=text_field, text=text, limit=limit,
                     limit_at_most=limit is None, seed=seed, device=device, dtype=dtype,
                     device_map=device_map, max_memory=max_memory, data_dir=data_dir,
                     batch_size=batch_size, layers=layers, probe=probe,
