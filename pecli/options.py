@@ -349,3 +349,48 @@ class SinusoidOptions(Options):
     def check(self) -> None:
         if self.dim % 2:
             raise ConfigError(f"dim (--dim): {self.dim} is odd; sin/cos pairs need an even width")
+
+
+# --- docs/cli.md: the vocabulary ------------------------------------------------------------
+
+CONCEPTS = [  # (name in flags, options and columns, what it is)
+    ("intervention", "what is done to a pretrained model's positions (ablate, perplexity, mc, pe probe)",
+     names.INTERVENTIONS),
+    ("pe", "the position encoding a model is trained with (toy, train lm)", names.PE_SCHEMES),
+    ("mask", "a graded attention mask shape m(q, k) (perplexity, mc)", names.MASKS),
+    ("mask_semantics", "what a mask weight does to attention (perplexity, mc)", names.MASK_SEMANTICS),
+    ("protocol", "how a mask meets a causal LM's prefixes (perplexity, mc)", names.PROTOCOLS),
+    ("long_text", "texts longer than the model's positions (perplexity)", names.LONG_TEXT),
+    ("text_field", "the data column(s) read as text; a+b joins columns", None),
+    ("bootstrap", "resamples of the 95 % intervals over texts (columns ci_low, ci_high)", None),
+]
+
+
+def vocabulary_markdown() -> str:
+    """The names section of docs/cli.md (`make docs`), from the registries themselves."""
+    lines = ["", "## Names", "",
+             "One name per concept, the same as a flag (`_` written `-`), a preset key and a "
+             "table column.", "", "| name | flag | what it is | values |", "|---|---|---|---|"]
+    for name, what, vocabulary in CONCEPTS:
+        values = ", ".join(f"`{t.shown()}`" for _, t in vocabulary.items()) if vocabulary else ""
+        lines.append(f"| `{name}` | `--{name.replace('_', '-')}` | {what} | {values} |")
+    lines += ["", "Deprecated names, accepted with a warning for one release (as preset keys; "
+              "`--pe` for an intervention, `--text` and `--n-boot` also as flags):", "",
+              "| where | old name | now |", "|---|---|---|"]
+    for cls in _subclasses(Options):
+        inherited = getattr(cls.__mro__[1], "RENAMED", {})
+        for old, new in cls.RENAMED.items():
+            if old not in inherited:
+                lines.append(f"| {cls.__doc__.strip().splitlines()[0]} | `{old}` | `{new}` |")
+    return "\n".join(lines) + "\n"
+
+
+def _subclasses(cls) -> list[type]:
+    out = []
+    for sub in cls.__subclasses__():
+        out += [sub, *_subclasses(sub)]
+    return out
+
+
+if __name__ == "__main__":
+    print(vocabulary_markdown(), end="")
