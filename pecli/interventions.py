@@ -49,7 +49,10 @@ def parse(name: str | Choice) -> Choice:
 
 def check_applies(loaded, name: str | Choice) -> Choice:
     """The parsed intervention, or an InterventionError if it cannot act on this model's
-    positions (`loaded` may be a LoadedModel or a loading.ModelRef: only `spec` and `name`)."""
+    positions. `loaded` may be a LoadedModel or, before any weights load, a loading.ModelRef:
+    then `swap:MODEL` is also checked against MODEL's config (its positions and width)."""
+    from pecli.loading import ModelRef, peek
+
     choice = parse(name)
     kinds = choice.term.applies_to
     if loaded.spec.position not in kinds:
@@ -57,7 +60,26 @@ def check_applies(loaded, name: str | Choice) -> Choice:
             f"intervention {choice.name!r} does not apply to {loaded.name} ({loaded.spec.family}, "
             f"{loaded.spec.position} positions); it needs {' or '.join(kinds)} positions"
         )
+    if choice.name == "swap" and isinstance(loaded, ModelRef):
+        donor = peek(choice.argument)
+        if donor is not None:
+            _check_donor(choice.argument, donor.spec.position, donor.width, loaded.name, loaded.width)
     return choice
+
+
+def _check_donor(name: str, position: str, width: int | None, model: str,
+                 model_width: int | None) -> None:
+    """swap:NAME needs a learned-position donor of the model's width (None: not known yet)."""
+    if position != "learned":
+        raise InterventionError(
+            f"swap:{name}: {name} has {position} positions, no embedding rows to lend; "
+            "swap with a learned-position model (bert, roberta, gpt2 families)"
+        )
+    if width is not None and model_width is not None and width != model_width:
+        raise InterventionError(
+            f"swap:{name}: width {width} does not match {model}'s width {model_width}; swap "
+            "with a model of the same hidden size"
+        )
 
 
 def intervene(loaded, name: str | Choice, seed: int = 0):
@@ -147,17 +169,9 @@ def load_donor(name: str, seed: int):
 
 def _learned_swap(loaded, rows, arg, seed):
     donor = load_donor(arg, seed)
-    if donor.spec.position != "learned":
-        raise InterventionError(
-            f"swap:{arg}: {arg} has {donor.spec.position} positions, no embedding rows to lend; "
-            "swap with a learned-position model (bert, roberta, gpt2 families)"
-        )
+    _check_donor(arg, donor.spec.position, None, loaded.name, None)
     theirs = position_embedding(donor.model, donor.spec).weight.detach()[donor.spec.pos_offset:]
-    if theirs.shape[1] != rows.shape[1]:
-        raise InterventionError(
-            f"swap:{arg}: width {theirs.shape[1]} does not match {loaded.name}'s width "
-            f"{rows.shape[1]}; swap with a model of the same hidden size"
-        )
+    _check_donor(arg, "learned", theirs.shape[1], loaded.name, rows.shape[1])
     new = torch.zeros_like(rows)  # positions the donor does not have get zero rows
     n = min(len(rows), len(theirs))
     new[:n] = theirs[:n].to(rows.device, rows.dtype)

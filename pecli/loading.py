@@ -229,17 +229,21 @@ class ModelRef:
 
     name: str
     spec: ArchSpec
+    width: int | None = None  # hidden size, where the config file says it
 
 
 def peek(name: str) -> ModelRef | None:
-    """The family of `name` from its config alone (None where only loading would tell).
+    """The family (and width) of `name` from its config alone (None where only loading
+    would tell).
 
     An unsupported family or unknown random family fails here, in milliseconds.
     """
     if name.startswith("random:"):
         return ModelRef(name, ARCHITECTURES.get(name.removeprefix("random:")))
     if name in ALIASES:
-        return ModelRef(name, ARCHITECTURES.get("bert" if name == "minilm" else "llama"))
+        folder = package_dir(ALIASES.get(name))
+        width = _width(folder / "config.json") if folder else None
+        return ModelRef(name, ARCHITECTURES.get("bert" if name == "minilm" else "llama"), width)
     config = Path(name).expanduser() / "config.json"
     if not config.is_file() and not looks_like_path(name):
         from huggingface_hub import try_to_load_from_cache
@@ -250,7 +254,17 @@ def peek(name: str) -> ModelRef | None:
         model_type = json.loads(config.read_text(encoding="utf-8"))["model_type"]
     except (OSError, ValueError, KeyError, TypeError):
         return None  # loading gives the precise error
-    return ModelRef(name, spec_for_model_type(model_type))
+    return ModelRef(name, spec_for_model_type(model_type), _width(config))
+
+
+def _width(config: Path) -> int | None:
+    """hidden_size (n_embd for GPT-2) of a config.json; None if it has none."""
+    try:
+        raw = json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    width = raw.get("hidden_size", raw.get("n_embd"))
+    return width if isinstance(width, int) else None
 
 
 # --- loading ------------------------------------------------------------------------

@@ -111,3 +111,21 @@ def test_a_preset_typo_fails_before_anything_runs(no_loading, tmp_path, experime
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error:"), result.output
     assert "typo" in lines[0] or experiment in lines[0], result.output
+
+
+@pytest.mark.parametrize("donor,message", [
+    ({"model_type": "bert", "hidden_size": 32}, "width 32 does not match"),
+    ({"model_type": "llama", "hidden_size": 64}, "has rotary positions, no embedding rows to lend"),
+])
+def test_swap_is_checked_against_the_donors_config_before_loading(no_loading, tmp_path, donor, message):
+    """What the configs alone decide (`swap:` between different widths, a donor without a
+    position table) fails after the configs are read, before data or weights load."""
+    import json
+
+    for name, config in (("model", {"model_type": "bert", "hidden_size": 64}), ("donor", donor)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(json.dumps(config))
+    result = runner.invoke(app, ["ablate", str(tmp_path / "model"), "--intervention",
+                                 f"zero,swap:{tmp_path / 'donor'}"])
+    assert result.exit_code == 1 and not isinstance(result.exception, AssertionError), result.output
+    assert result.output.startswith("error:") and message in result.output, result.output
