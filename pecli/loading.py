@@ -590,6 +590,20 @@ def _cached_commit(name: str) -> str | None:
     return Path(path).parent.name if isinstance(path, str) else None
 
 
+def missing_models(names: list[str]) -> list[str]:
+    """`model 'x' (how to get it)` for each name that cannot load here, without loading any:
+    the one preflight of every multi-model run (pecli reproduce, pe probe, pe recover)."""
+    missing = []
+    for name in dict.fromkeys(names):
+        if name.startswith("random:"):
+            ARCHITECTURES.get(name.split(":", 1)[1])  # an unknown family fails now
+            continue
+        status, fix = model_availability(name)
+        if status.startswith("missing"):
+            missing.append(f"model {name!r} ({fix})")
+    return missing
+
+
 def model_availability(name: str) -> tuple[str, str]:
     """(status, how to get it) without loading weights: installed / cached / hub / missing."""
     if name.startswith("random:"):

@@ -112,21 +112,16 @@ def preflight(preset: Preset) -> None:
     """Fail in seconds, before any computation, naming every typo'd name and every missing
     model and dataset."""
     from pecli.data import DATASETS, data_dir, dataset_availability
-    from pecli.loading import model_availability
+    from pecli.loading import missing_models
 
     for entry in preset.entries:
         try:
             check_names(entry.experiment, entry.options)
         except PecliError as err:
             raise ConfigError(f"{preset.name}: {entry.id} ({entry.experiment}): {err}") from None
-    missing: list[str] = []
+    missing = missing_models([m for e in preset.entries for m in _models_of(located(e.options))
+                              if not Path(m).exists()])
     for entry in preset.entries:
-        for name in _models_of(located(entry.options)):
-            if Path(name).exists():
-                continue
-            status, fix = model_availability(name)
-            if status.startswith("missing"):
-                missing.append(f"model {name!r} ({fix})")
         dataset = entry.options.get("dataset")
         if isinstance(dataset, str) and dataset in DATASETS:
             root = data_dir(entry.options.get("data_dir"))
