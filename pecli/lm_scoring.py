@@ -35,6 +35,7 @@ from pecli.batching import (
     pad,
     padded_tokens,
     plan_summary,
+    tight_batches,
 )
 from pecli.errors import ConfigError, ModelError
 from pecli.masks import SEMANTICS, SHAPES, masked_attention
@@ -151,7 +152,9 @@ def _nll_at(loaded, ids: torch.Tensor, mask: torch.Tensor, rows: torch.Tensor, c
 def _batches(lengths: list[int], batch_size: int | None, device: torch.device) -> list[list[int]]:
     if batch_size is not None and batch_size < 1:
         raise ConfigError(f"--batch-size must be at least 1 (got {batch_size})")
-    return length_batches(lengths, default_token_budget(device), max_batch=batch_size)
+    if batch_size is not None:
+        return length_batches(lengths, 0, max_batch=batch_size)
+    return tight_batches(lengths, default_token_budget(device))  # padding bounded (short texts)
 
 
 def _prefix_jobs(windows: list[Window]) -> list[tuple[int, int]]:

@@ -241,32 +241,11 @@ def _checkpoint(loaded, texts, interventions, seed, layers, pooled, batches, eve
                       texts, every)
 
 
-def tight_batches(lengths: list[int], token_budget: int, max_waste: float = 0.15,
-                  min_tokens: int = 256) -> list[list[int]]:
-    """Length-sorted batches within `token_budget` padded tokens that also bound padding.
+def tight_batches(lengths: list[int], token_budget: int, **kwargs) -> list[list[int]]:
+    """measure()'s batch plan: `pecli.batching.tight_batches` (kept here for its callers)."""
+    from pecli.batching import tight_batches as tight
 
-    `length_batches` alone puts 64 questions of 5-33 tokens in one batch padded to 33 (2.3x
-    the real tokens). Here a batch is also closed when the next text would make more than
-    `max_waste` of it padding, once it holds `min_tokens` real tokens (tiny batches cost
-    more in per-pass overhead than they save).
-    """
-    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])  # longest first
-    batches: list[list[int]] = []
-    current: list[int] = []
-    real = 0
-    for i in order:
-        if current:
-            longest = lengths[current[0]]
-            padded = (len(current) + 1) * longest
-            waste = 1 - (real + lengths[i]) / padded
-            if padded > token_budget or (waste > max_waste and real >= min_tokens):
-                batches.append(current)
-                current, real = [], 0
-        current.append(i)
-        real += lengths[i]
-    if current:
-        batches.append(current)
-    return batches
+    return tight(lengths, token_budget, **kwargs)
 
 
 def _quiet_encode(encode, loaded, texts):
