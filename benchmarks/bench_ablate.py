@@ -10,6 +10,9 @@ layer with the model's own positions and with `zero`, and the per-token cosine.
 - fwd-only: pecli's batches and the two forward passes, nothing else (the loop's floor);
 - ceiling: a plain float32 matmul (2048 x 2048) sustained for 3 s right before each loop.
 
+The baselines run first, pecli last; the cosines of naive16 and single must agree with
+pecli's to float noise (max |difference| printed). Each loop's time is the best of --reps.
+
 GFLOP/s counts the useful work only: 2 x (weights of the blocks' linear layers) per real
 token plus attention's 4 x t^2 x d per layer and sequence (QK^T and AV), for both passes.
 
@@ -19,12 +22,14 @@ token plus attention's 4 x t^2 x d per layer and sequence (QK^T and AV), for bot
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
+import numpy as np
 import torch
 
 from pecli.architectures import resolve
-from pecli.batching import encode
+from pecli.batching import default_token_budget, encode, pad, tight_batches
 from pecli.data import load_data
 from pecli.experiments.ablate import measure
 from pecli.interventions import prepare
@@ -54,9 +59,6 @@ def matmul_gflops(n: int = 2048, seconds: float = 3.0) -> float:
 
 def forward_only(loaded, texts: list[str]) -> None:
     """pecli's batches, the two forward passes and nothing else: the loop's floor."""
-    from pecli.batching import default_token_budget, pad
-    from pecli.experiments.ablate import tight_batches
-
     enc = encode(loaded.tokenizer, texts, loaded.max_positions)
     base = loaded.model.base_model
     zero = prepare(loaded, "zero")
@@ -69,27 +71,37 @@ def forward_only(loaded, texts: list[str]) -> None:
                 base(input_ids=ids, attention_mask=mask)
 
 
-def naive_loop(loaded, texts: list[str], batch: int) -> None:
-    """The common loop: dataset order, tokenise each batch, pad to its longest, two passes."""
+def naive_loop(loaded, texts: list[str], batch: int) -> np.ndarray:
+    """The common loop: dataset order, tokenise each batch, pad to its longest, two passes.
+    Cosines [l, n] of every token, in text order."""
     base = loaded.model.base_model
     zero = prepare(loaded, "zero")
+    out = []
     with torch.inference_mode():
         for i in range(0, len(texts), batch):
             enc = loaded.tokenizer(texts[i:i + batch], padding=True, truncation=True,
                                    max_length=loaded.max_positions, return_tensors="pt")
             ref = base(**enc, output_hidden_states=True).hidden_states  # l x [b, t, d]
             with zero():
-                out = base(**enc, output_hidden_states=True).hidden_states
-            cosine_by_layer(ref, out, enc["attention_mask"])
+                h = base(**enc, output_hidden_states=True).hidden_states
+            out.append(cosine_by_layer(ref, h, enc["attention_mask"]).numpy())
+    return np.concatenate(out, axis=1)
 
 
-def timed(fn, reps: int) -> float:
+def timed(fn, reps: int):
+    """(fn's result, its best time over `reps` runs)."""
     best = float("inf")
     for _ in range(reps):
         t = time.perf_counter()
-        fn()
+        out = fn()
         best = min(best, time.perf_counter() - t)
-    return best
+    return out, best
+
+
+def pecli_cosines(loaded, texts: list[str]) -> np.ndarray:
+    """measure()'s cosines [l, n] put in text order (its tokens come in batch order)."""
+    m = measure(loaded, texts, ["zero"], checkpoint_every=None)
+    return m.cosine["zero"][:, np.lexsort((m.position, m.text))]
 
 
 def bench(loaded, label: str, texts: list[str], reps: int) -> None:
@@ -97,27 +109,30 @@ def bench(loaded, label: str, texts: list[str], reps: int) -> None:
     lengths = [len(x) for x in enc.ids]
     tokens = 2 * sum(lengths)  # two passes
     flops = useful_flops(loaded, lengths, passes=2)
-    loops = {
-        "pecli": lambda: measure(loaded, texts, ["zero"]),
-        "fwd-only": lambda: forward_only(loaded, texts),
+    loops = {  # baselines first, pecli last
         "naive16": lambda: naive_loop(loaded, texts, 16),
         "single": lambda: naive_loop(loaded, texts, 1),
+        "fwd-only": lambda: forward_only(loaded, texts),
+        "pecli": lambda: pecli_cosines(loaded, texts),
     }
     padded16 = sum(max(lengths[i:i + 16]) * len(lengths[i:i + 16])
                    for i in range(0, len(lengths), 16))
     print(f"\n{label}: {len(texts)} texts, mean {sum(lengths) / len(lengths):.0f} tokens "
           f"(max {max(lengths)}), naive16 pads to {padded16 / sum(lengths):.2f}x the real tokens")
-    secs = {}
+    secs, cos = {}, {}
     for name, fn in loops.items():
         ceiling = matmul_gflops()  # right before each loop: the load on the machine changes
-        secs[name] = timed(fn, reps)
+        cos[name], secs[name] = timed(fn, reps)
         gf = flops / secs[name] / 1e9
         print(f"  {name:8s} {secs[name]:7.2f} s  {tokens / secs[name]:8.0f} tokens/s  "
               f"{gf:6.1f} GFLOP/s = {100 * gf / ceiling:.0f} % of the matmul ceiling "
-              f"({ceiling:.1f} GFLOP/s just before)")
+              f"({ceiling:.1f} GFLOP/s just before)", flush=True)
+    diff = max(float(np.abs(cos[name] - cos["pecli"]).max()) for name in ("naive16", "single"))
     print(f"  pecli vs fwd-only: {secs['fwd-only'] / secs['pecli']:.2f}x   "
           f"pecli vs naive16: {secs['naive16'] / secs['pecli']:.2f}x   "
-          f"pecli vs single: {secs['single'] / secs['pecli']:.2f}x")
+          f"pecli vs single: {secs['single'] / secs['pecli']:.2f}x   "
+          f"max |cosine difference| vs naive16 and single: {diff:.1e}   "
+          f"load average {os.getloadavg()[0]:.2f}")
 
 
 def main() -> None:
@@ -133,10 +148,11 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     loaded = load_model(args.model, device="cpu")
-    print(f"{args.model} on CPU, {torch.get_num_threads()} threads", flush=True)
+    print(f"{args.model} on CPU, {torch.get_num_threads()} threads, load average "
+          f"{', '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
     imdb = load_data("imdb", "test", data_dir_=args.data_dir, limit=args.texts, seed=0)
     tqa = load_data("truthfulqa", data_dir_=args.data_dir, limit=args.questions, seed=0)
-    measure(loaded, imdb.texts()[:4], ["zero"])  # warm up
+    measure(loaded, imdb.texts()[:4], ["zero"], checkpoint_every=None)  # warm up
     bench(loaded, "IMDB reviews", imdb.texts(), args.reps)
     bench(loaded, "TruthfulQA questions", tqa.texts("question"), args.reps)
 
