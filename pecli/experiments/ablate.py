@@ -26,6 +26,7 @@ Means carry 95 % bootstrap intervals over texts (`ci_low`, `ci_high`; pecli.inte
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -33,6 +34,7 @@ import pandas as pd
 
 from pecli import parallel
 from pecli.experiments import EXPERIMENTS, Experiment, lazy
+from pecli.names import Choice
 from pecli.options import AblateOptions
 
 NAME = "ablate"
@@ -60,7 +62,7 @@ class Measured:
     plan: dict = field(default_factory=dict)  # the batch plan (pecli.batching.plan_summary)
 
 
-def measure(loaded, texts: list[str], interventions: list[str], *, seed: int = 0,
+def measure(loaded, texts: list[str], interventions: Sequence[str | Choice], *, seed: int = 0,
             batch_size: int | None = None, layers: bool = True, pooled: bool = False,
             progress: bool = False, checkpoint_every: float | None = 60.0) -> Measured:
     """Hidden states with `learned` and each intervention on the same batches; cosine per token.
@@ -68,7 +70,8 @@ def measure(loaded, texts: list[str], interventions: list[str], *, seed: int = 0
     Args:
         loaded: a LoadedModel.
         texts: the texts, tokenised once here (truncated to the model's positions).
-        interventions: names (`zero`, `shift:3`, ...); checked before any forward pass.
+        interventions: parsed names (options' Choices) or names (`zero`, `shift:3`, ...);
+            checked before any forward pass.
         batch_size: sequences per pass (length-sorted); None = `tight_batches` under
             `default_token_budget(device)` padded tokens.
         layers: every layer's hidden state (else the final one only).
@@ -95,7 +98,8 @@ def measure(loaded, texts: list[str], interventions: list[str], *, seed: int = 0
     from pecli.interventions import prepare
     from pecli.metrics import cosine_by_layer
 
-    applied = {name: prepare(loaded, name, seed) for name in interventions}  # errors first
+    applied = {str(c): prepare(loaded, c, seed) for c in interventions}  # errors first
+    interventions = list(applied)  # names as the tables and the checkpoint key write them
     enc = _quiet_encode(encode, loaded, texts)
     lengths = [len(x) for x in enc.ids]
     if min(lengths) == 0:
@@ -567,8 +571,7 @@ def run(options: AblateOptions, progress: bool = False) -> dict[str, pd.DataFram
                         device_map=o.device_map, max_memory=o.max_memory)
     for choice in o.intervention:
         check_applies(loaded, choice)
-    interventions = [str(c) for c in o.intervention]  # table and checkpoint keys
-    m = measure(loaded, data.texts(), interventions, seed=o.seed, batch_size=o.batch_size,
+    m = measure(loaded, data.texts(), o.intervention, seed=o.seed, batch_size=o.batch_size,
                 layers=o.layers, pooled=o.probe, progress=progress)
     if not parallel.is_main():
         return {}  # launched on N processes: the main one makes and writes the tables
