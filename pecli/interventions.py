@@ -21,12 +21,14 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from pecli import names
 from pecli.architectures import position_embedding, resolve
 from pecli.errors import InterventionError
 from pecli.names import INTERVENTIONS, Choice
+from pecli.pe_analysis import sinusoidal_at
 
 
 @dataclass(frozen=True)
@@ -137,14 +139,9 @@ def _index_rows(rows: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
 
 
 def sinusoidal_table(n: int, d: int) -> torch.Tensor:
-    """Vaswani et al. (2017): PE[p, 2i] = sin(p / 10000^(2i/d)), PE[p, 2i+1] = cos(...). [n, d]"""
-    pos = torch.arange(n, dtype=torch.float64)[:, None]  # [n, 1]
-    i = torch.arange(0, d, 2, dtype=torch.float64)  # [ceil(d/2)]
-    angle = pos / (10000.0 ** (i / d))  # [n, ceil(d/2)]
-    pe = torch.zeros(n, d, dtype=torch.float64)
-    pe[:, 0::2] = torch.sin(angle)
-    pe[:, 1::2] = torch.cos(angle)[:, : d // 2]
-    return pe
+    """Vaswani et al. (2017): PE[p, 2i] = sin(p / 10000^(2i/d)), PE[p, 2i+1] = cos(...).
+    [n, d] float64, pecli.pe_analysis's one sinusoid."""
+    return torch.from_numpy(sinusoidal_at(np.arange(n), d))
 
 
 def _learned_sinusoidal(loaded, rows, arg, seed):

@@ -306,7 +306,7 @@ class ProbeOptions(Running):
     RENAMED: ClassVar[dict[str, str]] = {"interventions": "intervention", "text": "text_field"}
     KEYED_AS: ClassVar[dict[str, str]] = {"intervention": "interventions", "text_field": "text"}
 
-    models: tuple[str, ...] = ("minilm",)
+    models: tuple[str, ...] | str = ("minilm",)  # or "a,b"
     dataset: str = "imdb"
     split: str | None = None
     text_field: str | None = None
@@ -317,6 +317,10 @@ class ProbeOptions(Running):
     intervention: tuple[Choice, ...] = option(("learned", "zero"), vocabulary=names.INTERVENTIONS,
                                               many=True)
 
+    def check(self) -> None:
+        super().check()
+        _models(self)
+
 
 @dataclass(frozen=True)
 class RecoverOptions(Running):
@@ -325,16 +329,23 @@ class RecoverOptions(Running):
     RENAMED: ClassVar[dict[str, str]] = {"n_boot": "bootstrap", "text": "text_field"}
     KEYED_AS: ClassVar[dict[str, str]] = {"bootstrap": "n_boot", "text_field": "text"}
 
-    models: tuple[str, ...] = ("minilm",)
+    models: tuple[str, ...] | str = ("minilm",)  # or "a,b"
     tokens: int = option(32, low=1)
     dataset: str = "imdb"
     split: str | None = None
     text_field: str | None = None
     limit: int | None = option(32, low=1)
     max_length: int = option(128, low=2)
-    top_k: int = option(50, low=1)
+    top_k: int = option(50, low=2)
     folds: int = option(5, low=2)
     bootstrap: int = option(1000, low=0)
+
+    def check(self) -> None:
+        super().check()
+        _models(self)
+        if self.tokens < self.folds:  # the position probe's folds are over the sampled tokens
+            raise ConfigError(f"tokens (--tokens): {self.tokens} is fewer than the {self.folds} "
+                              f"folds; use --tokens {self.folds} or more")
 
 
 @dataclass(frozen=True)
@@ -343,12 +354,96 @@ class SinusoidOptions(Options):
 
     positions: int = option(16, low=1)
     dim: int = option(32, low=2)
-    base: float = option(10000.0, low=1.0)
-    seed: int = option(0, low=0, high=SEED_MAX)
+    base: float = option(10000.0)
+    seed: int = option(0, low=0, high=SEED_MAX)  # changes nothing (deterministic); recorded
 
     def check(self) -> None:
         if self.dim % 2:
-            raise ConfigError(f"dim (--dim): {self.dim} is odd; sin/cos pairs need an even width")
+            raise ConfigError(f"dim (--dim): {self.dim} is odd; dimensions come in (sin, cos) "
+                              "pairs, use an even width")
+        if not self.base > 1:
+            raise ConfigError(f"base (--base): {self.base:g} must be greater than 1; the usual "
+                              "value is 10000")
+
+
+def _models(options: Options) -> None:
+    """`models` "a,b" or [a, b] -> (a, b), at least one (pe probe, pe recover)."""
+    models = tuple(names.split_names(options.models))
+    if not models:
+        raise ConfigError("models: give at least one model (e.g. minilm random:gpt2)")
+    object.__setattr__(options, "models", models)
+
+
+TOY_PROBE = re.compile(r"(\d+)[+-](\d+)=")
+
+
+@dataclass(frozen=True)
+class Training(Options):
+    """A small Transformer trained from scratch per position encoding (`pe`)."""
+
+    pe: tuple[Choice, ...] = option(("learned",), vocabulary=names.PE_SCHEMES, many=True)
+    steps: int = option(400, low=1)
+    layers: int = option(4, low=1)
+    width: int = option(128, low=1)
+    heads: int = option(4, low=1)
+    batch: int = option(16, low=1)
+    lr: float = option(3e-3, low=0.0)
+    seed: int = option(0, low=0, high=SEED_MAX)
+    threads: int | None = option(None, low=1)
+    save_dir: str | None = option(None, location=True)  # checkpoints: <save_dir>/<pe>
+
+    def check(self) -> None:
+        if self.width % self.heads:
+            raise ConfigError(f"width (--width): {self.width} must be a multiple of heads "
+                              f"(--heads) {self.heads}")
+
+
+@dataclass(frozen=True)
+class ToyOptions(Training):
+    """`pecli toy arithmetic` and the `toy` experiment."""
+
+    pe: tuple[Choice, ...] = option(("learned", "sinusoidal", "none", "rope", "alibi"),
+                                    vocabulary=names.PE_SCHEMES, many=True)
+    max_n: int = option(100, low=2)  # flag --max: operands 0 <= i, j < max_n
+    steps: int = option(2000, low=1)
+    layers: int = option(2, low=1)
+    width: int = option(64, low=1)
+    heads: int = option(4, low=1)
+    batch: int = option(128, low=1)
+    test_fraction: float = option(0.2, low=0.0, high=1.0)
+    probe: str | None = None  # default: toy.default_probe(max_n)
+    eval_limit: int | None = option(None, low=1)
+    threads: int | None = option(1, low=1)
+
+    def check(self) -> None:
+        super().check()
+        match = TOY_PROBE.fullmatch(self.probe) if self.probe is not None else None
+        if self.probe is not None and not (match and all(int(g) < self.max_n for g in match.groups())):
+            raise ConfigError(f"probe (--probe): {self.probe!r} must look like 'i+j=' or 'i-j=' "
+                              f"with i, j < --max {self.max_n}")
+
+
+@dataclass(frozen=True)
+class TrainLmOptions(Training):
+    """`pecli train lm` and the `train-lm` experiment."""
+
+    tokenizer: str = option("bpe", choices=("bpe", "gpt2"))
+    vocab: int = option(4096, low=1)  # BPE entries (at least 300: 256 bytes + merges)
+    context: int = option(128, low=2)
+    limit: int | None = option(5000, low=1)
+    eval_limit: int | None = option(400, low=1)
+    eval_every: int = option(50, low=1)
+    data_dir: str | None = option(None, location=True)
+    model_out: str | None = option(None, location=True)  # the checkpoint directory (one pe)
+
+    def check(self) -> None:
+        super().check()
+        if self.model_out is not None and len(self.pe) != 1:
+            raise ConfigError("model_out (--model-out) names one checkpoint directory: give "
+                              "exactly one --pe")
+        if self.tokenizer == "bpe" and self.vocab < 300:
+            raise ConfigError(f"vocab (--vocab): {self.vocab} is too small for a byte-level BPE; "
+                              "use at least 300 (256 bytes + merges)")
 
 
 # --- docs/cli.md: the vocabulary ------------------------------------------------------------

@@ -37,11 +37,15 @@ def frequencies(dim: int, base: float = 10000.0) -> np.ndarray:
 
 
 def sinusoidal_at(pos: np.ndarray, dim: int, base: float = 10000.0) -> np.ndarray:
-    """PE at arbitrary (even negative or fractional) positions `pos` [n] -> [n, dim] float64."""
-    angles = np.asarray(pos, dtype=np.float64)[:, None] * frequencies(dim, base)[None, :]  # [n, dim/2]
+    """PE at arbitrary (even negative or fractional) positions `pos` [n] -> [n, dim] float64.
+
+    The one sinusoid of pecli: the `sinusoidal` intervention and training scheme use it too.
+    An odd `dim` keeps ceil(dim/2) frequencies and drops the last cos.
+    """
+    angles = np.asarray(pos, dtype=np.float64)[:, None] * frequencies(dim, base)[None, :]  # [n, ceil(dim/2)]
     pe = np.empty((angles.shape[0], dim))
     pe[:, 0::2] = np.sin(angles)
-    pe[:, 1::2] = np.cos(angles)
+    pe[:, 1::2] = np.cos(angles)[:, : dim // 2]
     return pe
 
 
@@ -49,6 +53,12 @@ def sinusoidal(positions: int, dim: int, base: float = 10000.0) -> np.ndarray:
     """The encoding of positions 0..positions-1: PE[pos, 2i] = sin(pos w_i), PE[pos, 2i+1] = cos(pos w_i)."""
     check_sinusoid_args(positions, dim, base)
     return sinusoidal_at(np.arange(positions), dim, base)
+
+
+def sinusoid_like(positions: int, dim: int) -> np.ndarray:
+    """The sinusoidal matrix of a model table's shape [positions, dim], the reference of
+    pe probe and pe recover (an odd width: the even encoding one wider, its last cos dropped)."""
+    return sinusoidal(positions, dim + dim % 2)[:, :dim]
 
 
 def rotation(k: float, dim: int, base: float = 10000.0) -> np.ndarray:

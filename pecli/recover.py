@@ -129,4 +129,4 @@ def sinusoid_control(vocab: int, positions: int, dim: int, token_std: float, see
     cos dropped), summed without any normalisation."""
     rng = np.random.default_rng(seed)
     tokens = (rng.standard_normal((vocab, dim)) * token_std).astype(np.float32)
-    return tokens, pa.sinusoidal(positions, dim + dim % 2)[:, :dim].astype(np.float32)
+    return tokens, pa.sinusoid_like(positions, dim).astype(np.float32)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -86,26 +85,14 @@ def check_names(experiment: str, options: dict) -> None:
     training schemes) checked against their registries: no model or data needed."""
     import inspect
 
-    from pecli.experiments.mc import grid
-    from pecli.experiments.perplexity import conditions
     from pecli.interventions import parse
-    from pecli.lm_scoring import prepare
-    from pecli.training import check_schemes
 
     if EXPERIMENTS.get(experiment).options is not None:
         return  # its options object checked every name when the preset was loaded
     params = inspect.signature(EXPERIMENTS.get(experiment).run).parameters
     o = {**{k: p.default for k, p in params.items()}, **options}
-    for name in _names(o.get("interventions") if experiment in ("ablate", "pe-probe") else
-                       o.get("pe") if experiment in ("perplexity", "mc") else None):
+    for name in _names(o.get("interventions") if experiment in ("ablate", "pe-probe") else None):
         parse(name)
-    if experiment == "perplexity":
-        conditions(o["pe"], o["masks"], o["semantics"], o["protocol"])
-        prepare([], sys.maxsize, None, o["long_text"], o["stride"])  # no texts, no model: names only
-    elif experiment == "mc":
-        grid(o["pe"], o["masks"], o["semantics"], o["protocol"])
-    elif experiment in ("toy", "train-lm"):
-        check_schemes(o["pe"])
 
 
 def preflight(preset: Preset) -> None:

@@ -1,6 +1,6 @@
 """Small Transformers trained from scratch with a chosen position scheme.
 
-Schemes (`SCHEMES`), each a stock transformers architecture so checkpoints save in the
+Schemes (`SCHEMES`, the names of pecli.names.PE_SCHEMES), each a stock transformers architecture so checkpoints save in the
 Hugging Face format and load through `pecli.loading.load_model(<dir>)`:
 - `learned`: GPT-2, trained `wpe`.
 - `sinusoidal`: GPT-2 whose `wpe` holds the Vaswani et al. sinusoid (scaled to the token
@@ -27,25 +27,19 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 
+from pecli import names
 from pecli.architectures import ARCHITECTURES, position_embedding
 from pecli.errors import ConfigError
+from pecli.pe_analysis import sinusoidal_at
 
-SCHEMES = ("learned", "sinusoidal", "none", "rope", "alibi")
+# The architecture of each position encoding a model is trained with (the names of
+# pecli.names.PE_SCHEMES, checked when a toy / train-lm options object is built).
 FAMILY = {"learned": "gpt2", "sinusoidal": "gpt2", "none": "gpt2", "rope": "llama", "alibi": "gpt2"}
-
-
-def check_schemes(schemes: str | list[str] | tuple[str, ...]) -> list[str]:
-    """Normalise `--pe` values (a list, or one comma-separated string); a clear error on typos."""
-    if isinstance(schemes, str):
-        schemes = [schemes]
-    out = [s.strip() for item in schemes for s in str(item).split(",") if s.strip()]
-    bad = [s for s in out if s not in SCHEMES]
-    if bad or not out:
-        raise ConfigError(f"unknown position scheme {bad[0] if bad else '(none)'!r}; "
-                          f"use --pe with one of {', '.join(SCHEMES)}")
-    return list(dict.fromkeys(out))
+SCHEMES = tuple(name for name, _ in names.PE_SCHEMES.items())
+assert set(FAMILY) == set(SCHEMES), "every position encoding needs an architecture, and no more"
 
 
 @dataclass(frozen=True)
@@ -60,13 +54,9 @@ class ModelSize:
 
 
 def sinusoid_table(n_positions: int, dim: int) -> torch.Tensor:
-    """PE[pos, 2i] = sin(pos / 10000^(2i/d)), PE[pos, 2i+1] = cos(...): [n_positions, dim]."""
-    pos = torch.arange(n_positions, dtype=torch.float64)[:, None]  # [n, 1]
-    freq = torch.pow(10000.0, -torch.arange(0, dim, 2, dtype=torch.float64) / dim)  # [dim/2]
-    table = torch.zeros(n_positions, dim, dtype=torch.float64)
-    table[:, 0::2] = torch.sin(pos * freq)
-    table[:, 1::2] = torch.cos(pos * freq)[:, : dim // 2]
-    return table.float()
+    """PE[pos, 2i] = sin(pos / 10000^(2i/d)), PE[pos, 2i+1] = cos(...): [n_positions, dim]
+    float32, pecli.pe_analysis's one sinusoid."""
+    return torch.from_numpy(sinusoidal_at(np.arange(n_positions), dim)).float()
 
 
 def alibi_attention_name() -> str:
@@ -88,7 +78,7 @@ def build_model(scheme: str, vocab_size: int, size: ModelSize, *, pad_token_id: 
     """A freshly initialised causal LM of `scheme` (see the module docstring), seeded."""
     from transformers import AutoModelForCausalLM, GPT2Config, LlamaConfig
 
-    check_schemes(scheme)
+    scheme = names.parse(names.PE_SCHEMES, str(scheme)).name  # a Choice or its name
     ids = dict(vocab_size=vocab_size, pad_token_id=pad_token_id, bos_token_id=bos_token_id,
                eos_token_id=eos_token_id, tie_word_embeddings=True)
     if scheme == "rope":

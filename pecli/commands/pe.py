@@ -12,17 +12,23 @@ from rich.table import Table
 from pecli import parallel
 from pecli.cli_options import (
     BatchSizeOpt,
+    BootstrapOpt,
     DataDirOpt,
     DatasetOpt,
+    DeviceMapOpt,
     DeviceOpt,
     DtypeOpt,
     LimitOpt,
+    MaxMemoryOpt,
     OutOpt,
     SeedOpt,
     SplitOpt,
-    TextOpt,
+    TextAliasOpt,
+    TextFieldOpt,
+    build,
 )
 from pecli.commands import console as wide_console
+from pecli.options import ProbeOptions, RecoverOptions, SinusoidOptions
 
 pe_app = typer.Typer(name="pe", no_args_is_help=True,
                      help="Position encodings under the microscope: sinusoids and learned tables.")
@@ -39,10 +45,37 @@ def _paths(console: Console, tables: dict, figures: list[Path]) -> None:
         console.print(f"  {path}")
 
 
+def run_and_write(experiment: str, run, options, out: Path | None, console: Console | None = None,
+                  status: str = "") -> tuple[dict, dict[str, Path], list[Path]]:
+    """`run(options)` of a registered experiment (progress lines on `console`), then its
+    tables and figures (figures/ under the output folder) written through RunOutput.
+
+    Returns (frames, table paths, figure paths); ({}, {}, []) on a worker process of a
+    parallel launch, where only the main process writes.
+    """
+    from pecli.experiments import load_all
+    from pecli.io import RunOutput, default_out_dir
+
+    exp = load_all().get(experiment)
+    with RunOutput(out or default_out_dir(experiment)) as output:  # --out checked before computing
+        if console is None:
+            frames = run(options)
+        else:
+            with console.status(status) as bar:
+                say = (lambda msg: (bar.update(msg), console.log(msg))) if parallel.is_main() else None
+                frames = run(options, announce=say)
+        if not parallel.is_main():  # launched on N processes: the main one writes and prints
+            return {}, {}, []
+        config = {"experiment": experiment, "version": exp.version, **options.as_dict()}
+        tables, figures = output.write(frames, config, exp.figures)
+    return frames, tables, figures
+
+
 def sinusoidal(
-    positions: Annotated[int, typer.Option(help="Positions 0..N-1 to encode.")] = 16,
-    dim: Annotated[int, typer.Option(help="Width of the encoding (even: (sin, cos) pairs).")] = 32,
-    base: Annotated[float, typer.Option(help="Wavelength base: pair i turns at base^(-2i/dim).")] = 10000.0,
+    positions: Annotated[int, typer.Option(help="Positions 0..N-1 to encode.")] = SinusoidOptions.positions,
+    dim: Annotated[int, typer.Option(help="Width of the encoding (even: (sin, cos) pairs).")] = SinusoidOptions.dim,
+    base: Annotated[float, typer.Option(
+        help="Wavelength base (> 1): pair i turns at base^(-2i/dim).")] = SinusoidOptions.base,
     out: OutOpt = None,
 ) -> None:
     """The sinusoidal encoding: heatmaps, the clock, the rotation property, dot products.
@@ -55,13 +88,10 @@ def sinusoidal(
         pecli pe sinusoidal --positions 128 --dim 64 --out /tmp/pe
         pecli pe sinusoidal --positions 512 --dim 512 --base 100
     """
-    from pecli.experiments.pe import EXPERIMENTS, run_sinusoidal
-    from pecli.io import RunOutput, default_out_dir
+    options = build(SinusoidOptions, "pecli pe sinusoidal", positions=positions, dim=dim, base=base)
+    from pecli.experiments.pe import run_sinusoidal
 
-    config = {"experiment": "pe-sinusoidal", "positions": positions, "dim": dim, "base": base}
-    with RunOutput(out or default_out_dir("pe-sinusoidal")) as output:
-        frames = run_sinusoidal(positions=positions, dim=dim, base=base)
-        tables, figures = output.write(frames, config, EXPERIMENTS.get("pe-sinusoidal").figures)
+    frames, tables, figures = run_and_write("pe-sinusoidal", run_sinusoidal, options, out)
     console = wide_console()
     table = Table(title=f"sinusoidal PE: {positions} positions x {dim} dims, base {base:g}")
     table.add_column("check")
@@ -77,17 +107,22 @@ def probe(
     models: ModelsArg,
     dataset: DatasetOpt = "imdb",
     split: SplitOpt = None,
-    limit: LimitOpt = 16,
-    max_length: Annotated[int, typer.Option(help="Tokens kept per text (and at most the model's positions).")] = 128,
-    folds: Annotated[int, typer.Option(help="k of the k-fold cross-validations.")] = 5,
-    pairs: Annotated[int, typer.Option(min=1, help="Training pairs per fold of the order classifier.")] = 1000,
+    limit: LimitOpt = ProbeOptions.limit,
+    max_length: Annotated[int, typer.Option(
+        help="Tokens kept per text (and at most the model's positions).")] = ProbeOptions.max_length,
+    folds: Annotated[int, typer.Option(help="k of the k-fold cross-validations.")] = ProbeOptions.folds,
+    pairs: Annotated[int, typer.Option(
+        help="Training pairs per fold of the order classifier.")] = ProbeOptions.pairs,
     intervention: IntervOpt = None,
-    text: TextOpt = None,
+    text_field: TextFieldOpt = None,
+    text: TextAliasOpt = None,
     device: DeviceOpt = "auto",
     dtype: DtypeOpt = "float32",
     seed: SeedOpt = 0,
     data_dir: DataDirOpt = None,
     batch_size: BatchSizeOpt = None,
+    device_map: DeviceMapOpt = None,
+    max_memory: MaxMemoryOpt = None,
     out: OutOpt = None,
 ) -> None:
     """What position information models keep: Wang & Chen's analyses and a per-layer probe.
@@ -103,26 +138,17 @@ def probe(
         pecli pe probe smollm2 --dataset truthfulqa --limit 32
         pecli pe probe minilm --intervention learned --intervention shuffle --out /tmp/probe
     """
-    from pecli.experiments.pe import EXPERIMENTS, ROTARY_NOTE, run_probe
-    from pecli.io import RunOutput, default_out_dir
+    options = build(ProbeOptions, "pecli pe probe", models=models, dataset=dataset, split=split,
+                    limit=limit, max_length=max_length, folds=folds, pairs=pairs,
+                    intervention=intervention, text_field=text_field, text=text, device=device,
+                    dtype=dtype, seed=seed, data_dir=data_dir, batch_size=batch_size,
+                    device_map=device_map, max_memory=max_memory)
+    from pecli.experiments.pe import ROTARY_NOTE, run_probe
 
     console = wide_console(log_path=False)
-    if folds < 2:
-        from pecli.errors import ConfigError
-
-        raise ConfigError(f"--folds must be at least 2 (got {folds})")
-    options = dict(models=models, dataset=dataset, split=split, limit=limit, max_length=max_length,
-                   folds=folds, pairs=pairs, interventions=intervention or ["learned", "zero"],
-                   text=text, device=device, dtype=dtype, seed=seed,
-                   data_dir=str(data_dir) if data_dir else None, batch_size=batch_size)
-    with RunOutput(out or default_out_dir("pe-probe")) as output:  # --out checked before computing
-        with console.status("probing") as status:
-            frames = run_probe(**options, announce=(lambda msg: (status.update(msg), console.log(msg)))
-                               if parallel.is_main() else None)
-        if not parallel.is_main():  # launched on N processes: the main one writes and prints
-            return
-        tables, figures = output.write(frames, {"experiment": "pe-probe", **options},
-                                       EXPERIMENTS.get("pe-probe").figures)
+    frames, tables, figures = run_and_write("pe-probe", run_probe, options, out, console, "probing")
+    if not parallel.is_main():
+        return
     if "matrix" in frames:
         console.print(_matrix_summary(frames["matrix"]))
     console.print(_hidden_summary(frames["hidden"]))
@@ -165,21 +191,28 @@ def _hidden_summary(df) -> Table:
 
 def recover(
     models: ModelsArg,
-    tokens: Annotated[int, typer.Option(help="Tokens sampled from the real vocabulary, each put at every position.")] = 32,
+    tokens: Annotated[int, typer.Option(
+        help="Tokens sampled from the real vocabulary, each put at every position.")] = RecoverOptions.tokens,
     dataset: DatasetOpt = "imdb",
     split: SplitOpt = None,
-    limit: LimitOpt = 32,
-    max_length: Annotated[int, typer.Option(help="Tokens kept per text for the hidden-state probe.")] = 128,
-    top_k: Annotated[int, typer.Option(help="Classes of the hidden-state token probe: the K most frequent tokens.")] = 50,
-    folds: Annotated[int, typer.Option(help="k of the k-fold cross-validations.")] = 5,
-    n_boot: Annotated[int, typer.Option(
-        min=0, help="Bootstrap resamples per interval (0: none).")] = 1000,
-    text: TextOpt = None,
+    limit: LimitOpt = RecoverOptions.limit,
+    max_length: Annotated[int, typer.Option(
+        help="Tokens kept per text for the hidden-state probe.")] = RecoverOptions.max_length,
+    top_k: Annotated[int, typer.Option(
+        help="Classes of the hidden-state token probe: the K most frequent tokens.")] = RecoverOptions.top_k,
+    folds: Annotated[int, typer.Option(help="k of the k-fold cross-validations.")] = RecoverOptions.folds,
+    bootstrap: BootstrapOpt = RecoverOptions.bootstrap,
+    n_boot: Annotated[int | None, typer.Option(
+        "--n-boot", hidden=True, help="Deprecated: use --bootstrap.")] = None,
+    text_field: TextFieldOpt = None,
+    text: TextAliasOpt = None,
     device: DeviceOpt = "auto",
     dtype: DtypeOpt = "float32",
     seed: SeedOpt = 0,
     data_dir: DataDirOpt = None,
     batch_size: BatchSizeOpt = None,
+    device_map: DeviceMapOpt = None,
+    max_memory: MaxMemoryOpt = None,
     out: OutOpt = None,
 ) -> None:
     """Is adding position embeddings harmless, and can what was added be taken back out?
@@ -196,19 +229,19 @@ def recover(
         pecli pe recover models/tiny-gpt2-imdb random:bert smollm2 --tokens 16
         pecli pe recover minilm --limit 64 --top-k 100 --out /tmp/recover
     """
-    from pecli.experiments.recover import EXPERIMENTS, run_recover
-    from pecli.io import RunOutput, default_out_dir
+    options = build(RecoverOptions, "pecli pe recover", models=models, tokens=tokens,
+                    dataset=dataset, split=split, limit=limit, max_length=max_length, top_k=top_k,
+                    folds=folds, bootstrap=None if n_boot is not None else bootstrap, n_boot=n_boot,
+                    text_field=text_field, text=text, device=device, dtype=dtype, seed=seed,
+                    data_dir=data_dir, batch_size=batch_size, device_map=device_map,
+                    max_memory=max_memory)
+    from pecli.experiments.recover import run_recover
 
     console = wide_console(log_path=False)
-    options = dict(models=models, tokens=tokens, dataset=dataset, split=split, limit=limit,
-                   max_length=max_length, top_k=top_k, folds=folds, n_boot=n_boot, text=text,
-                   device=device, dtype=dtype, seed=seed,
-                   data_dir=str(data_dir) if data_dir else None, batch_size=batch_size)
-    with RunOutput(out or default_out_dir("pe-recover")) as output:  # --out checked before computing
-        with console.status("recovering") as status:
-            frames = run_recover(**options, announce=lambda msg: (status.update(msg), console.log(msg)))
-        tables, figures = output.write(frames, {"experiment": "pe-recover", **options},
-                                       EXPERIMENTS.get("pe-recover").figures)
+    frames, tables, figures = run_and_write("pe-recover", run_recover, options, out, console,
+                                            "recovering")
+    if not parallel.is_main():
+        return
     console.print(_recover_summary(frames["summary"]))
     _paths(console, tables, figures)
 

@@ -9,16 +9,18 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from pecli.cli_options import DataDirOpt, OutOpt, SeedOpt
+from pecli.cli_options import DataDirOpt, OutOpt, SeedOpt, build
 from pecli.commands import console as wide_console
+from pecli.options import TrainLmOptions
 
 train_app = typer.Typer(help="Train small Transformers from scratch with a chosen position scheme.",
                         no_args_is_help=True)
 
 
-def run_with_progress(experiment: str, command: str, out: Path | None, options: dict,
+def run_with_progress(experiment: str, options, out: Path | None,
                       save_models: bool = True) -> dict[str, Path]:
-    """Run a registered training experiment with a rich progress bar; write tables and figures."""
+    """Run a registered training experiment on its checked options with a rich progress bar;
+    write tables and figures (figures/ under the output folder) and the checkpoints."""
     from rich.progress import BarColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     from pecli.experiments import load_all
@@ -26,14 +28,11 @@ def run_with_progress(experiment: str, command: str, out: Path | None, options: 
     from pecli.progress import progress_bar
 
     exp = load_all().get(experiment)
-    if options["width"] % options["heads"]:
-        from pecli.errors import ConfigError
-
-        raise ConfigError(f"--width {options['width']} must be a multiple of --heads {options['heads']}")
-    output = RunOutput(out if out is not None else default_out_dir(command))  # checked before computing
-    out, extra, staged = output.target, {}, {}
-    if save_models and options.get("model_out") is None:  # checkpoints are outputs too: staged
-        extra["save_dir"], staged["save_dir"] = str(out / "models"), str(output.dir / "models")
+    output = RunOutput(out if out is not None else default_out_dir(experiment))  # checked before computing
+    final, staged = options, options
+    if save_models and getattr(options, "model_out", None) is None:  # checkpoints are outputs too: staged
+        final = options.replace(save_dir=str(output.target / "models"))
+        staged = options.replace(save_dir=str(output.dir / "models"))
     console = wide_console()
     with output, progress_bar(TextColumn("{task.description}"), BarColumn(),
                               TextColumn("{task.fields[loss]}"), TimeElapsedColumn(),
@@ -45,14 +44,15 @@ def run_with_progress(experiment: str, command: str, out: Path | None, options: 
                 tasks[scheme] = bar.add_task(f"{experiment} {scheme}", total=steps, loss="")
             bar.update(tasks[scheme], completed=step + 1, loss=f"loss {loss:.3f}")
 
-        tables = exp.run(**options, **staged, progress=progress)
-        config = {"experiment": experiment, "version": exp.version, **options, **extra}
-        csvs, figs = output.write(tables, config, exp.figures, figures_dir="")
+        tables = exp.run(staged, progress=progress)
+        config = {"experiment": experiment, "version": exp.version, **final.as_dict()}
+        csvs, figs = output.write(tables, config, exp.figures)
     _summary(console, experiment, tables)
     for path in [*csvs.values(), *figs]:
         console.print(f"wrote {path}")
-    if "save_dir" in extra or options.get("model_out"):
-        console.print(f"checkpoints in {options.get('model_out') or extra['save_dir']}")
+    where = getattr(final, "model_out", None) or final.save_dir
+    if where:
+        console.print(f"checkpoints in {where}")
     return csvs
 
 
@@ -89,25 +89,28 @@ def _summary(console: Console, experiment: str, tables: dict) -> None:
     console.print(table)
 
 
+D = TrainLmOptions  # the defaults shown in --help
+
+
 @train_app.command()
 def lm(
     pe: Annotated[list[str] | None, typer.Option(
-        "--pe", help="Position scheme(s): learned, sinusoidal, none, rope, alibi (repeat or "
-                     "comma-separate).")] = None,
-    steps: Annotated[int, typer.Option(min=1, help="Optimiser steps per scheme.")] = 400,
+        "--pe", help="Position encoding(s) to train with: learned (default), sinusoidal, none, "
+                     "rope, alibi (repeat or comma-separate).")] = None,
+    steps: Annotated[int, typer.Option(help="Optimiser steps per scheme.")] = D.steps,
     tokenizer: Annotated[str, typer.Option(
-        help="bpe (learned on IMDB train, saved with the checkpoint) or gpt2 (50,257 rows).")] = "bpe",
-    vocab: Annotated[int, typer.Option(min=1, help="BPE vocabulary size.")] = 4096,
-    layers: Annotated[int, typer.Option(min=1, help="Transformer blocks.")] = 4,
-    width: Annotated[int, typer.Option(min=1, help="Hidden size.")] = 128,
-    heads: Annotated[int, typer.Option(min=1, help="Attention heads.")] = 4,
-    context: Annotated[int, typer.Option(min=1, help="Tokens per training window (= positions).")] = 128,
-    batch: Annotated[int, typer.Option(min=1, help="Windows per step.")] = 16,
+        help="bpe (learned on IMDB train, saved with the checkpoint) or gpt2 (50,257 rows).")] = D.tokenizer,
+    vocab: Annotated[int, typer.Option(help="BPE vocabulary size (at least 300).")] = D.vocab,
+    layers: Annotated[int, typer.Option(help="Transformer blocks.")] = D.layers,
+    width: Annotated[int, typer.Option(help="Hidden size (a multiple of --heads).")] = D.width,
+    heads: Annotated[int, typer.Option(help="Attention heads.")] = D.heads,
+    context: Annotated[int, typer.Option(help="Tokens per training window (= positions).")] = D.context,
+    batch: Annotated[int, typer.Option(help="Windows per step.")] = D.batch,
     limit: Annotated[int | None, typer.Option(
-        min=1, help="IMDB train reviews (seeded, label-balanced subset).")] = 5000,
-    eval_limit: Annotated[int | None, typer.Option(min=1, help="IMDB test reviews scored.")] = 400,
-    eval_every: Annotated[int, typer.Option(min=1, help="Steps between learning-curve points.")] = 50,
-    threads: Annotated[int | None, typer.Option(min=1, help="torch threads (default: torch's).")] = None,
+        help="IMDB train reviews (seeded, label-balanced subset).")] = D.limit,
+    eval_limit: Annotated[int | None, typer.Option(help="IMDB test reviews scored.")] = D.eval_limit,
+    eval_every: Annotated[int, typer.Option(help="Steps between learning-curve points.")] = D.eval_every,
+    threads: Annotated[int | None, typer.Option(help="torch threads (default: torch's).")] = None,
     model_out: Annotated[Path | None, typer.Option(
         help="Save the checkpoint exactly here (one --pe), e.g. models/tiny-gpt2-imdb.")] = None,
     seed: SeedOpt = 0,
@@ -116,8 +119,8 @@ def lm(
 ) -> None:
     """Train a small causal LM per position scheme on IMDB train; IMDB test perplexity vs unigram.
 
-    Writes perplexity.csv, curve.csv (+ .json sidecars), train_lm_curve.png,
-    train_lm_perplexity.png; checkpoints (HF format, loadable by every pecli command) in
+    Writes perplexity.csv, curve.csv (+ .json sidecars), figures/train_lm_curve.png,
+    figures/train_lm_perplexity.png; checkpoints (HF format, loadable by every pecli command) in
     OUT/models/<pe> or --model-out. Speed: the committed offline run (results/offline/
     train-lm: 4 x 128, 250 steps of 16 x 128 tokens, 2 threads) trained at 8,600-11,500
     tokens/s, 45-59 s per scheme (ALiBi slowest); at that rate the default 400 steps take
@@ -128,12 +131,11 @@ def lm(
         pecli train lm --pe learned --pe none --pe rope --pe alibi --pe sinusoidal --steps 150
         pecli train lm --tokenizer gpt2 --steps 20 --limit 500 --eval-limit 50
     """
-    run_with_progress("train-lm", "train-lm", out, dict(
-        pe=pe or "learned", steps=steps, tokenizer=tokenizer, vocab=vocab, layers=layers,
-        width=width, heads=heads, context=context, batch=batch, limit=limit,
-        eval_limit=eval_limit, eval_every=eval_every, threads=threads, seed=seed,
-        data_dir=str(data_dir) if data_dir else None,
-        model_out=str(model_out) if model_out else None))
+    options = build(TrainLmOptions, "pecli train lm", pe=pe, steps=steps, tokenizer=tokenizer,
+                    vocab=vocab, layers=layers, width=width, heads=heads, context=context,
+                    batch=batch, limit=limit, eval_limit=eval_limit, eval_every=eval_every,
+                    threads=threads, seed=seed, data_dir=data_dir, model_out=model_out)
+    run_with_progress("train-lm", options, out)
 
 
 def register(app: typer.Typer) -> None:

@@ -13,8 +13,8 @@ import pandas as pd
 
 from pecli import parallel
 from pecli import pe_analysis as pa
-from pecli.errors import ConfigError
 from pecli.experiments import EXPERIMENTS, Experiment, lazy
+from pecli.options import ProbeOptions, SinusoidOptions
 from pecli.provenance import row_provenance
 from pecli.tables import validate
 
@@ -32,15 +32,14 @@ def _frame(rows: list[dict], experiment: str, seed: int, **columns) -> pd.DataFr
 # --- pe-sinusoidal -------------------------------------------------------------------
 
 
-def run_sinusoidal(positions: int = 16, dim: int = 32, base: float = 10000.0,
-                   seed: int = 0) -> dict[str, pd.DataFrame]:
+def run_sinusoidal(options: SinusoidOptions) -> dict[str, pd.DataFrame]:
     """The encoding, the rotation error per offset, the dot products, and a summary.
 
     Tables: `encoding` (pos, dim_index, pair, component), `rotation` (offset k from
     -(positions-1) to positions-1), `dot` (every pair p, q), `summary` (the worst case of
     each check). `seed` changes nothing (the encoding is deterministic); it is recorded.
     """
-    pa.check_sinusoid_args(positions, dim, base)
+    positions, dim, base, seed = options.positions, options.dim, options.base, options.seed
     name = "pe-sinusoidal"
     shared = dict(positions=positions, dim=dim, base=base)
     pe = pa.sinusoidal(positions, dim, base)  # [P, dim]
@@ -73,7 +72,8 @@ def run_sinusoidal(positions: int = 16, dim: int = 32, base: float = 10000.0,
 
 EXPERIMENTS.add("pe-sinusoidal", Experiment(
     "pe-sinusoidal", 1, run_sinusoidal, lazy("pecli.plots.pe:sinusoidal_figures"),
-    "Sinusoidal position encoding: heatmap, clock, rotation property, dot product vs offset"))
+    "Sinusoidal position encoding: heatmap, clock, rotation property, dot product vs offset",
+    options=SinusoidOptions))
 
 
 # --- pe-probe --------------------------------------------------------------------------
@@ -87,11 +87,6 @@ def _embedding_rows(loaded) -> np.ndarray:
     return table.weight.detach()[loaded.spec.pos_offset:].float().cpu().numpy()
 
 
-def _reference(n: int, d: int) -> np.ndarray:
-    """The sinusoidal matrix of the same shape [n, d] (an odd width drops the last cos)."""
-    return pa.sinusoidal(n, d + d % 2)[:, :d]
-
-
 def matrix_analyses(matrix: np.ndarray, folds: int, pairs: int, seed: int,
                     bootstrap: int = 1000) -> tuple[list[dict], list[dict]]:
     """Wang & Chen on one matrix [N, d]: (metric rows, sampled similarity-matrix rows)."""
@@ -101,15 +96,15 @@ def matrix_analyses(matrix: np.ndarray, folds: int, pairs: int, seed: int,
     correct = pa.order_correct(matrix, folds=folds, pairs=pairs, seed=seed)
     low, high = mean_interval(correct.astype(np.float64), n_boot=bootstrap, seed=seed)
     metrics = [
-        {"metric": "regression_mae", "value": reg.mae, "protocol":
+        {"metric": "regression_mae", "value": reg.mae, "evaluation":
          f"linear regression row -> index, {folds}-fold CV over a seeded shuffle, MAE of round(prediction)"},
-        {"metric": "regression_chance_mae", "value": reg.chance_mae, "protocol":
+        {"metric": "regression_chance_mae", "value": reg.chance_mae, "evaluation":
          "predict the training folds' mean index (same folds)"},
         {"metric": "order_accuracy", "value": float(correct.mean()), "ci_low": low, "ci_high": high,
-         "test_pairs": len(correct), "protocol":
+         "test_pairs": len(correct), "evaluation":
          f"logistic regression on [x_i, x_j] -> i < j, {pairs} training pairs per fold, "
          f"{folds} folds of held-out positions (interval: test pairs resampled)"},
-        {"metric": "order_chance_accuracy", "value": 0.5, "protocol": "guessing"},
+        {"metric": "order_chance_accuracy", "value": 0.5, "evaluation": "guessing"},
     ]
     idx = pa.grid(len(matrix), SIMILARITY_POINTS)
     sim = pa.cosine_matrix(matrix[idx])  # [g, g]
@@ -150,13 +145,18 @@ def collect_hidden(loaded, ids: list[list[int]], batch_size: int | None = None):
             np.concatenate([p[1] for p in parts]), np.concatenate([p[2] for p in parts]))
 
 
-def hidden_probe(loaded, ids: list[list[int]], intervention: str, folds: int, seed: int,
-                 batch_size: int | None = None, progress=None) -> list[dict]:
-    """Per-layer probe of position from hidden states under `intervention` (rows of a table)."""
+def hidden_states(loaded, ids: list[list[int]], intervention, seed: int, batch_size: int | None):
+    """`collect_hidden` under an intervention (restored afterwards)."""
     from pecli.interventions import intervene
 
     with intervene(loaded, intervention, seed=seed):
-        states, positions, texts = collect_hidden(loaded, ids, batch_size)
+        return collect_hidden(loaded, ids, batch_size)
+
+
+def hidden_probe(loaded, ids: list[list[int]], intervention, folds: int, seed: int,
+                 batch_size: int | None = None, progress=None) -> list[dict]:
+    """Per-layer probe of position from hidden states under `intervention` (rows of a table)."""
+    states, positions, texts = hidden_states(loaded, ids, intervention, seed, batch_size)
     if not parallel.is_main():  # launched on N processes: the main one fits the probes
         return []
     rows = []
@@ -164,9 +164,9 @@ def hidden_probe(loaded, ids: list[list[int]], intervention: str, folds: int, se
         # Tokens of one text stay in one fold: held-out texts, not held-out tokens.
         reg = pa.position_regression(x, positions, folds=folds, seed=seed, groups=texts,
                                      regressor="ridge")
-        common = {"layer": layer, "intervention": intervention, "tokens": len(positions),
+        common = {"layer": layer, "intervention": str(intervention), "tokens": len(positions),
                   "max_position": int(positions.max()), "regressor": "standardise + RidgeLOO (alpha by leave-one-text-out)",
-                  "protocol": f"{folds}-fold CV over texts, MAE of round(prediction)"}
+                  "evaluation": f"{folds}-fold CV over texts, MAE of round(prediction)"}
         rows += [{"metric": "probe_mae", "value": reg.mae, **common},
                  {"metric": "probe_chance_mae", "value": reg.chance_mae, **common}]
         if progress:
@@ -174,29 +174,28 @@ def hidden_probe(loaded, ids: list[list[int]], intervention: str, folds: int, se
     return rows
 
 
-def _preflight(models: list[str]) -> None:
+def preflight(models) -> None:
     """Fail before any work when a model cannot be loaded here (not after the first model)."""
-    from pathlib import Path
-
-    from pecli.architectures import ARCHITECTURES
     from pecli.errors import ModelError
-    from pecli.loading import model_availability
+    from pecli.loading import missing_models
 
-    for name in models:
-        if name.startswith("random:"):
-            ARCHITECTURES.get(name.split(":", 1)[1])
-        elif not Path(name).exists():
-            status, fix = model_availability(name)
-            if status.startswith("missing"):
-                raise ModelError(f"model {name!r} is {status}: {fix}")
+    missing = missing_models([m for m in models])
+    if missing:
+        raise ModelError("cannot load " + "; ".join(missing))
 
 
-def run_probe(models: list[str] | str = ("minilm",), dataset: str = "imdb", split: str | None = None,
-              limit: int | None = 16, max_length: int = 128, folds: int = 5, pairs: int = 1000,
-              interventions: list[str] | str = ("learned", "zero"), text: str | None = None,
-              device: str = "auto", dtype: str = "float32", seed: int = 0,
-              data_dir: str | None = None, batch_size: int | None = None,
-              announce=None) -> dict[str, pd.DataFrame]:
+def model_texts(loaded, data, texts: list[str], max_length: int):
+    """The texts tokenised for `loaded` (at most `max_length` tokens and its positions) and
+    the columns every row on them shares: (encoding, columns)."""
+    from pecli.batching import encode
+
+    length = min(max_length, loaded.max_positions)
+    enc = encode(loaded.tokenizer, texts, length)
+    return enc, {**loaded.provenance(), **data.provenance(), "tokens": enc.tokens,
+                 "max_length": length, "truncated_texts": enc.truncated}
+
+
+def run_probe(options: ProbeOptions, announce=None) -> dict[str, pd.DataFrame]:
     """Position-embedding matrix analyses and the hidden-state probe for each model.
 
     Tables: `matrix` (regression MAE, order accuracy and their chance levels, for the
@@ -204,76 +203,66 @@ def run_probe(models: list[str] | str = ("minilm",), dataset: str = "imdb", spli
     `similarity` (cosine similarity of rows at <= 64 evenly spaced positions),
     `hidden` (probe MAE per layer and intervention; rotary models carry a note).
 
-    Args:
-        models: model names (see `pecli models`).
-        limit: texts of `dataset` (seeded subset); max_length: tokens kept per text.
-        folds: k of every cross-validation; pairs: training pairs per fold (order task).
-        interventions: conditions of the hidden-state probe (`learned` = the model as is).
-        announce: optional callable(str) for progress lines (the CLI passes one).
+    Options (ProbeOptions): models; limit texts of `dataset` (seeded subset); max_length
+    tokens kept per text; folds: k of every cross-validation; pairs: training pairs per
+    fold (order task); intervention: conditions of the hidden-state probe (`learned` = the
+    model as is). announce: optional callable(str) for progress lines (the CLI passes one).
 
     Launched on N processes (`pecli.parallel`), each extracts the hidden states of its shard
     of the batches; the main process fits every probe and alone gets tables ({} elsewhere).
     """
-    from pecli.batching import encode
     from pecli.data import load_data
     from pecli.interventions import check_applies
-    from pecli.interventions import parse as parse_intervention
     from pecli.loading import load_model, peek
 
-    models = [models] if isinstance(models, str) else list(models)
-    interventions = [interventions] if isinstance(interventions, str) else list(interventions)
-    if not models:
-        raise ConfigError("pe-probe needs at least one model (e.g. minilm random:gpt2)")
-    if max_length < 2:
-        raise ConfigError(f"--max-length must be at least 2 tokens (got {max_length})")
-    for iv in interventions:
-        parse_intervention(iv)  # a typo fails before any data or model is loaded
-    _preflight(models)
-    for name in models:  # an intervention that does not fit a later model fails now, not after the first
+    o = options
+    preflight(o.models)
+    for name in o.models:  # an intervention that does not fit a later model fails now, not after the first
         ref = peek(name)
-        for iv in interventions if ref is not None else ():
+        for iv in o.intervention if ref is not None else ():
             check_applies(ref, iv)
     say = announce or (lambda _msg: None)
-    data = load_data(dataset, split, data_dir_=data_dir, limit=limit, seed=seed, text_field=text)
+    data = load_data(o.dataset, o.split, data_dir_=o.data_dir, limit=o.limit, seed=o.seed,
+                     text_field=o.text_field)
     texts = data.texts()
     matrix_rows, similarity_rows, hidden_rows = [], [], []
-    for name in models:
-        loaded = load_model(name, device=device, dtype=dtype, seed=seed)
-        for iv in interventions:
+    for name in o.models:
+        loaded = load_model(name, device=o.device, dtype=o.dtype, seed=o.seed,
+                            device_map=o.device_map, max_memory=o.max_memory)
+        for iv in o.intervention:
             check_applies(loaded, iv)
         model_cols = {**loaded.provenance(), "intervention": "learned"}
         if loaded.spec.position == "learned" and parallel.is_main():  # no batches to share out
             own = _embedding_rows(loaded)  # [N, d]
-            for kind, matrix in [("learned", own), ("sinusoidal", _reference(*own.shape))]:
+            for kind, matrix in [("learned", own), ("sinusoidal", pa.sinusoid_like(*own.shape))]:
                 say(f"{name}: Wang & Chen analyses of the {kind} matrix {own.shape[0]} x {own.shape[1]}")
-                metrics, sim = matrix_analyses(matrix, folds, pairs, seed)
+                metrics, sim = matrix_analyses(matrix, o.folds, o.pairs, o.seed)
                 cols = {**model_cols, "matrix": kind, "positions": own.shape[0], "dim": own.shape[1],
                         "note": "" if kind == "learned" else "reference: sinusoids of the same shape"}
                 matrix_rows += [{**r, **cols} for r in metrics]
                 similarity_rows += [{**r, **cols} for r in sim]
         else:
             say(f"{name}: {ROTARY_NOTE}")
-        length = min(max_length, loaded.max_positions)
-        enc = encode(loaded.tokenizer, texts, length)
-        data_cols = {**loaded.provenance(), **data.provenance(), "max_length": length,
-                     "truncated_texts": enc.truncated,
-                     "note": ROTARY_NOTE if loaded.spec.position == "rotary" else ""}
-        for iv in interventions:
+        enc, data_cols = model_texts(loaded, data, texts, o.max_length)
+        data_cols["note"] = ROTARY_NOTE if loaded.spec.position == "rotary" else ""
+        for iv in o.intervention:
             say(f"{name}: hidden-state probe, intervention {iv}, {enc.tokens} tokens")
-            rows = hidden_probe(loaded, enc.ids, iv, folds, seed, batch_size)
+            rows = hidden_probe(loaded, enc.ids, iv, o.folds, o.seed, o.batch_size)
             hidden_rows += [{**data_cols, **r} for r in rows]
         del loaded
     if not parallel.is_main():
         return {}
     tables = {}
     if matrix_rows:
-        tables["matrix"] = validate(_frame(matrix_rows, "pe-probe", seed), model_rows=False)
-        tables["similarity"] = validate(_frame(similarity_rows, "pe-probe", seed), model_rows=False)
-    tables["hidden"] = validate(_frame(hidden_rows, "pe-probe", seed))
+        tables["matrix"] = validate(_frame(matrix_rows, "pe-probe", o.seed), model_rows=False)
+        tables["similarity"] = validate(_frame(similarity_rows, "pe-probe", o.seed), model_rows=False)
+    tables["hidden"] = validate(_frame(hidden_rows, "pe-probe", o.seed))
     return tables
 
 
 EXPERIMENTS.add("pe-probe", Experiment(
-    "pe-probe", 2, run_probe, lazy("pecli.plots.pe:probe_figures"),  # 2: order_accuracy with ci_low/ci_high
+    # 2: order_accuracy with ci_low/ci_high; 3: column `protocol` (a CV scheme) -> `evaluation`
+    "pe-probe", 3, run_probe, lazy("pecli.plots.pe:probe_figures"),
     "Wang & Chen analyses of position-embedding matrices (sinusoidal reference) and a "
-    "per-layer hidden-state probe of position with and without the model's positions"))
+    "per-layer hidden-state probe of position with and without the model's positions",
+    options=ProbeOptions))

@@ -27,8 +27,9 @@ import pandas as pd
 
 from pecli import recover as rc
 from pecli.experiments import EXPERIMENTS, Experiment, lazy
-from pecli.experiments.pe import _frame, _preflight, collect_hidden
+from pecli.experiments.pe import _frame, hidden_states, model_texts, preflight
 from pecli.intervals import ratio_interval
+from pecli.options import RecoverOptions
 from pecli.tables import validate
 
 NOT_APPLICABLE = "not applicable: positions are rotations, not added"
@@ -197,14 +198,11 @@ def input_level(loaded, tokens: int, folds: int, seed: int, n_boot: int, say) ->
 def hidden_level(loaded, ids: list[list[int]], top_k: int, folds: int, seed: int, n_boot: int,
                  batch_size: int | None, say) -> list[dict]:
     """Per-layer token-identity probe over the top-K frequent real tokens, learned and zero."""
-    from pecli.interventions import intervene
-
     real = set(real_vocabulary(loaded.tokenizer, loaded.model.get_input_embeddings().num_embeddings))
     rows = []
     for iv in ("learned", "zero"):
         say(f"{loaded.name}: hidden-state token probe ({iv})")
-        with intervene(loaded, iv, seed=seed):
-            states, positions, texts = collect_hidden(loaded, ids, batch_size)
+        states, positions, texts = hidden_states(loaded, ids, iv, seed, batch_size)
         labels = np.array([ids[t][q] for t, q in zip(texts, positions, strict=True)])
         counts = pd.Series(labels[np.isin(labels, list(real))]).value_counts()
         keep = np.isin(labels, counts.index[:top_k].to_numpy())
@@ -224,12 +222,7 @@ def hidden_level(loaded, ids: list[list[int]], top_k: int, folds: int, seed: int
     return rows
 
 
-def run_recover(models: list[str] | str = ("minilm",), tokens: int = 32, dataset: str = "imdb",
-                split: str | None = None, limit: int | None = 32, max_length: int = 128,
-                top_k: int = 50, folds: int = 5, n_boot: int = 1000, text: str | None = None,
-                device: str = "auto", dtype: str = "float32", seed: int = 0,
-                data_dir: str | None = None, batch_size: int | None = None,
-                announce=None) -> dict[str, pd.DataFrame]:
+def run_recover(options: RecoverOptions, announce=None) -> dict[str, pd.DataFrame]:
     """Token and position recovery from the sum, at the input and in hidden states.
 
     Tables: `by_position` (token accuracy per position and condition, with the ceiling),
@@ -237,31 +230,24 @@ def run_recover(models: list[str] | str = ("minilm",), tokens: int = 32, dataset
     "not applicable" row for rotary models), `hidden` (token probe accuracy per layer,
     learned and zero positions).
 
-    Args:
-        tokens: tokens sampled from the real vocabulary, each placed at every position.
-        limit, max_length: texts of `dataset` for the hidden-state probe and tokens per text.
-        top_k: the probe's classes: the most frequent real tokens of those texts.
-        n_boot: bootstrap resamples of every interval (0: none).
+    Options (RecoverOptions): tokens sampled from the real vocabulary, each placed at every
+    position; limit, max_length: texts of `dataset` for the hidden-state probe and tokens per
+    text; top_k: the probe's classes, the most frequent real tokens of those texts;
+    bootstrap: resamples of every interval (0: none).
     """
-    from pecli.batching import encode
     from pecli.data import load_data
-    from pecli.errors import ConfigError
     from pecli.loading import load_model
 
-    models = [models] if isinstance(models, str) else list(models)
-    if not models:
-        raise ConfigError("pe-recover needs at least one model (e.g. minilm random:bert)")
-    for flag, value, least in [("--tokens", tokens, folds), ("--top-k", top_k, 2),
-                               ("--folds", folds, 2), ("--max-length", max_length, 2)]:
-        if value < least:
-            raise ConfigError(f"{flag} must be at least {least} (got {value})")
-    _preflight(models)
+    o = options
+    preflight(o.models)
     say = announce or (lambda _msg: None)
-    data = load_data(dataset, split, data_dir_=data_dir, limit=limit, seed=seed, text_field=text)
+    data = load_data(o.dataset, o.split, data_dir_=o.data_dir, limit=o.limit, seed=o.seed,
+                     text_field=o.text_field)
     texts = data.texts()
     by_position, summary, hidden = [], [], []
-    for name in models:
-        loaded = load_model(name, device=device, dtype=dtype, seed=seed)
+    for name in o.models:
+        loaded = load_model(name, device=o.device, dtype=o.dtype, seed=o.seed,
+                            device_map=o.device_map, max_memory=o.max_memory)
         model_cols = loaded.provenance()
         if loaded.spec.position != "learned":
             say(f"{name}: {NOT_APPLICABLE}")
@@ -269,19 +255,17 @@ def run_recover(models: list[str] | str = ("minilm",), tokens: int = 32, dataset
                             "note": NOT_APPLICABLE, "dataset": "vocabulary", "split": "",
                             "rows": 0, "tokens": 0, "intervention": "none", "condition": "learned"})
             continue
-        a, b = input_level(loaded, tokens, folds, seed, n_boot, say)
+        a, b = input_level(loaded, o.tokens, o.folds, o.seed, o.bootstrap, say)
         by_position += [{**model_cols, **r} for r in a]
         summary += [{**model_cols, "note": "", **r} for r in b]
-        enc = encode(loaded.tokenizer, texts, min(max_length, loaded.max_positions))
-        data_cols = {**model_cols, **data.provenance(), "tokens": enc.tokens,
-                     "max_length": min(max_length, loaded.max_positions), "truncated_texts": enc.truncated}
-        hidden += [{**data_cols, **r} for r in
-                   hidden_level(loaded, enc.ids, top_k, folds, seed, n_boot, batch_size, say)]
+        enc, data_cols = model_texts(loaded, data, texts, o.max_length)
+        hidden += [{**data_cols, **r} for r in hidden_level(
+            loaded, enc.ids, o.top_k, o.folds, o.seed, o.bootstrap, o.batch_size, say)]
         del loaded
-    tables = {"summary": validate(_frame(summary, "pe-recover", seed))}
+    tables = {"summary": validate(_frame(summary, "pe-recover", o.seed))}
     if by_position:
-        tables["by_position"] = validate(_frame(by_position, "pe-recover", seed))
-        tables["hidden"] = validate(_frame(hidden, "pe-recover", seed))
+        tables["by_position"] = validate(_frame(by_position, "pe-recover", o.seed))
+        tables["hidden"] = validate(_frame(hidden, "pe-recover", o.seed))
     return tables
 
 
@@ -289,4 +273,4 @@ EXPERIMENTS.add("pe-recover", Experiment(
     "pe-recover", 1, run_recover, lazy("pecli.plots.recover:recover_figures"),
     "Token and position recovered from x = E_tok + E_pos at the input (nearest row, linear "
     "probe, exact extraction, joint decoding, sinusoid and random controls) and a per-layer "
-    "token-identity probe with and without positions"))
+    "token-identity probe with and without positions", options=RecoverOptions))

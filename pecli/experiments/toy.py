@@ -20,6 +20,7 @@ import torch
 
 from pecli.experiments import EXPERIMENTS, Experiment, lazy
 from pecli.intervals import METHOD, mean_interval
+from pecli.options import ToyOptions
 from pecli.provenance import row_provenance
 from pecli.tables import validate
 
@@ -27,10 +28,6 @@ SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")
 CHARS = "0123456789+-="
 VERSION = 3  # 2: attention layers numbered from 1 (0 = embedding output); train_tokens; 3: exact_match ci_low/ci_high
 
-# Default size: 109-211 s per scheme measured on the shared 2-core machine, 1 thread.
-DEFAULT_SIZE = dict(layers=2, width=64, heads=4)
-DEFAULT_STEPS = 2000
-BATCH = 128
 
 
 # --- data -----------------------------------------------------------------------------
@@ -38,10 +35,6 @@ BATCH = 128
 
 def arithmetic_examples(max_n: int) -> list[str]:
     """Every "i+j=k" and "i-j=k" for 0 <= i, j < max_n, in a fixed order."""
-    if max_n < 2:
-        from pecli.errors import ConfigError
-
-        raise ConfigError(f"--max must be at least 2 (got {max_n})")
     out = []
     for op in "+-":
         for i in range(max_n):
@@ -177,47 +170,25 @@ def default_probe(max_n: int) -> str:
     return "21+211=" if max_n > 211 else "21+21=" if max_n > 21 else "1+1="
 
 
-def check_probe(probe: str, max_n: int) -> str:
-    from pecli.errors import ConfigError
-
-    head, _, tail = probe.partition("=")
-    parts = head.replace("-", "+").split("+")
-    ok = tail == "" and len(parts) == 2 and all(p.isdigit() and int(p) < max_n for p in parts) \
-        and head.count("+") + head.count("-") == 1
-    if not ok:
-        raise ConfigError(f"--probe {probe!r} must look like 'i+j=' or 'i-j=' with i, j < --max {max_n}")
-    return probe
-
-
 # --- the experiment -------------------------------------------------------------------
 
 
-def run(pe: str | list[str] = "learned,sinusoidal,none,rope,alibi", max_n: int = 100,
-        steps: int = DEFAULT_STEPS, layers: int = DEFAULT_SIZE["layers"],
-        width: int = DEFAULT_SIZE["width"], heads: int = DEFAULT_SIZE["heads"],
-        batch: int = BATCH, lr: float = 3e-3, test_fraction: float = 0.2,
-        probe: str | None = None, eval_limit: int | None = None, seed: int = 0,
-        threads: int | None = 1, save_dir: str | None = None,
-        progress=None) -> dict[str, pd.DataFrame]:
+def run(options: ToyOptions, progress=None) -> dict[str, pd.DataFrame]:
     """Train one model per scheme; tables `accuracy` (exact match etc.) and `attention`.
 
-    `max_n` is the CLI's --max (operands 0 <= i, j < max_n).
-
+    `options.max_n` is the CLI's --max (operands 0 <= i, j < max_n).
     `threads`: torch threads while training (default 1: at this size a second thread costs
     more in synchronisation than it gains, measured on the shared 2-core machine).
     `progress(scheme, step, steps, loss)` is called after each step when given (the CLI's
     progress bar). `save_dir`: write each checkpoint to <save_dir>/<scheme>.
     """
-    from pecli.training import check_schemes, torch_threads
+    from pecli.training import torch_threads
 
-    schemes = check_schemes(pe)
-    with torch_threads(threads):
-        return _run(schemes, max_n, steps, layers, width, heads, batch, lr, test_fraction, probe,
-                    eval_limit, seed, save_dir, progress)
+    with torch_threads(options.threads):
+        return _run(options, progress)
 
 
-def _run(schemes, max_n, steps, layers, width, heads, batch, lr, test_fraction, probe,
-         eval_limit, seed, save_dir, progress) -> dict[str, pd.DataFrame]:
+def _run(o: ToyOptions, progress) -> dict[str, pd.DataFrame]:
     from pecli.training import (
         ModelSize,
         TrainConfig,
@@ -227,16 +198,15 @@ def _run(schemes, max_n, steps, layers, width, heads, batch, lr, test_fraction, 
         train,
     )
 
-    examples = arithmetic_examples(max_n)  # checks --max first: the probe depends on it
-    probe = check_probe(probe or default_probe(max_n), max_n)
-    if steps < 1:
-        from pecli.errors import ConfigError
-
-        raise ConfigError(f"--steps must be positive (got {steps})")
+    max_n, steps, seed, batch, lr = o.max_n, o.steps, o.seed, o.batch, o.lr
+    layers, width, heads, save_dir = o.layers, o.width, o.heads, o.save_dir
+    schemes = [c.name for c in o.pe]
+    examples = arithmetic_examples(max_n)
+    probe = o.probe or default_probe(max_n)  # ToyOptions checked a given one against max_n
     tokenizer = char_tokenizer()
-    train_set, test_set = split_examples(examples, test_fraction, seed)
-    if eval_limit is not None:
-        test_set = test_set[:eval_limit]
+    train_set, test_set = split_examples(examples, o.test_fraction, seed)
+    if o.eval_limit is not None:
+        test_set = test_set[:o.eval_limit]
     longest = max(len(encode_example(tokenizer, e)[0]) for e in examples)
     size = ModelSize(layers, width, heads, positions=max(16, longest))
     dataset = f"arithmetic(max={max_n})"
@@ -316,4 +286,5 @@ figures = lazy("pecli.plots.training:toy_figures")
 
 EXPERIMENTS.add("toy", Experiment(
     "toy", VERSION, run, figures,
-    "Train tiny Transformers on i+j=k / i-j=k per position scheme: exact match, attention on repeats"))
+    "Train tiny Transformers on i+j=k / i-j=k per position scheme: exact match, attention on repeats",
+    options=ToyOptions))

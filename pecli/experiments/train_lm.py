@@ -25,13 +25,12 @@ import torch
 import torch.nn.functional as F
 
 from pecli.experiments import EXPERIMENTS, Experiment, lazy
+from pecli.options import TrainLmOptions
 from pecli.provenance import row_provenance
 from pecli.tables import validate
 
 VERSION = 2  # 2: train_tokens apart from (evaluation) tokens; portable model ids
 EOT = "<|endoftext|>"
-DEFAULTS = dict(layers=4, width=128, heads=4, context=128, batch=16, vocab=4096)
-DEFAULT_STEPS = 400
 TOKENIZER_TEXTS = 5000  # train reviews the BPE is learned from (seeded subset)
 
 
@@ -128,35 +127,22 @@ def unigram_nll(train_stream: torch.Tensor, windows: torch.Tensor, vocab_size: i
 # --- the experiment -------------------------------------------------------------------
 
 
-def run(pe: str | list[str] = "learned", steps: int = DEFAULT_STEPS,
-        layers: int = DEFAULTS["layers"], width: int = DEFAULTS["width"],
-        heads: int = DEFAULTS["heads"], context: int = DEFAULTS["context"],
-        batch: int = DEFAULTS["batch"], lr: float = 3e-3, tokenizer: str = "bpe",
-        vocab: int = DEFAULTS["vocab"], limit: int | None = 5000, eval_limit: int | None = 400,
-        eval_every: int = 50, seed: int = 0, data_dir: str | None = None,
-        threads: int | None = None, save_dir: str | None = None, model_out: str | None = None,
-        progress=None) -> dict[str, pd.DataFrame]:
+def run(options: TrainLmOptions, progress=None) -> dict[str, pd.DataFrame]:
     """Train one LM per scheme; tables `perplexity` (final numbers) and `curve` (learning curve).
 
     `limit` / `eval_limit`: seeded, label-balanced subsets of IMDB train / test reviews.
     `save_dir`: checkpoints go to <save_dir>/<scheme>; `model_out`: the checkpoint
     directory itself (one scheme only). `progress(scheme, step, steps, loss)` after each step.
     """
-    from pecli.errors import ConfigError
-    from pecli.training import check_schemes, torch_threads
+    from pecli.training import torch_threads
 
-    schemes = check_schemes(pe)
-    if model_out is not None and len(schemes) != 1:
-        raise ConfigError("--model-out names one checkpoint directory: give exactly one --pe")
-    if tokenizer not in ("bpe", "gpt2"):
-        raise ConfigError(f"unknown --tokenizer {tokenizer!r}; use bpe or gpt2")
-    if steps < 1 or eval_every < 1:
-        raise ConfigError("--steps and --eval-every must be positive")
-    opts = dict(steps=steps, layers=layers, width=width, heads=heads, context=context,
-                batch=batch, lr=lr, tokenizer=tokenizer, vocab=vocab, limit=limit,
-                eval_limit=eval_limit, eval_every=eval_every, seed=seed)
-    with torch_threads(threads) as n_threads:
-        return _run(schemes, opts, data_dir, save_dir, model_out, progress, n_threads)
+    o = options
+    opts = dict(steps=o.steps, layers=o.layers, width=o.width, heads=o.heads, context=o.context,
+                batch=o.batch, lr=o.lr, tokenizer=o.tokenizer, vocab=o.vocab, limit=o.limit,
+                eval_limit=o.eval_limit, eval_every=o.eval_every, seed=o.seed)
+    with torch_threads(o.threads) as n_threads:
+        return _run([c.name for c in o.pe], opts, o.data_dir, o.save_dir, o.model_out, progress,
+                    n_threads)
 
 
 def _run(schemes, o, data_dir, save_dir, model_out, progress, n_threads) -> dict[str, pd.DataFrame]:
@@ -254,4 +240,5 @@ figures = lazy("pecli.plots.training:train_lm_figures")
 
 EXPERIMENTS.add("train-lm", Experiment(
     "train-lm", VERSION, run, figures,
-    "Train a small causal LM on IMDB per position scheme: test perplexity vs unigram, learning curve"))
+    "Train a small causal LM on IMDB per position scheme: test perplexity vs unigram, learning curve",
+    options=TrainLmOptions))

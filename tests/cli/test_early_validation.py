@@ -32,7 +32,8 @@ PPL = ["perplexity", "random:gpt2"]
 MC = ["mc", "random:gpt2"]
 PROBE = ["pe", "probe", "random:bert"]
 RECOVER = ["pe", "recover", "random:bert"]
-TOY = ["toy", "arithmetic"]
+SINUSOID = ["pe", "sinusoidal"]
+TOY = ["toy", "arithmetic", "--max", "9"]
 TRAIN = ["train", "lm"]
 DEVICE_DTYPE_SEED = [["--device", "cdua"], ["--dtype", "float23"], ["--seed", "-1"]]
 
@@ -45,12 +46,21 @@ CASES = [
     *[MC + a for a in [["--pe", "nosuch"], ["--mask", "linaer"], ["--mask-semantics", "log-bais"],
                        ["--protocol", "studdy"], ["--limit", "0"], ["--bootstrap", "-1"],
                        *DEVICE_DTYPE_SEED]],
-    *[PROBE + a for a in [["--intervention", "nosuch"], ["--limit", "0"], *DEVICE_DTYPE_SEED]],
-    *[RECOVER + a for a in [["--limit", "0"], ["--n-boot", "-1"], *DEVICE_DTYPE_SEED]],
-    *[TOY + a for a in [["--pe", "nosuch"], ["--steps", "0"], ["--seed", "-1"]]],
+    *[PROBE + a for a in [["--intervention", "nosuch"], ["--limit", "0"], ["--folds", "1"],
+                          ["--max-length", "1"], ["--pairs", "0"], ["--max-memory", "0=1GiB"],
+                          *DEVICE_DTYPE_SEED]],
+    *[RECOVER + a for a in [["--limit", "0"], ["--n-boot", "-1"], ["--bootstrap", "-1"],
+                            ["--tokens", "3"], ["--top-k", "1"], ["--folds", "1"],
+                            *DEVICE_DTYPE_SEED]],
+    *[SINUSOID + a for a in [["--dim", "7"], ["--positions", "0"], ["--base", "1"]]],
+    *[TOY + a for a in [["--pe", "nosuch"], ["--steps", "0"], ["--seed", "-1"], ["--max", "1"],
+                        ["--probe", "9+1="], ["--width", "10"], ["--layers", "0"],
+                        ["--threads", "0"]]],
     ["toy", "arithmetc"],
     *[TRAIN + a for a in [["--pe", "nosuch"], ["--tokenizer", "bep"], ["--limit", "0"],
-                          ["--seed", "-1"]]],
+                          ["--seed", "-1"], ["--vocab", "10"], ["--width", "10"],
+                          ["--context", "1"], ["--eval-every", "0"],
+                          ["--pe", "learned,none", "--model-out", "m"]]],
 ]
 
 
@@ -93,8 +103,15 @@ experiments:
     ("pe-probe", "models: [random:bert], interventions: [zero, nosuch]"),
     ("mc", "model: random:gpt2, pe: [nosuch]"),
     ("mc", "model: random:gpt2, semantics: legacy, masks: 'linear,linaer'"),
+    ("pe-probe", "models: [random:bert], intervention: [zero, nosuch]"),
+    ("pe-probe", "models: [random:bert], folds: 1"),
+    ("pe-recover", "models: [random:bert], bootstrap: -1"),
+    ("pe-recover", "models: [random:bert], text: text, top_k: 1"),
+    ("pe-sinusoidal", "dim: 7"),
     ("toy", "pe: [learned, nosuch]"),
+    ("toy", "max_n: 10, probe: '12+1='"),
     ("train-lm", "pe: [nosuch]"),
+    ("train-lm", "width: 10, heads: 4"),
     ("perplexity", "model: random:gpt2, semantics: [log-bais]"),
     ("perplexity", "model: random:gpt2, masks: [linaer]"),
     ("perplexity", "model: random:gpt2, protocol: [studdy]"),

@@ -46,9 +46,9 @@ def test_sinusoidal_writes_tables_figures_and_summary(tmp_path):
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--dim", "7"], "--dim must be a positive even number"),
-    (["--positions", "0"], "--positions must be at least 1"),
-    (["--base", "1"], "--base must be greater than 1"),
+    (["--dim", "7"], "pecli pe sinusoidal: dim (--dim): 7 is odd"),
+    (["--positions", "0"], "pecli pe sinusoidal: positions (--positions): 0 is out of range (at least 1)"),
+    (["--base", "1"], "pecli pe sinusoidal: base (--base): 1 must be greater than 1"),
 ])
 def test_sinusoidal_bad_args(args, message, tmp_path):
     result = _invoke("sinusoidal", *args, "--out", str(tmp_path))
@@ -78,11 +78,11 @@ def test_probe_learned_and_rotary(assets, tmp_path):
 
 @pytest.mark.parametrize("args,message", [
     (["random:nosuch"], "unknown model family 'nosuch'"),
-    (["MODEL", "nosuch-model"], "model 'nosuch-model' is missing"),
-    (["MODEL", "--folds", "1"], "--folds must be at least 2"),
-    (["MODEL", "--intervention", "zeros"], "unknown intervention 'zeros' (did you mean 'zero'"),
+    (["MODEL", "nosuch-model"], "cannot load model 'nosuch-model' ("),
+    (["MODEL", "--folds", "1"], "pecli pe probe: folds (--folds): 1 is out of range (at least 2)"),
+    (["MODEL", "--intervention", "zeros"], "pecli pe probe: unknown intervention 'zeros' (did you mean 'zero'"),
     (["MODEL", "--limit", "99"], "--limit 99 exceeds the 8 rows"),
-    (["MODEL", "--max-length", "1"], "--max-length must be at least 2"),
+    (["MODEL", "--max-length", "1"], "pecli pe probe: max_length (--max-length): 1 is out of range (at least 2)"),
 ])
 def test_probe_bad_args(assets, tmp_path, args, message):
     args = [str(assets / "gpt2") if a == "MODEL" else a for a in args]

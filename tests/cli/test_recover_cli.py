@@ -48,8 +48,8 @@ def test_recover_learned_and_rotary(assets, tmp_path):
 
 
 @pytest.mark.parametrize("args,message", [
-    (["MODEL", "--tokens", "1"], "--tokens must be at least 5"),
-    (["MODEL", "--top-k", "1"], "--top-k must be at least 2"),
+    (["MODEL", "--tokens", "1"], "pecli pe recover: tokens (--tokens): 1 is fewer than the 5 folds"),
+    (["MODEL", "--top-k", "1"], "pecli pe recover: top_k (--top-k): 1 is out of range (at least 2)"),
     (["random:nosuch"], "unknown model family 'nosuch'"),
 ])
 def test_recover_bad_args(assets, tmp_path, args, message):

@@ -23,7 +23,7 @@ def test_toy_arithmetic_writes_tables_figures_checkpoints(tmp_path):
     att = pd.read_csv(out / "attention.csv", keep_default_na=False)
     gap = att[(att.metric == "repeat_key_gap") & (att.layer == 1)].set_index("pe")["value"]
     assert gap["none"] == 0.0 and gap["learned"] > 0
-    for name in ("toy_accuracy.png", "toy_attention.png", "accuracy.json",
+    for name in ("figures/toy_accuracy.png", "figures/toy_attention.png", "accuracy.json",
                  "models/none/config.json", "models/learned/model.safetensors"):
         assert (out / name).exists(), name
     assert "exact match" in res.output
@@ -32,7 +32,7 @@ def test_toy_arithmetic_writes_tables_figures_checkpoints(tmp_path):
 def test_toy_rejects_unknown_scheme_and_bad_probe(tmp_path):
     res = runner.invoke(app, ["toy", "arithmetic", "--pe", "nope", "--out", str(tmp_path)])
     assert res.exit_code == 1
-    assert "unknown position scheme 'nope'" in res.output
+    assert "unknown position encoding 'nope'" in res.output
     res = runner.invoke(app, ["toy", "arithmetic", "--pe", "none", "--max", "50", "--probe", "99+1=",
                               "--out", str(tmp_path)])
     assert res.exit_code == 1 and "--probe" in res.output
@@ -54,7 +54,8 @@ def test_train_lm_tiny(tmp_path, shared_data):
     assert tokens.nunique() == 1  # the unigram is scored on the same tokens
     curve = pd.read_csv(out / "curve.csv")
     assert sorted(curve[curve.pe == "learned"].step.unique()) == [1, 2]
-    assert (out / "train_lm_curve.png").exists() and (out / "train_lm_perplexity.png").exists()
+    assert (out / "figures" / "train_lm_curve.png").exists()
+    assert (out / "figures" / "train_lm_perplexity.png").exists()
     loaded = load_model(str(out / "models" / "learned"), device="cpu")
     assert loaded.spec.family == "gpt2" and loaded.max_positions == 32
     assert len(loaded.tokenizer) == 300

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pecli.experiments import pe as pe_exp
+from pecli.options import ProbeOptions
 
 pytestmark = pytest.mark.slow
 
@@ -20,8 +21,9 @@ def test_minilm_and_random_gpt2(minilm, shared_data, monkeypatch):
 
     monkeypatch.setattr("pecli.loading.load_model",
                         lambda name, **kw: minilm if name == "minilm" else load_model(name, **kw))
-    out = pe_exp.run_probe(models=["minilm", "random:gpt2"], dataset="imdb", limit=6,
-                           max_length=48, pairs=300, device="cpu", data_dir=str(shared_data))
+    out = pe_exp.run_probe(ProbeOptions(models=["minilm", "random:gpt2"], dataset="imdb", limit=6,
+                                        max_length=48, pairs=300, device="cpu",
+                                        data_dir=str(shared_data)))
     m = out["matrix"].set_index(["model", "matrix", "metric"])["value"]
     shapes = out["matrix"].groupby("model")[["positions", "dim"]].first()
     assert shapes.loc["minilm"].tolist() == [512, 384] and shapes.loc["random:gpt2"].tolist() == [1024, 768]
@@ -48,8 +50,8 @@ def test_minilm_and_random_gpt2(minilm, shared_data, monkeypatch):
 
 def test_smollm2_hidden_state_probe_only(smollm2, shared_data, monkeypatch):
     monkeypatch.setattr("pecli.loading.load_model", lambda name, **kw: smollm2)
-    out = pe_exp.run_probe(models=["smollm2"], dataset="imdb", limit=5, max_length=32,
-                           device="cpu", data_dir=str(shared_data))
+    out = pe_exp.run_probe(ProbeOptions(models=["smollm2"], dataset="imdb", limit=5, max_length=32,
+                                        device="cpu", data_dir=str(shared_data)))
     assert set(out) == {"hidden"}  # rotary: no embedding table to analyse
     hidden = out["hidden"]
     assert hidden["note"].str.contains("rotary").all() and (hidden["position_kind"] == "rotary").all()

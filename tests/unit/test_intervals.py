@@ -84,8 +84,9 @@ def test_pe_order_accuracy_carries_its_interval():
 
 def test_toy_exact_match_carries_its_interval():
     from pecli.experiments.toy import run
+    from pecli.options import ToyOptions
 
-    acc = run(pe="none", max_n=12, steps=2, layers=1, width=16, heads=2)["accuracy"]
+    acc = run(ToyOptions(pe="none", max_n=12, steps=2, layers=1, width=16, heads=2))["accuracy"]
     em = acc[acc["metric"] == "exact_match"]
     assert len(em) == 3 and em["ci_low"].notna().all()
     assert ((em["ci_low"] <= em["value"]) & (em["value"] <= em["ci_high"])).all()

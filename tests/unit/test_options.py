@@ -118,6 +118,30 @@ def test_a_bad_name_fails_without_importing_torch():
     assert "unknown intervention 'nosuch'" in out.stderr
 
 
+@pytest.mark.parametrize("args,message", [
+    (["pe", "probe", "smollm2", "--intervention", "nosuch"], "unknown intervention 'nosuch'"),
+    (["pe", "probe", "smollm2", "--folds", "1"], "folds (--folds): 1 is out of range"),
+    (["pe", "recover", "smollm2", "--bootstrap", "-1"], "bootstrap (--bootstrap): -1 is out of range"),
+    (["pe", "recover", "smollm2", "--tokens", "2"], "tokens (--tokens): 2 is fewer than the 5 folds"),
+    (["pe", "sinusoidal", "--dim", "7"], "dim (--dim): 7 is odd"),
+    (["toy", "arithmetic", "--pe", "rop"], "unknown position encoding 'rop'"),
+    (["toy", "arithmetic", "--max", "10", "--probe", "21+1="], "probe (--probe): '21+1='"),
+    (["train", "lm", "--pe", "alibi,nosuch"], "unknown position encoding 'nosuch'"),
+    (["train", "lm", "--tokenizer", "bep"], "tokenizer (--tokenizer): unknown value 'bep'"),
+    (["train", "lm", "--width", "10"], "width (--width): 10 must be a multiple of heads"),
+])
+def test_a_bad_option_of_the_pe_and_training_commands_fails_without_importing_torch(args, message):
+    """pe probe / recover / sinusoidal, toy and train lm build their options before importing
+    any experiment: a bad name or range fails without torch."""
+    code = ("import sys\nfrom pecli.cli import app\n"
+            f"try:\n    app({args!r})\n"
+            "except SystemExit as e:\n    code = e.code\n"
+            "print(code, 'torch' in sys.modules, 'transformers' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["1", "False", "False"], out.stdout + out.stderr
+    assert message in out.stderr
+
+
 def _experiments():
     from pecli.experiments import load_all
 

@@ -10,6 +10,7 @@ from conftest import FAMILIES, make_tiny
 
 from pecli.experiments import EXPERIMENTS, load_all
 from pecli.experiments import pe as pe_exp
+from pecli.options import ProbeOptions, SinusoidOptions
 
 TEXTS = ["the cat sat on the mat and looked around", "a fine film with a worse plot",
          "one two three four five six seven eight nine ten", "short", "dull dull dull dull",
@@ -36,7 +37,7 @@ def test_registered():
 
 
 def test_sinusoidal_tables():
-    out = pe_exp.run_sinusoidal(positions=12, dim=10, base=100.0)
+    out = pe_exp.run_sinusoidal(SinusoidOptions(positions=12, dim=10, base=100.0))
     assert set(out) == {"encoding", "rotation", "dot", "summary"}
     enc = out["encoding"]
     assert len(enc) == 12 * 10 and enc["value"].between(-1, 1).all()
@@ -69,8 +70,8 @@ def test_collect_hidden_positions_and_texts(family):
 @pytest.mark.parametrize("family", FAMILIES)
 def test_run_probe_tables(family, reviews, monkeypatch):
     _fake_loader(monkeypatch, lambda name, **kw: make_tiny(family))
-    out = pe_exp.run_probe(models=["tiny"], dataset=str(reviews), limit=None, max_length=16,
-                           folds=4, pairs=100, device="cpu")
+    out = pe_exp.run_probe(ProbeOptions(models=["tiny"], dataset=str(reviews), limit=None,
+                                        max_length=16, folds=4, pairs=100, device="cpu"))
     hidden = out["hidden"]
     assert set(hidden["intervention"]) == {"learned", "zero"}
     assert len(hidden) == 2 * 3 * 2  # interventions x layers x (mae, chance)
@@ -117,9 +118,10 @@ def test_figures_from_written_tables(tmp_path, reviews, monkeypatch):
     fams = iter(["gpt2", "llama"])
     _fake_loader(monkeypatch, lambda name, **kw: make_tiny(next(fams)))
     for exp, frames in [
-        ("pe-sinusoidal", pe_exp.run_sinusoidal(positions=8, dim=8)),
-        ("pe-probe", pe_exp.run_probe(models=["a", "b"], dataset=str(reviews), limit=None,
-                                      max_length=16, folds=4, pairs=100, device="cpu")),
+        ("pe-sinusoidal", pe_exp.run_sinusoidal(SinusoidOptions(positions=8, dim=8))),
+        ("pe-probe", pe_exp.run_probe(ProbeOptions(
+            models=["a", "b"], dataset=str(reviews), limit=None, max_length=16, folds=4,
+            pairs=100, device="cpu"))),
     ]:
         csvs = {name: write_table(df, tmp_path / exp, name, {}) for name, df in frames.items()}
         pngs = EXPERIMENTS.get(exp).figures(csvs, tmp_path / exp / "figures")

@@ -20,7 +20,6 @@ from pecli.training import (
     ModelSize,
     TrainConfig,
     build_model,
-    check_schemes,
     save_checkpoint,
     scheme_of,
     sinusoid_table,
@@ -178,10 +177,19 @@ def test_alibi_checkpoint_loads_in_a_fresh_process(tmp_path):
 
 
 def test_unknown_scheme_is_a_config_error():
-    assert check_schemes("none, rope") == ["none", "rope"]
-    assert check_schemes(["learned", "learned,alibi"]) == ["learned", "alibi"]
-    with pytest.raises(ConfigError, match="unknown position scheme 'nope'.*--pe"):
-        check_schemes(["nope"])
+    from pecli.options import ToyOptions, TrainLmOptions
+
+    def pe(value):
+        return [str(c) for c in TrainLmOptions.build({"pe": value}, "t").pe]
+
+    assert pe("none, rope") == ["none", "rope"]
+    assert pe(["learned", "learned,alibi"]) == ["learned", "alibi"]
+    assert set(SCHEMES) == {str(c) for c in ToyOptions().pe}  # every scheme, by default
+    with pytest.raises(ConfigError, match="t: unknown position encoding 'nope'"):
+        TrainLmOptions.build({"pe": ["nope"]}, "t")
+    with pytest.raises(ConfigError, match="unknown position encoding 'nope'"):
+        build_model("nope", 10, ModelSize(1, 8, 2, 8), pad_token_id=0, bos_token_id=0,
+                    eos_token_id=0)
 
 
 def test_committed_demo_checkpoint_loads():

@@ -12,12 +12,12 @@ from pecli.experiments.toy import (
     arithmetic_examples,
     batch_iterator,
     char_tokenizer,
-    check_probe,
     default_probe,
     encode_example,
     split_examples,
 )
 from pecli.experiments.train_lm import eval_windows, train_bpe, unigram_nll, window_batches
+from pecli.options import ToyOptions
 
 
 def test_examples_cover_both_operations():
@@ -25,7 +25,7 @@ def test_examples_cover_both_operations():
     assert len(ex) == 2 * 12 * 12 == len(set(ex))
     assert "11+11=22" in ex and "3-7=-4" in ex and "0-0=0" in ex
     with pytest.raises(ConfigError, match="--max"):
-        arithmetic_examples(1)
+        ToyOptions(max_n=1)
 
 
 def test_split_is_reproducible_and_disjoint():
@@ -54,10 +54,10 @@ def test_labels_cover_answer_and_eos_only():
 def test_probe_checks():
     assert default_probe(100) == "21+21=" and default_probe(1000) == "21+211="
     assert default_probe(5) == "1+1="
-    assert check_probe("21+211=", 300) == "21+211="
+    assert ToyOptions(probe="21+211=", max_n=300).probe == "21+211="
     for bad in ("21+211=", "2*3=", "1+2=3", "+1="):
         with pytest.raises(ConfigError, match="--probe"):
-            check_probe(bad, 100)
+            ToyOptions(probe=bad, max_n=100)
 
 
 def test_unigram_nll_by_hand():
