@@ -71,6 +71,10 @@ def write_json(obj: dict, path: Path) -> Path:
     return _atomic(Path(path), lambda f: json.dump(obj, f, indent=2, default=str))
 
 
+def write_text(text: str, path: Path) -> Path:
+    return _atomic(Path(path), lambda f: f.write(text))
+
+
 def run_meta(config: dict) -> dict:
     """The sidecar of a table: resolved config, versions, git state, time."""
     return {"config": config, "created": utc_now(), **library_versions(), **git_state()}

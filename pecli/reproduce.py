@@ -20,7 +20,7 @@ from pecli import config
 from pecli.config import Entry, Preset
 from pecli.errors import ConfigError, PecliError
 from pecli.experiments import EXPERIMENTS, load_all
-from pecli.io import RunOutput, run_meta, write_json
+from pecli.io import RunOutput, run_meta, write_json, write_text
 
 
 def load_preset(name_or_path: str, overrides: dict | None = None) -> Preset:
@@ -272,8 +272,4 @@ def write_report(preset: Preset, out: Path, results: list[EntryResult]) -> Path:
     text = "\n".join(lines)
     if path.exists() and path.read_text(encoding="utf-8") == text:
         return path  # nothing new: leave the file (and its time stamp) alone
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".md.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
-    return path
+    return write_text(text, path)  # atomic, as every table
