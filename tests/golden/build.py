@@ -30,7 +30,7 @@ TEXTS = [
     "She wrote three letters before the rain stopped.",
     "Numbers like seven and twelve appear in many old stories.",
 ]
-KEYS = ["experiment", "intervention", "mask", "mask_semantics", "protocol", "computation",
+KEYS = ["experiment", "matrix", "intervention", "mask", "mask_semantics", "protocol", "computation",
         "metric", "aggregation", "special_tokens", "baseline", "layer", "position", "text_id"]
 NUMBERS = ["value", "ci_low", "ci_high"]
 
@@ -42,7 +42,13 @@ RUNS = {
                                                    semantics=["legacy", "log-bias"],
                                                    protocol=["relative", "study"], bootstrap=20),
                         "perplexity"),
+    # pe-probe takes a list of models; on GPT-2 (a learned table) both of its analyses
+    "pe_probe_matrix_gpt2": ("pe-probe", "gpt2", dict(folds=4, pairs=100, max_length=16),
+                             "matrix"),
+    "pe_probe_hidden_gpt2": ("pe-probe", "gpt2", dict(folds=4, pairs=100, max_length=16),
+                             "hidden"),
 }
+MODELS = {"pe-probe"}  # experiments whose option is `models` (a list), not `model`
 
 
 def compute(name: str) -> pd.DataFrame:
@@ -52,9 +58,10 @@ def compute(name: str) -> pd.DataFrame:
         data = Path(tmp) / "texts.csv"
         pd.DataFrame({"text": TEXTS}).to_csv(data, index=False)
         with patch("pecli.loading.load_model", lambda *a, **k: make_tiny(family)):
+            model = {"models" if experiment in MODELS else "model": f"random:{family}"}
             frames = load_all().get(experiment).run_with(
-                dict(model=f"random:{family}", dataset=str(data), limit=len(TEXTS), seed=0,
-                     device="cpu", **options), name)
+                dict(**model, dataset=str(data), limit=len(TEXTS), seed=0, device="cpu",
+                     **options), name)
     df = frames[table]
     keys = [c for c in KEYS if c in df.columns]
     out = df[keys + [c for c in NUMBERS if c in df.columns]].copy()
