@@ -123,20 +123,20 @@ def _condition(name: str, x, candidates, token_rows, position_rows, sample, fold
         {"metric": "token_accuracy_ceiling", "value": ceiling.mean(), "ci": _interval(ceiling, n_boot, seed)},
         {"metric": "token_accuracy_worst_position", "value": correct.mean(0).min()},
         {"metric": "joint_accuracy", "value": joint.mean(), "ci": _interval(joint, n_boot, seed),
-         "protocol": "token by nearest row, then the position row nearest (cosine) to x minus "
+         "evaluation": "token by nearest row, then the position row nearest (cosine) to x minus "
                      "that token's row; both right"},
-        {"metric": "position_probe_mae", "value": reg.mae, "protocol":
+        {"metric": "position_probe_mae", "value": reg.mae, "evaluation":
          f"ridge regression x -> p (alpha by leave-one-token-out), {folds}-fold CV over "
          "sampled tokens, MAE of round(prediction)"},
         {"metric": "position_probe_chance_mae", "value": reg.chance_mae},
-        {"metric": "known_token_max_abs_error", "value": known.max_abs_error, "protocol":
+        {"metric": "known_token_max_abs_error", "value": known.max_abs_error, "evaluation":
          "max |(x - x(v, no position)) - E_pos[p]|: 0 up to float32 rounding without a normalisation"},
         {"metric": "known_token_relative_error", "value": known.relative_error},
-        {"metric": "known_token_position_accuracy", "value": known.row_accuracy, "protocol":
+        {"metric": "known_token_position_accuracy", "value": known.row_accuracy, "evaluation":
          "nearest position row (cosine) to x - x(v, no position)"},
         {"metric": "mean_position_row_norm", "value": float(np.linalg.norm(position_rows, axis=1).mean())},
         {"metric": "mean_token_row_norm", "value": float(np.linalg.norm(token_rows, axis=1).mean()),
-         "protocol": "the token table's rows, before any normalisation"},
+         "evaluation": "the token table's rows, before any normalisation"},
     ]
     for r in summary:
         low, high = r.pop("ci", (np.nan, np.nan))
@@ -211,7 +211,7 @@ def hidden_level(loaded, ids: list[list[int]], top_k: int, folds: int, seed: int
             per_text = np.bincount(texts[keep], minlength=len(ids))  # tokens per text
             common = {"layer": layer, "intervention": iv, "classes": int(min(top_k, len(counts))),
                       "probe_rows": int(keep.sum()), "regressor": "one-vs-rest RidgeLOO on one-hot",
-                      "protocol": f"{folds}-fold CV over texts, accuracy of the largest score",
+                      "evaluation": f"{folds}-fold CV over texts, accuracy of the largest score",
                       "interval": "95 % percentile bootstrap over texts"}
             for metric, hits in [("token_probe_accuracy", probe.correct),
                                  ("token_probe_chance_accuracy", probe.chance)]:
@@ -270,7 +270,8 @@ def run_recover(options: RecoverOptions, announce=None) -> dict[str, pd.DataFram
 
 
 EXPERIMENTS.add("pe-recover", Experiment(
-    "pe-recover", 1, run_recover, lazy("pecli.plots.recover:recover_figures"),
+    # 2: column `protocol` (how a number is evaluated) -> `evaluation`, as in pe-probe
+    "pe-recover", 2, run_recover, lazy("pecli.plots.recover:recover_figures"),
     "Token and position recovered from x = E_tok + E_pos at the input (nearest row, linear "
     "probe, exact extraction, joint decoding, sinusoid and random controls) and a per-layer "
     "token-identity probe with and without positions", options=RecoverOptions))
