@@ -67,6 +67,20 @@ def intervention_option(help: str):
                                "see pecli interventions).")]
 
 
+# Graded attention masks (perplexity, mc): each a name of pecli.names (repeat or a,b).
+MaskOpt = Annotated[list[str] | None, typer.Option(
+    "--mask", help="Mask shape(s): default, linear, exponential, alibi, self (repeat or a,b; "
+                   "see pecli masks). Default: default.")]
+MaskSemanticsOpt = Annotated[list[str] | None, typer.Option(
+    "--mask-semantics", help="What a mask weight does: legacy (transformers 4.x), boolean (5.x), "
+                             "log-bias, scale (repeat or a,b; docs/masks.md). Default: legacy.")]
+ProtocolOpt = Annotated[list[str] | None, typer.Option(
+    "--protocol", help="How a mask meets a causal LM's prefixes: relative (each query weighs its "
+                       "own prefix, one pass; mc: the question's context scored once for every "
+                       "choice) or study (one pass per predicted token, one 1-D key mask; exact "
+                       "but ~10x slower) (repeat or a,b). Default: relative.")]
+
+
 # Deprecated spelling of --intervention (kept for one release; `build` warns when it is used).
 PeAliasOpt = Annotated[list[str] | None, typer.Option(
     "--pe", hidden=True, help="Deprecated: use --intervention.")]

@@ -1,12 +1,14 @@
 """Token NLLs of a causal LM under a mask protocol (study E2, E3).
 
 Texts are tokenised once (no special tokens, as `evaluate` does), an optional start
-token is prepended, then cut into *windows* of at most the model's positions. Each window
-scores targets ids[t] for t >= window.first. Two protocols:
+token is prepended, then cut into *windows* of at most the model's positions
+(`windows_for`). Each window scores targets ids[t] for t >= window.first. How each
+condition is computed is decided once, by `plan` (a `Plan`: the condition's names, the
+attention to install, the passes), and handed down to `score`. Two protocols:
 
 - `relative`: one pass per window (batched); query i weighs key k by m(i, k) over its own
-  prefix. `prefix_by_prefix=True` computes the same numbers with one pass per prefix
-  (the identity the tests check and the benchmark times).
+  prefix. `fast=False` computes the same numbers with one pass per prefix (the identity
+  the tests check and the benchmark times).
 - `study`: one pass per predicted position over the prefix ids[:t], every row of that pass
   weighing keys by m(t, .) as one 1-D mask does, scoring only the last row. Prefixes of
   all texts are batched by length (left padding, so the scored row is the last column).
@@ -22,12 +24,12 @@ every shortcut; the tests check each shortcut against it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 import torch
 
-from pecli import parallel
+from pecli import names, parallel
 from pecli.batching import (
     default_token_budget,
     halving_on_oom,
@@ -38,11 +40,10 @@ from pecli.batching import (
     tight_batches,
 )
 from pecli.errors import ConfigError, ModelError
-from pecli.masks import SEMANTICS, SHAPES, masked_attention
+from pecli.masks import masked_attention
 from pecli.metrics import target_nll
+from pecli.names import Choice
 
-PROTOCOLS = ("relative", "study")
-LONG_TEXT = ("truncate", "window")
 HEAD_CHUNK = 256  # scored rows per LM-head matmul: [256, vocab] logits at a time
 
 
@@ -80,9 +81,9 @@ class Prepared:
         return self.tokens
 
 
-def prepare(ids: list[list[int]], max_positions: int, bos_id: int | None, long_text: str = "truncate",
-            stride: int | None = None) -> Prepared:
-    """Windows over token ids (one list per text, no special tokens).
+def windows_for(ids: list[list[int]], max_positions: int, bos_id: int | None,
+                long_text: str = "truncate", stride: int | None = None) -> Prepared:
+    """The windows to score over token ids (one list per text, no special tokens).
 
     Args:
         ids: token ids per text.
@@ -94,8 +95,8 @@ def prepare(ids: list[list[int]], max_positions: int, bos_id: int | None, long_t
             `stride`; each target is scored once, with the longest context its window gives).
         stride: window step (default max_positions // 2); only with "window".
     """
-    if long_text not in LONG_TEXT:
-        raise ConfigError(f"unknown long-text handling {long_text!r}; use truncate or window")
+    long_text = str(long_text)  # a name of pecli.names.LONG_TEXT (or its Choice)
+    names.LONG_TEXT.get(long_text)
     if long_text == "window":
         stride = max(max_positions // 2, 1) if stride is None else stride
         if not 0 < stride <= max_positions:
@@ -230,49 +231,114 @@ def score_prefixes(loaded, windows: list[Window], *, batch_size: int | None = No
 
 
 @dataclass(frozen=True)
-class Computation:
-    """How a condition's numbers were computed (goes into every row)."""
+class Attention:
+    """A masked attention to install (pecli.masks.masked_attention): what it computes."""
 
-    attention: str  # "model" (unchanged) or the registered attention name
-    passes: str  # "one-pass" or "prefix-by-prefix"
-    note: str
+    mask: Choice
+    semantics: Choice
+    mode: str  # pecli.masks.MODES: relative (each row its own prefix) or keys (one 1-D mask)
 
-
-def plan(shape: str, semantics: str, protocol: str, fast: bool = True) -> Computation:
-    """Which attention and which passes compute (shape, semantics, protocol)."""
-    SHAPES.get(shape)
-    SEMANTICS.get(semantics)
-    if protocol not in PROTOCOLS:
-        raise ConfigError(f"unknown protocol {protocol!r}; use one of {', '.join(PROTOCOLS)}")
-    if fast and shape == "default":
-        return Computation("model", "one-pass", "m = 1 is the identity: the unchanged model")
-    if fast and semantics == "boolean" and SHAPES.get(shape).positive:
-        return Computation("model", "one-pass", "boolean + a mask > 0 everywhere: the default mask (exact)")
-    if protocol == "relative":
-        return Computation(f"{shape}/{semantics}/relative", "one-pass" if fast else "prefix-by-prefix", "")
-    if fast and semantics == "legacy" and SHAPES.get(shape).rises_to_newest:
-        return Computation("self/boolean/relative", "one-pass",
-                           "legacy + rising mask: every row attends only to itself (exact)")
-    return Computation(f"{shape}/{semantics}/keys", "prefix-by-prefix", "")
+    def __str__(self) -> str:
+        return f"{self.mask}/{self.semantics}/{self.mode}"
 
 
-def score(loaded, prepared: Prepared, shape: str = "default", semantics: str = "legacy",
+@dataclass(frozen=True)
+class Plan:
+    """One condition and how it is computed, decided once (`plan`) and handed down.
+
+    The condition: intervention, mask, mask_semantics, protocol (parsed names). How: the
+    attention to install (None: the model unchanged), the passes ("one-pass" or
+    "prefix-by-prefix"), whether every shortcut is skipped (`literal`, plan(fast=False)),
+    and why a shortcut is exact. `computation` names the attention in rows and keys.
+    """
+
+    intervention: Choice
+    mask: Choice
+    mask_semantics: Choice
+    protocol: Choice
+    attention: Attention | None
+    passes: str
+    literal: bool = False
+    why: str = ""
+
+    @property
+    def computation(self) -> str:
+        return "model" if self.attention is None else str(self.attention)
+
+    @property
+    def names(self) -> dict[str, str]:
+        """The condition as row columns."""
+        return {"intervention": str(self.intervention), "mask": str(self.mask),
+                "mask_semantics": str(self.mask_semantics), "protocol": str(self.protocol)}
+
+
+def _choice(registry, value: str | Choice) -> Choice:
+    return value if isinstance(value, Choice) else names.parse(registry, value)
+
+
+def plan(mask: str | Choice = "default", semantics: str | Choice = "legacy",
+         protocol: str | Choice = "relative", intervention: str | Choice = "learned",
+         fast: bool = True) -> Plan:
+    """Which attention and which passes compute this condition: the one place that decides.
+
+    Names may be given as text (tests, benchmarks) or as the Choices an options object parsed.
+    `fast=False` is the literal route: no shortcut, one pass per prefix under both protocols.
+    """
+    mask, semantics = _choice(names.MASKS, mask), _choice(names.MASK_SEMANTICS, semantics)
+    protocol = _choice(names.PROTOCOLS, protocol)
+    condition = (_choice(names.INTERVENTIONS, intervention), mask, semantics, protocol)
+    traits = mask.term.traits
+    if fast and mask.name == "default":
+        return Plan(*condition, None, "one-pass", why="m = 1 is the identity: the unchanged model")
+    if fast and semantics.name == "boolean" and "positive" in traits:
+        return Plan(*condition, None, "one-pass",
+                    why="boolean + a mask > 0 everywhere: the default mask (exact)")
+    if protocol.name == "relative":
+        return Plan(*condition, Attention(mask, semantics, "relative"),
+                    "one-pass" if fast else "prefix-by-prefix", literal=not fast)
+    if fast and semantics.name == "legacy" and "rises_to_newest" in traits:
+        self_only = Attention(_choice(names.MASKS, "self"), _choice(names.MASK_SEMANTICS, "boolean"),
+                              "relative")
+        return Plan(*condition, self_only, "one-pass",
+                    why="legacy + rising mask: every row attends only to itself (exact)")
+    return Plan(*condition, Attention(mask, semantics, "keys"), "prefix-by-prefix", literal=not fast)
+
+
+def conditions(pairs, semantics, protocols, *, default_once: bool = False) -> list[Plan]:
+    """The plans of a run: every (intervention, mask) pair crossed with every semantics and
+    protocol, in order, repeats dropped; perplexity and mc both build their grid here.
+
+    `default_once`: the default mask (the unchanged model under every semantics and
+    protocol) gives one condition per intervention, named with the first semantics and
+    protocol of the vocabulary (legacy, relative).
+    """
+    first_semantics, first_protocol = (_choice(r, r.names()[0]) for r in
+                                       (names.MASK_SEMANTICS, names.PROTOCOLS))
+    out = []
+    for intervention, mask in pairs:
+        for s in semantics:
+            for pr in protocols:
+                if default_once and _choice(names.MASKS, mask).name == "default":
+                    s, pr = first_semantics, first_protocol
+                out.append(plan(mask, s, pr, intervention))
+    return list(dict.fromkeys(out))
+
+
+def score(loaded, prepared: Prepared, how: Plan | str = "default", semantics: str = "legacy",
           protocol: str = "relative", *, fast: bool = True, batch_size: int | None = None,
           side: str = "right", progress: Callable[[int], None] | None = None
-          ) -> tuple[list[torch.Tensor], Computation]:
-    """Per-text NLLs ([n_i] each, windows of a text concatenated) and how they were computed.
+          ) -> tuple[list[torch.Tensor], Plan]:
+    """Per-text NLLs ([n_i] each, windows of a text concatenated) and the plan they followed.
 
-    `fast=False` takes the slow, literal route (no default-mask shortcut, prefix by prefix
-    for both protocols): the identities the tests check compare the two.
+    `how`: the condition's Plan (the experiments build one per condition), or a mask name with
+    `semantics`, `protocol` and `fast`, planned here (tests, benchmarks). `fast=False` takes
+    the slow, literal route (no default-mask shortcut, prefix by prefix for both protocols):
+    the identities the tests check compare the two.
     """
     check_causal(loaded)
-    how = plan(shape, semantics, protocol, fast)
-    if how.attention == "model":
-        attention = nullcontext()
-    else:
-        a_shape, a_sem, a_mode = how.attention.split("/")
-        attention = masked_attention(loaded.model, a_shape, a_sem, a_mode)
-    with torch.inference_mode(), attention:
+    if not isinstance(how, Plan):
+        how = plan(how, semantics, protocol, fast=fast)
+    with torch.inference_mode(), installed(loaded, how):
         if how.passes == "one-pass":
             per_window = score_windows(loaded, prepared.windows, batch_size=batch_size, side=side,
                                        progress=progress)
@@ -282,3 +348,10 @@ def score(loaded, prepared: Prepared, shape: str = "default", semantics: str = "
     for w, nll in zip(prepared.windows, per_window, strict=True):
         per_text[w.text].append(nll)
     return [torch.cat(parts) if parts else torch.empty(0) for parts in per_text], how
+
+
+def installed(loaded, how: Plan) -> AbstractContextManager:
+    """The plan's attention installed in `loaded.model` for the block (nothing for the model)."""
+    a = how.attention
+    return nullcontext() if a is None else masked_attention(loaded.model, a.mask.name,
+                                                            a.semantics.name, a.mode)

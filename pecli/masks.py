@@ -12,6 +12,11 @@ A mask *semantics* says what a weight does to attention:
     log-bias  logits + log m  (softmax renormalises)     a soft reweighting, ALiBi's kin
     scale     softmax(logits) * m, not renormalised      the "mask multiplies" intuition
 
+The names, what they mean and the facts a computation plan reads (a shape `positive` on
+every key, one that `rises_to_newest`) are pecli.names.MASKS and MASK_SEMANTICS; this module
+keys the functions that compute them by those names (WEIGHTS, PROBS), as
+pecli.interventions does; tests/unit/test_names.py checks the two agree.
+
 The attention function is registered through transformers' own `AttentionInterface` (and
 its mask factory through `AttentionMaskInterface`, so the model hands it the plain boolean
 causal-and-padding mask), under one name per (shape, semantics, mode). `masked_attention`
@@ -27,42 +32,18 @@ import functools
 import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 import torch
 
-from pecli.errors import ConfigError
-from pecli.registry import Registry
-
 OLDEST_WEIGHT = 0.1  # the study's linear mask falls to 0.1 at the oldest key
-
-
-@dataclass(frozen=True)
-class MaskShape:
-    """m(q, k) as a function of distance and row span."""
-
-    name: str
-    # (dist[b,1,q,k], span[b,1,q,1], heads) -> weights broadcastable to [b,heads,q,k]
-    weights: Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]
-    rises_to_newest: bool  # strictly larger for newer keys: legacy then keeps only the newest
-    positive: bool  # m > 0 on every key: boolean semantics then changes nothing
-    description: str
-
-
-@dataclass(frozen=True)
-class Semantics:
-    """How a weight enters attention: scores and visibility -> probabilities."""
-
-    name: str
-    # (scores[b,h,q,k] fp32, visible[b,1,q,k] bool, m[b,h|1,q,k], finfo_min) -> probs[b,h,q,k]
-    probs: Callable[[torch.Tensor, torch.Tensor, torch.Tensor, float], torch.Tensor]
-    description: str
-    transformers: str  # which transformers behaviour it reproduces, if any
-
-
-SHAPES: Registry[MaskShape] = Registry("mask", ConfigError)
-SEMANTICS: Registry[Semantics] = Registry("mask semantics", ConfigError)
 MODES = ("relative", "keys")
+
+# m(q, k) of each mask shape (pecli.names.MASKS):
+# (dist[b,1,q,k], span[b,1,q,1], heads) -> weights broadcastable to [b,heads,q,k]
+Weights = Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]
+# How a weight enters attention, per mask semantics (pecli.names.MASK_SEMANTICS):
+# (scores[b,h,q,k] fp32, visible[b,1,q,k] bool, m[b,h|1,q,k], finfo_min) -> probs[b,h,q,k]
+Probs = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, float], torch.Tensor]
 
 
 # --- shapes ------------------------------------------------------------------------------
@@ -86,21 +67,13 @@ def alibi_slopes(heads: int) -> torch.Tensor:
     return torch.tensor(slopes)
 
 
-for _shape in [
-    MaskShape("default", lambda d, s, h: torch.ones_like(d), False, True,
-              "1 for every visible key: the model's own mask"),
-    MaskShape("linear", lambda d, s, h: 1 - (1 - OLDEST_WEIGHT) * _fraction(d, s), True, True,
-              "the study's: 1 at the newest key falling linearly to 0.1 at the oldest (q=1: 1)"),
-    MaskShape("exponential", lambda d, s, h: OLDEST_WEIGHT ** _fraction(d, s), True, True,
-              "1 at the newest key falling geometrically to 0.1 at the oldest"),
-    MaskShape("alibi",
-              lambda d, s, h: torch.exp(-alibi_slopes(h).to(d).view(1, h, 1, 1) * d), True, False,
-              "exp(-slope_h * distance), ALiBi's per-head slopes: log-bias gives ALiBi (weights "
-              "below fp32's range, e.g. slope 0.5 at distance > ~200, are 0)"),
-    MaskShape("self", lambda d, s, h: (d == 0).to(d.dtype), False, False,
-              "1 at the newest key (the query itself), 0 elsewhere: a bigram model"),
-]:
-    SHAPES.add(_shape.name, _shape)
+WEIGHTS: dict[str, Weights] = {
+    "default": lambda d, s, h: torch.ones_like(d),
+    "linear": lambda d, s, h: 1 - (1 - OLDEST_WEIGHT) * _fraction(d, s),
+    "exponential": lambda d, s, h: OLDEST_WEIGHT ** _fraction(d, s),
+    "alibi": lambda d, s, h: torch.exp(-alibi_slopes(h).to(d).view(1, h, 1, 1) * d),
+    "self": lambda d, s, h: (d == 0).to(d.dtype),
+}
 
 
 # --- semantics ---------------------------------------------------------------------------
@@ -134,18 +107,8 @@ def _scale(scores, visible, m, finfo_min):
     return _softmax(scores.masked_fill(~visible, -math.inf), visible) * m
 
 
-for _sem in [
-    Semantics("legacy", _legacy, "add (1 - m) * finfo(dtype).min to the logits: only the keys with "
-              "the row's largest m survive (the newest alone, for a rising mask)",
-              "4.x GPT-2 with a float attention_mask"),
-    Semantics("boolean", _boolean, "a key is visible iff m != 0; weights are otherwise ignored",
-              "5.x: a 2-D float mask is cast to bool"),
-    Semantics("log-bias", _log_bias, "add log m to the logits: a renormalised soft reweighting",
-              "none (what the idea meant, softly)"),
-    Semantics("scale", _scale, "multiply the attention probabilities by m after softmax, "
-              "without renormalising (shrinks each attention output)", "none"),
-]:
-    SEMANTICS.add(_sem.name, _sem)
+PROBS: dict[str, Probs] = {"legacy": _legacy, "boolean": _boolean, "log-bias": _log_bias,
+                           "scale": _scale}
 
 
 # --- geometry: distances from the model's boolean mask ----------------------------------
@@ -192,8 +155,8 @@ def _as_visible(attention_mask, module, query, key) -> torch.Tensor:
 
 
 def masked_attention_forward(module, query, key, value, attention_mask, scaling=None,
-                             dropout=0.0, *, shape: MaskShape, semantics: Semantics,
-                             mode: str, **kwargs):
+                             dropout=0.0, *, weights: Weights, probs: Probs, mode: str,
+                             **kwargs):
     """Attention with mask weights m(q, k) under `semantics` (the AttentionInterface signature).
 
     query [b, h, q, d], key/value [b, h_kv, k, d]; returns (output [b, q, h, d], probs [b, h, q, k]).
@@ -209,11 +172,11 @@ def masked_attention_forward(module, query, key, value, attention_mask, scaling=
     scores = (query.float() @ key.float().transpose(-1, -2)) * scaling  # [b, h, q, k]
     visible = _as_visible(attention_mask, module, query, key)  # [b, 1, q, k]
     dist, span = mask_geometry(visible, mode)
-    m = shape.weights(dist, span, heads).float()  # [b, h|1, q, k]
-    probs = semantics.probs(scores, visible, m, torch.finfo(query.dtype).min)
-    probs = torch.nn.functional.dropout(probs, p=dropout, training=module.training)
-    out = probs.to(value.dtype) @ value  # [b, h, q, d]
-    return out.transpose(1, 2).contiguous(), probs
+    m = weights(dist, span, heads).float()  # [b, h|1, q, k]
+    p = probs(scores, visible, m, torch.finfo(query.dtype).min)
+    p = torch.nn.functional.dropout(p, p=dropout, training=module.training)
+    out = p.to(value.dtype) @ value  # [b, h, q, d]
+    return out.transpose(1, 2).contiguous(), p
 
 
 def _boolean_mask_factory(*args, **kwargs):
@@ -224,29 +187,33 @@ def _boolean_mask_factory(*args, **kwargs):
     return sdpa_mask(*args, **kwargs)
 
 
-def attention_name(shape: str, semantics: str, mode: str = "relative") -> str:
-    """Register (once) and return the attention implementation name for this combination."""
+def attention_name(mask: str, semantics: str, mode: str = "relative") -> str:
+    """Register (once) and return the attention implementation name for this combination.
+
+    `mask` and `semantics` are names of pecli.names.MASKS and MASK_SEMANTICS, already checked
+    (an options object or lm_scoring.plan parsed them); `mode` is one of MODES.
+    """
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface
 
-    shape_obj, sem_obj = SHAPES.get(shape), SEMANTICS.get(semantics)
-    if mode not in MODES:
-        raise ConfigError(f"unknown mask mode {mode!r}; use one of {', '.join(MODES)}")
-    name = f"pecli_{shape}_{semantics}_{mode}"
-    if name not in AttentionInterface._global_mapping:
-        fn = functools.partial(masked_attention_forward, shape=shape_obj, semantics=sem_obj, mode=mode)
+    name = f"pecli_{mask}_{semantics}_{mode}"
+    # An AttentionInterface instance is a mapping over every registered function (the
+    # class-wide ones included): `in` is its public membership test.
+    if name not in AttentionInterface():
+        fn = functools.partial(masked_attention_forward, weights=WEIGHTS[mask],
+                               probs=PROBS[semantics], mode=mode)
         AttentionInterface.register(name, fn)
         AttentionMaskInterface.register(name, _boolean_mask_factory)
     return name
 
 
 @contextmanager
-def masked_attention(model, shape: str, semantics: str, mode: str = "relative") -> Iterator[str]:
-    """Run `model` with mask (shape, semantics, mode) in every attention layer; always restore.
+def masked_attention(model, mask: str, semantics: str, mode: str = "relative") -> Iterator[str]:
+    """Run `model` with (mask, semantics, mode) in every attention layer; always restore.
 
     Yields the attention implementation name in use.
     """
-    name = attention_name(shape, semantics, mode)
+    name = attention_name(mask, semantics, mode)
     old = model.config._attn_implementation
     model.set_attn_implementation(name)
     try:
@@ -255,8 +222,8 @@ def masked_attention(model, shape: str, semantics: str, mode: str = "relative") 
         model.set_attn_implementation(old)
 
 
-def key_weights(shape: str, q: int, heads: int = 1) -> torch.Tensor:
+def key_weights(mask: str, q: int, heads: int = 1) -> torch.Tensor:
     """m(q, k) for k = 1..q of a causal row q (1-based), as [heads, q]: for display and tests."""
     dist = torch.arange(q - 1, -1, -1, dtype=torch.float32).view(1, 1, 1, q)
     span = torch.full((1, 1, 1, 1), float(q - 1))
-    return SHAPES.get(shape).weights(dist, span, heads).expand(1, heads, 1, q)[0, :, 0]
+    return WEIGHTS[mask](dist, span, heads).expand(1, heads, 1, q)[0, :, 0]

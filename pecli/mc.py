@@ -26,7 +26,6 @@ forward per choice instead (the literal twin the tests compare against).
 from __future__ import annotations
 
 import json
-from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -418,30 +417,30 @@ def batch_plan(loaded, reqs: list[Request], passes: str, batch_size: int | None 
                         batch_size)
 
 
-def score(loaded, reqs: list[Request], shape: str = "default", semantics: str = "legacy",
+def score(loaded, reqs: list[Request], how="default", semantics: str = "legacy",
           protocol: str = "relative", *, fast: bool = True, batch_size: int | None = None):
     """Log-likelihood of every choice of every request, and how it was computed.
 
+    `how`: the condition's pecli.lm_scoring.Plan, or a mask name with `semantics`,
+    `protocol` and `fast`, planned here (tests, benchmarks).
+
     Returns:
-        ([n_choices] float64 per request, Computation with `passes` one of shared-context,
-        per-choice, prefix-by-prefix).
+        ([n_choices] float64 per request, the Plan with `passes` one of shared-context,
+        per-choice (the literal route), prefix-by-prefix).
     """
     from dataclasses import replace
 
     from pecli.batching import default_token_budget
-    from pecli.lm_scoring import check_causal, plan
-    from pecli.masks import masked_attention
+    from pecli.lm_scoring import Plan, check_causal, installed, plan
 
     check_causal(loaded)
-    how = plan(shape, semantics, protocol, fast)
-    attention = nullcontext()
-    if how.attention != "model":
-        attention = masked_attention(loaded.model, *how.attention.split("/"))
+    if not isinstance(how, Plan):
+        how = plan(how, semantics, protocol, fast=fast)
     budget = default_token_budget(loaded.device)
-    with torch.inference_mode(), attention:
-        if how.attention.endswith("/keys"):
+    with torch.inference_mode(), installed(loaded, how):
+        if how.attention is not None and how.attention.mode == "keys":
             return score_prefix_passes(loaded, reqs, batch_size), how
-        if fast:
+        if not how.literal:
             return score_shared(loaded, reqs, budget, batch_size), replace(how, passes="shared-context")
         return score_per_choice(loaded, reqs, budget, batch_size), replace(how, passes="per-choice")
 

@@ -15,26 +15,30 @@ from pecli.cli_options import (
     DeviceOpt,
     DtypeOpt,
     LimitOpt,
+    MaskOpt,
+    MaskSemanticsOpt,
     ModelArg,
     OutOpt,
+    PeAliasOpt,
+    ProtocolOpt,
     SeedOpt,
+    build,
+    intervention_option,
 )
 from pecli.commands import console as wide_console
-from pecli.commands.perplexity import MaskOpt, PeOpt, SemanticsOpt
+from pecli.options import McOptions
 
-McProtocolOpt = Annotated[list[str] | None, typer.Option(
-    "--protocol", help="relative (default; the meaningful one here: each query weighs its own prefix, so "
-                       "the question's context is scored once and shared by every choice) or study (one "
-                       "pass per answer token with one 1-D key mask over context + answer, as the study's "
-                       "perplexity; exact but ~10x slower). Repeat or a,b.")]
+InterventionOpt = intervention_option(
+    "learned (the model's own; default), zero, ..., crossed with --mask")
 
 
 def mc(
     model: ModelArg,
-    pe: PeOpt = None,
+    intervention: InterventionOpt = None,
+    pe: PeAliasOpt = None,
     mask: MaskOpt = None,
-    mask_semantics: SemanticsOpt = None,
-    protocol: McProtocolOpt = None,
+    mask_semantics: MaskSemanticsOpt = None,
+    protocol: ProtocolOpt = None,
     dataset: Annotated[str, typer.Option(
         help="truthfulqa-mc, or a JSON list / JSONL file of items with question, mc1_targets, "
              "mc2_targets ({choice: label} or {\"choices\": [...], \"labels\": [...]}).")] = "truthfulqa-mc",
@@ -58,33 +62,29 @@ def mc(
     condition (own positions, default mask) is always the first row.
 
     Examples:
-        pecli mc smollm2 --pe zero --limit 100
-        pecli mc smollm2 --pe zero --mask linear --mask-semantics log-bias --limit 50
-        pecli mc gpt2 --pe zero,shuffle --dataset my_items.jsonl
+        pecli mc smollm2 --intervention zero --limit 100
+        pecli mc smollm2 --intervention zero --mask linear --mask-semantics log-bias --limit 50
+        pecli mc gpt2 --intervention zero,shuffle --dataset my_items.jsonl
     """
+    options = build(McOptions, "pecli mc", model=model, intervention=intervention, pe=pe,
+                    mask=mask, mask_semantics=mask_semantics, protocol=protocol,
+                    dataset=dataset, limit=limit, seed=seed, device=device, dtype=dtype,
+                    data_dir=data_dir, batch_size=batch_size, bootstrap=bootstrap)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
     from pecli.experiments.mc import run
-    from pecli.experiments.perplexity import as_list
     from pecli.intervals import METHOD
     from pecli.io import RunOutput, default_out_dir
     from pecli.plots.mc import condition_label, figures
 
-    options = dict(model=model, pe=as_list(pe or "learned", "intervention"),
-                   masks=as_list(mask or "default", "mask"),
-                   semantics=as_list(mask_semantics or "legacy", "mask semantics"),
-                   protocol=as_list(protocol or "relative", "protocol"),
-                   dataset=dataset, limit=limit, seed=seed, device=device, dtype=dtype,
-                   data_dir=str(data_dir) if data_dir else None, batch_size=batch_size,
-                   bootstrap=bootstrap)
     console = wide_console()
-    meta = {"command": "mc", **options, "interval_method": METHOD}
+    meta = {"command": "mc", **options.as_dict(), "interval_method": METHOD}
     with RunOutput(Path(out) if out else default_out_dir("mc")) as output:  # --out checked first
         with Progress("scoring", BarColumn(), MofNCompleteColumn(), "items x conditions",
                       TimeElapsedColumn(), console=console, transient=True,
                       disable=not console.is_terminal or not parallel.is_main()) as bar:
             task = bar.add_task("scoring", total=None)
-            tables = run(**options, progress=lambda n, total: bar.update(task, advance=n, total=total))
+            tables = run(options, progress=lambda n, total: bar.update(task, advance=n, total=total))
         if not parallel.is_main():  # launched on N processes: the main one writes and prints
             return
         paths, pngs = output.write(tables, meta, figures)

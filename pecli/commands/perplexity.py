@@ -16,38 +16,39 @@ from pecli.cli_options import (
     DeviceOpt,
     DtypeOpt,
     LimitOpt,
+    MaskOpt,
+    MaskSemanticsOpt,
     MaxMemoryOpt,
     ModelArg,
     OutOpt,
+    PeAliasOpt,
+    ProtocolOpt,
     SeedOpt,
     SplitOpt,
-    TextOpt,
+    TextAliasOpt,
+    TextFieldOpt,
+    build,
+    intervention_option,
 )
 from pecli.commands import console as wide_console
+from pecli.options import PerplexityOptions
 
-PeOpt = Annotated[list[str] | None, typer.Option(
-    "--pe", help="Position intervention(s): learned (the model's own), zero, ... (repeat or a,b; "
-                 "see pecli interventions), crossed with --mask. Default: the study's E2/E3: "
-                 "learned, and with a --mask shape also zero + default and zero + that shape.")]
-MaskOpt = Annotated[list[str] | None, typer.Option(
-    "--mask", help="Mask shape(s): default, linear, exponential, alibi, self (repeat or a,b; see pecli masks). Default: default.")]
-SemanticsOpt = Annotated[list[str] | None, typer.Option(
-    "--mask-semantics", help="What a mask weight does: legacy (transformers 4.x), boolean (5.x), "
-                             "log-bias, scale (repeat or a,b; docs/masks.md). Default: legacy.")]
-ProtocolOpt = Annotated[list[str] | None, typer.Option(
-    "--protocol", help="relative (each query weighs its own prefix, one pass) or study "
-                       "(one pass per predicted token, one 1-D key mask) (repeat or a,b). Default: relative.")]
+InterventionOpt = intervention_option(
+    "learned (the model's own), zero, ..., crossed with --mask. Default: the study's E2/E3: "
+    "learned, and with a --mask shape also zero + default and zero + that shape")
 
 
 def perplexity(
     model: ModelArg,
-    pe: PeOpt = None,
+    intervention: InterventionOpt = None,
+    pe: PeAliasOpt = None,
     mask: MaskOpt = None,
-    mask_semantics: SemanticsOpt = None,
+    mask_semantics: MaskSemanticsOpt = None,
     protocol: ProtocolOpt = None,
     dataset: Annotated[str, typer.Option(help="truthfulqa, imdb, or a CSV/JSONL/parquet file.")] = "truthfulqa",
     split: SplitOpt = None,
-    text: TextOpt = None,
+    text_field: TextFieldOpt = None,
+    text: TextAliasOpt = None,
     limit: LimitOpt = None,
     start_token: Annotated[bool, typer.Option(
         help="Prepend the tokenizer's start token and score the first token too (evaluate's "
@@ -67,39 +68,33 @@ def perplexity(
 ) -> None:
     """Perplexity of a causal LM with its positions intervened on and graded attention masks.
 
-    The intact model (its own positions, default mask) always comes first. Without --pe,
-    a --mask SHAPE runs the study's E3: (own positions, default mask), (no positions =
-    zero, default mask), (zero, SHAPE); with gpt2 on TruthfulQA the study's numbers are
-    shown beside them. An explicit --pe is crossed with every --mask. Every aggregation
-    (corpus, mean/median per text as `evaluate` does, mean per token) is a named row with a
-    95 % bootstrap interval over texts; every row names its intervention, mask, semantics
-    and protocol.
+    The intact model (its own positions, default mask) always comes first. Without
+    --intervention, a --mask SHAPE runs the study's E3: (own positions, default mask), (no
+    positions = zero, default mask), (zero, SHAPE); with gpt2 on TruthfulQA the study's
+    numbers are shown beside them. An explicit --intervention is crossed with every --mask.
+    Every aggregation (corpus, mean/median per text as `evaluate` does, mean per token) is a
+    named row with a 95 % bootstrap interval over texts; every row names its intervention,
+    mask, semantics and protocol.
 
     Examples:
         pecli perplexity gpt2 --mask linear
         pecli perplexity smollm2 --mask linear --mask-semantics log-bias --limit 100
-        pecli perplexity smollm2 --pe learned --pe zero --mask default --mask linear --protocol relative,study --limit 50
+        pecli perplexity smollm2 --intervention learned,zero --mask default,linear --protocol relative,study --limit 50
     """
+    options = build(PerplexityOptions, "pecli perplexity", model=model, intervention=intervention,
+                    pe=pe, mask=mask, mask_semantics=mask_semantics, protocol=protocol,
+                    dataset=dataset, split=split, text_field=text_field, text=text, limit=limit,
+                    start_token=start_token, long_text=long_text, stride=stride,
+                    batch_size=batch_size, bootstrap=bootstrap, seed=seed, device=device,
+                    dtype=dtype, device_map=device_map, max_memory=max_memory, data_dir=data_dir)
     from rich.progress import BarColumn, MofNCompleteColumn, TimeElapsedColumn
 
-    from pecli.errors import ConfigError
-    from pecli.experiments.perplexity import HEADLINE, as_list, run
+    from pecli.experiments.perplexity import HEADLINE, run
     from pecli.intervals import METHOD
     from pecli.io import RunOutput, default_out_dir
     from pecli.plots.perplexity import condition_label, figures
     from pecli.progress import progress_bar
 
-    if long_text not in ("truncate", "window"):
-        raise ConfigError(f"unknown --long-text {long_text!r}; use truncate or window")
-    options = dict(model=model, pe=as_list(pe, "intervention") if pe else None,
-                   masks=as_list(mask or "default", "mask"),
-                   semantics=as_list(mask_semantics or "legacy", "mask semantics"),
-                   protocol=as_list(protocol or "relative", "protocol"),
-                   dataset=dataset, split=split, text_field=text, limit=limit, seed=seed,
-                   device=device, dtype=dtype, data_dir=str(data_dir) if data_dir else None,
-                   device_map=device_map, max_memory=max_memory,
-                   batch_size=batch_size, add_start_token=start_token, long_text=long_text,
-                   stride=stride, bootstrap=bootstrap)
     console = wide_console()
     with RunOutput(out or default_out_dir("perplexity")) as output:  # --out checked before computing
         with progress_bar("scoring", BarColumn(), MofNCompleteColumn(), "tokens",
@@ -110,10 +105,10 @@ def perplexity(
             def advance(n: int, total: int) -> None:
                 bar.update(task, advance=n, total=total)
 
-            tables = run(**options, progress=advance)
+            tables = run(options, progress=advance)
         if not parallel.is_main():  # launched on N processes: the main one writes and prints
             return
-        paths, pngs = output.write(tables, {"command": "perplexity", **options,
+        paths, pngs = output.write(tables, {"command": "perplexity", **options.as_dict(),
                                             "intervals": METHOD}, figures)
 
     df = tables["perplexity"]
@@ -168,25 +163,25 @@ def masks() -> None:
         pecli masks
         pecli perplexity smollm2 --mask linear --mask-semantics log-bias --limit 20
     """
-    from pecli.lm_scoring import PROTOCOLS
-    from pecli.masks import SEMANTICS, SHAPES, key_weights
+    from pecli.masks import key_weights
+    from pecli.names import MASK_SEMANTICS, MASKS, PROTOCOLS
 
     console = wide_console()
-    shapes = Table(title="mask shapes: m(q, k), newest key last")
+    shapes = Table(title="mask shapes (--mask): m(q, k), newest key last")
     for col in ("name", "m(5, k), k = 1..5", "description"):
         shapes.add_column(col)
-    for name, shape in SHAPES.items():
+    for name, term in MASKS.items():
         w = key_weights(name, 5, heads=1)[0]
-        shapes.add_row(name, " ".join(f"{v:.2f}" for v in w.tolist()), shape.description
+        shapes.add_row(name, " ".join(f"{v:.2f}" for v in w.tolist()), term.description
                        + (" (alibi: head 1 of 1 shown)" if name == "alibi" else ""))
     console.print(shapes)
     sems = Table(title="mask semantics (--mask-semantics)")
     for col in ("name", "what a weight m does", "reproduces"):
         sems.add_column(col)
-    for name, sem in SEMANTICS.items():
-        sems.add_row(name, sem.description, sem.transformers)
+    for name, term in MASK_SEMANTICS.items():
+        sems.add_row(name, term.description, term.note)
     console.print(sems)
-    console.print("protocols (--protocol): " + ", ".join(PROTOCOLS)
+    console.print("protocols (--protocol): " + ", ".join(PROTOCOLS.names())
                   + "; see docs/masks.md")
 
 

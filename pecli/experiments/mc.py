@@ -14,30 +14,26 @@ import numpy as np
 import pandas as pd
 
 from pecli.experiments import EXPERIMENTS, Experiment, lazy
+from pecli.options import McOptions
 from pecli.provenance import row_provenance
 from pecli.tables import validate
 
-INTACT = ("learned", "default", "legacy", "relative")
 TASK_VERSIONS = "truthfulqa_mc1 v2.0, truthfulqa_mc2 v2.0 (lm-evaluation-harness)"
 
 
-def grid(pe, masks, semantics, protocol) -> list[tuple[str, str, str, str]]:
-    """The intact condition first, then every (intervention, mask, semantics, protocol) asked for.
+def grid(options: McOptions) -> list:
+    """The run's plans (pecli.lm_scoring.Plan): the intact condition (learned, default,
+    legacy, relative) first, then every (intervention, mask, semantics, protocol) asked for.
 
     The default mask is the unchanged model under every semantics and protocol, so each
     intervention has one default-mask row (named legacy, relative).
     """
-    from pecli.experiments.perplexity import as_list
-    from pecli.lm_scoring import plan
+    from pecli.experiments.perplexity import BASELINE
+    from pecli.lm_scoring import conditions
 
-    out = [INTACT]
-    for p in as_list(pe, "intervention"):
-        for m in as_list(masks, "mask"):
-            for s in as_list(semantics, "mask semantics"):
-                for pr in as_list(protocol, "protocol"):
-                    plan(m, s, pr)  # unknown names fail here, before a model loads
-                    out.append((p, m, s, pr) if m != "default" else (p, m, *INTACT[2:]))
-    return list(dict.fromkeys(out))
+    o = options
+    pairs = [BASELINE] + [(p, m) for p in o.intervention for m in o.mask]
+    return conditions(pairs, o.mask_semantics, o.protocol, default_once=True)
 
 
 def summarise(values: np.ndarray, n_boot: int, seed: int) -> dict:
@@ -57,64 +53,58 @@ def chance(items, metric: str) -> float:
     return float(np.mean([1 / len(it.targets["mc1"][0]) for it in items]))
 
 
-def run(model: str = "random:gpt2", pe="learned", masks="default", semantics="legacy",
-        protocol="relative", dataset: str = "truthfulqa-mc", limit: int | None = None, seed: int = 0,
-        device: str = "auto", dtype: str = "float32", data_dir: str | None = None,
-        batch_size: int | None = None, bootstrap: int = 1000, loaded=None,
-        progress: Callable[[int, int], None] | None = None) -> dict[str, pd.DataFrame]:
+def run(options: McOptions, progress: Callable[[int, int], None] | None = None,
+        loaded=None) -> dict[str, pd.DataFrame]:
     """Tables `mc` (condition x metric: value, stderr, ci_low, ci_high) and `mc_items`
     (condition x item x task x choice: log-likelihood, label, picked).
 
-    pe, masks, semantics and protocol each take a name or a list (or "a,b"); the run covers
-    their product, plus the intact condition. `loaded` skips loading `model` (tests,
-    benchmarks); `progress(advance, total)` is told of every finished condition (in items).
+    The run covers the conditions of `grid(options)`. `loaded` skips loading the model
+    (tests, benchmarks); `progress(advance, total)` is told of every finished condition (in
+    items).
     """
     from pecli import mc
     from pecli.interventions import check_applies, intervene
-    from pecli.lm_scoring import check_causal, plan
+    from pecli.lm_scoring import check_causal
     from pecli.loading import load_model, peek
 
-    conds = grid(pe, masks, semantics, protocol)
-    if bootstrap < 0:
-        from pecli.errors import ConfigError
-
-        raise ConfigError(f"--bootstrap must be 0 (off) or a number of resamples (got {bootstrap})")
-    ref = None if loaded is not None else peek(model)  # family checks before items and weights load
+    o = options
+    conds = grid(o)
+    interventions = list(dict.fromkeys(c.intervention for c in conds))
+    ref = None if loaded is not None else peek(o.model)  # family checks before items and weights load
     if ref is not None and not ref.spec.causal:
         check_causal(ref)
-    for p in dict.fromkeys(c[0] for c in conds) if ref is not None else ():
-        check_applies(ref, p)
-    items, data = mc.load_items(dataset, data_dir, limit, seed)
-    loaded = loaded or load_model(model, device=device, dtype=dtype, seed=seed)
+    for choice in interventions if ref is not None else ():
+        check_applies(ref, choice)
+    items, data = mc.load_items(o.dataset, o.data_dir, o.limit, o.seed)
+    loaded = loaded or load_model(o.model, device=o.device, dtype=o.dtype, seed=o.seed)
     check_causal(loaded)
-    for p in dict.fromkeys(c[0] for c in conds):
-        check_applies(loaded, p)
+    for choice in interventions:
+        check_applies(loaded, choice)
     reqs = mc.requests(loaded.tokenizer, items)
     pairs = [(r.context, c) for r in reqs for c in r.continuations]
-    common = {"experiment": "mc", "seed": seed, **row_provenance(), **loaded.provenance(),
+    common = {"experiment": "mc", "seed": o.seed, **row_provenance(), **loaded.provenance(),
               **data.provenance(), "tasks": TASK_VERSIONS, "items": len(items),
               "choices_scored": len(pairs), "tokens": sum(len(c) for _, c in pairs),
               "context_tokens_mean": float(np.mean([len(r.context) for r in reqs])),
               "truncated_pairs": sum(len(a) + len(c) > loaded.max_positions + 1 for a, c in pairs),
-              "aggregation": "mean_over_items", "bootstrap": bootstrap}
-    done: dict[tuple, tuple] = {}  # (intervention, attention, passes) -> (log-likelihoods, how)
+              "aggregation": "mean_over_items", "bootstrap": o.bootstrap}
+    done: dict[tuple, tuple] = {}  # (intervention, computation) -> (log-likelihoods, how)
     rows, item_rows = [], []
-    for pe_name, mask, sem, proto in conds:
-        key = (pe_name, plan(mask, sem, proto).attention)
+    for plan in conds:
+        key = (str(plan.intervention), plan.computation)
         if key not in done:
-            with intervene(loaded, pe_name, seed):
-                done[key] = mc.score(loaded, reqs, mask, sem, proto, batch_size=batch_size)
+            with intervene(loaded, plan.intervention, o.seed):
+                done[key] = mc.score(loaded, reqs, plan, batch_size=o.batch_size)
         if progress:
             progress(len(items), len(items) * len(conds))
         lls, how = done[key]
-        cond = {"intervention": pe_name, "mask": mask, "mask_semantics": sem, "protocol": proto,
-                "computation": how.attention, "passes": how.passes,
-                **mc.batch_plan(loaded, reqs, how.passes, batch_size),
-                "intact": (pe_name, mask, sem, proto) == INTACT}
+        cond = {**plan.names, "computation": how.computation, "passes": how.passes,
+                **mc.batch_plan(loaded, reqs, how.passes, o.batch_size),
+                "intact": plan == conds[0]}
         scored = [mc.item_scores(it, ll) for it, ll in zip(items, lls, strict=True)]
         for metric in mc.METRICS:
             values = np.array([s["values"][metric] for s in scored])
-            rows.append({**common, **cond, "metric": metric, **summarise(values, bootstrap, seed),
+            rows.append({**common, **cond, "metric": metric, **summarise(values, o.bootstrap, o.seed),
                          "chance": chance(items, metric), "meaning": mc.METRIC_MEANING[metric]})
         for it, s in zip(items, scored, strict=True):
             for task, t in s["tasks"].items():
@@ -135,4 +125,5 @@ EXPERIMENTS.add("mc", Experiment(
     figures=lazy("pecli.plots.mc:figures"),
     description="TruthfulQA MC1/MC2 (lm-evaluation-harness v2.0) under position interventions "
                 "and graded masks, with bootstrap intervals over items",
+    options=McOptions,
 ))

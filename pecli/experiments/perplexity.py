@@ -14,16 +14,19 @@ import numpy as np
 import pandas as pd
 import torch
 
-from pecli import parallel
-from pecli.errors import ConfigError, DataError
+from pecli import names, parallel
+from pecli.errors import DataError
 from pecli.experiments import EXPERIMENTS, Experiment, lazy
 from pecli.metrics import aggregate, per_text_perplexity
+from pecli.options import PerplexityOptions
 from pecli.provenance import row_provenance
 from pecli.tables import validate
 
 HEADLINE = "corpus"  # the aggregation summaries lead with; every other is a row too
-BASELINE = ("learned", "default")  # the intact model: its own positions, the default mask
-NO_POSITIONS = "zero"
+DEFAULT_MASK = names.parse(names.MASKS, "default")
+# the intact model: its own positions, the default mask
+BASELINE = (names.parse(names.INTERVENTIONS, "learned"), DEFAULT_MASK)
+NO_POSITIONS = names.parse(names.INTERVENTIONS, "zero")
 # The study's E2/E3 perplexities of gpt2 on TruthfulQA (transformers 4.x: legacy semantics;
 # which aggregation it used is not stated), shown beside ours when the model is gpt2.
 STUDY_MODEL, STUDY_DATASET = "gpt2", "truthfulqa"
@@ -31,119 +34,95 @@ STUDY_VALUES = {("learned", "default"): 111.2409, ("zero", "default"): 712014.31
                 ("zero", "linear"): 11897.4824}
 
 
-def as_list(value, what: str) -> list[str]:
-    """A name, a list of names, or "a,b" -> a list of distinct names, in order."""
-    items = [value] if isinstance(value, str) else list(value or [])
-    items = [s.strip() for item in items for s in str(item).split(",") if s.strip()]
-    if not items:
-        raise ConfigError(f"no {what} given")
-    return list(dict.fromkeys(items))  # keep order, drop repeats
+def conditions(options: PerplexityOptions) -> list:
+    """The run's plans (pecli.lm_scoring.Plan), the intact baseline (learned, default) first.
 
-
-def conditions(pe, masks, semantics, protocol) -> list[tuple[str, str, str, str]]:
-    """Every (intervention, mask, semantics, protocol) to run, names checked, the intact
-    baseline (learned, default) first.
-
-    pe=None is the study's E2/E3: (learned, default), and for any other mask shape also
-    (zero, default) and (zero, shape); an explicit pe list is crossed with the masks.
+    intervention None is the study's E2/E3: (learned, default), and for any other mask shape
+    also (zero, default) and (zero, shape); an explicit intervention list is crossed with
+    the masks. Each pair is crossed with every semantics and protocol.
     """
-    from pecli.lm_scoring import plan
+    from pecli.lm_scoring import conditions as grid
 
-    masks = as_list(masks, "mask")
-    if pe is None:
-        shapes = [m for m in masks if m != "default"]
-        pairs = [BASELINE] + ([(NO_POSITIONS, "default")] + [(NO_POSITIONS, m) for m in shapes]
+    o = options
+    if o.intervention is None:
+        shapes = [m for m in o.mask if m.name != "default"]
+        pairs = [BASELINE] + ([(NO_POSITIONS, DEFAULT_MASK)] + [(NO_POSITIONS, m) for m in shapes]
                               if shapes else [])
     else:
-        pairs = [(p, m) for p in as_list(pe, "intervention") for m in masks]
+        pairs = [(p, m) for p in o.intervention for m in o.mask]
         pairs = [BASELINE] + [x for x in pairs if x != BASELINE]
-    grid = [(p, m, s, pr) for p, m in pairs for s in as_list(semantics, "mask semantics")
-            for pr in as_list(protocol, "protocol")]
-    for _, m, s, pr in grid:
-        plan(m, s, pr)  # unknown names fail here, before a model loads
-    return grid
+    return grid(pairs, o.mask_semantics, o.protocol)
 
 
-def run(model: str = "random:gpt2", pe=None, masks="default", semantics="legacy",
-        protocol="relative", dataset: str = "truthfulqa", split: str | None = None,
-        text_field: str | None = None, limit: int | None = None, seed: int = 0,
-        device: str = "auto", dtype: str = "float32", data_dir: str | None = None,
-        batch_size: int | None = None, add_start_token: bool = True, long_text: str = "truncate",
-        stride: int | None = None, padding_side: str = "right", bootstrap: int = 1000,
-        loaded=None, progress: Callable[[int, int], None] | None = None,
-        device_map: str | None = None, max_memory: str | None = None) -> dict[str, pd.DataFrame]:
+def run(options: PerplexityOptions, progress: Callable[[int, int], None] | None = None,
+        loaded=None) -> dict[str, pd.DataFrame]:
     """Perplexity tables: `perplexity` (one row per condition x aggregation, with its 95 %
     bootstrap interval over texts) and `texts` (one row per condition x text: its scored
     tokens and perplexity).
 
-    pe, masks, semantics and protocol each take a name or a list (or "a,b"); the run covers
-    their product, after the intact baseline (learned, default); pe=None is the study's
-    E2/E3 (see `conditions`). `bootstrap`: resamples of the intervals (0: none). `loaded` (a
-    LoadedModel) skips loading `model`, for tests and benchmarks; `progress(advance,
-    total)` is told of every scored batch.
+    The run covers the conditions of `conditions(options)`. `loaded` (a LoadedModel) skips
+    loading the model, for tests and benchmarks; `progress(advance, total)` is told of
+    every scored batch.
     """
     from pecli.batching import encode
     from pecli.data import load_data
     from pecli.interventions import check_applies, intervene
-    from pecli.lm_scoring import batch_plan, check_causal, plan, prepare, score
+    from pecli.lm_scoring import batch_plan, check_causal, score, windows_for
     from pecli.loading import load_model, peek
 
-    grid = conditions(pe, masks, semantics, protocol)
-    if bootstrap < 0:
-        raise ConfigError(f"--bootstrap must be 0 (no intervals) or more (got {bootstrap})")
-    if padding_side not in ("left", "right"):
-        raise ConfigError(f"padding side must be left or right (got {padding_side!r})")
-    ref = None if loaded is not None else peek(model)  # family checks before data and weights load
+    o = options
+    plans = conditions(o)
+    interventions = list(dict.fromkeys(p.intervention for p in plans))
+    ref = None if loaded is not None else peek(o.model)  # family checks before data and weights load
     if ref is not None and not ref.spec.causal:
         check_causal(ref)
-    for p in dict.fromkeys(g[0] for g in grid) if ref is not None else ():
-        check_applies(ref, p)
-    data = load_data(dataset, split, data_dir_=data_dir, limit=limit, seed=seed, text_field=text_field)
-    loaded = loaded or load_model(model, device=device, dtype=dtype, seed=seed,
-                                  device_map=device_map, max_memory=max_memory)
+    for choice in interventions if ref is not None else ():
+        check_applies(ref, choice)
+    data = load_data(o.dataset, o.split, data_dir_=o.data_dir, limit=o.limit, seed=o.seed,
+                     text_field=o.text_field)
+    loaded = loaded or load_model(o.model, device=o.device, dtype=o.dtype, seed=o.seed,
+                                  device_map=o.device_map, max_memory=o.max_memory)
     check_causal(loaded)
-    for p in dict.fromkeys(g[0] for g in grid):
-        check_applies(loaded, p)
+    for choice in interventions:
+        check_applies(loaded, choice)
     bos = None
-    if add_start_token:
+    if o.start_token:
         bos = loaded.tokenizer.bos_token_id
         if bos is None:
             raise DataError(f"{loaded.name}'s tokenizer has no start token; run with --no-start-token")
     texts = data.texts()
     ids = encode(loaded.tokenizer, texts, max_length=10**12, add_special_tokens=False).ids
-    prepared = prepare(ids, loaded.max_positions, bos, long_text, stride)
+    prepared = windows_for(ids, loaded.max_positions, bos, o.long_text.name, o.stride)
     if prepared.tokens == 0:
         raise DataError("no text has a token to score; use --start-token or longer texts")
 
-    common = {"experiment": "perplexity", "seed": seed, **row_provenance(), **loaded.provenance(),
+    common = {"experiment": "perplexity", "seed": o.seed, **row_provenance(), **loaded.provenance(),
               **data.provenance(), "text_field": data.text_field, "start_token": prepared.start_token,
               "long_text": prepared.long_text, "stride": prepared.stride,
               "truncated": prepared.truncated, "dropped_tokens": prepared.dropped_tokens,
-              "tokens": prepared.tokens, "padding_side": padding_side}
-    total = sum(prepared.tokens for _ in grid)
-    checkpoint = _checkpoint(loaded, texts, prepared, padding_side, batch_size, seed)
+              "tokens": prepared.tokens, "padding_side": o.padding_side}
+    total = sum(prepared.tokens for _ in plans)
+    checkpoint = _checkpoint(loaded, texts, prepared, o.padding_side, o.batch_size, o.seed)
     # computation -> per-text NLLs, shared by identical conditions; resumed from an interrupted run
     # launched on N processes: the main one reads (and so locks and saves) the checkpoint
     done: dict[tuple, list] = parallel.from_main(_resumed(checkpoint) if parallel.is_main() else {})
     rows, text_rows = [], []
-    for pe_name, mask, sem, proto in grid:
-        how = plan(mask, sem, proto)
-        key = (pe_name, how.attention, how.passes)
+    for how in plans:
+        key = (str(how.intervention), how.computation, how.passes)
         if key not in done:
-            with intervene(loaded, pe_name, seed):
-                done[key] = score(loaded, prepared, mask, sem, proto, batch_size=batch_size,
-                                  side=padding_side,
+            with intervene(loaded, how.intervention, o.seed):
+                done[key] = score(loaded, prepared, how, batch_size=o.batch_size,
+                                  side=o.padding_side,
                                   progress=(lambda n: progress(n, total)) if progress else None)[0]
                 checkpoint.save(lambda: _saved(done), force=True)
         elif progress:
             progress(prepared.tokens, total)
         nlls = done[key]
-        cond = {"intervention": pe_name, "mask": mask, "mask_semantics": sem, "protocol": proto,
-                "computation": how.attention, "passes": how.passes,
-                **batch_plan(loaded, prepared.windows, how.passes, batch_size),
+        cond = {**how.names, "computation": how.computation, "passes": how.passes,
+                **batch_plan(loaded, prepared.windows, how.passes, o.batch_size),
                 "texts_scored": sum(x.numel() > 0 for x in nlls)}
-        study = _study_value(loaded.model_id, data.dataset, pe_name, mask, sem)
-        ci = intervals(nlls, bootstrap, seed)
+        study = _study_value(loaded.model_id, data.dataset, how)
+        ci = intervals(nlls, o.bootstrap, o.seed)
         for agg, value in aggregate(nlls).items():
             rows.append({**common, **cond, "metric": "perplexity", "aggregation": agg, "value": value,
                          "ci_low": ci[agg][0], "ci_high": ci[agg][1], "headline": agg == HEADLINE,
@@ -179,13 +158,14 @@ def intervals(nlls: list[torch.Tensor], n_boot: int, seed: int) -> dict[str, tup
     }
 
 
-def _study_value(model_id: str, dataset: str, pe: str, mask: str, semantics: str) -> float:
-    """The study's number for this condition when the model and data are the study's, else NaN."""
+def _study_value(model_id: str, dataset: str, how) -> float:
+    """The study's number for this condition (a Plan) when the model and data are the
+    study's, else NaN."""
     if model_id != STUDY_MODEL or dataset != STUDY_DATASET:
         return float("nan")
-    if mask != "default" and semantics != "legacy":  # the study ran transformers 4.x
+    if how.mask.name != "default" and how.mask_semantics.name != "legacy":  # transformers 4.x
         return float("nan")
-    return STUDY_VALUES.get((pe, mask), float("nan"))
+    return STUDY_VALUES.get((str(how.intervention), str(how.mask)), float("nan"))
 
 
 # --- resuming: each finished computation is saved (pecli.io.Checkpoint) -------------------
@@ -227,4 +207,5 @@ EXPERIMENTS.add("perplexity", Experiment(
     figures=lazy("pecli.plots.perplexity:figures"),
     description="Perplexity under position interventions and graded attention masks (E2, E3), "
                 "every aggregation, semantics and protocol named",
+    options=PerplexityOptions,
 ))

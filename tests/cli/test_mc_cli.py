@@ -6,11 +6,7 @@ import json
 
 import pandas as pd
 import pytest
-from typer.testing import CliRunner
 
-from pecli.cli import app
-
-runner = CliRunner()
 ITEMS = [
     {"question": "Is the sky blue?", "mc1_targets": {"Yes.": 1, "No.": 0, "It is green.": 0},
      "mc2_targets": {"Yes.": 1, "On a clear day, yes.": 1, "No.": 0}},
@@ -26,19 +22,9 @@ def items_file(tmp_path):
     return path
 
 
-@pytest.fixture
-def use_tiny(tiny, monkeypatch):
-    """`pecli mc <family>` loads tiny(<family>) instead of a real checkpoint."""
-    monkeypatch.setattr("pecli.loading.load_model", lambda name, **kw: tiny(name))
-
-
-def _invoke(*args):
-    return runner.invoke(app, list(args), env={"COLUMNS": "200"})
-
-
-def test_mc_writes_tables_figure_and_provenance(use_tiny, items_file, tmp_path):
+def test_mc_writes_tables_figure_and_provenance(use_tiny, items_file, tmp_path, invoke):
     out = tmp_path / "run"
-    result = _invoke("mc", "llama", "--pe", "zero", "--mask", "linear", "--mask-semantics", "log-bias",
+    result = invoke("mc", "llama", "--intervention", "zero", "--mask", "linear", "--mask-semantics", "log-bias",
                      "--dataset", str(items_file), "--bootstrap", "100", "--out", str(out))
     assert result.exit_code == 0, result.output
     df = pd.read_csv(out / "mc.csv")
@@ -56,24 +42,25 @@ def test_mc_writes_tables_figure_and_provenance(use_tiny, items_file, tmp_path):
     assert "TruthfulQA MC" in result.output and "learned (intact)" in result.output
 
 
-def test_mc_bad_item_is_one_line_error(use_tiny, tmp_path):
+def test_mc_bad_item_is_one_line_error(use_tiny, tmp_path, invoke):
     path = tmp_path / "bad.json"
     path.write_text(json.dumps([ITEMS[0], {"question": "Why?", "mc1_targets": {"a": 1}}]))
-    result = _invoke("mc", "gpt2", "--dataset", str(path), "--out", str(tmp_path / "o"))
+    result = invoke("mc", "gpt2", "--dataset", str(path), "--out", str(tmp_path / "o"))
     assert result.exit_code == 1
     assert result.output.strip() == ("error: bad.json item 1: missing field 'mc2_targets'; each item "
                                      "needs question, mc1_targets and mc2_targets")
     assert not (tmp_path / "o").exists()
 
 
-def test_mc_encoder_is_one_line_error(use_tiny, items_file, tmp_path):
-    result = _invoke("mc", "bert", "--dataset", str(items_file), "--out", str(tmp_path / "o"))
+def test_mc_encoder_is_one_line_error(use_tiny, items_file, tmp_path, invoke):
+    result = invoke("mc", "bert", "--dataset", str(items_file), "--out", str(tmp_path / "o"))
     assert result.exit_code == 1
     assert "encoder without a language-model head" in result.output
     assert len(result.output.strip().splitlines()) == 1
 
 
-def test_mc_help_says_which_protocols_are_meaningful():
-    result = _invoke("mc", "--help")
+def test_mc_help_says_which_protocols_are_meaningful(invoke):
+    result = invoke("mc", "--help")
     assert result.exit_code == 0
-    assert "the meaningful one here" in result.output
+    assert "mc: the question's context scored once for every choice" in " ".join(
+        line.strip(" │") for line in result.output.splitlines())

@@ -6,11 +6,7 @@ import json
 
 import pandas as pd
 import pytest
-from typer.testing import CliRunner
 
-from pecli.cli import app
-
-runner = CliRunner()
 TEXTS = ["Why do veins appear blue?", "Where did fortune cookies originate?",
          "What happens if you crack your knuckles a lot?", "Is it legal to own an assault rifle?"]
 
@@ -22,21 +18,12 @@ def toy_csv(tmp_path):
     return path
 
 
-@pytest.fixture
-def use_tiny(tiny, monkeypatch):
-    """`pecli perplexity <family>` loads tiny(<family>) instead of a real checkpoint."""
-    monkeypatch.setattr("pecli.loading.load_model", lambda name, **kw: tiny(name))
-
-
-def _invoke(*args):
-    return runner.invoke(app, list(args), env={"COLUMNS": "200"})
-
-
-def test_perplexity_writes_tables_with_provenance(use_tiny, toy_csv, tmp_path):
+def test_perplexity_writes_tables_with_provenance(use_tiny, toy_csv, tmp_path, invoke):
     out = tmp_path / "run"
-    result = _invoke("perplexity", "gpt2", "--pe", "learned", "--pe", "zero", "--mask", "default,linear",
-                     "--mask-semantics", "log-bias", "--protocol", "relative", "--protocol", "study",
-                     "--dataset", str(toy_csv), "--text", "question", "--out", str(out))
+    result = invoke("perplexity", "gpt2", "--intervention", "learned", "--intervention", "zero",
+                    "--mask", "default,linear", "--mask-semantics", "log-bias", "--protocol",
+                    "relative", "--protocol", "study", "--dataset", str(toy_csv), "--text-field",
+                    "question", "--out", str(out))
     assert result.exit_code == 0, result.output
     df = pd.read_csv(out / "perplexity.csv")
     assert len(df) == 2 * 2 * 1 * 2 * 4  # pe x mask x semantics x protocol x aggregation
@@ -49,15 +36,26 @@ def test_perplexity_writes_tables_with_provenance(use_tiny, toy_csv, tmp_path):
     assert (study["passes"] == "prefix-by-prefix").all()
     texts = pd.read_csv(out / "texts.csv")
     assert len(texts) == 2 * 2 * 2 * len(TEXTS)
-    assert json.loads((out / "perplexity.json").read_text())["config"]["masks"] == ["default", "linear"]
+    config = json.loads((out / "perplexity.json").read_text())["config"]
+    assert config["mask"] == ["default", "linear"] and config["intervention"] == ["learned", "zero"]
     assert (out / "figures" / "perplexity.png").stat().st_size > 0
     assert "zero + linear/log-bias (study)" in result.output and "wrote" in result.output
 
 
-def test_no_start_token_and_window(use_tiny, tmp_path):
+def test_deprecated_pe_and_text_still_work_with_a_warning(use_tiny, toy_csv, tmp_path, invoke):
+    with pytest.warns(FutureWarning, match="'pe' is deprecated; use 'intervention'"):
+        result = invoke("perplexity", "gpt2", "--pe", "zero", "--text", "question", "--dataset",
+                        str(toy_csv), "--bootstrap", "0", "--out", str(tmp_path / "o"))
+    assert result.exit_code == 0, result.output
+    df = pd.read_csv(tmp_path / "o" / "perplexity.csv")
+    assert list(dict.fromkeys(df["intervention"])) == ["learned", "zero"]
+    assert (df["text_field"] == "question").all()
+
+
+def test_no_start_token_and_window(use_tiny, tmp_path, invoke):
     path = tmp_path / "long.csv"
     pd.DataFrame({"text": [" ".join(["the cat sat on the mat"] * 30), "a short one"]}).to_csv(path, index=False)
-    result = _invoke("perplexity", "llama", "--dataset", str(path), "--no-start-token",
+    result = invoke("perplexity", "llama", "--dataset", str(path), "--no-start-token",
                      "--long-text", "window", "--stride", "16", "--out", str(tmp_path / "o"))
     assert result.exit_code == 0, result.output
     df = pd.read_csv(tmp_path / "o" / "perplexity.csv")
@@ -66,29 +64,30 @@ def test_no_start_token_and_window(use_tiny, tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--mask", "lineer"], "error: unknown mask 'lineer' (did you mean 'linear'?)"),
-    (["--mask-semantics", "logbias"], "error: unknown mask semantics 'logbias'"),
-    (["--protocol", "studdy"], "error: unknown protocol 'studdy'; use one of relative, study"),
-    (["--pe", "zeroo"], "error: unknown intervention 'zeroo'"),
-    (["--stride", "4"], "error: --stride only applies with --long-text window"),
-    (["--batch-size", "0"], "error: --batch-size must be at least 1"),
+    (["--mask", "lineer"], "unknown mask 'lineer' (did you mean 'linear'?)"),
+    (["--mask-semantics", "logbias"], "unknown mask semantics 'logbias'"),
+    (["--protocol", "studdy"], "unknown protocol 'studdy' (did you mean 'study'?)"),
+    (["--intervention", "zeroo"], "unknown intervention 'zeroo'"),
+    (["--pe", "zeroo"], "unknown intervention 'zeroo'"),
+    (["--stride", "4"], "stride (--stride) steps the windows of long_text: window"),
+    (["--batch-size", "0"], "batch_size (--batch-size): 0 is out of range (at least 1)"),
 ])
-def test_bad_options_are_one_line_errors(use_tiny, toy_csv, args, message):
-    result = _invoke("perplexity", "gpt2", "--dataset", str(toy_csv), "--text", "question", *args)
+def test_bad_options_are_one_line_errors(use_tiny, toy_csv, args, message, invoke):
+    result = invoke("perplexity", "gpt2", "--dataset", str(toy_csv), "--text-field", "question", *args)
     assert result.exit_code == 1
-    assert result.output.strip().startswith(message), result.output
+    assert result.output.strip().startswith("error: pecli perplexity: " + message), result.output
     assert "Traceback" not in result.output
 
 
-def test_encoder_is_refused(use_tiny, toy_csv):
-    result = _invoke("perplexity", "bert", "--protocol", "study", "--mask", "linear",
-                     "--dataset", str(toy_csv), "--text", "question")
+def test_encoder_is_refused(use_tiny, toy_csv, invoke):
+    result = invoke("perplexity", "bert", "--protocol", "study", "--mask", "linear",
+                    "--dataset", str(toy_csv), "--text-field", "question")
     assert result.exit_code == 1
     assert "needs a causal LM" in result.output and "Traceback" not in result.output
 
 
-def test_masks_lists_shapes_and_semantics():
-    result = _invoke("masks")
+def test_masks_lists_shapes_and_semantics(invoke):
+    result = invoke("masks")
     assert result.exit_code == 0
     assert "0.10 0.33 0.55 0.77 1.00" in result.output  # linear, q = 5
     for name in ("default", "linear", "exponential", "alibi", "legacy", "boolean", "log-bias", "scale",
@@ -96,10 +95,10 @@ def test_masks_lists_shapes_and_semantics():
         assert name in result.output
 
 
-def test_mask_without_pe_runs_the_studys_e3(shared_data, tmp_path):
+def test_mask_without_pe_runs_the_studys_e3(shared_data, tmp_path, invoke):
     """`pecli perplexity random:gpt2 --mask linear --limit 8`: the three E2/E3 rows, baseline first."""
     out = tmp_path / "e3"
-    result = _invoke("perplexity", "random:gpt2", "--mask", "linear", "--limit", "8",
+    result = invoke("perplexity", "random:gpt2", "--mask", "linear", "--limit", "8",
                      "--data-dir", str(shared_data), "--bootstrap", "200", "--out", str(out))
     assert result.exit_code == 0, result.output
     df = pd.read_csv(out / "perplexity.csv")

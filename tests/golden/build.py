@@ -38,8 +38,8 @@ NUMBERS = ["value", "ci_low", "ci_high"]
 RUNS = {
     "ablate_bert": ("ablate", "bert", dict(intervention=["zero", "shuffle"], baseline_pairs=8,
                                            bootstrap=20), "ablate"),
-    "perplexity_gpt2": ("perplexity", "gpt2", dict(pe=["zero"], masks=["linear"],
-                                                   semantics=["legacy", "log-bias"],
+    "perplexity_gpt2": ("perplexity", "gpt2", dict(intervention=["zero"], mask=["linear"],
+                                                   mask_semantics=["legacy", "log-bias"],
                                                    protocol=["relative", "study"], bootstrap=20),
                         "perplexity"),
     # pe-probe takes a list of models; on GPT-2 (a learned table) both of its analyses

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from pecli import mc
-from pecli.experiments.mc import run
+from pecli.experiments.mc import McOptions, run
 from pecli.interventions import intervene
 
 pytestmark = pytest.mark.slow
@@ -22,8 +22,9 @@ def _plain_loglik(loaded, context: list[int], cont: list[int]) -> float:
 
 
 def test_smollm2_with_and_without_positions(smollm2, shared_data):
-    tables = run(pe="zero", dataset="truthfulqa-mc", data_dir=str(shared_data), limit=2, seed=0,
-                 loaded=smollm2, bootstrap=100)
+    tables = run(McOptions.build(dict(intervention="zero", dataset="truthfulqa-mc",
+                                      data_dir=str(shared_data), limit=2, seed=0, bootstrap=100),
+                                 "test"), loaded=smollm2)
     items, _ = mc.load_items("truthfulqa-mc", str(shared_data), limit=2, seed=0)
     reqs = mc.requests(smollm2.tokenizer, items)
     got = tables["mc_items"]

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from pecli.batching import encode
-from pecli.lm_scoring import prepare, score
+from pecli.lm_scoring import score, windows_for
 from pecli.metrics import aggregate
 
 pytestmark = pytest.mark.slow
@@ -19,7 +19,7 @@ def prepared(smollm2, shared_data):
 
     data = load_data("truthfulqa", data_dir_=shared_data, limit=3, seed=0)
     ids = encode(smollm2.tokenizer, data.texts(), 10**12, add_special_tokens=False).ids
-    return prepare(ids, smollm2.max_positions, smollm2.tokenizer.bos_token_id)
+    return windows_for(ids, smollm2.max_positions, smollm2.tokenizer.bos_token_id)
 
 
 def _same(a, b):
@@ -39,14 +39,14 @@ def test_relative_one_pass_equals_prefix_by_prefix(smollm2, prepared):
 
 def test_legacy_study_is_self_only(smollm2, prepared):
     fast, how = score(smollm2, prepared, "linear", "legacy", "study")
-    assert how.attention == "self/boolean/relative"
+    assert how.computation == "self/boolean/relative"
     slow, _ = score(smollm2, prepared, "linear", "legacy", "study", fast=False)
     _same(fast, slow)
 
 
 def test_boolean_study_is_the_default_mask(smollm2, prepared):
     plain, how = score(smollm2, prepared)
-    assert how.attention == "model"
+    assert how.attention is None
     slow, _ = score(smollm2, prepared, "linear", "boolean", "study", fast=False)
     _same(slow, plain)
 

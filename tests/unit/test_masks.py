@@ -7,13 +7,15 @@ import math
 import pytest
 import torch
 
+from pecli import names
 from pecli.architectures import ARCHITECTURES
 from pecli.batching import pad
 from pecli.errors import ConfigError
 from pecli.masks import (
-    SEMANTICS,
-    SHAPES,
+    PROBS,
+    WEIGHTS,
     alibi_slopes,
+    attention_name,
     key_weights,
     mask_geometry,
     masked_attention,
@@ -60,7 +62,7 @@ def test_geometry_ignores_padding_side():
 
 def _probs(semantics: str, m: torch.Tensor, visible: torch.Tensor) -> torch.Tensor:
     scores = torch.tensor([[[[0.3, -1.2, 2.0, 0.5]]]])
-    return SEMANTICS.get(semantics).probs(scores, visible, m, torch.finfo(torch.float32).min)
+    return PROBS[semantics](scores, visible, m, torch.finfo(torch.float32).min)
 
 
 def test_semantics_on_one_row():
@@ -74,7 +76,7 @@ def test_semantics_on_one_row():
     logb = torch.softmax(scores + torch.log(m[0, 0, 0, :3]), -1)
     assert torch.allclose(_probs("log-bias", m, visible)[0, 0, 0, :3], logb)
     assert torch.allclose(_probs("scale", m, visible)[0, 0, 0, :3], soft * m[0, 0, 0, :3])
-    for name in SEMANTICS.names():  # the padding key never gets weight, whatever its m
+    for name in names.MASK_SEMANTICS.names():  # the padding key never gets weight, whatever its m
         assert _probs(name, m, visible)[0, 0, 0, 3].item() == 0.0
 
 
@@ -84,7 +86,7 @@ def test_legacy_never_overflows_to_nan():
     m = torch.tensor([0.1, 0.2, 0.3, 0.0]).expand(1, 1, 2, 4)
     visible = torch.tensor([[True, True, True, False], [False, False, False, False]])[None, None]
     scores = torch.randn(1, 1, 2, 4) * 30
-    p = SEMANTICS.get("legacy").probs(scores, visible, m, torch.finfo(torch.float32).min)
+    p = PROBS["legacy"](scores, visible, m, torch.finfo(torch.float32).min)
     assert torch.isfinite(p).all()
     assert p[0, 0, 0].tolist() == [0.0, 0.0, 1.0, 0.0] and p[0, 0, 1].tolist() == [0.0] * 4
 
@@ -103,7 +105,7 @@ def test_default_mask_is_the_models_attention(tiny, family):
     loaded = tiny(family)
     ref = _hidden(loaded, "right")
     before = loaded.model.config._attn_implementation
-    for semantics in SEMANTICS.names():
+    for semantics in names.MASK_SEMANTICS.names():
         for side in ("right", "left"):
             with masked_attention(loaded.model, "default", semantics) as name:
                 assert loaded.model.config._attn_implementation == name
@@ -132,9 +134,21 @@ def test_masked_attention_restores_on_error(tiny):
 
 def test_unknown_names_suggest():
     with pytest.raises(ConfigError, match="did you mean 'linear'"):
-        SHAPES.get("lineer")
+        names.parse(names.MASKS, "lineer")
     with pytest.raises(ConfigError, match="unknown mask semantics 'logbias'"):
-        SEMANTICS.get("logbias")
+        names.parse(names.MASK_SEMANTICS, "logbias")
+
+
+def test_an_attention_is_registered_once_through_the_public_interface():
+    from transformers import AttentionInterface
+
+    name = attention_name("exponential", "scale", "keys")
+    assert name == "pecli_exponential_scale_keys" and name in AttentionInterface()
+    registered = AttentionInterface()[name]
+    assert attention_name("exponential", "scale", "keys") == name
+    assert AttentionInterface()[name] is registered  # found, not registered again
+    assert registered.keywords == {"weights": WEIGHTS["exponential"], "probs": PROBS["scale"],
+                                   "mode": "keys"}
 
 
 def test_log_bias_alibi_is_alibi():
@@ -142,9 +156,9 @@ def test_log_bias_alibi_is_alibi():
     d = torch.arange(q)[:, None] - torch.arange(q)[None, :]  # [q, k]
     visible = (d >= 0)[None, None]
     dist = d.clamp(min=0).float()[None, None]
-    m = SHAPES.get("alibi").weights(dist, dist.amax(-1, keepdim=True), heads)
+    m = WEIGHTS["alibi"](dist, dist.amax(-1, keepdim=True), heads)
     scores = torch.randn(1, heads, q, q)
-    ours = SEMANTICS.get("log-bias").probs(scores, visible, m, -math.inf)
+    ours = PROBS["log-bias"](scores, visible, m, -math.inf)
     bias = -alibi_slopes(heads).view(1, heads, 1, 1) * dist  # ALiBi's additive bias
     ref = torch.softmax((scores + bias).masked_fill(~visible, -math.inf), -1)
     assert torch.allclose(ours, ref, atol=1e-6)

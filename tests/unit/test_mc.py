@@ -12,7 +12,14 @@ import torch
 
 from pecli import mc
 from pecli.errors import DataError, ModelError
-from pecli.experiments.mc import run
+from pecli.experiments.mc import run as run_options
+from pecli.options import McOptions
+
+
+def run(loaded=None, **values):
+    """The mc experiment on `loaded` with these options (as a preset gives them)."""
+    return run_options(McOptions.build(values, "test"), loaded=loaded)
+
 
 # lm-evaluation-harness truthfulqa_mc1.yaml (v2.0), its `prompt_qa`, transcribed line by line
 HARNESS_PRIMER_LINES = [
@@ -164,7 +171,7 @@ def test_study_protocol_without_shortcut_is_prefix_passes(tiny):
     loaded = _lm(tiny, "gpt2")
     reqs = mc.requests(loaded.tokenizer, mc.parse_items(ITEMS[:1], "t"))
     lls, how = mc.score(loaded, reqs, "linear", "log-bias", "study")
-    assert how.passes == "prefix-by-prefix" and how.attention.endswith("/keys")
+    assert how.passes == "prefix-by-prefix" and how.attention.mode == "keys"
     rel, _ = mc.score(loaded, reqs, "linear", "log-bias", "relative")
     assert np.abs(lls[0] - rel[0]).max() > 1e-4  # a 1-D key mask is not the relative mask
 
@@ -183,7 +190,7 @@ def test_metrics_by_hand():
 
 
 def test_intact_condition_first_and_interval_columns(tiny, items_file):
-    tables = run(pe="zero", dataset=str(items_file), loaded=_lm(tiny, "gpt2"), bootstrap=200)
+    tables = run(intervention="zero", dataset=str(items_file), loaded=_lm(tiny, "gpt2"), bootstrap=200)
     df = tables["mc"]
     first = df.iloc[0]
     assert (first["intervention"], first["mask"], bool(first["intact"])) == ("learned", "default", True)

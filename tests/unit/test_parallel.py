@@ -92,15 +92,16 @@ def test_ablate_halves_a_batch_out_of_memory_to_the_same_tables(monkeypatch, cap
 def test_perplexity_halves_a_batch_out_of_memory_and_tables_match(tmp_path, monkeypatch):
     """A model that runs out of memory on batches of more than 2 sequences: the run splits
     them, finishes, says so in `oom_splits`, and its numbers equal an unhindered run's."""
-    from pecli.experiments.perplexity import run
+    from pecli.experiments.perplexity import PerplexityOptions, run
 
     texts = ["a film about a dog", "the ending was far too long for me", "fine", "I laughed",
              "a quiet story of two sisters in a small town", "no", "the score is lovely"]
     data = tmp_path / "texts.csv"
     pd.DataFrame({"text": texts}).to_csv(data, index=False)
     loaded = make_tiny("gpt2")
-    kwargs = dict(dataset=str(data), masks="default,linear", semantics="log-bias",
-                  protocol="relative,study", loaded=loaded, bootstrap=0)
+    kwargs = dict(options=PerplexityOptions.build(dict(
+        dataset=str(data), mask="default,linear", mask_semantics="log-bias",
+        protocol="relative,study", bootstrap=0), "test"), loaded=loaded)
     monkeypatch.setattr("pecli.provenance.RUN_NOTES", {})
     plain = run(**kwargs)
 

@@ -12,7 +12,7 @@ import torch
 
 from pecli.batching import encode
 from pecli.errors import ConfigError, ModelError
-from pecli.lm_scoring import plan, prepare, score
+from pecli.lm_scoring import plan, score, windows_for
 from pecli.metrics import aggregate, token_nll
 
 TEXTS = [
@@ -31,7 +31,7 @@ RTOL = 1e-5
 
 def _prepared(loaded, texts=TEXTS, bos=True, **kw):
     ids = encode(loaded.tokenizer, texts, 10**12, add_special_tokens=False).ids
-    return prepare(ids, loaded.max_positions, loaded.tokenizer.bos_token_id if bos else None, **kw)
+    return windows_for(ids, loaded.max_positions, loaded.tokenizer.bos_token_id if bos else None, **kw)
 
 
 def _close(a: list[torch.Tensor], b: list[torch.Tensor], rtol=RTOL) -> None:
@@ -67,11 +67,11 @@ def test_aggregations_by_hand():
 # --- windows --------------------------------------------------------------------------------
 
 
-def test_prepare_truncates_and_windows():
+def test_windows_for_truncates_and_windows():
     ids = [list(range(10, 30)), [7]]
-    cut = prepare(ids, 8, bos_id=1)
+    cut = windows_for(ids, 8, bos_id=1)
     assert cut.truncated == 1 and cut.dropped_tokens == 13 and cut.tokens == 7 + 1
-    win = prepare(ids, 8, bos_id=1, long_text="window", stride=3)
+    win = windows_for(ids, 8, bos_id=1, long_text="window", stride=3)
     assert win.truncated == 1 and win.tokens == 20 + 1  # every target once
     scored = []  # absolute positions of scored targets of text 0
     begin = 0
@@ -79,12 +79,12 @@ def test_prepare_truncates_and_windows():
         scored += [begin + t for t in range(w.first, len(w.ids))]
         begin += 3
     assert scored == list(range(1, 21))
-    assert prepare(ids, 8, None).tokens == 7 + 0  # no start token: 1-token text has no target
+    assert windows_for(ids, 8, None).tokens == 7 + 0  # no start token: 1-token text has no target
     with pytest.raises(ConfigError, match="--stride only applies"):
-        prepare(ids, 8, 1, stride=4)
+        windows_for(ids, 8, 1, stride=4)
     for bad in (0, 9):
         with pytest.raises(ConfigError, match="between 1 and"):
-            prepare(ids, 8, 1, long_text="window", stride=bad)
+            windows_for(ids, 8, 1, long_text="window", stride=bad)
 
 
 def test_window_context_matches_truncation_where_they_overlap(tiny):
@@ -119,9 +119,9 @@ def test_legacy_study_is_a_self_only_pass(tiny, family, shape):
     loaded = tiny(family)
     prepared = _prepared(loaded)
     fast, how = score(loaded, prepared, shape, "legacy", "study")
-    assert how.attention == "self/boolean/relative" and how.passes == "one-pass"
+    assert how.computation == "self/boolean/relative" and how.passes == "one-pass"
     slow, how_slow = score(loaded, prepared, shape, "legacy", "study", fast=False)
-    assert how_slow.passes == "prefix-by-prefix" and how_slow.attention.endswith("/keys")
+    assert how_slow.passes == "prefix-by-prefix" and how_slow.attention.mode == "keys"
     _close(fast, slow)
     plain, _ = score(loaded, prepared)
     assert not torch.allclose(torch.cat(fast), torch.cat(plain), atol=1e-3)  # it is not the model
@@ -137,9 +137,9 @@ def test_boolean_equals_default_under_both_protocols(tiny, family):
     for protocol in ("relative", "study"):
         for shape in ("linear", "exponential"):
             slow, how = score(loaded, prepared, shape, "boolean", protocol, fast=False)
-            assert how.attention != "model"
+            assert how.attention is not None
             _close(slow, plain)
-            assert plan(shape, "boolean", protocol).attention == "model"
+            assert plan(shape, "boolean", protocol).attention is None
 
 
 @pytest.mark.parametrize("family", CAUSAL)
@@ -160,8 +160,9 @@ def test_default_mask_is_plain_evaluation_exactly(tiny, tmp_path):
 
     loaded = tiny("gpt2")
     pd.DataFrame({"text": TEXTS}).to_csv(tmp_path / "t.csv", index=False)
-    tables = exp.run(loaded=loaded, dataset=str(tmp_path / "t.csv"), masks="default",
-                     semantics=SEMS, protocol=["relative", "study"])
+    tables = exp.EXPERIMENTS.get("perplexity").run_with(
+        dict(dataset=str(tmp_path / "t.csv"), mask="default", mask_semantics=SEMS,
+             protocol=["relative", "study"]), "test", loaded=loaded)
     prepared = _prepared(loaded)
     with torch.inference_mode():
         plain = score_windows(loaded, prepared.windows)  # no attention switch at all
@@ -226,7 +227,7 @@ def test_mean_per_text_is_evaluates_mean_perplexity(tiny, family, start):
 def test_encoders_are_refused(tiny):
     loaded = tiny("bert")
     with pytest.raises(ModelError, match="needs a causal LM"):
-        score(loaded, prepare([[5, 6, 7]], 64, None), "linear", "log-bias", "study")
+        score(loaded, windows_for([[5, 6, 7]], 64, None), "linear", "log-bias", "study")
 
 
 
@@ -237,9 +238,10 @@ def test_an_interrupted_grid_resumes_its_finished_computations(tiny, tmp_path, m
     monkeypatch.setenv("PECLI_CACHE_DIR", str(tmp_path))
     loaded = tiny("gpt2")
     pd.DataFrame({"text": TEXTS}).to_csv(tmp_path / "t.csv", index=False)
-    grid = dict(loaded=loaded, dataset=str(tmp_path / "t.csv"), pe=["learned", "zero"],
-                masks="linear", semantics="log-bias", protocol=["relative", "study"])
-    full = exp.run(**grid)  # 5 computations: the intact baseline (learned, default) + 2 x 2
+    grid = exp.PerplexityOptions.build(dict(
+        dataset=str(tmp_path / "t.csv"), intervention=["learned", "zero"], mask="linear",
+        mask_semantics="log-bias", protocol=["relative", "study"]), "test")
+    full = exp.run(grid, loaded=loaded)  # 5 computations: the intact baseline (learned, default) + 2 x 2
     real, calls = pecli.lm_scoring.score, []
 
     def interrupted_in_the_third(*args, **kwargs):
@@ -250,11 +252,11 @@ def test_an_interrupted_grid_resumes_its_finished_computations(tiny, tmp_path, m
 
     monkeypatch.setattr(pecli.lm_scoring, "score", interrupted_in_the_third)
     with pytest.raises(KeyboardInterrupt):
-        exp.run(**grid)
+        exp.run(grid, loaded=loaded)
     [saved] = (tmp_path / "partial").glob("perplexity-*.npz")
     calls.clear()
     monkeypatch.setattr(pecli.lm_scoring, "score", lambda *a, **k: calls.append(1) or real(*a, **k))
-    resumed = exp.run(**grid)
+    resumed = exp.run(grid, loaded=loaded)
     assert len(calls) == 3 and not saved.exists()  # only the unfinished three were computed
     for name in ("perplexity", "texts"):
         pd.testing.assert_frame_equal(resumed[name], full[name])
@@ -265,17 +267,20 @@ def test_an_interrupted_grid_resumes_its_finished_computations(tiny, tmp_path, m
 
 def test_conditions_put_the_intact_baseline_first_and_read_e3_without_pe():
     from pecli.experiments.perplexity import conditions
+    from pecli.options import PerplexityOptions
 
-    pairs = lambda grid: [(p, m) for p, m, _, _ in grid]  # noqa: E731
-    assert pairs(conditions(None, "default", "legacy", "relative")) == [("learned", "default")]
-    assert pairs(conditions(None, "linear", "legacy", "relative")) == [
-        ("learned", "default"), ("zero", "default"), ("zero", "linear")]
-    # an explicit --pe keeps its meaning, after the baseline
-    assert pairs(conditions("zero", "linear", "legacy", "relative")) == [
-        ("learned", "default"), ("zero", "linear")]
-    assert pairs(conditions(["learned", "zero"], ["default", "linear"], "legacy", "relative")) == [
+    def pairs(intervention, mask, semantics="legacy", protocol="relative"):
+        options = PerplexityOptions.build(dict(intervention=intervention, mask=mask,
+                                               mask_semantics=semantics, protocol=protocol), "t")
+        return [(str(p.intervention), str(p.mask)) for p in conditions(options)]
+
+    assert pairs(None, "default") == [("learned", "default")]
+    assert pairs(None, "linear") == [("learned", "default"), ("zero", "default"), ("zero", "linear")]
+    # an explicit intervention keeps its meaning, after the baseline
+    assert pairs("zero", "linear") == [("learned", "default"), ("zero", "linear")]
+    assert pairs(["learned", "zero"], ["default", "linear"]) == [
         ("learned", "default"), ("learned", "linear"), ("zero", "default"), ("zero", "linear")]
-    assert len(conditions(None, "linear", "legacy,log-bias", "study")) == 6
+    assert len(pairs(None, "linear", "legacy,log-bias", "study")) == 6
 
 
 def test_intervals_of_every_aggregation_by_hand():
@@ -307,8 +312,11 @@ def test_intervals_of_every_aggregation_by_hand():
 def test_study_values_only_for_the_studys_model_and_data():
     from pecli.experiments.perplexity import _study_value
 
-    assert _study_value("gpt2", "truthfulqa", "learned", "default", "boolean") == 111.2409
-    assert _study_value("gpt2", "truthfulqa", "zero", "linear", "legacy") == 11897.4824
-    assert np.isnan(_study_value("gpt2", "truthfulqa", "zero", "linear", "log-bias"))
-    assert np.isnan(_study_value("random:gpt2", "truthfulqa", "learned", "default", "legacy"))
-    assert np.isnan(_study_value("gpt2", "imdb", "learned", "default", "legacy"))
+    def value(model, data, pe, mask, semantics):
+        return _study_value(model, data, plan(mask, semantics, "study", pe))
+
+    assert value("gpt2", "truthfulqa", "learned", "default", "boolean") == 111.2409
+    assert value("gpt2", "truthfulqa", "zero", "linear", "legacy") == 11897.4824
+    assert np.isnan(value("gpt2", "truthfulqa", "zero", "linear", "log-bias"))
+    assert np.isnan(value("random:gpt2", "truthfulqa", "learned", "default", "legacy"))
+    assert np.isnan(value("gpt2", "imdb", "learned", "default", "legacy"))

@@ -13,7 +13,7 @@ from conftest import make_tiny
 
 from pecli.errors import DeviceError
 from pecli.interventions import intervene
-from pecli.lm_scoring import prepare, score
+from pecli.lm_scoring import score, windows_for
 from pecli.loading import dispatch, load_model, parse_max_memory
 
 TEXTS = ["the film was long and the ending made no sense at all",
@@ -23,7 +23,7 @@ TINY_GPT2 = str(Path(__file__).resolve().parents[2] / "models" / "tiny-gpt2-imdb
 
 def _nlls(loaded, pe: str, shape: str, semantics: str, protocol: str) -> list[torch.Tensor]:
     ids = [loaded.tokenizer(t, add_special_tokens=False)["input_ids"] for t in TEXTS]
-    prepared = prepare(ids, loaded.max_positions, loaded.tokenizer.bos_token_id)
+    prepared = windows_for(ids, loaded.max_positions, loaded.tokenizer.bos_token_id)
     with intervene(loaded, pe, seed=0):
         return score(loaded, prepared, shape, semantics, protocol)[0]
 

@@ -59,8 +59,9 @@ def test_perplexity_sidecar_records_each_computations_plan(tiny, tmp_path):
 
     loaded = tiny("gpt2")
     pd.DataFrame({"text": TEXTS}).to_csv(tmp_path / "t.csv", index=False)
-    frames = exp.run(loaded=loaded, dataset=str(tmp_path / "t.csv"), masks="default,linear",
-                     semantics=["log-bias"], protocol=["relative", "study"], batch_size=3)
+    frames = exp.run(exp.PerplexityOptions.build(dict(
+        dataset=str(tmp_path / "t.csv"), mask="default,linear", mask_semantics=["log-bias"],
+        protocol=["relative", "study"], batch_size=3), "test"), loaded=loaded)
     df = frames["perplexity"]
     # one pass per text (BOS + its tokens) or one per scored prefix (lengths 1 .. n-1)
     windows = [len(x) + 1 for x in loaded.tokenizer(TEXTS)["input_ids"]]
@@ -79,12 +80,13 @@ def test_perplexity_sidecar_records_each_computations_plan(tiny, tmp_path):
 @pytest.mark.parametrize("batch_size", [None, 3])
 def test_mc_sidecar_records_each_computations_plan(tiny, tmp_path, batch_size):
     from pecli import mc
-    from pecli.experiments.mc import run
+    from pecli.experiments.mc import McOptions, run
 
     loaded = tiny("gpt2", n_positions=512)
     (tmp_path / "items.json").write_text(json.dumps(ITEMS))
-    df = run(dataset=str(tmp_path / "items.json"), loaded=loaded, masks="linear", semantics="log-bias",
-             protocol="study", batch_size=batch_size, bootstrap=0)["mc"]
+    df = run(McOptions.build(dict(dataset=str(tmp_path / "items.json"), mask="linear",
+                                  mask_semantics="log-bias", protocol="study",
+                                  batch_size=batch_size, bootstrap=0), "test"), loaded=loaded)["mc"]
     reqs = mc.requests(loaded.tokenizer, mc.parse_items(ITEMS, "t"))
     # shared context (every pair fits): items longest context first, grouped within 3 choice
     # rows (every item has >= 3 choices: one item a group) or the CPU's 4096 padded tokens

@@ -17,13 +17,14 @@ def test_text_id_is_the_source_row_and_stable_under_limit():
 
 
 def test_perplexity_per_text_rows_carry_text_id(tiny, tmp_path):
-    from pecli.experiments.perplexity import run
+    from pecli.experiments.perplexity import PerplexityOptions, run
 
     texts = [f"Question {i}: why is the sky blue {'today ' * i}?" for i in range(8)]
     path = tmp_path / "q.csv"
     pd.DataFrame({"question": texts}).to_csv(path, index=False)
-    tables = run(loaded=tiny("gpt2"), dataset=str(path), text_field="question", limit=3,
-                 bootstrap=0, device="cpu")
+    options = PerplexityOptions.build(dict(dataset=str(path), text_field="question", limit=3,
+                                           bootstrap=0, device="cpu"), "test")
+    tables = run(options, loaded=tiny("gpt2"))
     rows = tables["texts"]
     chosen = subset(pd.DataFrame({"question": texts}), 3, 0, None, "x")["text_id"]
     assert "text_index" not in rows and sorted(set(rows["text_id"])) == sorted(chosen)
