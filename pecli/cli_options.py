@@ -42,8 +42,6 @@ DatasetOpt = Annotated[str, typer.Option(
 SplitOpt = Annotated[str | None, typer.Option(help="Dataset split (default: the dataset's first).")]
 TextFieldOpt = Annotated[str | None, typer.Option(
     "--text-field", help="Text column; a+b joins columns, e.g. question+best_answer.")]
-TextOpt = Annotated[str | None, typer.Option(  # until perplexity/mc/pe move to TextFieldOpt
-    "--text", help="Text column; a+b joins columns, e.g. question+best_answer.")]
 # Deprecated spelling of --text-field (kept for one release; `build` warns when it is used).
 TextAliasOpt = Annotated[str | None, typer.Option(
     "--text", hidden=True, help="Deprecated: use --text-field.")]
