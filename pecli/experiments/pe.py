@@ -176,10 +176,12 @@ def hidden_probe(loaded, ids: list[list[int]], intervention, folds: int, seed: i
 
 def preflight(models) -> None:
     """Fail before any work when a model cannot be loaded here (not after the first model)."""
+    from pathlib import Path
+
     from pecli.errors import ModelError
     from pecli.loading import missing_models
 
-    missing = missing_models([m for m in models])
+    missing = missing_models([m for m in models if not Path(m).exists()])  # a local folder loads
     if missing:
         raise ModelError("cannot load " + "; ".join(missing))
 

@@ -126,3 +126,16 @@ def test_figures_from_written_tables(tmp_path, reviews, monkeypatch):
         csvs = {name: write_table(df, tmp_path / exp, name, {}) for name, df in frames.items()}
         pngs = EXPERIMENTS.get(exp).figures(csvs, tmp_path / exp / "figures")
         assert len(pngs) == 3 and all(p.stat().st_size > 5000 for p in pngs)
+
+
+def test_preflight_takes_a_local_folder_and_names_a_missing_model(monkeypatch):
+    """`models/tiny-gpt2-imdb` (a relative folder that also looks like a hub id) loads;
+    a model that cannot load here fails before any data or model is read."""
+    from pathlib import Path
+
+    from pecli.errors import ModelError
+
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])
+    pe_exp.preflight(["models/tiny-gpt2-imdb", "random:gpt2"])
+    with pytest.raises(ModelError, match="cannot load model 'models/nosuch'"):
+        pe_exp.preflight(["random:gpt2", "models/nosuch"])
