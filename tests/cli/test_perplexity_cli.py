@@ -111,3 +111,23 @@ def test_mask_without_pe_runs_the_studys_e3(shared_data, tmp_path, invoke):
     assert "intervals" in json.loads((out / "perplexity.json").read_text())["config"]
     lines = [line for line in result.output.splitlines() if line.startswith("│ ")]
     assert lines[0].split()[1] == "learned" and "[" in lines[0]  # baseline first, with its interval
+
+
+@pytest.mark.parametrize("args,message", [
+    (["perplexity", "smollm2", "--intervention", "nosuch"], "unknown intervention 'nosuch'"),
+    (["perplexity", "smollm2", "--mask-semantics", "log-bais"], "unknown mask semantics 'log-bais'"),
+    (["perplexity", "smollm2", "--stride", "8"], "stride (--stride) steps the windows"),
+    (["mc", "smollm2", "--pe", "zero,shift"], "needs an argument: write shift:K"),
+    (["mc", "smollm2", "--mask", "linaer"], "unknown mask 'linaer'"),
+])
+def test_a_bad_name_fails_without_importing_torch(args, message):
+    """perplexity and mc build their options before importing any experiment: torch and
+    transformers never load for a bad name (so it fails in well under a second)."""
+    import subprocess
+    import sys
+
+    code = (f"import sys\nfrom pecli.cli import app\ntry:\n    app({args!r})\nexcept SystemExit as e:\n"
+            "    print(e.code, 'torch' in sys.modules, 'transformers' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["1", "False", "False"], out.stdout + out.stderr
+    assert message in out.stderr
