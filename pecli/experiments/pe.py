@@ -166,7 +166,7 @@ def hidden_probe(loaded, ids: list[list[int]], intervention, folds: int, seed: i
                                      regressor="ridge")
         common = {"layer": layer, "intervention": str(intervention), "tokens": len(positions),
                   "max_position": int(positions.max()), "regressor": "standardise + RidgeLOO (alpha by leave-one-text-out)",
-                  "evaluation": f"{folds}-fold CV over texts, MAE of round(prediction)"}
+                  "folds": folds, "evaluation": f"{folds}-fold CV over texts, MAE of round(prediction)"}
         rows += [{"metric": "probe_mae", "value": reg.mae, **common},
                  {"metric": "probe_chance_mae", "value": reg.chance_mae, **common}]
         if progress:
@@ -240,6 +240,7 @@ def run_probe(options: ProbeOptions, announce=None) -> dict[str, pd.DataFrame]:
                 say(f"{name}: Wang & Chen analyses of the {kind} matrix {own.shape[0]} x {own.shape[1]}")
                 metrics, sim = matrix_analyses(matrix, o.folds, o.pairs, o.seed)
                 cols = {**model_cols, "matrix": kind, "positions": own.shape[0], "dim": own.shape[1],
+                        "folds": o.folds,
                         "note": "" if kind == "learned" else "reference: sinusoids of the same shape"}
                 matrix_rows += [{**r, **cols} for r in metrics]
                 similarity_rows += [{**r, **cols} for r in sim]

@@ -211,7 +211,7 @@ def hidden_level(loaded, ids: list[list[int]], top_k: int, folds: int, seed: int
             per_text = np.bincount(texts[keep], minlength=len(ids))  # tokens per text
             common = {"layer": layer, "intervention": iv, "classes": int(min(top_k, len(counts))),
                       "probe_rows": int(keep.sum()), "regressor": "one-vs-rest RidgeLOO on one-hot",
-                      "evaluation": f"{folds}-fold CV over texts, accuracy of the largest score",
+                      "folds": folds, "evaluation": f"{folds}-fold CV over texts, accuracy of the largest score",
                       "interval": "95 % percentile bootstrap over texts"}
             for metric, hits in [("token_probe_accuracy", probe.correct),
                                  ("token_probe_chance_accuracy", probe.chance)]:

@@ -186,7 +186,7 @@ def matrix_points(matrix: pd.DataFrame, out: Path) -> Path:
         ax.title.set_fontsize(9)
     axes[1].legend(fontsize=7, loc="lower right")
     sizes = matrix.drop_duplicates("model")
-    fig.suptitle("what a position embedding table encodes (Wang & Chen 2020), 5-fold CV over rows\n"
+    fig.suptitle(f"what a position embedding table encodes (Wang & Chen 2020), {folds_label(matrix)} CV over rows\n"
                  + ", ".join(f"{m}: {int(p)} x {int(d)}" for m, p, d in
                              zip(sizes["model"], sizes["positions"], sizes["dim"], strict=True)),
                  fontsize=9)
@@ -203,3 +203,8 @@ def probe_figures(csv_paths: dict[str, Path], fig_dir: Path) -> list[Path]:
     if "matrix" in csv_paths:
         paths.append(matrix_points(pd.read_csv(csv_paths["matrix"]), fig_dir / "pe_probe_matrix.png"))
     return paths
+
+
+def folds_label(df) -> str:
+    """`4-fold` from the table's `folds` column (pe-probe before v3, pe-recover before v2: `k-fold`)."""
+    return f"{int(df['folds'].iloc[0])}-fold" if "folds" in df else "k-fold"

@@ -15,6 +15,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from pecli.plots.pe import folds_label  # noqa: E402
 from pecli.plots.style import color_of, save  # noqa: E402
 
 LABELS = {"learned": "the model's positions added", "none": "no position (ceiling)",
@@ -92,7 +93,7 @@ def hidden_probe(df: pd.DataFrame, out: Path) -> Path:
     axes[-1].legend(loc="lower left", fontsize=8, title="bars: 95 % bootstrap over texts",
                     title_fontsize=8)
     fig.suptitle("Token identity read from each layer, with and without positions "
-                 "(ridge probe, 5-fold CV over texts)", fontsize=10)
+                 f"(ridge probe, {folds_label(df)} CV over texts)", fontsize=10)
     return save(fig, out)
 
 
