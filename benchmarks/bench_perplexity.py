@@ -71,7 +71,7 @@ def main() -> None:
 
     from pecli.batching import encode
     from pecli.data import load_data
-    from pecli.lm_scoring import prepare, score
+    from pecli.lm_scoring import score, windows_for
     from pecli.loading import load_model
     from pecli.metrics import aggregate
 
@@ -81,7 +81,7 @@ def main() -> None:
         texts = load_data("truthfulqa", data_dir_=args.data_dir, limit=limit, seed=0,
                           at_most=True).texts()
         ids = encode(loaded.tokenizer, texts, 10**12, add_special_tokens=False).ids
-        return texts, prepare(ids, loaded.max_positions, loaded.tokenizer.bos_token_id)
+        return texts, windows_for(ids, loaded.max_positions, loaded.tokenizer.bos_token_id)
 
     texts, prep = prepared(args.limit)
     lengths = [len(w.ids) for w in prep.windows]
