@@ -130,3 +130,20 @@ def make_tiny(family: str, seed: int = 0, **overrides):
 def tiny():
     """Factory: tiny(family) -> LoadedModel (fresh per call, safe to modify)."""
     return make_tiny
+
+
+@pytest.fixture
+def use_tiny(tiny, monkeypatch):
+    """`pecli <command> <family>` loads tiny(<family>) instead of a real checkpoint."""
+    monkeypatch.setattr("pecli.loading.load_model", lambda name, **kw: tiny(name))
+
+
+@pytest.fixture
+def invoke():
+    """invoke("perplexity", "gpt2", ...) -> the CliRunner result of that command, 200 columns."""
+    from typer.testing import CliRunner
+
+    from pecli.cli import app
+
+    runner = CliRunner()
+    return lambda *args: runner.invoke(app, list(args), env={"COLUMNS": "200"})

@@ -75,7 +75,9 @@ def test_no_start_token_and_window(use_tiny, tmp_path, invoke):
 def test_bad_options_are_one_line_errors(use_tiny, toy_csv, args, message, invoke):
     result = invoke("perplexity", "gpt2", "--dataset", str(toy_csv), "--text-field", "question", *args)
     assert result.exit_code == 1
-    assert result.output.strip().startswith("error: pecli perplexity: " + message), result.output
+    line = result.output.strip()
+    assert line.startswith("error: pecli perplexity: ") and message in line, result.output
+    assert "\n" not in line
     assert "Traceback" not in result.output
 
 
