@@ -14,7 +14,8 @@ A preset is data:
         report:                            # rows of REPORT.md: a number beside the study's
           - {label: ..., study: 0.7702, table: summary, where: {metric: cosine_mean}}
 
-Unknown keys and options fail before any model is loaded, with a suggestion.
+Each entry's options build the experiment's options object (pecli.options), which checks
+every key, type, range and name: a mistake fails before any model is loaded, in one line.
 """
 
 from __future__ import annotations
@@ -22,17 +23,15 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import hashlib
-import inspect
 import json
 import re
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
 from pecli.errors import ConfigError
-from pecli.options import Options, describe, type_matches
+from pecli.options import Options
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 
@@ -40,12 +39,6 @@ PRESET_KEYS = {"name", "description", "defaults", "choices", "experiments"}
 ENTRY_KEYS = {"id", "experiment", "title", "options", "report", "study_notes"}
 LOCATION_OPTIONS = {"data_dir"}  # say where, not what: excluded from keys and reports
 REPORT_KEYS = {"label", "study", "table", "where", "format"}
-# Smallest value of integer options wherever they occur (a preset reaches run() directly).
-MINIMUM = {"seed": 0, "limit": 1, "eval_limit": 1, "batch_size": 1, "baseline_pairs": 1,
-           "steps": 1, "eval_every": 1, "folds": 2, "pairs": 1, "max_length": 1, "layers": 1,
-           "width": 1, "heads": 1, "threads": 1, "positions": 1, "dim": 2, "vocab": 1,
-           "context": 1, "batch": 1, "max_n": 1, "stride": 1}
-MAXIMUM = {"seed": 2**32 - 1}  # numpy's legacy seeding takes 32 bits
 ENTRY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # a folder name under --out
 
 
@@ -107,34 +100,6 @@ def _check_keys(found: dict, allowed: set[str], where: str) -> None:
             raise ConfigError(f"{where}: unknown key {key!r}{hint}; allowed: {', '.join(sorted(allowed))}")
 
 
-def _expected(hint, default=inspect.Parameter.empty):
-    """The type an option must have: its annotation, else that of its default (a string
-    default also takes a list of strings, as the `a,b` options do)."""
-    if hint is not inspect.Parameter.empty:
-        return hint
-    if default is None or default is inspect.Parameter.empty:
-        return typing.Any
-    return str | list[str] if isinstance(default, str) else type(default)
-
-
-def check_options(options: dict, run, where: str) -> None:
-    """Fail on an option whose type does not fit `run`'s signature or whose value is out of
-    range, naming the option, the value and what it takes: before any model or data loads."""
-    try:
-        hints = typing.get_type_hints(run)
-    except Exception:  # noqa: BLE001 (an unresolvable annotation: fall back to the defaults)
-        hints = {}
-    params = inspect.signature(run).parameters
-    for key, value in options.items():
-        expected = _expected(hints.get(key, inspect.Parameter.empty), params[key].default)
-        if not type_matches(value, expected):
-            raise ConfigError(f"{where}: option {key}: {value!r} is not {describe(expected)}")
-        if key in MINIMUM and isinstance(value, int) and not isinstance(value, bool) \
-                and not MINIMUM[key] <= value <= MAXIMUM.get(key, value):
-            raise ConfigError(f"{where}: option {key}: {value} is out of range (at least {MINIMUM[key]}"
-                              + (f", at most {MAXIMUM[key]})" if key in MAXIMUM else ")"))
-
-
 def _mapping(value, what: str) -> dict:
     if value is None:
         return {}
@@ -193,19 +158,11 @@ def load_preset(name_or_path: str, overrides: dict | None = None, *, experiments
         seen.add(item["id"])
         exp = experiments.get(str(item["experiment"]))
         own = _mapping(item.get("options"), f"{where}: options")
-        built = None
-        if exp.options is not None:
-            accepted = {f.name for f in dataclasses.fields(exp.options)} | set(exp.options.RENAMED)
-            options = {k: v for k, v in {**defaults, **own, **(overrides or {})}.items()
-                       if k in accepted or k in own}
-            built = exp.options.build(options, f"{where} ({item['experiment']})")
-            options = {exp.options.RENAMED.get(k, k): v for k, v in options.items()}
-        else:  # an experiment whose run() still takes keyword options
-            params = inspect.signature(exp.run).parameters
-            options = {k: v for k, v in {**defaults, **own, **(overrides or {})}.items()
-                       if k in params or k in own}
-            _check_keys(options, set(params), f"{where} ({item['experiment']}) options")
-            check_options(options, exp.run, f"{where} ({item['experiment']})")
+        accepted = {f.name for f in dataclasses.fields(exp.options)} | set(exp.options.RENAMED)
+        options = {k: v for k, v in {**defaults, **own, **(overrides or {})}.items()
+                   if k in accepted or k in own}  # defaults reach only the entries that take them
+        built = exp.options.build(options, f"{where} ({item['experiment']})")
+        options = {exp.options.RENAMED.get(k, k): v for k, v in options.items()}
         report = []
         lines = item.get("report") or []
         for line in lines if isinstance(lines, list) else [lines]:

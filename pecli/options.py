@@ -170,7 +170,10 @@ def _parse_names(key: str, value, meta) -> Choice | tuple[Choice, ...] | None:
         return value
     if not type_matches(value, NAMES_IN):
         raise ConfigError(f"{_label(key)}: {value!r} is not a name or a list of names")
-    parsed = tuple(names.parse(registry, n) for n in names.split_names(value))
+    try:
+        parsed = tuple(names.parse(registry, n) for n in names.split_names(value))
+    except (ConfigError, InterventionError) as err:
+        raise type(err)(f"{_label(key)}: {err}") from None
     if not parsed:
         raise ConfigError(f"{_label(key)}: no {registry.kind} given")
     if meta["many"]:
@@ -394,8 +397,8 @@ class Training(Options):
 
     def check(self) -> None:
         if self.width % self.heads:
-            raise ConfigError(f"width (--width): {self.width} must be a multiple of heads "
-                              f"(--heads) {self.heads}")
+            raise ConfigError(f"--width {self.width} must be a multiple of --heads {self.heads} "
+                              "(each head gets width / heads dimensions)")
 
 
 @dataclass(frozen=True)

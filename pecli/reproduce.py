@@ -18,7 +18,7 @@ import pandas as pd
 
 from pecli import config
 from pecli.config import Entry, Preset
-from pecli.errors import ConfigError, PecliError
+from pecli.errors import ConfigError
 from pecli.experiments import EXPERIMENTS, load_all
 from pecli.io import RunOutput, run_meta, write_json, write_text
 
@@ -75,37 +75,12 @@ def located(options: dict) -> dict:
     return _map_models(options, find)
 
 
-def _names(o: dict) -> list[str]:
-    return [n.strip() for item in ([o] if isinstance(o, str) else o or [])
-            for n in str(item).split(",") if n.strip()]
-
-
-def check_names(experiment: str, options: dict) -> None:
-    """The entry's names (interventions, masks, semantics, protocols, long-text handling,
-    training schemes) checked against their registries: no model or data needed."""
-    import inspect
-
-    from pecli.interventions import parse
-
-    if EXPERIMENTS.get(experiment).options is not None:
-        return  # its options object checked every name when the preset was loaded
-    params = inspect.signature(EXPERIMENTS.get(experiment).run).parameters
-    o = {**{k: p.default for k, p in params.items()}, **options}
-    for name in _names(o.get("interventions") if experiment in ("ablate", "pe-probe") else None):
-        parse(name)
-
-
 def preflight(preset: Preset) -> None:
-    """Fail in seconds, before any computation, naming every typo'd name and every missing
-    model and dataset."""
+    """Fail in seconds, before any computation, naming every missing model and dataset (the
+    names, types and ranges were checked when the preset's options objects were built)."""
     from pecli.data import DATASETS, data_dir, dataset_availability
     from pecli.loading import missing_models
 
-    for entry in preset.entries:
-        try:
-            check_names(entry.experiment, entry.options)
-        except PecliError as err:
-            raise ConfigError(f"{preset.name}: {entry.id} ({entry.experiment}): {err}") from None
     missing = missing_models([m for e in preset.entries for m in _models_of(located(e.options))
                               if not Path(m).exists()])
     for entry in preset.entries:

@@ -1,8 +1,8 @@
 """Registered experiments: what `pecli reproduce` runs from a preset.
 
-Each experiment module registers an `Experiment` whose `run(**options)` takes plain,
-JSON-able options (the same names as its CLI flags) and returns tidy tables that pass
-`pecli.tables.validate`; `figures` turns the written CSVs into PNGs without torch. Experiments
+Each experiment module registers an `Experiment` whose `run(options)` takes its frozen
+options object (pecli.options: the same names as its CLI flags, checked when built) and
+returns tidy tables that pass `pecli.tables.validate`; `figures` turns the written CSVs into PNGs without torch. Experiments
 name their figures by a "module:function" string (`lazy`): plots sit above experiments
 (tests/unit/test_layers.py), so an experiment never imports them.
 """
@@ -28,12 +28,10 @@ class Experiment:
     run: Callable[..., dict[str, pd.DataFrame]]
     figures: Callable[[dict[str, Path], Path], list[Path]]
     description: str
-    options: type[Options] | None = None  # its options object: run(options, progress=...)
+    options: type[Options]  # what run() takes: run(options, progress=...)
 
     def run_with(self, values: dict, where: str, **kwargs) -> dict[str, pd.DataFrame]:
         """Build the options from plain values (a preset's, a test's), check them, and run."""
-        if self.options is None:  # not yet moved to an options object: keyword options
-            return self.run(**values, **kwargs)
         return self.run(self.options.build(values, where), **kwargs)
 
 

@@ -21,7 +21,7 @@ import pytest
 from typer.testing import CliRunner
 
 from pecli.cli import app
-from pecli.errors import ConfigError, DataError, ModelError, OutputError
+from pecli.errors import DataError, ModelError, OutputError
 from pecli.io import Checkpoint, RunOutput, umask
 
 runner = CliRunner()
@@ -629,16 +629,12 @@ def test_bad_data_files_name_the_line_and_the_fix(name, content, message, tmp_pa
         load_data(str(path))
 
 
-def test_check_options_types_and_ranges():
-    from pecli.config import check_options
+def test_option_types_match_yaml_values_exactly():
+    from pecli.options import type_matches
 
-    def run(limit: int | None = None, names: list[str] | None = None, rate: float = 1.0,
-            flag: bool = False, pe="learned", seed: int = 0):
-        return {}
-
-    check_options({"limit": None, "names": ["a"], "rate": 2, "flag": True, "pe": ["a", "b"]}, run, "w")
-    for bad in ({"limit": "four"}, {"limit": True}, {"names": "a"}, {"names": [1]}, {"rate": "x"},
-                {"flag": 1}, {"pe": 3}, {"seed": -1}, {"seed": 2**32}, {"limit": 0}):
-        with pytest.raises(ConfigError):
-            check_options(bad, run, "w")
+    assert type_matches(None, int | None) and type_matches(["a"], list[str] | None)
+    assert type_matches(2, float) and type_matches(True, bool)
+    for value, hint in (("four", int | None), (True, int | None), ("a", list[str] | None),
+                        ([1], list[str]), ("x", float), (1, bool), (True, float)):
+        assert not type_matches(value, hint), (value, hint)
 

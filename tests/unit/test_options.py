@@ -33,7 +33,7 @@ def test_options_are_frozen():
 
 
 @pytest.mark.parametrize("values,error,message", [
-    ({"intervention": "nosuch"}, InterventionError, "t: unknown intervention 'nosuch'"),
+    ({"intervention": "nosuch"}, InterventionError, "t: intervention (--intervention): unknown intervention 'nosuch'"),
     ({"intervention": "shift"}, InterventionError, "needs an argument: write shift:K"),
     ({"intervention": "shift:x"}, InterventionError, "shift needs an integer, got 'x'"),
     ({"intervention": "zero:1"}, InterventionError, "takes no argument"),
@@ -128,7 +128,7 @@ def test_a_bad_name_fails_without_importing_torch():
     (["toy", "arithmetic", "--max", "10", "--probe", "21+1="], "probe (--probe): '21+1='"),
     (["train", "lm", "--pe", "alibi,nosuch"], "unknown position encoding 'nosuch'"),
     (["train", "lm", "--tokenizer", "bep"], "tokenizer (--tokenizer): unknown value 'bep'"),
-    (["train", "lm", "--width", "10"], "width (--width): 10 must be a multiple of heads"),
+    (["train", "lm", "--width", "10"], "--width 10 must be a multiple of --heads 4"),
 ])
 def test_a_bad_option_of_the_pe_and_training_commands_fails_without_importing_torch(args, message):
     """pe probe / recover / sinusoidal, toy and train lm build their options before importing

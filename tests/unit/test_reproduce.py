@@ -1,5 +1,6 @@
 """Presets and the resumable runner, driven by a fake experiment registered like a real one."""
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -8,15 +9,24 @@ import pytest
 
 from pecli.errors import ConfigError
 from pecli.experiments import EXPERIMENTS, Experiment
+from pecli.options import Options, option
 from pecli.provenance import row_provenance
 from pecli.reproduce import load_preset, run_preset
 
 CALLS: list[dict] = []
 
 
-def _run(model: str = "random:gpt2", limit: int = 3, seed: int = 0, device: str = "cpu"):
-    CALLS.append({"model": model, "limit": limit})
-    rows = [{"experiment": "fake", "metric": "m", "value": limit * 0.5 + i, "seed": seed, "i": i,
+@dataclasses.dataclass(frozen=True)
+class FakeOptions(Options):
+    model: str = "random:gpt2"
+    limit: int = option(3, low=1)
+    seed: int = option(0, low=0)
+    device: str = "cpu"
+
+
+def _run(o: FakeOptions):
+    CALLS.append({"model": o.model, "limit": o.limit})
+    rows = [{"experiment": "fake", "metric": "m", "value": o.limit * 0.5 + i, "seed": o.seed, "i": i,
              **row_provenance()} for i in range(2)]
     return {"summary": pd.DataFrame(rows)}
 
@@ -30,7 +40,7 @@ def _figures(tables, fig_dir):
 
 @pytest.fixture
 def fake_experiment():
-    EXPERIMENTS.add("fake", Experiment("fake", 1, _run, _figures, "test double"))
+    EXPERIMENTS.add("fake", Experiment("fake", 1, _run, _figures, "test double", FakeOptions))
     CALLS.clear()
     yield
     EXPERIMENTS._entries.pop("fake")
@@ -98,7 +108,7 @@ def test_interrupted_entry_is_redone(fake_experiment, tmp_path):
 
 
 @pytest.mark.parametrize("bad, message", [
-    ("limt: 3", "unknown key 'limt' (did you mean 'limit'?)"),
+    ("limt: 3", "unknown option 'limt' (did you mean 'limit'?)"),
 ])
 def test_unknown_option(fake_experiment, tmp_path, bad, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)").replace("?", r"\?")):
