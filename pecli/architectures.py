@@ -82,10 +82,10 @@ for _spec in [
 
 
 def spec_for_model_type(model_type: str) -> ArchSpec:
-    for spec in ARCHITECTURES._entries.values():
+    for spec in ARCHITECTURES.values():
         if model_type in spec.model_types:
             return spec
-    known = ", ".join(t for s in ARCHITECTURES._entries.values() for t in s.model_types)
+    known = ", ".join(t for s in ARCHITECTURES.values() for t in s.model_types)
     raise ModelError(
         f"model type {model_type!r} has no supported position mechanism in pecli "
         f"(supported model types: {known})"

@@ -49,5 +49,8 @@ class Registry(Generic[T]):
     def items(self):
         return self._entries.items()
 
+    def values(self):
+        return self._entries.values()
+
     def names(self) -> list[str]:
         return list(self._entries)

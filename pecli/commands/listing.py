@@ -39,7 +39,7 @@ def models() -> None:
         table.add_row(name, family, f"{spec.position} (hub)", status, fix)
     wide_console().print(table)
     typer.echo("Any hub id or local directory of a supported family also works: "
-               + ", ".join(t for s in ARCHITECTURES._entries.values() for t in s.model_types))
+               + ", ".join(t for s in ARCHITECTURES.values() for t in s.model_types))
 
 
 def datasets(data_dir: DataDirOpt = None) -> None:
