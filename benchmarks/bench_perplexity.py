@@ -92,13 +92,18 @@ def main() -> None:
     score(loaded, prep)  # warm up: page the weights in
     score(loaded, prep, "linear", "log-bias", "relative")
 
-    rows = []
+    print(f"{'what':26} {'fast path':38} {'s':>7} {'reference':38} {'s':>7} {'speed-up':>8}  "
+          "passes; max diff; load", flush=True)
+
+    def row(label, fast_label, ta, slow_label, tb, passes, diff):
+        print(f"{label:26} {fast_label:38} {ta:7.2f} {slow_label:38} {tb:7.2f} {tb / ta:7.1f}x  "
+              f"{passes}; {diff:.1e}; {os.getloadavg()[0]:.2f}", flush=True)
 
     def compare(label, fast_label, fast, slow_label, slow, passes):
         (b, _), tb = _timed(slow, args.reps)  # the reference first
         (a, _), ta = _timed(fast, args.reps)
-        diff = (torch.cat(a) - torch.cat(b)).abs().max().item()
-        rows.append((label, fast_label, ta, slow_label, tb, passes, diff))
+        row(label, fast_label, ta, slow_label, tb, passes,
+            (torch.cat(a) - torch.cat(b)).abs().max().item())
 
     # 1. relative: one pass per text vs one pass per prefix
     compare("relative linear/log-bias", "one pass per text",
@@ -123,15 +128,11 @@ def main() -> None:
     ppls, t_eval = _timed(lambda: evaluate_style(loaded, texts))
     (nlls, _), t_pecli = _timed(lambda: score(loaded, prep))
     ours = aggregate(nlls)["mean_per_text"]
-    rows.append(("plain model", "pecli (buckets, head on scored rows)", t_pecli,
-                 "evaluate-style (pad to longest, b=16)", t_eval, f"{len(texts)} texts",
-                 abs(ours - float(np.mean(ppls))) / float(np.mean(ppls))))
-
-    print(f"{'what':26} {'fast path':38} {'s':>7} {'reference':38} {'s':>7} {'speed-up':>8}  passes; max diff")
-    for label, fl, ta, sl, tb, passes, diff in rows:
-        print(f"{label:26} {fl:38} {ta:7.2f} {sl:38} {tb:7.2f} {tb / ta:7.1f}x  {passes}; {diff:.1e}")
+    row("plain model", "pecli (buckets, head on scored rows)", t_pecli,
+        "evaluate-style (pad to longest, b=16)", t_eval, f"{len(texts)} texts",
+        abs(ours - float(np.mean(ppls))) / float(np.mean(ppls)))
     print("max diff: largest |NLL difference| (last row: relative difference of mean_per_text); "
-          f"load average now {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
+          f"load: 1-minute load average after the row; now {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
 if __name__ == "__main__":
