@@ -28,6 +28,7 @@ from pecli.cli_options import (
     build,
 )
 from pecli.commands import console as wide_console
+from pecli.commands import run_and_write
 from pecli.options import ProbeOptions, RecoverOptions, SinusoidOptions
 
 pe_app = typer.Typer(name="pe", no_args_is_help=True,
@@ -45,30 +46,13 @@ def _paths(console: Console, tables: dict, figures: list[Path]) -> None:
         console.print(f"  {path}")
 
 
-def run_and_write(experiment: str, run, options, out: Path | None, console: Console | None = None,
-                  status: str = "") -> tuple[dict, dict[str, Path], list[Path]]:
-    """`run(options)` of a registered experiment (progress lines on `console`), then its
-    tables and figures (figures/ under the output folder) written through RunOutput.
-
-    Returns (frames, table paths, figure paths); ({}, {}, []) on a worker process of a
-    parallel launch, where only the main process writes.
-    """
-    from pecli.experiments import load_all
-    from pecli.io import RunOutput, default_out_dir
-
-    exp = load_all().get(experiment)
-    with RunOutput(out or default_out_dir(experiment)) as output:  # --out checked before computing
-        if console is None:
-            frames = run(options)
-        else:
-            with console.status(status) as bar:
-                say = (lambda msg: (bar.update(msg), console.log(msg))) if parallel.is_main() else None
-                frames = run(options, announce=say)
-        if not parallel.is_main():  # launched on N processes: the main one writes and prints
-            return {}, {}, []
-        config = {"experiment": experiment, "version": exp.version, **options.as_dict()}
-        tables, figures = output.write(frames, config, exp.figures)
-    return frames, tables, figures
+def _announced(experiment: str, run, options, out: Path | None, status: str):
+    """run_and_write with progress lines (a status spinner and a log line per step)."""
+    console = wide_console(log_path=False)
+    with console.status(status) as bar:
+        say = (lambda msg: (bar.update(msg), console.log(msg))) if parallel.is_main() else None
+        frames, tables, figures, _ = run_and_write(experiment, run, options, out, announce=say)
+    return console, frames, tables, figures
 
 
 def sinusoidal(
@@ -91,7 +75,7 @@ def sinusoidal(
     options = build(SinusoidOptions, "pecli pe sinusoidal", positions=positions, dim=dim, base=base)
     from pecli.experiments.pe import run_sinusoidal
 
-    frames, tables, figures = run_and_write("pe-sinusoidal", run_sinusoidal, options, out)
+    frames, tables, figures, _ = run_and_write("pe-sinusoidal", run_sinusoidal, options, out)
     console = wide_console()
     table = Table(title=f"sinusoidal PE: {positions} positions x {dim} dims, base {base:g}")
     table.add_column("check")
@@ -145,8 +129,7 @@ def probe(
                     device_map=device_map, max_memory=max_memory)
     from pecli.experiments.pe import ROTARY_NOTE, run_probe
 
-    console = wide_console(log_path=False)
-    frames, tables, figures = run_and_write("pe-probe", run_probe, options, out, console, "probing")
+    console, frames, tables, figures = _announced("pe-probe", run_probe, options, out, "probing")
     if not parallel.is_main():
         return
     if "matrix" in frames:
@@ -237,9 +220,8 @@ def recover(
                     max_memory=max_memory)
     from pecli.experiments.recover import run_recover
 
-    console = wide_console(log_path=False)
-    frames, tables, figures = run_and_write("pe-recover", run_recover, options, out, console,
-                                            "recovering")
+    console, frames, tables, figures = _announced("pe-recover", run_recover, options, out,
+                                                  "recovering")
     if not parallel.is_main():
         return
     console.print(_recover_summary(frames["summary"]))

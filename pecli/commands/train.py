@@ -11,6 +11,7 @@ from rich.table import Table
 
 from pecli.cli_options import DataDirOpt, OutOpt, SeedOpt, build
 from pecli.commands import console as wide_console
+from pecli.commands import run_and_write
 from pecli.options import TrainLmOptions
 
 train_app = typer.Typer(help="Train small Transformers from scratch with a chosen position scheme.",
@@ -24,19 +25,12 @@ def run_with_progress(experiment: str, options, out: Path | None,
     from rich.progress import BarColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     from pecli.experiments import load_all
-    from pecli.io import RunOutput, default_out_dir
     from pecli.progress import progress_bar
 
-    exp = load_all().get(experiment)
-    output = RunOutput(out if out is not None else default_out_dir(experiment))  # checked before computing
-    final, staged = options, options
-    if save_models and getattr(options, "model_out", None) is None:  # checkpoints are outputs too: staged
-        final = options.replace(save_dir=str(output.target / "models"))
-        staged = options.replace(save_dir=str(output.dir / "models"))
     console = wide_console()
-    with output, progress_bar(TextColumn("{task.description}"), BarColumn(),
-                              TextColumn("{task.fields[loss]}"), TimeElapsedColumn(),
-                              TimeRemainingColumn(), console=console) as bar:
+    with progress_bar(TextColumn("{task.description}"), BarColumn(),
+                      TextColumn("{task.fields[loss]}"), TimeElapsedColumn(),
+                      TimeRemainingColumn(), console=console) as bar:
         tasks: dict[str, int] = {}
 
         def progress(scheme: str, step: int, steps: int, loss: float) -> None:
@@ -44,13 +38,13 @@ def run_with_progress(experiment: str, options, out: Path | None,
                 tasks[scheme] = bar.add_task(f"{experiment} {scheme}", total=steps, loss="")
             bar.update(tasks[scheme], completed=step + 1, loss=f"loss {loss:.3f}")
 
-        tables = exp.run(staged, progress=progress)
-        config = {"experiment": experiment, "version": exp.version, **final.as_dict()}
-        csvs, figs = output.write(tables, config, exp.figures)
+        tables, csvs, figs, recorded = run_and_write(
+            experiment, load_all().get(experiment).run, options, out, progress=progress,
+            save_dir=save_models and getattr(options, "model_out", None) is None)
     _summary(console, experiment, tables)
     for path in [*csvs.values(), *figs]:
         console.print(f"wrote {path}")
-    where = getattr(final, "model_out", None) or final.save_dir
+    where = getattr(recorded, "model_out", None) or recorded.save_dir
     if where:
         console.print(f"checkpoints in {where}")
     return csvs

@@ -80,7 +80,7 @@ def test_probe_learned_and_rotary(assets, tmp_path):
     (["random:nosuch"], "unknown model family 'nosuch'"),
     (["MODEL", "nosuch-model"], "cannot load model 'nosuch-model' ("),
     (["MODEL", "--folds", "1"], "pecli pe probe: folds (--folds): 1 is out of range (at least 2)"),
-    (["MODEL", "--intervention", "zeros"], "pecli pe probe: unknown intervention 'zeros' (did you mean 'zero'"),
+    (["MODEL", "--intervention", "zeros"], "pecli pe probe: intervention (--intervention): unknown intervention 'zeros' (did you mean 'zero'"),
     (["MODEL", "--limit", "99"], "--limit 99 exceeds the 8 rows"),
     (["MODEL", "--max-length", "1"], "pecli pe probe: max_length (--max-length): 1 is out of range (at least 2)"),
 ])

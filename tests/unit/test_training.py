@@ -185,7 +185,7 @@ def test_unknown_scheme_is_a_config_error():
     assert pe("none, rope") == ["none", "rope"]
     assert pe(["learned", "learned,alibi"]) == ["learned", "alibi"]
     assert set(SCHEMES) == {str(c) for c in ToyOptions().pe}  # every scheme, by default
-    with pytest.raises(ConfigError, match="t: unknown position encoding 'nope'"):
+    with pytest.raises(ConfigError, match="^t: .*unknown position encoding 'nope'"):
         TrainLmOptions.build({"pe": ["nope"]}, "t")
     with pytest.raises(ConfigError, match="unknown position encoding 'nope'"):
         build_model("nope", 10, ModelSize(1, 8, 2, 8), pad_token_id=0, bos_token_id=0,
