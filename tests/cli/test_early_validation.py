@@ -50,6 +50,7 @@ CASES = [
                        *DEVICE_DTYPE_SEED]],
     *[PROBE + a for a in [["--intervention", "nosuch"], ["--limit", "0"], ["--folds", "1"],
                           ["--max-length", "1"], ["--pairs", "0"], ["--max-memory", "0=1GiB"],
+                          ["--text", "a", "--text-field", "b"],
                           *DEVICE_DTYPE_SEED]],
     *[RECOVER + a for a in [["--limit", "0"], ["--n-boot", "-1"], ["--bootstrap", "-1"],
                             ["--tokens", "3"], ["--top-k", "1"], ["--folds", "1"],

@@ -139,3 +139,16 @@ def test_preflight_takes_a_local_folder_and_names_a_missing_model(monkeypatch):
     pe_exp.preflight(["models/tiny-gpt2-imdb", "random:gpt2"])
     with pytest.raises(ModelError, match="cannot load model 'models/nosuch'"):
         pe_exp.preflight(["random:gpt2", "models/nosuch"])
+
+
+def test_deprecated_probe_and_recover_keys_build_the_same_options():
+    """`interventions`, `text` (pe probe) and `n_boot`, `text` (pe recover): old spellings of
+    intervention, text_field and bootstrap, accepted for one release with a warning."""
+    from pecli.options import RecoverOptions
+
+    with pytest.warns(FutureWarning, match="'interventions' is deprecated; use 'intervention'"):
+        old = ProbeOptions.build({"models": "a,b", "interventions": ["zero"], "text": "x"}, "t")
+    assert old == ProbeOptions(models=("a", "b"), intervention="zero", text_field="x")
+    with pytest.warns(FutureWarning, match="'n_boot' is deprecated; use 'bootstrap'"):
+        assert RecoverOptions.build({"n_boot": 7}, "t") == RecoverOptions(bootstrap=7)
+    assert ProbeOptions().as_dict()["intervention"] == ["learned", "zero"]
