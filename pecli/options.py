@@ -301,6 +301,12 @@ class McOptions(MaskGrid):
     intervention: tuple[Choice, ...] = option(("learned",), vocabulary=names.INTERVENTIONS, many=True)
     dataset: str = "truthfulqa-mc"
 
+    def check(self) -> None:
+        super().check()
+        if self.split is not None or self.text_field is not None:
+            raise ConfigError("split and text_field do not apply to mc: an item is its question "
+                              "and choices (see --dataset); drop them")
+
 
 @dataclass(frozen=True)
 class ProbeOptions(Running):

@@ -76,7 +76,8 @@ def run(options: McOptions, progress: Callable[[int, int], None] | None = None,
     for choice in interventions if ref is not None else ():
         check_applies(ref, choice)
     items, data = mc.load_items(o.dataset, o.data_dir, o.limit, o.seed)
-    loaded = loaded or load_model(o.model, device=o.device, dtype=o.dtype, seed=o.seed)
+    loaded = loaded or load_model(o.model, device=o.device, dtype=o.dtype, seed=o.seed,
+                                  device_map=o.device_map, max_memory=o.max_memory)
     check_causal(loaded)
     for choice in interventions:
         check_applies(loaded, choice)

@@ -208,6 +208,13 @@ def test_intact_condition_first_and_interval_columns(tiny, items_file):
     assert off["ci_low"].isna().all()
 
 
+def test_options_mc_does_not_use_are_refused():
+    from pecli.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="split and text_field do not apply to mc"):
+        McOptions.build({"text_field": "question"}, "t")
+
+
 def test_encoder_without_lm_head_is_one_line_error(tiny, items_file):
     with pytest.raises(ModelError, match="encoder without a language-model head"):
         run(dataset=str(items_file), loaded=tiny("bert"))
