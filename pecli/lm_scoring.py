@@ -304,7 +304,7 @@ def plan(mask: str | Choice = "default", semantics: str | Choice = "legacy",
     return Plan(*condition, Attention(mask, semantics, "keys"), "prefix-by-prefix", literal=not fast)
 
 
-def conditions(pairs, semantics, protocols, *, default_once: bool = False) -> list[Plan]:
+def plan_grid(pairs, semantics, protocols, *, default_once: bool = False) -> list[Plan]:
     """The plans of a run: every (intervention, mask) pair crossed with every semantics and
     protocol, in order, repeats dropped; perplexity and mc both build their grid here.
 

@@ -21,7 +21,7 @@ from pecli.tables import validate
 TASK_VERSIONS = "truthfulqa_mc1 v2.0, truthfulqa_mc2 v2.0 (lm-evaluation-harness)"
 
 
-def grid(options: McOptions) -> list:
+def conditions(options: McOptions) -> list:
     """The run's plans (pecli.lm_scoring.Plan): the intact condition (learned, default,
     legacy, relative) first, then every (intervention, mask, semantics, protocol) asked for.
 
@@ -29,11 +29,11 @@ def grid(options: McOptions) -> list:
     intervention has one default-mask row (named legacy, relative).
     """
     from pecli.experiments.perplexity import BASELINE
-    from pecli.lm_scoring import conditions
+    from pecli.lm_scoring import plan_grid
 
     o = options
     pairs = [BASELINE] + [(p, m) for p in o.intervention for m in o.mask]
-    return conditions(pairs, o.mask_semantics, o.protocol, default_once=True)
+    return plan_grid(pairs, o.mask_semantics, o.protocol, default_once=True)
 
 
 def summarise(values: np.ndarray, n_boot: int, seed: int) -> dict:
@@ -58,7 +58,7 @@ def run(options: McOptions, progress: Callable[[int, int], None] | None = None,
     """Tables `mc` (condition x metric: value, stderr, ci_low, ci_high) and `mc_items`
     (condition x item x task x choice: log-likelihood, label, picked).
 
-    The run covers the conditions of `grid(options)`. `loaded` skips loading the model
+    The run covers `conditions(options)`. `loaded` skips loading the model
     (tests, benchmarks); `progress(advance, total)` is told of every finished condition (in
     items).
     """
@@ -68,7 +68,7 @@ def run(options: McOptions, progress: Callable[[int, int], None] | None = None,
     from pecli.loading import load_model, peek
 
     o = options
-    conds = grid(o)
+    conds = conditions(o)
     interventions = list(dict.fromkeys(c.intervention for c in conds))
     ref = None if loaded is not None else peek(o.model)  # family checks before items and weights load
     if ref is not None and not ref.spec.causal:

@@ -41,7 +41,7 @@ def conditions(options: PerplexityOptions) -> list:
     also (zero, default) and (zero, shape); an explicit intervention list is crossed with
     the masks. Each pair is crossed with every semantics and protocol.
     """
-    from pecli.lm_scoring import conditions as grid
+    from pecli.lm_scoring import plan_grid
 
     o = options
     if o.intervention is None:
@@ -51,7 +51,7 @@ def conditions(options: PerplexityOptions) -> list:
     else:
         pairs = [(p, m) for p in o.intervention for m in o.mask]
         pairs = [BASELINE] + [x for x in pairs if x != BASELINE]
-    return grid(pairs, o.mask_semantics, o.protocol)
+    return plan_grid(pairs, o.mask_semantics, o.protocol)
 
 
 def run(options: PerplexityOptions, progress: Callable[[int, int], None] | None = None,
@@ -60,7 +60,7 @@ def run(options: PerplexityOptions, progress: Callable[[int, int], None] | None 
     bootstrap interval over texts) and `texts` (one row per condition x text: its scored
     tokens and perplexity).
 
-    The run covers the conditions of `conditions(options)`. `loaded` (a LoadedModel) skips
+    The run covers `conditions(options)`. `loaded` (a LoadedModel) skips
     loading the model, for tests and benchmarks; `progress(advance, total)` is told of
     every scored batch.
     """
