@@ -11,13 +11,15 @@ def console(**kwargs) -> Console:
     return out
 
 
-def run_and_write(experiment: str, run, options, out, *, save_dir: bool = False, **kwargs):
+def run_and_write(experiment: str, run, options, out, *, save_dir: bool = False,
+                  notes: dict | None = None, **kwargs):
     """`run(options, **kwargs)` of a registered experiment, then its tables and figures
     (figures/ under the output folder) written through pecli.io.RunOutput, with the
     options (`as_dict`) in every sidecar: the one writer of a command's results.
 
     save_dir: the run also writes files of its own (checkpoints) into `options.save_dir`;
     they are staged as OUT/models with the tables and recorded at their final place.
+    notes: more for the sidecars (e.g. how intervals were computed).
     Returns (frames, table paths, figure paths, the options as recorded); a worker process
     of a parallel launch writes nothing and gets ({}, {}, [], options).
     """
@@ -34,6 +36,7 @@ def run_and_write(experiment: str, run, options, out, *, save_dir: bool = False,
         frames = run(options, **kwargs)
         if not parallel.is_main():  # launched on N processes: the main one writes
             return {}, {}, [], recorded
-        config = {"experiment": experiment, "version": exp.version, **recorded.as_dict()}
+        config = {"experiment": experiment, "version": exp.version, **recorded.as_dict(),
+                  **(notes or {})}
         tables, figures = output.write(frames, config, exp.figures)
     return frames, tables, figures, recorded

@@ -29,6 +29,7 @@ from pecli.cli_options import (
     intervention_option,
 )
 from pecli.commands import console as wide_console
+from pecli.commands import run_and_write
 from pecli.options import AblateOptions
 
 InterventionOpt = intervention_option(
@@ -85,19 +86,16 @@ def ablate(
                     device_map=device_map, max_memory=max_memory, data_dir=data_dir,
                     batch_size=batch_size, layers=layers, probe=probe,
                     baseline_pairs=baseline_pairs, bootstrap=bootstrap)
-    from pecli.experiments.ablate import figures, run
+    from pecli.experiments.ablate import run
     from pecli.intervals import METHOD
-    from pecli.io import RunOutput, default_out_dir
 
     start = time.perf_counter()
-    with RunOutput(out or default_out_dir("ablate")) as output:  # --out checked before computing
-        tables = run(options, progress=True)
-        elapsed = time.perf_counter() - start
-        if not parallel.is_main():  # launched on N processes: the main one writes and prints
-            return
-        paths, pngs = output.write(tables, {"command": "ablate", **options.as_dict(),
-                                            "intervals": METHOD + "; in-model baselines: "
-                                            "their pairs resampled"}, figures)
+    tables, paths, pngs, _ = run_and_write(
+        "ablate", run, options, out, progress=True,
+        notes={"intervals": METHOD + "; in-model baselines: their pairs resampled"})
+    elapsed = time.perf_counter() - start
+    if not parallel.is_main():  # launched on N processes: the main one writes and prints
+        return
     _summary(tables, elapsed)
     console = wide_console()
     for p in [*paths.values(), *pngs]:
