@@ -45,6 +45,8 @@ from pecli.metrics import target_nll
 from pecli.names import Choice
 
 HEAD_CHUNK = 256  # scored rows per LM-head matmul: [256, vocab] logits at a time
+# the intact model: its own positions, the default mask (every grid starts with it)
+INTACT = (names.parse(names.INTERVENTIONS, "learned"), names.parse(names.MASKS, "default"))
 
 
 @dataclass(frozen=True)
@@ -305,8 +307,9 @@ def plan(mask: str | Choice = "default", semantics: str | Choice = "legacy",
 
 
 def plan_grid(pairs, semantics, protocols, *, default_once: bool = False) -> list[Plan]:
-    """The plans of a run: every (intervention, mask) pair crossed with every semantics and
-    protocol, in order, repeats dropped; perplexity and mc both build their grid here.
+    """The plans of a run: the intact model (INTACT: own positions, default mask) first, then
+    every (intervention, mask) pair, each crossed with every semantics and protocol, in
+    order, repeats dropped. Perplexity and mc both build their grid here.
 
     `default_once`: the default mask (the unchanged model under every semantics and
     protocol) gives one condition per intervention, named with the first semantics and
@@ -315,10 +318,10 @@ def plan_grid(pairs, semantics, protocols, *, default_once: bool = False) -> lis
     first_semantics, first_protocol = (_choice(r, r.names()[0]) for r in
                                        (names.MASK_SEMANTICS, names.PROTOCOLS))
     out = []
-    for intervention, mask in pairs:
+    for intervention, mask in [INTACT, *(p for p in pairs if p != INTACT)]:
         for s in semantics:
             for pr in protocols:
-                if default_once and _choice(names.MASKS, mask).name == "default":
+                if default_once and mask.name == "default":
                     s, pr = first_semantics, first_protocol
                 out.append(plan(mask, s, pr, intervention))
     return list(dict.fromkeys(out))

@@ -28,11 +28,10 @@ def conditions(options: McOptions) -> list:
     The default mask is the unchanged model under every semantics and protocol, so each
     intervention has one default-mask row (named legacy, relative).
     """
-    from pecli.experiments.perplexity import BASELINE
     from pecli.lm_scoring import plan_grid
 
     o = options
-    pairs = [BASELINE] + [(p, m) for p in o.intervention for m in o.mask]
+    pairs = [(p, m) for p in o.intervention for m in o.mask]
     return plan_grid(pairs, o.mask_semantics, o.protocol, default_once=True)
 
 

@@ -23,10 +23,8 @@ from pecli.provenance import row_provenance
 from pecli.tables import validate
 
 HEADLINE = "corpus"  # the aggregation summaries lead with; every other is a row too
+NO_POSITIONS = names.parse(names.INTERVENTIONS, "zero")  # the study's E2/E3 "without"
 DEFAULT_MASK = names.parse(names.MASKS, "default")
-# the intact model: its own positions, the default mask
-BASELINE = (names.parse(names.INTERVENTIONS, "learned"), DEFAULT_MASK)
-NO_POSITIONS = names.parse(names.INTERVENTIONS, "zero")
 # The study's E2/E3 perplexities of gpt2 on TruthfulQA (transformers 4.x: legacy semantics;
 # which aggregation it used is not stated), shown beside ours when the model is gpt2.
 STUDY_MODEL, STUDY_DATASET = "gpt2", "truthfulqa"
@@ -46,11 +44,9 @@ def conditions(options: PerplexityOptions) -> list:
     o = options
     if o.intervention is None:
         shapes = [m for m in o.mask if m.name != "default"]
-        pairs = [BASELINE] + ([(NO_POSITIONS, DEFAULT_MASK)] + [(NO_POSITIONS, m) for m in shapes]
-                              if shapes else [])
+        pairs = [(NO_POSITIONS, DEFAULT_MASK), *((NO_POSITIONS, m) for m in shapes)] if shapes else []
     else:
         pairs = [(p, m) for p in o.intervention for m in o.mask]
-        pairs = [BASELINE] + [x for x in pairs if x != BASELINE]
     return plan_grid(pairs, o.mask_semantics, o.protocol)
 
 
