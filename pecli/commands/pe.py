@@ -173,6 +173,7 @@ def _hidden_summary(df) -> Table:
 
 
 def recover(
+    ctx: typer.Context,
     models: ModelsArg,
     tokens: Annotated[int, typer.Option(
         help="Tokens sampled from the real vocabulary, each put at every position.")] = RecoverOptions.tokens,
@@ -214,7 +215,8 @@ def recover(
     """
     options = build(RecoverOptions, "pecli pe recover", models=models, tokens=tokens,
                     dataset=dataset, split=split, limit=limit, max_length=max_length, top_k=top_k,
-                    folds=folds, bootstrap=None if n_boot is not None else bootstrap, n_boot=n_boot,
+                    folds=folds, n_boot=n_boot, bootstrap=bootstrap if n_boot is None
+                    or ctx.get_parameter_source("bootstrap").name == "COMMANDLINE" else None,
                     text_field=text_field, text=text, device=device, dtype=dtype, seed=seed,
                     data_dir=data_dir, batch_size=batch_size, device_map=device_map,
                     max_memory=max_memory)

@@ -153,3 +153,9 @@ def test_swap_is_checked_against_the_donors_config_before_loading(no_loading, tm
                                  f"zero,swap:{tmp_path / 'donor'}"])
     assert result.exit_code == 1 and not isinstance(result.exception, AssertionError), result.output
     assert result.output.startswith("error:") and message in result.output, result.output
+
+
+def test_a_deprecated_flag_beside_its_new_name_is_one_error(no_loading):
+    result = runner.invoke(app, [*RECOVER, "--n-boot", "5", "--bootstrap", "7"])
+    assert result.exit_code == 1, result.output
+    assert "'n_boot' and 'bootstrap' are the same option; give one" in result.output
