@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -26,6 +25,7 @@ from pecli.cli_options import (
     intervention_option,
 )
 from pecli.commands import console as wide_console
+from pecli.commands import run_and_write
 from pecli.options import McOptions
 
 InterventionOpt = intervention_option(
@@ -74,20 +74,18 @@ def mc(
 
     from pecli.experiments.mc import run
     from pecli.intervals import METHOD
-    from pecli.io import RunOutput, default_out_dir
-    from pecli.plots.mc import condition_label, figures
+    from pecli.plots.mc import condition_label
 
     console = wide_console()
-    meta = {"command": "mc", **options.as_dict(), "interval_method": METHOD}
-    with RunOutput(Path(out) if out else default_out_dir("mc")) as output:  # --out checked first
-        with Progress("scoring", BarColumn(), MofNCompleteColumn(), "items x conditions",
-                      TimeElapsedColumn(), console=console, transient=True,
-                      disable=not console.is_terminal or not parallel.is_main()) as bar:
-            task = bar.add_task("scoring", total=None)
-            tables = run(options, progress=lambda n, total: bar.update(task, advance=n, total=total))
-        if not parallel.is_main():  # launched on N processes: the main one writes and prints
-            return
-        paths, pngs = output.write(tables, meta, figures)
+    with Progress("scoring", BarColumn(), MofNCompleteColumn(), "items x conditions",
+                  TimeElapsedColumn(), console=console, transient=True,
+                  disable=not console.is_terminal or not parallel.is_main()) as bar:
+        task = bar.add_task("scoring", total=None)
+        tables, paths, pngs, _ = run_and_write(
+            "mc", run, options, out, notes={"interval_method": METHOD},
+            progress=lambda n, total: bar.update(task, advance=n, total=total))
+    if not parallel.is_main():  # launched on N processes: the main one writes and prints
+        return
 
     df = tables["mc"]
     first = df.iloc[0]

@@ -31,6 +31,7 @@ from pecli.cli_options import (
     intervention_option,
 )
 from pecli.commands import console as wide_console
+from pecli.commands import run_and_write
 from pecli.options import PerplexityOptions
 
 InterventionOpt = intervention_option(
@@ -91,25 +92,22 @@ def perplexity(
 
     from pecli.experiments.perplexity import HEADLINE, run
     from pecli.intervals import METHOD
-    from pecli.io import RunOutput, default_out_dir
-    from pecli.plots.perplexity import condition_label, figures
+    from pecli.plots.perplexity import condition_label
     from pecli.progress import progress_bar
 
     console = wide_console()
-    with RunOutput(out or default_out_dir("perplexity")) as output:  # --out checked before computing
-        with progress_bar("scoring", BarColumn(), MofNCompleteColumn(), "tokens",
-                          TimeElapsedColumn(), transient=True,
-                          disable=not parallel.is_main()) as bar:  # piped: plain lines
-            task = bar.add_task("scoring", total=None)
+    with progress_bar("scoring", BarColumn(), MofNCompleteColumn(), "tokens",
+                      TimeElapsedColumn(), transient=True,
+                      disable=not parallel.is_main()) as bar:  # piped: plain lines
+        task = bar.add_task("scoring", total=None)
 
-            def advance(n: int, total: int) -> None:
-                bar.update(task, advance=n, total=total)
+        def advance(n: int, total: int) -> None:
+            bar.update(task, advance=n, total=total)
 
-            tables = run(options, progress=advance)
-        if not parallel.is_main():  # launched on N processes: the main one writes and prints
-            return
-        paths, pngs = output.write(tables, {"command": "perplexity", **options.as_dict(),
-                                            "intervals": METHOD}, figures)
+        tables, paths, pngs, _ = run_and_write("perplexity", run, options, out, progress=advance,
+                                               notes={"intervals": METHOD})
+    if not parallel.is_main():  # launched on N processes: the main one writes and prints
+        return
 
     df = tables["perplexity"]
     first = df.iloc[0]
