@@ -52,6 +52,31 @@ EXPERIMENTS: Registry[Experiment] = Registry("experiment", ConfigError)
 EXPERIMENT_MODULES: tuple[str, ...] = ("ablate", "perplexity", "mc", "pe", "recover", "toy", "train_lm")
 
 
+def check_before_loading(model: str, interventions=(), *, causal: bool = False) -> None:
+    """What `model`'s config alone decides, checked before data and weights load: that it is
+    a causal LM (if asked) and that each intervention applies to its positions (`swap:` also
+    against the donor's config). Nothing is checked where only loading would tell."""
+    from pecli.interventions import check_applies
+    from pecli.lm_scoring import check_causal
+    from pecli.loading import peek
+
+    ref = peek(model)
+    if ref is None:
+        return
+    if causal and not ref.spec.causal:
+        check_causal(ref)
+    for choice in interventions:
+        check_applies(ref, choice)
+
+
+def load(name: str, options: Options):
+    """Model `name` loaded where and as the options say (device, dtype, seed, device map)."""
+    from pecli.loading import load_model
+
+    return load_model(name, device=options.device, dtype=options.dtype, seed=options.seed,
+                      device_map=options.device_map, max_memory=options.max_memory)
+
+
 def load_all() -> Registry[Experiment]:
     for module in EXPERIMENT_MODULES:
         importlib.import_module(f"pecli.experiments.{module}")

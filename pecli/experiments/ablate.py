@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from pecli import parallel
-from pecli.experiments import EXPERIMENTS, Experiment, lazy
+from pecli.experiments import EXPERIMENTS, Experiment, check_before_loading, lazy, load
 from pecli.names import Choice
 from pecli.options import AblateOptions
 
@@ -556,19 +556,15 @@ def run(options: AblateOptions, progress: bool = False) -> dict[str, pd.DataFram
     from pecli.data import load_data
     from pecli.errors import DataError
     from pecli.interventions import check_applies
-    from pecli.loading import load_model, peek
 
     o = options
-    ref = peek(o.model)  # what the config alone decides is checked before data and weights load
-    for choice in o.intervention if ref is not None else ():
-        check_applies(ref, choice)
+    check_before_loading(o.model, o.intervention)
     data = load_data(o.dataset, o.split, data_dir_=o.data_dir, limit=o.limit, seed=o.seed,
                      text_field=o.text_field, at_most=o.limit_at_most)
     labels = data.labels() if o.probe else None
     if o.probe and labels is None:
         raise DataError(f"--probe needs labels; {data.dataset} has no label column (use imdb)")
-    loaded = load_model(o.model, device=o.device, dtype=o.dtype, seed=o.seed,
-                        device_map=o.device_map, max_memory=o.max_memory)
+    loaded = load(o.model, o)
     for choice in o.intervention:
         check_applies(loaded, choice)
     m = measure(loaded, data.texts(), o.intervention, seed=o.seed, batch_size=o.batch_size,

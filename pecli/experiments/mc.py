@@ -13,7 +13,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from pecli.experiments import EXPERIMENTS, Experiment, lazy
+from pecli.experiments import EXPERIMENTS, Experiment, check_before_loading, lazy, load
 from pecli.options import McOptions
 from pecli.provenance import row_provenance
 from pecli.tables import validate
@@ -64,19 +64,14 @@ def run(options: McOptions, progress: Callable[[int, int], None] | None = None,
     from pecli import mc
     from pecli.interventions import check_applies, intervene
     from pecli.lm_scoring import check_causal
-    from pecli.loading import load_model, peek
 
     o = options
     conds = conditions(o)
     interventions = list(dict.fromkeys(c.intervention for c in conds))
-    ref = None if loaded is not None else peek(o.model)  # family checks before items and weights load
-    if ref is not None and not ref.spec.causal:
-        check_causal(ref)
-    for choice in interventions if ref is not None else ():
-        check_applies(ref, choice)
+    if loaded is None:
+        check_before_loading(o.model, interventions, causal=True)
     items, data = mc.load_items(o.dataset, o.data_dir, o.limit, o.seed)
-    loaded = loaded or load_model(o.model, device=o.device, dtype=o.dtype, seed=o.seed,
-                                  device_map=o.device_map, max_memory=o.max_memory)
+    loaded = loaded or load(o.model, o)
     check_causal(loaded)
     for choice in interventions:
         check_applies(loaded, choice)

@@ -13,7 +13,7 @@ import pandas as pd
 
 from pecli import parallel
 from pecli import pe_analysis as pa
-from pecli.experiments import EXPERIMENTS, Experiment, lazy
+from pecli.experiments import EXPERIMENTS, Experiment, check_before_loading, lazy, load
 from pecli.options import ProbeOptions, SinusoidOptions
 from pecli.provenance import row_provenance
 from pecli.tables import validate
@@ -215,22 +215,18 @@ def run_probe(options: ProbeOptions, announce=None) -> dict[str, pd.DataFrame]:
     """
     from pecli.data import load_data
     from pecli.interventions import check_applies
-    from pecli.loading import load_model, peek
 
     o = options
     preflight(o.models)
     for name in o.models:  # an intervention that does not fit a later model fails now, not after the first
-        ref = peek(name)
-        for iv in o.intervention if ref is not None else ():
-            check_applies(ref, iv)
+        check_before_loading(name, o.intervention)
     say = announce or (lambda _msg: None)
     data = load_data(o.dataset, o.split, data_dir_=o.data_dir, limit=o.limit, seed=o.seed,
                      text_field=o.text_field)
     texts = data.texts()
     matrix_rows, similarity_rows, hidden_rows = [], [], []
     for name in o.models:
-        loaded = load_model(name, device=o.device, dtype=o.dtype, seed=o.seed,
-                            device_map=o.device_map, max_memory=o.max_memory)
+        loaded = load(name, o)
         for iv in o.intervention:
             check_applies(loaded, iv)
         model_cols = {**loaded.provenance(), "intervention": "learned"}

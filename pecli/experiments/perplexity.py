@@ -16,7 +16,7 @@ import torch
 
 from pecli import names, parallel
 from pecli.errors import DataError
-from pecli.experiments import EXPERIMENTS, Experiment, lazy
+from pecli.experiments import EXPERIMENTS, Experiment, check_before_loading, lazy, load
 from pecli.metrics import aggregate, per_text_perplexity
 from pecli.options import PerplexityOptions
 from pecli.provenance import row_provenance
@@ -64,20 +64,15 @@ def run(options: PerplexityOptions, progress: Callable[[int, int], None] | None 
     from pecli.data import load_data
     from pecli.interventions import check_applies, intervene
     from pecli.lm_scoring import batch_plan, check_causal, score, windows_for
-    from pecli.loading import load_model, peek
 
     o = options
     plans = conditions(o)
     interventions = list(dict.fromkeys(p.intervention for p in plans))
-    ref = None if loaded is not None else peek(o.model)  # family checks before data and weights load
-    if ref is not None and not ref.spec.causal:
-        check_causal(ref)
-    for choice in interventions if ref is not None else ():
-        check_applies(ref, choice)
+    if loaded is None:
+        check_before_loading(o.model, interventions, causal=True)
     data = load_data(o.dataset, o.split, data_dir_=o.data_dir, limit=o.limit, seed=o.seed,
                      text_field=o.text_field)
-    loaded = loaded or load_model(o.model, device=o.device, dtype=o.dtype, seed=o.seed,
-                                  device_map=o.device_map, max_memory=o.max_memory)
+    loaded = loaded or load(o.model, o)
     check_causal(loaded)
     for choice in interventions:
         check_applies(loaded, choice)

@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from pecli import recover as rc
-from pecli.experiments import EXPERIMENTS, Experiment, lazy
+from pecli.experiments import EXPERIMENTS, Experiment, lazy, load
 from pecli.experiments.pe import _frame, hidden_states, model_texts, preflight
 from pecli.intervals import ratio_interval
 from pecli.options import RecoverOptions
@@ -236,7 +236,6 @@ def run_recover(options: RecoverOptions, announce=None) -> dict[str, pd.DataFram
     bootstrap: resamples of every interval (0: none).
     """
     from pecli.data import load_data
-    from pecli.loading import load_model
 
     o = options
     preflight(o.models)
@@ -246,8 +245,7 @@ def run_recover(options: RecoverOptions, announce=None) -> dict[str, pd.DataFram
     texts = data.texts()
     by_position, summary, hidden = [], [], []
     for name in o.models:
-        loaded = load_model(name, device=o.device, dtype=o.dtype, seed=o.seed,
-                            device_map=o.device_map, max_memory=o.max_memory)
+        loaded = load(name, o)
         model_cols = loaded.provenance()
         if loaded.spec.position != "learned":
             say(f"{name}: {NOT_APPLICABLE}")
