@@ -41,6 +41,7 @@ bench: setup
 	$(PY) benchmarks/bench_ablate.py
 	$(PY) benchmarks/bench_perplexity.py
 	$(PY) benchmarks/bench_mc.py
+	$(PY) benchmarks/bench_parallel.py
 
 # The CLI reference is generated from the app, never written by hand (a test checks it).
 docs: setup
