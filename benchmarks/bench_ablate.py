@@ -27,6 +27,7 @@ import time
 
 import numpy as np
 import torch
+from timing import best_of, load_average
 
 from pecli.architectures import resolve
 from pecli.batching import default_token_budget, encode, pad, tight_batches
@@ -88,16 +89,6 @@ def naive_loop(loaded, texts: list[str], batch: int) -> np.ndarray:
     return np.concatenate(out, axis=1)
 
 
-def timed(fn, reps: int):
-    """(fn's result, its best time over `reps` runs)."""
-    best = float("inf")
-    for _ in range(reps):
-        t = time.perf_counter()
-        out = fn()
-        best = min(best, time.perf_counter() - t)
-    return out, best
-
-
 def pecli_cosines(loaded, texts: list[str]) -> np.ndarray:
     """measure()'s cosines [l, n] put in text order (its tokens come in batch order)."""
     m = measure(loaded, texts, ["zero"], checkpoint_every=None)
@@ -122,7 +113,7 @@ def bench(loaded, label: str, texts: list[str], reps: int) -> None:
     secs, cos = {}, {}
     for name, fn in loops.items():
         ceiling = matmul_gflops()  # right before each loop: the load on the machine changes
-        cos[name], secs[name] = timed(fn, reps)
+        cos[name], secs[name] = best_of(fn, reps)
         gf = flops / secs[name] / 1e9
         print(f"  {name:8s} {secs[name]:7.2f} s  {tokens / secs[name]:8.0f} tokens/s  "
               f"{gf:6.1f} GFLOP/s = {100 * gf / ceiling:.0f} % of the matmul ceiling "
@@ -149,7 +140,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     loaded = load_model(args.model, device="cpu")
     print(f"{args.model} on CPU, {torch.get_num_threads()} threads, load average "
-          f"{', '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
+          f"{load_average()}", flush=True)
     imdb = load_data("imdb", "test", data_dir_=args.data_dir, limit=args.texts, seed=0)
     tqa = load_data("truthfulqa", data_dir_=args.data_dir, limit=args.questions, seed=0)
     measure(loaded, imdb.texts()[:4], ["zero"], checkpoint_every=None)  # warm up

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from timing import load_average
 
 
 def worker(args) -> None:
@@ -75,7 +76,7 @@ def main() -> None:
     if args.worker:
         return worker(args)
     print(f"{args.model} ablate (zero) on {args.texts} IMDB reviews, CPU; "
-          f"load average {', '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
+          f"load average {load_average()}", flush=True)
     tmp = Path(os.environ.get("TMPDIR", "/tmp")) / f"bench_parallel_{os.getpid()}"
     tmp.mkdir(parents=True, exist_ok=True)
     one = run(args, 1, 2, tmp / "one.npz")
@@ -87,7 +88,7 @@ def main() -> None:
         print(f"  {label:24s} {float(r['seconds']):7.2f} s  {tokens / float(r['seconds']):8.0f} tokens/s")
     print(f"  2x1 vs 1x2: {float(one['seconds']) / float(two['seconds']):.2f}x (wanted >= 0.9)   "
           f"max |cosine difference| {diff:.1e}   load average now "
-          f"{', '.join(f'{x:.2f}' for x in os.getloadavg())}")
+          f"{load_average()}")
 
 
 if __name__ == "__main__":

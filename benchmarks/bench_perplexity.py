@@ -20,20 +20,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 
 import numpy as np
 import torch
-
-
-def _timed(fn, reps: int = 1):
-    """(fn's result, its best time over `reps` runs)."""
-    best = float("inf")
-    for _ in range(reps):
-        start = time.perf_counter()
-        out = fn()
-        best = min(best, time.perf_counter() - start)
-    return out, best
+from timing import best_of, load_average
 
 
 def evaluate_style(loaded, texts: list[str], batch_size: int = 16) -> list[float]:
@@ -88,7 +78,7 @@ def main() -> None:
     print(f"{args.model}, {len(texts)} TruthfulQA questions, {prep.tokens} scored tokens, "
           f"mean length {np.mean(lengths):.1f} (with start token), torch threads "
           f"{torch.get_num_threads()}, load average "
-          f"{', '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
+          f"{load_average()}", flush=True)
     score(loaded, prep)  # warm up: page the weights in
     score(loaded, prep, "linear", "log-bias", "relative")
 
@@ -100,8 +90,8 @@ def main() -> None:
               f"{passes}; {diff:.1e}; {os.getloadavg()[0]:.2f}", flush=True)
 
     def compare(label, fast_label, fast, slow_label, slow, passes):
-        (b, _), tb = _timed(slow, args.reps)  # the reference first
-        (a, _), ta = _timed(fast, args.reps)
+        (b, _), tb = best_of(slow, args.reps)  # the reference first
+        (a, _), ta = best_of(fast, args.reps)
         row(label, fast_label, ta, slow_label, tb, passes,
             (torch.cat(a) - torch.cat(b)).abs().max().item())
 
@@ -125,14 +115,14 @@ def main() -> None:
             f"{prep.prefixes} sequences either way")
     # 4. pecli vs evaluate's loop (mean_per_text compared), on --eval-limit questions
     texts, prep = prepared(args.eval_limit)
-    ppls, t_eval = _timed(lambda: evaluate_style(loaded, texts))
-    (nlls, _), t_pecli = _timed(lambda: score(loaded, prep))
+    ppls, t_eval = best_of(lambda: evaluate_style(loaded, texts))
+    (nlls, _), t_pecli = best_of(lambda: score(loaded, prep))
     ours = aggregate(nlls)["mean_per_text"]
     row("plain model", "pecli (buckets, head on scored rows)", t_pecli,
         "evaluate-style (pad to longest, b=16)", t_eval, f"{len(texts)} texts",
         abs(ours - float(np.mean(ppls))) / float(np.mean(ppls)))
     print("max diff: largest |NLL difference| (last row: relative difference of mean_per_text); "
-          f"load: 1-minute load average after the row; now {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
+          f"load: 1-minute load average after the row; now {load_average()}")
 
 
 if __name__ == "__main__":
