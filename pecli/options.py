@@ -309,11 +309,11 @@ class McOptions(MaskGrid):
 
 
 @dataclass(frozen=True)
-class ProbeOptions(Running):
-    """`pecli pe probe` and the `pe-probe` experiment."""
+class OnModels(Running):
+    """Several models, one after another, on the texts of a dataset (pe probe, pe recover)."""
 
-    RENAMED: ClassVar[dict[str, str]] = {"interventions": "intervention", "text": "text_field"}
-    KEYED_AS: ClassVar[dict[str, str]] = {"intervention": "interventions", "text_field": "text"}
+    RENAMED: ClassVar[dict[str, str]] = {"text": "text_field"}
+    KEYED_AS: ClassVar[dict[str, str]] = {"text_field": "text"}
 
     models: tuple[str, ...] | str = ("minilm",)  # or "a,b"
     dataset: str = "imdb"
@@ -322,36 +322,42 @@ class ProbeOptions(Running):
     limit: int | None = option(16, low=1)
     max_length: int = option(128, low=2)
     folds: int = option(5, low=2)
+
+    def check(self) -> None:
+        """`models` "a,b" or [a, b] -> (a, b), at least one."""
+        super().check()
+        models = tuple(names.split_names(self.models))
+        if not models:
+            raise ConfigError("models: give at least one model (e.g. minilm random:gpt2)")
+        object.__setattr__(self, "models", models)
+
+
+@dataclass(frozen=True)
+class ProbeOptions(OnModels):
+    """`pecli pe probe` and the `pe-probe` experiment."""
+
+    RENAMED: ClassVar[dict[str, str]] = {**OnModels.RENAMED, "interventions": "intervention"}
+    KEYED_AS: ClassVar[dict[str, str]] = {**OnModels.KEYED_AS, "intervention": "interventions"}
+
     pairs: int = option(1000, low=1)
     intervention: tuple[Choice, ...] = option(("learned", "zero"), vocabulary=names.INTERVENTIONS,
                                               many=True)
 
-    def check(self) -> None:
-        super().check()
-        _models(self)
-
 
 @dataclass(frozen=True)
-class RecoverOptions(Running):
+class RecoverOptions(OnModels):
     """`pecli pe recover` and the `pe-recover` experiment."""
 
-    RENAMED: ClassVar[dict[str, str]] = {"n_boot": "bootstrap", "text": "text_field"}
-    KEYED_AS: ClassVar[dict[str, str]] = {"bootstrap": "n_boot", "text_field": "text"}
+    RENAMED: ClassVar[dict[str, str]] = {**OnModels.RENAMED, "n_boot": "bootstrap"}
+    KEYED_AS: ClassVar[dict[str, str]] = {**OnModels.KEYED_AS, "bootstrap": "n_boot"}
 
-    models: tuple[str, ...] | str = ("minilm",)  # or "a,b"
     tokens: int = option(32, low=1)
-    dataset: str = "imdb"
-    split: str | None = None
-    text_field: str | None = None
     limit: int | None = option(32, low=1)
-    max_length: int = option(128, low=2)
     top_k: int = option(50, low=2)
-    folds: int = option(5, low=2)
     bootstrap: int = option(1000, low=0)
 
     def check(self) -> None:
         super().check()
-        _models(self)
         if self.tokens < self.folds:  # the position probe's folds are over the sampled tokens
             raise ConfigError(f"tokens (--tokens): {self.tokens} is fewer than the {self.folds} "
                               f"folds; use --tokens {self.folds} or more")
@@ -373,14 +379,6 @@ class SinusoidOptions(Options):
         if not self.base > 1:
             raise ConfigError(f"base (--base): {self.base:g} must be greater than 1; the usual "
                               "value is 10000")
-
-
-def _models(options: Options) -> None:
-    """`models` "a,b" or [a, b] -> (a, b), at least one (pe probe, pe recover)."""
-    models = tuple(names.split_names(options.models))
-    if not models:
-        raise ConfigError("models: give at least one model (e.g. minilm random:gpt2)")
-    object.__setattr__(options, "models", models)
 
 
 TOY_PROBE = re.compile(r"(\d+)[+-](\d+)=")
