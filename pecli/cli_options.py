@@ -13,23 +13,10 @@ ModelArg = Annotated[str, typer.Argument(
          "checkpoint directory.")]
 
 
-def _check(field: str):
-    """Option callback: the value checked as pecli.options checks that field, now, before
-    anything loads (one-line error); the value is kept."""
-    def check(value):
-        if value is not None:
-            from pecli.options import Running
-
-            Running.build({field: value}, "pecli")
-        return value
-
-    return check
-
-
-DeviceOpt = Annotated[str, typer.Option(help="auto (CUDA if present), cpu, cuda or cuda:N.",
-                                        callback=_check("device"))]
-DtypeOpt = Annotated[str, typer.Option(help="float32, bfloat16 or float16.",
-                                       callback=_check("dtype"))]
+# Device, dtype and every other value are checked by the command's options object
+# (pecli.options), built before anything loads.
+DeviceOpt = Annotated[str, typer.Option(help="auto (CUDA if present), cpu, cuda or cuda:N.")]
+DtypeOpt = Annotated[str, typer.Option(help="float32, bfloat16 or float16.")]
 SeedOpt = Annotated[int, typer.Option(
     min=0, max=2**32 - 1, help="Seed for subsets, shuffles and random inits (0 to 2^32 - 1).")]
 LimitOpt = Annotated[int | None, typer.Option(

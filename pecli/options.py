@@ -213,7 +213,7 @@ class Running(Options):
 
     def check(self) -> None:
         if not DEVICE.fullmatch(self.device):
-            raise ConfigError(f"device: unknown device {self.device!r}; use auto, cpu, "
+            raise ConfigError(f"{_label('device')}: unknown device {self.device!r}; use auto, cpu, "
                               "cuda or cuda:N")
         if self.max_memory is not None and self.device_map is None:
             raise ConfigError("max_memory (--max-memory) needs device_map: auto (it sizes the split "
