@@ -3,7 +3,9 @@
     python benchmarks/bench_perplexity.py            # rows 1-3 on 20 questions, row 4 on all 817
     python benchmarks/bench_perplexity.py --quick    # 8 and 64 questions: a smoke test
 
-1. one pass per text (relative protocol) against the same numbers prefix by prefix;
+1. one pass per text (relative protocol) against the same numbers prefix by prefix, with the
+   bound by FLOPs near which such a speed-up lands (about L/2 for L tokens), and
+   (1b) the same on a few IMDB reviews cut to 64 tokens, where the bound is higher;
 2. the study protocol under `legacy`: its self-only one-pass fast path against the literal
    prefix passes;
 3. the study protocol's length-bucketed prefix batches against one prefix at a time;
@@ -46,12 +48,31 @@ def evaluate_style(loaded, texts: list[str], batch_size: int = 16) -> list[float
     return ppls
 
 
+def flop_bound(loaded, prep) -> float:
+    """How many times more matrix-product work the prefix passes do than one pass per text,
+    by the linear layers' FLOPs: the blocks' weights once per input token (every prefix is
+    a fresh sequence), the LM head once per scored row (the same rows either way).
+    Attention's t^2 terms and the per-pass overheads are left out (both favour one pass a
+    little), so a measured speed-up lands near this figure, not far above it."""
+    from pecli.architectures import resolve
+
+    blocks = resolve(loaded.model, loaded.spec, loaded.spec.layers)
+    body = sum(p.numel() for p in blocks.parameters() if p.dim() == 2)
+    head = loaded.model.get_output_embeddings().weight.numel()
+    one_pass = sum(len(w.ids) for w in prep.windows)
+    prefix = sum(t for w in prep.windows for t in range(w.first, len(w.ids)))
+    return (body * prefix + head * prep.tokens) / (body * one_pass + head * prep.tokens)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2")
     parser.add_argument("--limit", type=int, default=20, help="questions of rows 1-3")
     parser.add_argument("--eval-limit", type=int, default=817,
                         help="questions of row 4 (pecli vs the evaluate-style loop); 817 = all")
+    parser.add_argument("--reviews", type=int, default=4,
+                        help="IMDB reviews cut to --review-tokens for row 1b (0: no row 1b)")
+    parser.add_argument("--review-tokens", type=int, default=64)
     parser.add_argument("--quick", action="store_true", help="8 and 64 questions")
     parser.add_argument("--reps", type=int, default=2, help="best of N runs (rows 1-3)")
     parser.add_argument("--data-dir", default=os.environ.get("PECLI_DATA_DIR"))
@@ -67,11 +88,12 @@ def main() -> None:
 
     loaded = load_model(args.model, device="cpu")
 
-    def prepared(limit: int):
-        texts = load_data("truthfulqa", data_dir_=args.data_dir, limit=limit, seed=0,
-                          at_most=True).texts()
+    def prepared(limit: int, dataset: str = "truthfulqa", tokens: int | None = None):
+        data = load_data(dataset, "test" if dataset == "imdb" else None, data_dir_=args.data_dir,
+                         limit=limit, seed=0, at_most=True)
+        texts = data.texts()
         ids = encode(loaded.tokenizer, texts, 10**12, add_special_tokens=False).ids
-        return texts, windows_for(ids, loaded.max_positions, loaded.tokenizer.bos_token_id)
+        return texts, windows_for(ids, tokens or loaded.max_positions, loaded.tokenizer.bos_token_id)
 
     texts, prep = prepared(args.limit)
     lengths = [len(w.ids) for w in prep.windows]
@@ -101,6 +123,16 @@ def main() -> None:
             "prefix by prefix (batched)",
             lambda: score(loaded, prep, "linear", "log-bias", "relative", fast=False),
             f"{len(prep.windows)} vs {prep.prefixes} sequences")
+    print(f"{'':26} the bound by FLOPs (linear layers, flop_bound): {flop_bound(loaded, prep):.1f}x; "
+          "it grows with text length, about L/2 for L tokens", flush=True)
+    if args.reviews:  # 1b. the same on longer texts, where the bound is higher
+        _, long = prepared(args.reviews, "imdb", args.review_tokens)
+        compare(f"  1b. {args.reviews} reviews, {args.review_tokens} tok", "one pass per text",
+                lambda: score(loaded, long, "linear", "log-bias", "relative"),
+                "prefix by prefix (batched)",
+                lambda: score(loaded, long, "linear", "log-bias", "relative", fast=False),
+                f"{len(long.windows)} vs {long.prefixes} sequences")
+        print(f"{'':26} the bound by FLOPs: {flop_bound(loaded, long):.1f}x", flush=True)
     # 2. study + legacy: the self-only identity vs the literal protocol
     compare("study linear/legacy", "self-only one pass",
             lambda: score(loaded, prep, "linear", "legacy", "study"),

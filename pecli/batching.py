@@ -33,13 +33,19 @@ def encode(tokenizer, texts: list[str], max_length: int, add_special_tokens: boo
 CUDA_BYTES_PER_TOKEN = 256 * 1024  # rough activation memory per padded token (a 7B model's
 # hidden states, MLP and LM-head chunk in fp32 with headroom); an overshoot is caught below
 
+# Padded tokens per pass on CPU. A linear layer's rows are the batch's padded tokens; on CPU
+# 256-1024 rows run fastest (the activations stay in cache: 512 x 1536 floats are 3 MB) and
+# 4096 rows about 15 % slower, with more padding too. Measured by benchmarks/bench_ablate.py.
+CPU_TOKEN_BUDGET = 4096  # LM scoring: SmolLM2's perplexity and mc lose 5-10 % at 512
+CPU_HIDDEN_STATE_BUDGET = 512  # hidden-state loops (ablate): MiniLM's gains 5-15 % over 4096
 
-def default_token_budget(device: torch.device) -> int:
-    """Padded tokens per forward pass: small batches on CPU (no gain past a few thousand); on
-    CUDA half the free device memory over CUDA_BYTES_PER_TOKEN, between 2,048 and 262,144
-    (an out-of-memory error still halves a batch: `halving_on_oom`)."""
+
+def default_token_budget(device: torch.device, cpu: int = CPU_TOKEN_BUDGET) -> int:
+    """Padded tokens per forward pass: `cpu` on CPU; on CUDA half the free device memory over
+    CUDA_BYTES_PER_TOKEN, between 2,048 and 262,144 (an out-of-memory error still halves a
+    batch: `halving_on_oom`)."""
     if device.type != "cuda":
-        return 4096
+        return cpu
     free, _ = torch.cuda.mem_get_info(device)
     return int(min(max(free // 2 // CUDA_BYTES_PER_TOKEN, 2048), 262_144))
 

@@ -73,7 +73,7 @@ def measure(loaded, texts: list[str], interventions: Sequence[str | Choice], *, 
         interventions: parsed names (options' Choices) or names (`zero`, `shift:3`, ...);
             checked before any forward pass.
         batch_size: sequences per pass (length-sorted); None = `tight_batches` under
-            `default_token_budget(device)` padded tokens.
+            `default_token_budget(device, CPU_HIDDEN_STATE_BUDGET)` padded tokens.
         layers: every layer's hidden state (else the final one only).
         pooled: also keep mean-pooled final features per text (for the probe).
         checkpoint_every: save the batches done so far at most this often (seconds), so
@@ -87,6 +87,7 @@ def measure(loaded, texts: list[str], interventions: Sequence[str | Choice], *, 
     import torch
 
     from pecli.batching import (
+        CPU_HIDDEN_STATE_BUDGET,
         default_token_budget,
         encode,
         halving_on_oom,
@@ -105,7 +106,7 @@ def measure(loaded, texts: list[str], interventions: Sequence[str | Choice], *, 
     if min(lengths) == 0:
         raise_empty(texts, lengths)
     batches = (length_batches(lengths, 0, max_batch=batch_size) if batch_size
-               else tight_batches(lengths, default_token_budget(loaded.device)))
+               else tight_batches(lengths, default_token_budget(loaded.device, CPU_HIDDEN_STATE_BUDGET)))
     special_ids = np.array(sorted(set(loaded.tokenizer.all_special_ids)), dtype=np.int64)
     base = loaded.model.base_model  # hidden states only: no LM head over the vocabulary
     pad_id = loaded.tokenizer.pad_token_id

@@ -36,6 +36,7 @@ def _resolved(df: pd.DataFrame, tmp_path) -> dict:
 
 @pytest.mark.parametrize("batch_size", [None, 2])
 def test_ablate_sidecar_records_the_batch_plan(tiny, tmp_path, batch_size):
+    from pecli.batching import CPU_HIDDEN_STATE_BUDGET
     from pecli.experiments.ablate import measure, tables, tight_batches
 
     loaded = tiny("bert")
@@ -44,7 +45,7 @@ def test_ablate_sidecar_records_the_batch_plan(tiny, tmp_path, batch_size):
     prov = {**loaded.provenance(), "dataset": "t", "split": "s", "rows": len(TEXTS)}
     got = _resolved(tables(m, prov, seed=0, baseline_pairs=100, bootstrap=0)["ablate"], tmp_path)
     if batch_size is None:
-        plan = tight_batches(lengths, 4096)  # CPU's token budget
+        plan = tight_batches(lengths, CPU_HIDDEN_STATE_BUDGET)  # the CPU budget of hidden-state loops
         want = (len(plan), max(len(b) * max(lengths[i] for i in b) for b in plan))
         assert got["batch_size"] == "token budget"
     else:
