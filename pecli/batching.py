@@ -33,11 +33,11 @@ def encode(tokenizer, texts: list[str], max_length: int, add_special_tokens: boo
 CUDA_BYTES_PER_TOKEN = 256 * 1024  # rough activation memory per padded token (a 7B model's
 # hidden states, MLP and LM-head chunk in fp32 with headroom); an overshoot is caught below
 
-# Padded tokens per pass on CPU. A linear layer's rows are the batch's padded tokens; on CPU
-# 256-1024 rows run fastest (the activations stay in cache: 512 x 1536 floats are 3 MB) and
-# 4096 rows about 15 % slower, with more padding too. Measured by benchmarks/bench_ablate.py.
-CPU_TOKEN_BUDGET = 4096  # LM scoring: SmolLM2's perplexity and mc lose 5-10 % at 512
-CPU_HIDDEN_STATE_BUDGET = 512  # hidden-state loops (ablate): MiniLM's gains 5-15 % over 4096
+# Padded tokens per pass on CPU. A linear layer's rows are the batch's padded tokens; on a
+# 2-core CPU, 256-1024 rows ran at 130-150 GFLOP/s (the activations stay in cache: 512 x 1536
+# floats are 3 MB) and 2048-4096 rows at 100-125, with more padding too (README, Speed).
+CPU_TOKEN_BUDGET = 4096  # LM scoring: SmolLM2's perplexity and mc were 0-10 % slower at 512
+CPU_HIDDEN_STATE_BUDGET = 512  # hidden-state loops: ablate on IMDB 1.02-1.08x its speed at 4096
 
 
 def default_token_budget(device: torch.device, cpu: int = CPU_TOKEN_BUDGET) -> int:
