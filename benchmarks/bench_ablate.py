@@ -35,14 +35,20 @@ import numpy as np
 import torch
 from timing import load_average
 
-from pecli import batching
 from pecli.architectures import resolve
-from pecli.batching import CPU_HIDDEN_STATE_BUDGET, default_token_budget, encode, pad, tight_batches
-from pecli.data import load_data
+from pecli.data.datasets import load_data
 from pecli.experiments.ablate import measure
 from pecli.interventions import prepare
 from pecli.loading import load_model
 from pecli.metrics import cosine_by_layer
+from pecli.runs import batching
+from pecli.runs.batching import (
+    CPU_HIDDEN_STATE_BUDGET,
+    default_token_budget,
+    encode,
+    pad,
+    tight_batches,
+)
 
 
 def useful_flops(loaded, lengths: list[int], passes: int) -> float:

@@ -5,7 +5,7 @@
 Both runs score the same IMDB reviews with `pecli.experiments.ablate.measure` (MiniLM,
 `zero`), on the same batch plan: 1 process with torch on 2 threads, then 2 processes
 started by torchrun (gloo) with 1 thread each, each taking its share of the batches
-(`pecli.parallel`). Each run's time is that of measure() alone, between barriers (model
+(`pecli.runs.parallel`). Each run's time is that of measure() alone, between barriers (model
 loading and imports excluded), best of --reps. The cosines must agree (max |difference|
 printed); the ratio (1-process time / 2-process time) should be at least 0.9.
 """
@@ -28,10 +28,10 @@ def worker(args) -> None:
     """One run (inside torchrun or alone): time measure(), rank 0 saves its cosines and time."""
     import torch
 
-    from pecli import parallel
-    from pecli.data import load_data
+    from pecli.data.datasets import load_data
     from pecli.experiments.ablate import measure
     from pecli.loading import load_model
+    from pecli.runs import parallel
 
     torch.set_num_threads(args.threads)
     loaded = load_model(args.model, device="cpu")

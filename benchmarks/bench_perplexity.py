@@ -80,11 +80,11 @@ def main() -> None:
     if args.quick:
         args.limit, args.eval_limit = 8, 64
 
-    from pecli.batching import encode
-    from pecli.data import load_data
+    from pecli.data.datasets import load_data
     from pecli.lm_scoring import score, windows_for
     from pecli.loading import load_model
     from pecli.metrics import aggregate
+    from pecli.runs.batching import encode
 
     loaded = load_model(args.model, device="cpu")
 

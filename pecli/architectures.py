@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
-from pecli.errors import ArchSpecError, ModelError
-from pecli.registry import Registry
+from pecli.runs.errors import ArchSpecError, ModelError
+from pecli.runs.registry import Registry
 
 
 @dataclass(frozen=True)

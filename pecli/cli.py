@@ -19,7 +19,7 @@ import typer
 from typer._click.exceptions import NoArgsIsHelpError, UsageError
 from typer.core import TyperGroup
 
-from pecli.errors import PecliError
+from pecli.runs.errors import PecliError
 
 # What survives Ctrl-C; tables themselves are written only once a run completes, atomically.
 ON_INTERRUPT = {
@@ -34,7 +34,7 @@ ON_INTERRUPT = {
 def _kept(command: str | None) -> str:
     """What the Ctrl-C message may promise: a resume only if progress was saved."""
     if command in ("ablate", "perplexity"):
-        from pecli.io import Checkpoint
+        from pecli.runs.io import Checkpoint
 
         if not Checkpoint.resumable():
             return "no tables were written and no progress had been saved yet; a rerun starts afresh"
@@ -84,7 +84,7 @@ app = typer.Typer(
 
 def _version(show: bool) -> None:
     if show:
-        from pecli.provenance import git_state, library_versions
+        from pecli.runs.provenance import git_state, library_versions
 
         v = library_versions()
         typer.echo(f"pecli {v['pecli_version']} (git {git_state()['git_commit']}; torch "

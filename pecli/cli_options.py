@@ -14,7 +14,7 @@ ModelArg = Annotated[str, typer.Argument(
 
 
 # Device, dtype and every other value are checked by the command's options object
-# (pecli.options), built before anything loads.
+# (pecli.runs.options), built before anything loads.
 DeviceOpt = Annotated[str, typer.Option(help="auto (CUDA if present), cpu, cuda or cuda:N.")]
 DtypeOpt = Annotated[str, typer.Option(help="float32, bfloat16 or float16.")]
 SeedOpt = Annotated[int, typer.Option(
@@ -52,7 +52,7 @@ def intervention_option(help: str):
                                "see pecli interventions).")]
 
 
-# Graded attention masks (perplexity, mc): each a name of pecli.names (repeat or a,b).
+# Graded attention masks (perplexity, mc): each a name of pecli.runs.names (repeat or a,b).
 MaskOpt = Annotated[list[str] | None, typer.Option(
     "--mask", help="Mask shape(s): default, linear, exponential, alibi, self (repeat or a,b; "
                    "see pecli masks). Default: default.")]
@@ -73,6 +73,6 @@ PeAliasOpt = Annotated[list[str] | None, typer.Option(
 
 def build(cls, where: str, **flags):
     """The command's options object from its flags: unset flags (None) take the options'
-    defaults; paths become strings. Every check of pecli.options runs here, before loading."""
+    defaults; paths become strings. Every check of pecli.runs.options runs here, before loading."""
     given = {k: str(v) if isinstance(v, Path) else v for k, v in flags.items() if v is not None}
     return cls.build(given, where)

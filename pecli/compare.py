@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from pecli.errors import DataError
+from pecli.runs.errors import DataError
 
 # What must agree for two rows of one metric to be compared.
 SAME_DATA = ("dataset", "split", "data_revision", "rows")

@@ -24,16 +24,16 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from pecli import names
 from pecli.architectures import position_embedding, resolve
-from pecli.errors import InterventionError
-from pecli.names import INTERVENTIONS, Choice
 from pecli.pe_analysis import sinusoidal_at
+from pecli.runs import names
+from pecli.runs.errors import InterventionError
+from pecli.runs.names import INTERVENTIONS, Choice
 
 
 @dataclass(frozen=True)
 class Implementation:
-    """How one intervention (a name in pecli.names.INTERVENTIONS) acts on each position kind."""
+    """How one intervention (a name in pecli.runs.names.INTERVENTIONS) acts on each position kind."""
 
     learned: Callable | None  # (loaded, weight_rows[n, d], arg, seed) -> new rows[n, d]
     rotary: Callable | None  # (loaded, arg, seed) -> contextmanager installing hooks
@@ -126,7 +126,7 @@ def prepare(loaded, name: str | Choice, seed: int = 0) -> Callable[[], AbstractC
 
 
 def _shift_amount(arg: str) -> int:
-    return int(arg)  # checked when parsed (pecli.names)
+    return int(arg)  # checked when parsed (pecli.runs.names)
 
 
 def _permutation(n: int, seed: int) -> torch.Tensor:
@@ -254,7 +254,7 @@ def _rotary(kind: str):
     return install
 
 
-# Keyed by the names of pecli.names.INTERVENTIONS (which says what each does and where it
+# Keyed by the names of pecli.runs.names.INTERVENTIONS (which says what each does and where it
 # applies); tests/unit/test_names.py checks the two agree.
 IMPLEMENTATIONS: dict[str, Implementation] = {
     "learned": Implementation(_learned("learned"), _rotary("learned")),

@@ -29,8 +29,10 @@ from dataclasses import dataclass
 
 import torch
 
-from pecli import names, parallel
-from pecli.batching import (
+from pecli.masks import masked_attention
+from pecli.metrics import target_nll
+from pecli.runs import names, parallel
+from pecli.runs.batching import (
     default_token_budget,
     halving_on_oom,
     length_batches,
@@ -39,10 +41,8 @@ from pecli.batching import (
     plan_summary,
     tight_batches,
 )
-from pecli.errors import ConfigError, ModelError
-from pecli.masks import masked_attention
-from pecli.metrics import target_nll
-from pecli.names import Choice
+from pecli.runs.errors import ConfigError, ModelError
+from pecli.runs.names import Choice
 
 HEAD_CHUNK = 256  # scored rows per LM-head matmul: [256, vocab] logits at a time
 # the intact model: its own positions, the default mask (every grid starts with it)
@@ -97,7 +97,7 @@ def windows_for(ids: list[list[int]], max_positions: int, bos_id: int | None,
             `stride`; each target is scored once, with the longest context its window gives).
         stride: window step (default max_positions // 2); only with "window".
     """
-    long_text = str(long_text)  # a name of pecli.names.LONG_TEXT (or its Choice)
+    long_text = str(long_text)  # a name of pecli.runs.names.LONG_TEXT (or its Choice)
     names.LONG_TEXT.get(long_text)
     if long_text == "window":
         stride = max(max_positions // 2, 1) if stride is None else stride
@@ -167,7 +167,7 @@ def _prefix_jobs(windows: list[Window]) -> list[tuple[int, int]]:
 
 def batch_plan(loaded, windows: list[Window], passes: str, batch_size: int | None = None) -> dict:
     """The batches `score_windows` (passes "one-pass") or `score_prefixes` plan for these
-    windows, summarised (`pecli.batching.plan_summary`): the same on any number of processes."""
+    windows, summarised (`pecli.runs.batching.plan_summary`): the same on any number of processes."""
     lengths = ([len(w.ids) for w in windows] if passes == "one-pass"
                else [t for _, t in _prefix_jobs(windows)])
     return plan_summary(padded_tokens(_batches(lengths, batch_size, loaded.device), lengths), batch_size)
@@ -177,7 +177,7 @@ def score_windows(loaded, windows: list[Window], *, batch_size: int | None = Non
                   progress: Callable[[int], None] | None = None) -> list[torch.Tensor]:
     """One pass per window (under whatever attention the model is set to): NLL [targets] per window.
 
-    Launched on N processes, each scores its shard of the batches (`pecli.parallel`)."""
+    Launched on N processes, each scores its shard of the batches (`pecli.runs.parallel`)."""
     batches = _batches([len(w.ids) for w in windows], batch_size, loaded.device)
 
     def one(batch: list[int]) -> torch.Tensor:  # NLL [targets of the batch's windows]

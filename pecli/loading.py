@@ -9,25 +9,23 @@ A name is one of:
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 import os
 import shutil
-import socket
 import sys
 from dataclasses import dataclass, field
-from functools import cache
 from pathlib import Path
 from unittest.mock import patch
-from urllib.parse import urlparse
 
 import torch
 
 from pecli.architectures import ARCHITECTURES, ArchSpec, max_positions, spec_for_model_type
-from pecli.errors import DeviceError, ModelError, PecliError
-from pecli.io import cache_dir  # noqa: F401  (pecli.loading.cache_dir, as before)
-from pecli.registry import Registry
+from pecli.runs.errors import DeviceError, ModelError, PecliError
+from pecli.runs.hub import hub_reachable
+from pecli.runs.io import cache_dir, follow_umask  # noqa: F401  (pecli.loading.cache_dir, as before)
+from pecli.runs.provenance import file_sha256
+from pecli.runs.registry import Registry
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -111,7 +109,7 @@ class LoadedModel:
 
 
 def resolve_device(device: str) -> torch.device:
-    from pecli.parallel import local_device
+    from pecli.runs.parallel import local_device
 
     device = local_device(device)  # launched on N GPUs: this process's own
     if device == "auto":
@@ -141,28 +139,6 @@ def package_dir(pkg: PypiModel) -> Path | None:
     return folder if folder.exists() else None
 
 
-@cache
-def hub_reachable(timeout: float = 3.0) -> bool:
-    """Whether the HF hub answers at all (so an offline run fails in seconds, not after retries)."""
-    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false"):
-        return False
-    from huggingface_hub import constants
-
-    host = urlparse(constants.ENDPOINT).hostname or ""
-    try:
-        socket.create_connection((host, 443), timeout=timeout).close()
-        return True
-    except OSError:
-        return False
-
-
-@cache
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 22), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def weights_sha256(folder: Path) -> str:
@@ -177,15 +153,6 @@ def looks_like_path(name: str) -> bool:
     return (name.startswith((".", "~", os.sep, "/")) or name.count("/") > 1 or name.endswith("/")
             or name.endswith(".gguf") or (os.sep != "/" and os.sep in name))
 
-
-def follow_umask(folder: Path) -> None:
-    """Give the files of a saved model the mode open() would (safetensors writes 0600)."""
-    mask = os.umask(0o022)  # read it by setting it and putting it straight back
-    os.umask(mask)
-    mode = 0o666 & ~mask
-    for file in folder.rglob("*"):
-        if file.is_file():
-            os.chmod(file, mode)
 
 
 CHECKSUMS = "pecli-checksums.json"  # {file: [bytes, sha256]} of a cached model, written with it
@@ -487,7 +454,7 @@ def _load_local(name: str, path: Path) -> LoadedModel:
     except Exception as err:  # noqa: BLE001 (transformers/safetensors raise many types for a bad file)
         raise ModelError(f"cannot load the checkpoint in {path} ({type(err).__name__}: "
                          f"{(str(err).splitlines() or [''])[0][:200]}); repair it or save it again") from None
-    from pecli.provenance import portable_model_id
+    from pecli.runs.provenance import portable_model_id
 
     return LoadedModel(model, tokenizer, spec, name, portable_model_id(path), "local",
                        weights_sha256(path), torch.device("cpu"), torch.float32)

@@ -13,7 +13,7 @@ A mask *semantics* says what a weight does to attention:
     scale     softmax(logits) * m, not renormalised      the "mask multiplies" intuition
 
 The names, what they mean and the facts a computation plan reads (a shape `positive` on
-every key, one that `rises_to_newest`) are pecli.names.MASKS and MASK_SEMANTICS; this module
+every key, one that `rises_to_newest`) are pecli.runs.names.MASKS and MASK_SEMANTICS; this module
 keys the functions that compute them by those names (WEIGHTS, PROBS), as
 pecli.interventions does; tests/unit/test_names.py checks the two agree.
 
@@ -38,10 +38,10 @@ import torch
 OLDEST_WEIGHT = 0.1  # the study's linear mask falls to 0.1 at the oldest key
 MODES = ("relative", "keys")
 
-# m(q, k) of each mask shape (pecli.names.MASKS):
+# m(q, k) of each mask shape (pecli.runs.names.MASKS):
 # (dist[b,1,q,k], span[b,1,q,1], heads) -> weights broadcastable to [b,heads,q,k]
 Weights = Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]
-# How a weight enters attention, per mask semantics (pecli.names.MASK_SEMANTICS):
+# How a weight enters attention, per mask semantics (pecli.runs.names.MASK_SEMANTICS):
 # (scores[b,h,q,k] fp32, visible[b,1,q,k] bool, m[b,h|1,q,k], finfo_min) -> probs[b,h,q,k]
 Probs = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, float], torch.Tensor]
 
@@ -190,7 +190,7 @@ def _boolean_mask_factory(*args, **kwargs):
 def attention_name(mask: str, semantics: str, mode: str = "relative") -> str:
     """Register (once) and return the attention implementation name for this combination.
 
-    `mask` and `semantics` are names of pecli.names.MASKS and MASK_SEMANTICS, already checked
+    `mask` and `semantics` are names of pecli.runs.names.MASKS and MASK_SEMANTICS, already checked
     (an options object or lm_scoring.plan parsed them); `mode` is one of MODES.
     """
     from transformers import AttentionInterface

@@ -32,8 +32,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from pecli import parallel
-from pecli.errors import DataError
+from pecli.runs import parallel
+from pecli.runs.errors import DataError
 
 # The harness's fixed six-question QA primer (TruthfulQA's "QA prompt"), byte for byte.
 PRIMER = (
@@ -146,13 +146,13 @@ def load_items(dataset: str = "truthfulqa-mc", data_dir: str | None = None, limi
     """
     import pandas as pd
 
-    from pecli.data import TextData, load_data, subset
+    from pecli.data.datasets import TextData, load_data, subset
 
     path = Path(dataset).expanduser()
     if path.suffix in (".json", ".jsonl"):
         if not path.exists():
             raise DataError(f"data file {path} does not exist")
-        from pecli.loading import file_sha256
+        from pecli.runs.provenance import file_sha256
 
         records = read_file(path)
         parse_items(records, path.name)  # every item checked, not only the subset
@@ -235,7 +235,7 @@ def _positions(mask: torch.Tensor) -> torch.Tensor:
 def score_per_choice(loaded, reqs: list[Request], budget: int, max_rows: int | None = None
                      ) -> list[np.ndarray]:
     """One forward pass per choice over context + continuation (batched by length)."""
-    from pecli.batching import pad
+    from pecli.runs.batching import pad
 
     if not reqs:
         return []
@@ -262,7 +262,7 @@ def score_per_choice(loaded, reqs: list[Request], budget: int, max_rows: int | N
 
 def _per_choice_plan(loaded, reqs: list[Request], budget: int, max_rows: int | None):
     """(sequence and scored start, input length, batches): one pass per choice, length-batched."""
-    from pecli.batching import length_batches
+    from pecli.runs.batching import length_batches
 
     seqs = [_sequence(r.context, c, loaded.max_positions) for r in reqs for c in r.continuations]
     lengths = [len(s) - 1 for s, _ in seqs]
@@ -351,7 +351,7 @@ def _shared_groups(reqs: list[Request], fits: list[int], budget: int, max_rows: 
 
 def _shared_batch(loaded, reqs: list[Request], shared: int, cache) -> list[np.ndarray]:
     """Contexts (after their `shared` first tokens, whose cache is given for one row) and choices."""
-    from pecli.batching import pad
+    from pecli.runs.batching import pad
 
     model, dev, pad_id = loaded.model.base_model, loaded.device, loaded.tokenizer.pad_token_id
     # the rest of each context but its last token, left-padded: [B, C]
@@ -401,9 +401,9 @@ def _windows(loaded, reqs: list[Request]) -> list:
 def batch_plan(loaded, reqs: list[Request], passes: str, batch_size: int | None = None) -> dict:
     """The forward batches `score` plans for `passes` (shared-context: groups of items, plus
     per-choice batches for pairs too long to share), summarised by
-    `pecli.batching.plan_summary`: the whole run's plan, the same on any number of processes."""
-    from pecli.batching import default_token_budget, padded_tokens, plan_summary
+    `pecli.runs.batching.plan_summary`: the whole run's plan, the same on any number of processes."""
     from pecli.lm_scoring import batch_plan as prefix_plan
+    from pecli.runs.batching import default_token_budget, padded_tokens, plan_summary
 
     if passes == "prefix-by-prefix":
         return prefix_plan(loaded, _windows(loaded, reqs), passes, batch_size)
@@ -430,8 +430,8 @@ def score(loaded, reqs: list[Request], how="default", semantics: str = "legacy",
     """
     from dataclasses import replace
 
-    from pecli.batching import default_token_budget
     from pecli.lm_scoring import Plan, check_causal, installed, plan
+    from pecli.runs.batching import default_token_budget
 
     check_causal(loaded)
     if not isinstance(how, Plan):

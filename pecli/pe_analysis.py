@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from pecli.errors import ConfigError
+from pecli.runs.errors import ConfigError
 
 
 def check_sinusoid_args(positions: int, dim: int, base: float) -> None:

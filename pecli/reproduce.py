@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from pecli import config
-from pecli.config import Entry, Preset
-from pecli.errors import ConfigError
 from pecli.experiments import EXPERIMENTS, load_all
-from pecli.io import RunOutput, run_meta, write_json, write_text
+from pecli.runs import config
+from pecli.runs.config import Entry, Preset
+from pecli.runs.errors import ConfigError
+from pecli.runs.io import RunOutput, run_meta, write_json, write_text
 
 
 def load_preset(name_or_path: str, overrides: dict | None = None) -> Preset:
@@ -65,7 +65,7 @@ def located(options: dict) -> dict:
     """Options with relative model paths that exist only in the project (the committed
     models/tiny-gpt2-imdb) made absolute, so a preset runs from any directory. The entry's
     key keeps the preset's own spelling."""
-    from pecli.config import CONFIG_DIR
+    from pecli.runs.config import CONFIG_DIR
 
     def find(name: str) -> str:
         if not Path(name).exists() and (CONFIG_DIR.parent / name).exists():
@@ -78,7 +78,7 @@ def located(options: dict) -> dict:
 def preflight(preset: Preset) -> None:
     """Fail in seconds, before any computation, naming every missing model and dataset (the
     names, types and ranges were checked when the preset's options objects were built)."""
-    from pecli.data import DATASETS, data_dir, dataset_availability
+    from pecli.data.datasets import DATASETS, data_dir, dataset_availability
     from pecli.loading import missing_models
 
     missing = missing_models([m for e in preset.entries for m in _models_of(located(e.options))

@@ -1,6 +1,6 @@
 """Small Transformers trained from scratch with a chosen position scheme.
 
-Schemes (`SCHEMES`, the names of pecli.names.PE_SCHEMES), each a stock transformers architecture so checkpoints save in the
+Schemes (`SCHEMES`, the names of pecli.runs.names.PE_SCHEMES), each a stock transformers architecture so checkpoints save in the
 Hugging Face format and load through `pecli.loading.load_model(<dir>)`:
 - `learned`: GPT-2, trained `wpe`.
 - `sinusoidal`: GPT-2 whose `wpe` holds the Vaswani et al. sinusoid (scaled to the token
@@ -30,13 +30,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from pecli import names
 from pecli.architectures import ARCHITECTURES, position_embedding
-from pecli.errors import ConfigError
 from pecli.pe_analysis import sinusoidal_at
+from pecli.runs import names
+from pecli.runs.errors import ConfigError
 
 # The architecture of each position encoding a model is trained with (the names of
-# pecli.names.PE_SCHEMES, checked when a toy / train-lm options object is built).
+# pecli.runs.names.PE_SCHEMES, checked when a toy / train-lm options object is built).
 FAMILY = {"learned": "gpt2", "sinusoidal": "gpt2", "none": "gpt2", "rope": "llama", "alibi": "gpt2"}
 SCHEMES = tuple(name for name, _ in names.PE_SCHEMES.items())
 assert set(FAMILY) == set(SCHEMES), "every position encoding needs an architecture, and no more"
@@ -148,7 +148,7 @@ def save_checkpoint(model, tokenizer, out_dir: Path, card: dict | None = None) -
     if card:
         (out_dir / "pecli_training.json").write_text(json.dumps(card, indent=2, default=str) + "\n",
                                                      encoding="utf-8")
-    from pecli.loading import follow_umask
+    from pecli.runs.io import follow_umask
 
     follow_umask(out_dir)  # safetensors writes 0600; checkpoints are shared like tables
     return out_dir

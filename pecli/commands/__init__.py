@@ -14,7 +14,7 @@ def console(**kwargs) -> Console:
 def run_and_write(experiment: str, run, options, out, *, save_dir: bool = False,
                   notes: dict | None = None, **kwargs):
     """`run(options, **kwargs)` of a registered experiment, then its tables and figures
-    (figures/ under the output folder) written through pecli.io.RunOutput, with the
+    (figures/ under the output folder) written through pecli.runs.io.RunOutput, with the
     options (`as_dict`) in every sidecar: the one writer of a command's results.
 
     save_dir: the run also writes files of its own (checkpoints) into `options.save_dir`;
@@ -23,9 +23,9 @@ def run_and_write(experiment: str, run, options, out, *, save_dir: bool = False,
     Returns (frames, table paths, figure paths, the options as recorded); a worker process
     of a parallel launch writes nothing and gets ({}, {}, [], options).
     """
-    from pecli import parallel
     from pecli.experiments import load_all
-    from pecli.io import RunOutput, default_out_dir
+    from pecli.runs import parallel
+    from pecli.runs.io import RunOutput, default_out_dir
 
     exp = load_all().get(experiment)
     with RunOutput(out or default_out_dir(experiment)) as output:  # --out checked before computing

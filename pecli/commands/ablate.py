@@ -8,7 +8,6 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from pecli import parallel
 from pecli.cli_options import (
     BatchSizeOpt,
     BootstrapOpt,
@@ -30,7 +29,8 @@ from pecli.cli_options import (
 )
 from pecli.commands import console as wide_console
 from pecli.commands import run_and_write
-from pecli.options import AblateOptions
+from pecli.runs import parallel
+from pecli.runs.options import AblateOptions
 
 InterventionOpt = intervention_option(
     "compared with the model's own positions: zero (default), shuffle, reverse, shift:K, "
@@ -162,7 +162,7 @@ def interventions() -> None:
     """
     from rich.markup import escape
 
-    from pecli.names import INTERVENTIONS
+    from pecli.runs.names import INTERVENTIONS
 
     table = Table(title="interventions")
     for col in ("name", "applies to", "what it does"):

@@ -32,7 +32,7 @@ def compare(
         pecli compare runs/ablate/A runs/ablate/B --out runs/compare/AB
     """
     from pecli.compare import figures, gather
-    from pecli.io import RunOutput, default_out_dir
+    from pecli.runs.io import RunOutput, default_out_dir
 
     with RunOutput(out or default_out_dir("compare")) as output:
         table = gather(runs, allow_mixed=allow_mixed)

@@ -49,8 +49,8 @@ def datasets(data_dir: DataDirOpt = None) -> None:
         pecli datasets
         pecli datasets --data-dir ../shared/data
     """
-    from pecli.data import DATASETS, dataset_availability
-    from pecli.data import data_dir as resolve_dir
+    from pecli.data.datasets import DATASETS, dataset_availability
+    from pecli.data.datasets import data_dir as resolve_dir
 
     root = resolve_dir(data_dir)
     table = Table(title="datasets")

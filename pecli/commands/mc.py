@@ -7,7 +7,6 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from pecli import parallel
 from pecli.cli_options import (
     BatchSizeOpt,
     DataDirOpt,
@@ -26,7 +25,8 @@ from pecli.cli_options import (
 )
 from pecli.commands import console as wide_console
 from pecli.commands import run_and_write
-from pecli.options import McOptions
+from pecli.runs import parallel
+from pecli.runs.options import McOptions
 
 InterventionOpt = intervention_option(
     "learned (the model's own; default), zero, ..., crossed with --mask")

@@ -9,7 +9,6 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from pecli import parallel
 from pecli.cli_options import (
     BatchSizeOpt,
     BootstrapOpt,
@@ -29,7 +28,8 @@ from pecli.cli_options import (
 )
 from pecli.commands import console as wide_console
 from pecli.commands import run_and_write
-from pecli.options import ProbeOptions, RecoverOptions, SinusoidOptions
+from pecli.runs import parallel
+from pecli.runs.options import ProbeOptions, RecoverOptions, SinusoidOptions
 
 pe_app = typer.Typer(name="pe", no_args_is_help=True,
                      help="Position encodings under the microscope: sinusoids and learned tables.")

@@ -7,7 +7,6 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from pecli import parallel
 from pecli.cli_options import (
     BatchSizeOpt,
     BootstrapOpt,
@@ -32,7 +31,8 @@ from pecli.cli_options import (
 )
 from pecli.commands import console as wide_console
 from pecli.commands import run_and_write
-from pecli.options import PerplexityOptions
+from pecli.runs import parallel
+from pecli.runs.options import PerplexityOptions
 
 InterventionOpt = intervention_option(
     "learned (the model's own), zero, ..., crossed with --mask. Default: the study's E2/E3: "
@@ -93,7 +93,7 @@ def perplexity(
     from pecli.experiments.perplexity import HEADLINE, run
     from pecli.intervals import METHOD
     from pecli.plots.perplexity import condition_label
-    from pecli.progress import progress_bar
+    from pecli.runs.progress import progress_bar
 
     console = wide_console()
     with progress_bar("scoring", BarColumn(), MofNCompleteColumn(), "tokens",
@@ -162,7 +162,7 @@ def masks() -> None:
         pecli perplexity smollm2 --mask linear --mask-semantics log-bias --limit 20
     """
     from pecli.masks import key_weights
-    from pecli.names import MASK_SEMANTICS, MASKS, PROTOCOLS
+    from pecli.runs.names import MASK_SEMANTICS, MASKS, PROTOCOLS
 
     console = wide_console()
     shapes = Table(title="mask shapes (--mask): m(q, k), newest key last")

@@ -47,8 +47,8 @@ def presets() -> None:
     Examples:
         pecli presets
     """
-    from pecli.config import preset_names
     from pecli.reproduce import load_preset
+    from pecli.runs.config import preset_names
 
     for name in preset_names():
         cfg = load_preset(name)

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from pecli.cli_options import OutOpt, SeedOpt, build
-from pecli.options import ToyOptions
+from pecli.runs.options import ToyOptions
 
 PeOpt = Annotated[list[str] | None, typer.Option(
     "--pe", help="Position encoding(s) to train with: learned, sinusoidal, none, rope, alibi "

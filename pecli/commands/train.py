@@ -12,7 +12,7 @@ from rich.table import Table
 from pecli.cli_options import DataDirOpt, OutOpt, SeedOpt, build
 from pecli.commands import console as wide_console
 from pecli.commands import run_and_write
-from pecli.options import TrainLmOptions
+from pecli.runs.options import TrainLmOptions
 
 train_app = typer.Typer(help="Train small Transformers from scratch with a chosen position scheme.",
                         no_args_is_help=True)
@@ -25,7 +25,7 @@ def run_with_progress(experiment: str, options, out: Path | None,
     from rich.progress import BarColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     from pecli.experiments import load_all
-    from pecli.progress import progress_bar
+    from pecli.runs.progress import progress_bar
 
     console = wide_console()
     with progress_bar(TextColumn("{task.description}"), BarColumn(),

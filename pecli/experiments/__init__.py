@@ -1,8 +1,8 @@
 """Registered experiments: what `pecli reproduce` runs from a preset.
 
 Each experiment module registers an `Experiment` whose `run(options)` takes its frozen
-options object (pecli.options: the same names as its CLI flags, checked when built) and
-returns tidy tables that pass `pecli.tables.validate`; `figures` turns the written CSVs into PNGs without torch. Experiments
+options object (pecli.runs.options: the same names as its CLI flags, checked when built) and
+returns tidy tables that pass `pecli.runs.tables.validate`; `figures` turns the written CSVs into PNGs without torch. Experiments
 name their figures by a "module:function" string (`lazy`): plots sit above experiments
 (tests/unit/test_layers.py), so an experiment never imports them.
 """
@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from pecli.errors import ConfigError
-from pecli.options import Options
-from pecli.registry import Registry
+from pecli.runs.errors import ConfigError
+from pecli.runs.options import Options
+from pecli.runs.registry import Registry
 
 
 @dataclass(frozen=True)

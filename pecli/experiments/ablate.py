@@ -32,10 +32,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from pecli import parallel
 from pecli.experiments import EXPERIMENTS, Experiment, check_before_loading, lazy, load
-from pecli.names import Choice
-from pecli.options import AblateOptions
+from pecli.runs import parallel
+from pecli.runs.names import Choice
+from pecli.runs.options import AblateOptions
 
 NAME = "ablate"
 VERSION = 2  # 2: in-model baselines (token_pair_cosine, self_similarity, between_baselines); ci_low/ci_high
@@ -59,7 +59,7 @@ class Measured:
     special: np.ndarray  # [n] bool: a special token ([CLS], [SEP], <|endoftext|>, ...)
     cosine: dict[str, np.ndarray] = field(default_factory=dict)  # intervention -> [l, n]
     pooled: dict[str, np.ndarray] = field(default_factory=dict)  # condition -> [texts, d]
-    plan: dict = field(default_factory=dict)  # the batch plan (pecli.batching.plan_summary)
+    plan: dict = field(default_factory=dict)  # the batch plan (pecli.runs.batching.plan_summary)
 
 
 def measure(loaded, texts: list[str], interventions: Sequence[str | Choice], *, seed: int = 0,
@@ -78,7 +78,7 @@ def measure(loaded, texts: list[str], interventions: Sequence[str | Choice], *, 
         pooled: also keep mean-pooled final features per text (for the probe).
         checkpoint_every: save the batches done so far at most this often (seconds), so
             that an interrupted run resumes where it stopped, at any process count
-            (`pecli.io.Checkpoint`, keyed by the whole run's batch plan); None: never.
+            (`pecli.runs.io.Checkpoint`, keyed by the whole run's batch plan); None: never.
 
     A batch that runs out of device memory is halved and retried (`halving_on_oom`); the
     halves keep the batch's padded width, so only the matrix products' row count changes
@@ -86,7 +86,9 @@ def measure(loaded, texts: list[str], interventions: Sequence[str | Choice], *, 
     """
     import torch
 
-    from pecli.batching import (
+    from pecli.interventions import prepare
+    from pecli.metrics import cosine_by_layer
+    from pecli.runs.batching import (
         CPU_HIDDEN_STATE_BUDGET,
         default_token_budget,
         encode,
@@ -96,8 +98,6 @@ def measure(loaded, texts: list[str], interventions: Sequence[str | Choice], *, 
         padded_tokens,
         plan_summary,
     )
-    from pecli.interventions import prepare
-    from pecli.metrics import cosine_by_layer
 
     applied = {str(c): prepare(loaded, c, seed) for c in interventions}  # errors first
     interventions = list(applied)  # names as the tables and the checkpoint key write them
@@ -148,7 +148,7 @@ def measure(loaded, texts: list[str], interventions: Sequence[str | Choice], *, 
     todo = [b for b in range(len(batches)) if b not in parts.done]
     shares = [[todo[i] for i in s] for s in parallel.shards([batches[b] for b in todo], lengths)]
     mine = shares[parallel.rank()]
-    from pecli.provenance import RUN_NOTES
+    from pecli.runs.provenance import RUN_NOTES
 
     splits_before = RUN_NOTES.get("oom_splits", 0)
     with _progress(progress and parallel.is_main(), len(batches), "ablate") as advance, \
@@ -236,9 +236,9 @@ class _Parts:
 
 
 def _checkpoint(loaded, texts, interventions, seed, layers, pooled, batches, every):
-    """Where this exact measurement's partial results live (see `pecli.io.Checkpoint`): keyed
+    """Where this exact measurement's partial results live (see `pecli.runs.io.Checkpoint`): keyed
     by the whole run's batch plan, never by a process's share of it."""
-    from pecli.io import Checkpoint
+    from pecli.runs.io import Checkpoint
 
     return Checkpoint("ablate", {"version": VERSION, **loaded.provenance(),
                                  "interventions": interventions, "seed": seed, "layers": layers,
@@ -247,8 +247,8 @@ def _checkpoint(loaded, texts, interventions, seed, layers, pooled, batches, eve
 
 
 def tight_batches(lengths: list[int], token_budget: int, **kwargs) -> list[list[int]]:
-    """measure()'s batch plan: `pecli.batching.tight_batches` (kept here for its callers)."""
-    from pecli.batching import tight_batches as tight
+    """measure()'s batch plan: `pecli.runs.batching.tight_batches` (kept here for its callers)."""
+    from pecli.runs.batching import tight_batches as tight
 
     return tight(lengths, token_budget, **kwargs)
 
@@ -266,7 +266,7 @@ def _quiet_encode(encode, loaded, texts):
 
 
 def raise_empty(texts, lengths):
-    from pecli.errors import DataError
+    from pecli.runs.errors import DataError
 
     i = lengths.index(0)
     raise DataError(f"text {i} ({texts[i][:40]!r}) has no tokens; drop empty rows from the data")
@@ -287,7 +287,7 @@ class _progress:
     def __enter__(self):
         if not self.enabled:
             return lambda: None
-        from pecli.progress import progress_bar
+        from pecli.runs.progress import progress_bar
 
         # a terminal gets a bar; piped or captured output, a line every ~10 % or 30 s
         self.bar = progress_bar(transient=True)
@@ -357,7 +357,7 @@ def baseline_cosines(loaded, ids: list[list[int]], pairs: dict[str, np.ndarray],
     of up to 16 at a time, keeping only the sampled tokens' states."""
     import torch
 
-    from pecli.batching import pad
+    from pecli.runs.batching import pad
 
     wanted = np.concatenate([p.reshape(-1, 2) for p in pairs.values()])
     needed = sorted({int(t) for t in wanted[:, 0]}, key=lambda t: len(ids[t]))  # little padding
@@ -405,7 +405,7 @@ def probe_accuracy(features: dict[str, np.ndarray], labels, seed: int = 0,
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
-    from pecli.errors import DataError
+    from pecli.runs.errors import DataError
 
     y = np.asarray(labels)
     classes, counts = np.unique(y, return_counts=True)
@@ -451,8 +451,8 @@ def tables(m: Measured, provenance: dict, *, seed: int, baseline_pairs: int,
         summarize,
         z_score,
     )
-    from pecli.provenance import row_provenance
-    from pecli.tables import validate
+    from pecli.runs.provenance import row_provenance
+    from pecli.runs.tables import validate
 
     common = {"experiment": NAME, "experiment_version": VERSION, "seed": seed,
               "truncated_texts": m.truncated, "max_length": m.max_length, **m.plan, **row_provenance(),
@@ -554,9 +554,9 @@ def _baseline_rows(baselines: dict[str, np.ndarray], rows: list[dict], final: in
 
 def run(options: AblateOptions, progress: bool = False) -> dict[str, pd.DataFrame]:
     """Load the model and data, measure, and return the tables (see the module docstring)."""
-    from pecli.data import load_data
-    from pecli.errors import DataError
+    from pecli.data.datasets import load_data
     from pecli.interventions import check_applies
+    from pecli.runs.errors import DataError
 
     o = options
     check_before_loading(o.model, o.intervention)
@@ -583,7 +583,7 @@ def run(options: AblateOptions, progress: bool = False) -> dict[str, pd.DataFram
 def in_model_baselines(loaded, texts: list[str], seed: int, layers: bool = True
                        ) -> dict[str, np.ndarray]:
     """token_pair and self_similarity cosines [l, pairs] on (a seeded subset of) `texts`."""
-    from pecli.batching import encode
+    from pecli.runs.batching import encode
 
     ids = _quiet_encode(encode, loaded, texts).ids
     pairs = sample_baseline_pairs(ids, set(loaded.tokenizer.all_special_ids), seed=seed)

@@ -14,9 +14,9 @@ import numpy as np
 import pandas as pd
 
 from pecli.experiments import EXPERIMENTS, Experiment, check_before_loading, lazy, load
-from pecli.options import McOptions
-from pecli.provenance import row_provenance
-from pecli.tables import validate
+from pecli.runs.options import McOptions
+from pecli.runs.provenance import row_provenance
+from pecli.runs.tables import validate
 
 TASK_VERSIONS = "truthfulqa_mc1 v2.0, truthfulqa_mc2 v2.0 (lm-evaluation-harness)"
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from pecli import parallel
 from pecli import pe_analysis as pa
 from pecli.experiments import EXPERIMENTS, Experiment, check_before_loading, lazy, load
-from pecli.options import ProbeOptions, SinusoidOptions
-from pecli.provenance import row_provenance
-from pecli.tables import validate
+from pecli.runs import parallel
+from pecli.runs.options import ProbeOptions, SinusoidOptions
+from pecli.runs.provenance import row_provenance
+from pecli.runs.tables import validate
 
 SIMILARITY_POINTS = 64  # the similarity heatmap samples this many positions per axis
 ROTARY_NOTE = ("rotary positions: no embedding table, so no matrix analyses; "
@@ -122,7 +122,7 @@ def collect_hidden(loaded, ids: list[list[int]], batch_size: int | None = None):
     """
     import torch
 
-    from pecli.batching import default_token_budget, length_batches, pad
+    from pecli.runs.batching import default_token_budget, length_batches, pad
 
     base = getattr(loaded.model, "base_model", loaded.model)  # no LM head: no [t, vocab] logits
     pad_id = loaded.tokenizer.pad_token_id
@@ -178,8 +178,8 @@ def preflight(models) -> None:
     """Fail before any work when a model cannot be loaded here (not after the first model)."""
     from pathlib import Path
 
-    from pecli.errors import ModelError
     from pecli.loading import missing_models
+    from pecli.runs.errors import ModelError
 
     missing = missing_models([m for m in models if not Path(m).exists()])  # a local folder loads
     if missing:
@@ -189,7 +189,7 @@ def preflight(models) -> None:
 def model_texts(loaded, data, texts: list[str], max_length: int):
     """The texts tokenised for `loaded` (at most `max_length` tokens and its positions) and
     the columns every row on them shares: (encoding, columns)."""
-    from pecli.batching import encode
+    from pecli.runs.batching import encode
 
     length = min(max_length, loaded.max_positions)
     enc = encode(loaded.tokenizer, texts, length)
@@ -210,10 +210,10 @@ def run_probe(options: ProbeOptions, announce=None) -> dict[str, pd.DataFrame]:
     fold (order task); intervention: conditions of the hidden-state probe (`learned` = the
     model as is). announce: optional callable(str) for progress lines (the CLI passes one).
 
-    Launched on N processes (`pecli.parallel`), each extracts the hidden states of its shard
+    Launched on N processes (`pecli.runs.parallel`), each extracts the hidden states of its shard
     of the batches; the main process fits every probe and alone gets tables ({} elsewhere).
     """
-    from pecli.data import load_data
+    from pecli.data.datasets import load_data
     from pecli.interventions import check_applies
 
     o = options

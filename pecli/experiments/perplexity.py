@@ -14,13 +14,13 @@ import numpy as np
 import pandas as pd
 import torch
 
-from pecli import names, parallel
-from pecli.errors import DataError
 from pecli.experiments import EXPERIMENTS, Experiment, check_before_loading, lazy, load
 from pecli.metrics import aggregate, per_text_perplexity
-from pecli.options import PerplexityOptions
-from pecli.provenance import row_provenance
-from pecli.tables import validate
+from pecli.runs import names, parallel
+from pecli.runs.errors import DataError
+from pecli.runs.options import PerplexityOptions
+from pecli.runs.provenance import row_provenance
+from pecli.runs.tables import validate
 
 HEADLINE = "corpus"  # the aggregation summaries lead with; every other is a row too
 NO_POSITIONS = names.parse(names.INTERVENTIONS, "zero")  # the study's E2/E3 "without"
@@ -60,10 +60,10 @@ def run(options: PerplexityOptions, progress: Callable[[int, int], None] | None 
     loading the model, for tests and benchmarks; `progress(advance, total)` is told of
     every scored batch.
     """
-    from pecli.batching import encode
-    from pecli.data import load_data
+    from pecli.data.datasets import load_data
     from pecli.interventions import check_applies, intervene
     from pecli.lm_scoring import batch_plan, check_causal, score, windows_for
+    from pecli.runs.batching import encode
 
     o = options
     plans = conditions(o)
@@ -159,11 +159,11 @@ def _study_value(model_id: str, dataset: str, how) -> float:
     return STUDY_VALUES.get((str(how.intervention), str(how.mask)), float("nan"))
 
 
-# --- resuming: each finished computation is saved (pecli.io.Checkpoint) -------------------
+# --- resuming: each finished computation is saved (pecli.runs.io.Checkpoint) -------------------
 
 
 def _checkpoint(loaded, texts, prepared, padding_side, batch_size, seed):
-    from pecli.io import Checkpoint
+    from pecli.runs.io import Checkpoint
 
     return Checkpoint("perplexity", {
         "version": 1, **loaded.provenance(), "start_token": prepared.start_token,

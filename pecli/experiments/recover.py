@@ -29,8 +29,8 @@ from pecli import recover as rc
 from pecli.experiments import EXPERIMENTS, Experiment, lazy, load
 from pecli.experiments.pe import _frame, hidden_states, model_texts, preflight
 from pecli.intervals import ratio_interval
-from pecli.options import RecoverOptions
-from pecli.tables import validate
+from pecli.runs.options import RecoverOptions
+from pecli.runs.tables import validate
 
 NOT_APPLICABLE = "not applicable: positions are rotations, not added"
 SIMILARITY = ("cosine: nearest vocabulary row by cosine similarity (a LayerNorm output has "
@@ -235,7 +235,7 @@ def run_recover(options: RecoverOptions, announce=None) -> dict[str, pd.DataFram
     text; top_k: the probe's classes, the most frequent real tokens of those texts;
     bootstrap: resamples of every interval (0: none).
     """
-    from pecli.data import load_data
+    from pecli.data.datasets import load_data
 
     o = options
     preflight(o.models)

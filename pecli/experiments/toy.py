@@ -20,9 +20,9 @@ import torch
 
 from pecli.experiments import EXPERIMENTS, Experiment, lazy
 from pecli.intervals import METHOD, mean_interval
-from pecli.options import ToyOptions
-from pecli.provenance import row_provenance
-from pecli.tables import validate
+from pecli.runs.options import ToyOptions
+from pecli.runs.provenance import row_provenance
+from pecli.runs.tables import validate
 
 SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")
 CHARS = "0123456789+-="
@@ -231,7 +231,7 @@ def _run(o: ToyOptions, progress) -> dict[str, pd.DataFrame]:
         model_id = f"toy:{scheme}"
         if save_dir is not None:
             from pecli.loading import weights_sha256
-            from pecli.provenance import portable_model_id
+            from pecli.runs.provenance import portable_model_id
 
             path = save_checkpoint(model, tokenizer, Path(save_dir) / scheme,
                                    card={"experiment": "toy", "pe": scheme, "max": max_n,

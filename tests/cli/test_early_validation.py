@@ -1,7 +1,7 @@
 """A typo in any name-valued option, or a count out of range, fails with one `error:` line
 before any model or data loads (issue 15): loading is patched to fail the test if reached.
 
-Dataset names are checked by `pecli.data.load_data` itself, before it reads a file, so for
+Dataset names are checked by `pecli.data.datasets.load_data` itself, before it reads a file, so for
 `--dataset` typos only the model loader is patched.
 """
 
@@ -22,7 +22,7 @@ def _never(*args, **kwargs):
 @pytest.fixture
 def no_loading(monkeypatch, tmp_path):
     monkeypatch.setattr("pecli.loading.load_model", _never)
-    monkeypatch.setattr("pecli.data.load_data", _never)
+    monkeypatch.setattr("pecli.data.datasets.load_data", _never)
     monkeypatch.setattr("pecli.training.build_model", _never)
     monkeypatch.chdir(tmp_path)  # default output folders land here
 

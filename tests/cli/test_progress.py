@@ -11,7 +11,7 @@ import sys
 import pandas as pd
 import pytest
 
-from pecli.progress import PlainProgress
+from pecli.runs.progress import PlainProgress
 
 
 def test_plain_progress_says_every_ten_percent_and_at_the_end():

@@ -7,9 +7,9 @@ import pytest
 from typer.testing import CliRunner
 
 from pecli.cli import app
-from pecli.config import preset_names
 from pecli.reproduce import load_preset
-from pecli.tables import validate
+from pecli.runs.config import preset_names
+from pecli.runs.tables import validate
 
 runner = CliRunner()
 
@@ -65,8 +65,8 @@ def test_reproduce_twice_on_the_committed_results_changes_nothing(tmp_path, shar
 
     from conftest import _need
 
-    from pecli.config import CONFIG_DIR
     from pecli.experiments import EXPERIMENTS
+    from pecli.runs.config import CONFIG_DIR
 
     committed = CONFIG_DIR.parent / "results" / "offline"
     preset = load_preset("offline")

@@ -9,7 +9,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_minilm_zero_on_imdb(minilm, shared_data):
-    from pecli.data import load_data
+    from pecli.data.datasets import load_data
     from pecli.experiments.ablate import measure, probe_accuracy, tables
 
     data = load_data("imdb", "test", data_dir_=shared_data, limit=20, seed=0)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pecli.batching import encode
 from pecli.lm_scoring import score, windows_for
 from pecli.metrics import aggregate
+from pecli.runs.batching import encode
 
 pytestmark = pytest.mark.slow
 REL = 1e-4
@@ -15,7 +15,7 @@ REL = 1e-4
 
 @pytest.fixture
 def prepared(smollm2, shared_data):
-    from pecli.data import load_data
+    from pecli.data.datasets import load_data
 
     data = load_data("truthfulqa", data_dir_=shared_data, limit=3, seed=0)
     ids = encode(smollm2.tokenizer, data.texts(), 10**12, add_special_tokens=False).ids

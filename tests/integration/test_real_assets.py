@@ -5,7 +5,7 @@ import time
 import pytest
 import torch
 
-from pecli.data import load_data
+from pecli.data.datasets import load_data
 from pecli.loading import load_model
 
 pytestmark = pytest.mark.slow

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from pecli.cli import app
 from pecli.compare import gather, headline_rows
-from pecli.errors import DataError
+from pecli.runs.errors import DataError
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,8 +1,8 @@
 import pandas as pd
 import pytest
 
-from pecli.data import load_data, subset
-from pecli.errors import DataError
+from pecli.data.datasets import load_data, subset
+from pecli.runs.errors import DataError
 
 
 @pytest.fixture

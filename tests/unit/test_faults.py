@@ -21,8 +21,8 @@ import pytest
 from typer.testing import CliRunner
 
 from pecli.cli import app
-from pecli.errors import DataError, ModelError, OutputError
-from pecli.io import Checkpoint, RunOutput, umask
+from pecli.runs.errors import DataError, ModelError, OutputError
+from pecli.runs.io import Checkpoint, RunOutput, umask
 
 runner = CliRunner()
 TEXTS = ["Why do veins appear blue?", "Where did fortune cookies originate?",
@@ -72,7 +72,7 @@ def no_compute(monkeypatch):
         return computed
 
     monkeypatch.setattr("pecli.loading.load_model", stub(lambda: None))
-    monkeypatch.setattr("pecli.data.load_data", stub(lambda: None))
+    monkeypatch.setattr("pecli.data.datasets.load_data", stub(lambda: None))
     for module, name in ((pecli.experiments.ablate, "run"), (pecli.experiments.perplexity, "run"),
                          (pecli.experiments.pe, "run_sinusoidal"), (pecli.experiments.pe, "run_probe")):
         monkeypatch.setattr(module, name, stub(getattr(module, name)))
@@ -248,7 +248,7 @@ def test_damaged_checkpoint_end_to_end_gives_the_uninterrupted_numbers(tiny, toy
 
 HOLDER = """
 import sys, time
-from pecli.io import Checkpoint
+from pecli.runs.io import Checkpoint
 cp = Checkpoint("t", {"a": 1}, ["text"], every=0)
 cp.load()
 print("holding", flush=True)
@@ -340,9 +340,9 @@ def test_unwritable_out_fails_before_computing(command, tmp_path, no_compute, mo
 
 def _full_disk_after(monkeypatch, files: int) -> None:
     """The file system fills up after `files` more files were written."""
-    import pecli.io
+    import pecli.runs.io
 
-    real, count = pecli.io._atomic, [0]
+    real, count = pecli.runs.io._atomic, [0]
 
     def write(path, *args, **kwargs):
         count[0] += 1
@@ -350,7 +350,7 @@ def _full_disk_after(monkeypatch, files: int) -> None:
             raise OSError(errno.ENOSPC, "No space left on device")
         return real(path, *args, **kwargs)
 
-    monkeypatch.setattr(pecli.io, "_atomic", write)
+    monkeypatch.setattr(pecli.runs.io, "_atomic", write)
 
 
 @pytest.mark.parametrize("files", [0, 1, 3, 7])
@@ -621,7 +621,7 @@ def test_a_missing_local_path_is_no_such_directory_not_a_hub_id(name, tmp_path, 
     ("empty.csv", b"", "cannot read"),
 ])
 def test_bad_data_files_name_the_line_and_the_fix(name, content, message, tmp_path):
-    from pecli.data import load_data
+    from pecli.data.datasets import load_data
 
     path = tmp_path / name
     path.write_bytes(content)
@@ -630,7 +630,7 @@ def test_bad_data_files_name_the_line_and_the_fix(name, content, message, tmp_pa
 
 
 def test_option_types_match_yaml_values_exactly():
-    from pecli.options import type_matches
+    from pecli.runs.options import type_matches
 
     assert type_matches(None, int | None) and type_matches(["a"], list[str] | None)
     assert type_matches(2, float) and type_matches(True, bool)

@@ -84,7 +84,7 @@ def test_pe_order_accuracy_carries_its_interval():
 
 def test_toy_exact_match_carries_its_interval():
     from pecli.experiments.toy import run
-    from pecli.options import ToyOptions
+    from pecli.runs.options import ToyOptions
 
     acc = run(ToyOptions(pe="none", max_n=12, steps=2, layers=1, width=16, heads=2))["accuracy"]
     em = acc[acc["metric"] == "exact_match"]

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from pecli.architectures import ARCHITECTURES, position_embedding
-from pecli.errors import InterventionError
 from pecli.interventions import INTERVENTIONS, intervene, intervention_names, sinusoidal_table
+from pecli.runs.errors import InterventionError
 
 FAMILIES = ARCHITECTURES.names()
 

@@ -3,7 +3,7 @@
 import pandas as pd
 import pytest
 
-from pecli.io import GZIP_ROWS, write_csv, write_table
+from pecli.runs.io import GZIP_ROWS, write_csv, write_table
 
 
 def test_long_tables_are_gzipped_and_round_trip(tmp_path):
@@ -34,7 +34,7 @@ def test_failed_write_leaves_nothing(tmp_path):
 def test_checkpoint_saves_when_due_never_too_often_and_by_key(tmp_path, monkeypatch):
     import numpy as np
 
-    from pecli.io import Checkpoint
+    from pecli.runs.io import Checkpoint
 
     monkeypatch.setenv("PECLI_CACHE_DIR", str(tmp_path))
     now, built = [0.0], []

@@ -30,7 +30,7 @@ import pecli
 
 ROOT = Path(pecli.__file__).parent
 LAYERS = [
-    {"pecli", "errors", "registry", "names", "options", "config"},
+    {"pecli", "runs"},
     {"io", "tables", "provenance", "intervals", "progress", "parallel"},
     {"loading", "data", "architectures", "batching"},
     {"interventions", "masks", "lm_scoring", "metrics", "pe_analysis", "recover", "mc", "training"},
@@ -39,7 +39,7 @@ LAYERS = [
     {"reproduce", "compare"},
     {"commands", "cli", "cli_options", "__main__"},
 ]
-TORCH_FREE = ("pecli.names", "pecli.options", "pecli.config", "pecli.io", "pecli.tables",
+TORCH_FREE = ("pecli.runs.names", "pecli.runs.options", "pecli.runs.config", "pecli.runs.io", "pecli.runs.tables",
               "pecli.plots")
 HEAVY = ("torch", "transformers")
 
@@ -116,8 +116,8 @@ def test_config_io_tables_plots_never_import_torch():
 
 def test_torch_free_modules_load_without_torch():
     plots = [module_name(p) for p in sorted((ROOT / "plots").glob("*.py"))]
-    code = ("import sys\n" + "".join(f"import {m}\n" for m in ["pecli.config", "pecli.io",
-                                                               "pecli.tables", *plots])
+    code = ("import sys\n" + "".join(f"import {m}\n" for m in ["pecli.runs.config", "pecli.runs.io",
+                                                               "pecli.runs.tables", *plots])
             + "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
@@ -127,7 +127,7 @@ def test_the_walk_sees_imports_inside_functions(tmp_path):
     path = ROOT / "tables.py"  # resolved against the real package; only the text is ours
     source = "def f():\n    from pecli.plots.style import color_of\n    from . import io\n"
     tree_imports = [t for _, t in ast_imports_of(source, path)]
-    assert "pecli.plots.style" in tree_imports and "pecli.io" in tree_imports
+    assert "pecli.plots.style" in tree_imports and "pecli.runs.io" in tree_imports
 
 
 def ast_imports_of(source: str, path: Path) -> list[tuple[int, str]]:

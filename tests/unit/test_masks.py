@@ -7,10 +7,7 @@ import math
 import pytest
 import torch
 
-from pecli import names
 from pecli.architectures import ARCHITECTURES
-from pecli.batching import pad
-from pecli.errors import ConfigError
 from pecli.masks import (
     PROBS,
     WEIGHTS,
@@ -20,6 +17,9 @@ from pecli.masks import (
     mask_geometry,
     masked_attention,
 )
+from pecli.runs import names
+from pecli.runs.batching import pad
+from pecli.runs.errors import ConfigError
 
 SEQS = [[5, 6, 7, 8, 9, 10, 11], [12, 13, 14]]
 

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from pecli import mc
-from pecli.errors import DataError, ModelError
 from pecli.experiments.mc import run as run_options
-from pecli.options import McOptions
+from pecli.runs.errors import DataError, ModelError
+from pecli.runs.options import McOptions
 
 
 def run(loaded=None, **values):
@@ -209,7 +209,7 @@ def test_intact_condition_first_and_interval_columns(tiny, items_file):
 
 
 def test_options_mc_does_not_use_are_refused():
-    from pecli.errors import ConfigError
+    from pecli.runs.errors import ConfigError
 
     with pytest.raises(ConfigError, match="split and text_field do not apply to mc"):
         McOptions.build({"text_field": "question"}, "t")

@@ -1,11 +1,12 @@
-"""Every name of a vocabulary (pecli.names) has an implementation, and no implementation
+"""Every name of a vocabulary (pecli.runs.names) has an implementation, and no implementation
 lacks a name: the registries users see and the code that runs them cannot drift apart."""
 
 from __future__ import annotations
 
 import pytest
 
-from pecli import interventions, masks, names
+from pecli import interventions, masks
+from pecli.runs import names
 
 
 @pytest.mark.parametrize("vocabulary,implementations", [

@@ -10,10 +10,10 @@ import textwrap
 
 import pytest
 
-from pecli import names
-from pecli.config import load_preset
-from pecli.errors import ConfigError, InterventionError
-from pecli.options import AblateOptions, PerplexityOptions
+from pecli.runs import names
+from pecli.runs.config import load_preset
+from pecli.runs.errors import ConfigError, InterventionError
+from pecli.runs.options import AblateOptions, PerplexityOptions
 
 
 def test_names_are_parsed_into_registry_choices_and_given_back_as_strings():

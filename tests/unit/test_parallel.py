@@ -1,4 +1,4 @@
-"""pecli.parallel's sharding and reassembly (processes simulated), and the OOM fallback."""
+"""pecli.runs.parallel's sharding and reassembly (processes simulated), and the OOM fallback."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pandas as pd
 import torch
 from conftest import make_tiny
 
-from pecli import parallel
+from pecli.runs import parallel
 
 
 def test_balance_is_deterministic_complete_and_even():
@@ -55,7 +55,7 @@ def test_ablate_halves_a_batch_out_of_memory_to_the_same_tables(monkeypatch, cap
     (5 -> 2 + 3 -> 2 + 1 + 2) and every table equals the unhindered run's: the same rows,
     tokens and order exactly, the numbers to float noise (a matrix product of fewer rows may
     round differently; measured 1.2e-7); the splits are logged and counted in `oom_splits`."""
-    import pecli.provenance
+    import pecli.runs.provenance
     from pecli.experiments.ablate import measure, tables
 
     texts = ["a film about a dog", "the ending was far too long for me and my friends", "fine",
@@ -63,7 +63,7 @@ def test_ablate_halves_a_batch_out_of_memory_to_the_same_tables(monkeypatch, cap
              "the acting, the music and the light were all wonderful", "dull", "it was ok"]
     loaded = make_tiny("bert")
     kwargs = dict(batch_size=5, pooled=True, checkpoint_every=None)
-    monkeypatch.setattr(pecli.provenance, "RUN_NOTES", {})
+    monkeypatch.setattr(pecli.runs.provenance, "RUN_NOTES", {})
     plain = measure(loaded, texts, ["zero", "shuffle"], **kwargs)
     prov = {**loaded.provenance(), "dataset": "t", "split": "s", "rows": len(texts)}
     plain_tables = tables(plain, prov, seed=0, baseline_pairs=50, bootstrap=20)
@@ -74,7 +74,7 @@ def test_ablate_halves_a_batch_out_of_memory_to_the_same_tables(monkeypatch, cap
     finally:
         handle.remove()
     assert max(sizes) == 5 and set(sizes) >= {1, 2}  # it hit the limit, then fit
-    assert pecli.provenance.RUN_NOTES["oom_splits"] == 4  # two batches, each split twice
+    assert pecli.runs.provenance.RUN_NOTES["oom_splits"] == 4  # two batches, each split twice
     assert capsys.readouterr().err.count("out of device memory on a batch of") == 4
     for name in ("text", "position", "special"):
         np.testing.assert_array_equal(getattr(split, name), getattr(plain, name))
@@ -102,7 +102,7 @@ def test_perplexity_halves_a_batch_out_of_memory_and_tables_match(tmp_path, monk
     kwargs = dict(options=PerplexityOptions.build(dict(
         dataset=str(data), mask="default,linear", mask_semantics="log-bias",
         protocol="relative,study", bootstrap=0), "test"), loaded=loaded)
-    monkeypatch.setattr("pecli.provenance.RUN_NOTES", {})
+    monkeypatch.setattr("pecli.runs.provenance.RUN_NOTES", {})
     plain = run(**kwargs)
 
     sizes: list[int] = []
@@ -112,9 +112,9 @@ def test_perplexity_halves_a_batch_out_of_memory_and_tables_match(tmp_path, monk
     finally:
         handle.remove()
     assert max(sizes) > 2 and any(s <= 2 for s in sizes)  # it did hit the limit, then fit
-    import pecli.provenance
+    import pecli.runs.provenance
 
-    splits = pecli.provenance.RUN_NOTES["oom_splits"]
+    splits = pecli.runs.provenance.RUN_NOTES["oom_splits"]
     assert splits > 0 and "oom_splits" not in plain["perplexity"]
     for name in ("perplexity", "texts"):
         a, b = plain[name], split[name]

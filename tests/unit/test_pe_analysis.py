@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from pecli import pe_analysis as pa
-from pecli.errors import ConfigError
+from pecli.runs.errors import ConfigError
 
 SIZES = [(16, 32, 10000.0), (64, 16, 100.0), (200, 6, 10.0), (512, 512, 10000.0)]
 

@@ -10,7 +10,7 @@ from conftest import FAMILIES, make_tiny
 
 from pecli.experiments import EXPERIMENTS, load_all
 from pecli.experiments import pe as pe_exp
-from pecli.options import ProbeOptions, SinusoidOptions
+from pecli.runs.options import ProbeOptions, SinusoidOptions
 
 TEXTS = ["the cat sat on the mat and looked around", "a fine film with a worse plot",
          "one two three four five six seven eight nine ten", "short", "dull dull dull dull",
@@ -113,7 +113,7 @@ def test_zero_positions_in_an_encoder_leave_the_probe_at_chance():
 
 
 def test_figures_from_written_tables(tmp_path, reviews, monkeypatch):
-    from pecli.io import write_table
+    from pecli.runs.io import write_table
 
     fams = iter(["gpt2", "llama"])
     _fake_loader(monkeypatch, lambda name, **kw: make_tiny(next(fams)))
@@ -133,7 +133,7 @@ def test_preflight_takes_a_local_folder_and_names_a_missing_model(monkeypatch):
     a model that cannot load here fails before any data or model is read."""
     from pathlib import Path
 
-    from pecli.errors import ModelError
+    from pecli.runs.errors import ModelError
 
     monkeypatch.chdir(Path(__file__).resolve().parents[2])
     pe_exp.preflight(["models/tiny-gpt2-imdb", "random:gpt2"])
@@ -144,7 +144,7 @@ def test_preflight_takes_a_local_folder_and_names_a_missing_model(monkeypatch):
 def test_deprecated_probe_and_recover_keys_build_the_same_options():
     """`interventions`, `text` (pe probe) and `n_boot`, `text` (pe recover): old spellings of
     intervention, text_field and bootstrap, accepted for one release with a warning."""
-    from pecli.options import RecoverOptions
+    from pecli.runs.options import RecoverOptions
 
     with pytest.warns(FutureWarning, match="'interventions' is deprecated; use 'intervention'"):
         old = ProbeOptions.build({"models": "a,b", "interventions": ["zero"], "text": "x"}, "t")

@@ -10,10 +10,10 @@ import pandas as pd
 import pytest
 import torch
 
-from pecli.batching import encode
-from pecli.errors import ConfigError, ModelError
 from pecli.lm_scoring import plan, score, windows_for
 from pecli.metrics import aggregate, token_nll
+from pecli.runs.batching import encode
+from pecli.runs.errors import ConfigError, ModelError
 
 TEXTS = [
     "What happens to you if you eat watermelon seeds?",
@@ -267,7 +267,7 @@ def test_an_interrupted_grid_resumes_its_finished_computations(tiny, tmp_path, m
 
 def test_conditions_put_the_intact_baseline_first_and_read_e3_without_pe():
     from pecli.experiments.perplexity import conditions
-    from pecli.options import PerplexityOptions
+    from pecli.runs.options import PerplexityOptions
 
     def pairs(intervention, mask, semantics="legacy", protocol="relative"):
         options = PerplexityOptions.build(dict(intervention=intervention, mask=mask,

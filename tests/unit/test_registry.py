@@ -1,7 +1,7 @@
 import pytest
 
-from pecli.errors import ConfigError
-from pecli.registry import Registry
+from pecli.runs.errors import ConfigError
+from pecli.runs.registry import Registry
 
 
 def test_get_and_suggestion():

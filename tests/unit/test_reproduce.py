@@ -7,11 +7,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from pecli.errors import ConfigError
 from pecli.experiments import EXPERIMENTS, Experiment
-from pecli.options import Options, option
-from pecli.provenance import row_provenance
 from pecli.reproduce import load_preset, run_preset
+from pecli.runs.errors import ConfigError
+from pecli.runs.options import Options, option
+from pecli.runs.provenance import row_provenance
 
 CALLS: list[dict] = []
 
@@ -157,8 +157,8 @@ def test_a_rerun_over_done_results_changes_no_file(fake_experiment, tmp_path, mo
     run_preset(preset, out, announce=lambda s: None)
     before = _snapshot(out)
     # Another day, another checkout: nothing the report shows may come from the clock or HEAD.
-    monkeypatch.setattr("pecli.provenance.utc_now", lambda: "2099-01-01T00:00:00Z")
-    monkeypatch.setattr("pecli.provenance.git_state", lambda: {"git_commit": "0" * 12, "git_dirty": True})
+    monkeypatch.setattr("pecli.runs.provenance.utc_now", lambda: "2099-01-01T00:00:00Z")
+    monkeypatch.setattr("pecli.runs.provenance.git_state", lambda: {"git_commit": "0" * 12, "git_dirty": True})
     run_preset(preset, out, announce=lambda s: None)
     assert _snapshot(out) == before  # same bytes and untouched (mtime) files, REPORT.md included
 
@@ -187,7 +187,7 @@ def test_a_copied_results_folder_reports_its_own_figures(fake_experiment, tmp_pa
 
 
 def test_sidecar_records_the_resolved_configuration(tmp_path):
-    from pecli.io import write_table
+    from pecli.runs.io import write_table
 
     df = pd.DataFrame({"experiment": "x", "metric": "m", "value": [1.0, 2.0], "split": "validation",
                        "device": "cpu", "dtype": "float32", "rows": 7, "model": ["a", "b"]})
@@ -200,7 +200,7 @@ def test_sidecar_records_the_resolved_configuration(tmp_path):
 
 def test_local_model_ids_are_the_same_on_every_machine(tiny, tmp_path, monkeypatch):
     from pecli.loading import load_model
-    from pecli.provenance import PROJECT_ROOT, portable_model_id
+    from pecli.runs.provenance import PROJECT_ROOT, portable_model_id
 
     assert portable_model_id(PROJECT_ROOT / "models" / "tiny-gpt2-imdb") == "models/tiny-gpt2-imdb"
     monkeypatch.chdir(PROJECT_ROOT / "models")

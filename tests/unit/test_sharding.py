@@ -11,10 +11,10 @@ import pytest
 import torch
 from conftest import make_tiny
 
-from pecli.errors import DeviceError
 from pecli.interventions import intervene
 from pecli.lm_scoring import score, windows_for
 from pecli.loading import dispatch, load_model, parse_max_memory
+from pecli.runs.errors import DeviceError
 
 TEXTS = ["the film was long and the ending made no sense at all",
          "a quiet, patient story", "I laughed, I cried, I went home and slept well"]

@@ -7,8 +7,8 @@ import json
 import pandas as pd
 import pytest
 
-from pecli.batching import length_batches
-from pecli.io import write_table
+from pecli.runs.batching import length_batches
+from pecli.runs.io import write_table
 
 TEXTS = ["a short one", "Good.", "The film was long, slow and in the end rather pointless.",
          "Two words", "An average movie with an average cast and an average script.", "What a ride",
@@ -36,8 +36,8 @@ def _resolved(df: pd.DataFrame, tmp_path) -> dict:
 
 @pytest.mark.parametrize("batch_size", [None, 2])
 def test_ablate_sidecar_records_the_batch_plan(tiny, tmp_path, batch_size):
-    from pecli.batching import CPU_HIDDEN_STATE_BUDGET
     from pecli.experiments.ablate import measure, tables, tight_batches
+    from pecli.runs.batching import CPU_HIDDEN_STATE_BUDGET
 
     loaded = tiny("bert")
     lengths = [len(x) for x in loaded.tokenizer(TEXTS)["input_ids"]]  # all under 64 positions

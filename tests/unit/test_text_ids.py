@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from pecli.data import subset
+from pecli.data.datasets import subset
 
 
 def test_text_id_is_the_source_row_and_stable_under_limit():

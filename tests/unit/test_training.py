@@ -7,7 +7,6 @@ import math
 import pytest
 import torch
 
-from pecli.errors import ConfigError
 from pecli.experiments.toy import (
     arithmetic_examples,
     attention_rows,
@@ -15,6 +14,7 @@ from pecli.experiments.toy import (
     char_tokenizer,
     repeat_gaps,
 )
+from pecli.runs.errors import ConfigError
 from pecli.training import (
     SCHEMES,
     ModelSize,
@@ -177,7 +177,7 @@ def test_alibi_checkpoint_loads_in_a_fresh_process(tmp_path):
 
 
 def test_unknown_scheme_is_a_config_error():
-    from pecli.options import ToyOptions, TrainLmOptions
+    from pecli.runs.options import ToyOptions, TrainLmOptions
 
     def pe(value):
         return [str(c) for c in TrainLmOptions.build({"pe": value}, "t").pe]

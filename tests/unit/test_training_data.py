@@ -7,7 +7,6 @@ import math
 import pytest
 import torch
 
-from pecli.errors import ConfigError
 from pecli.experiments.toy import (
     arithmetic_examples,
     batch_iterator,
@@ -17,7 +16,8 @@ from pecli.experiments.toy import (
     split_examples,
 )
 from pecli.experiments.train_lm import eval_windows, train_bpe, unigram_nll, window_batches
-from pecli.options import ToyOptions
+from pecli.runs.errors import ConfigError
+from pecli.runs.options import ToyOptions
 
 
 def test_examples_cover_both_operations():

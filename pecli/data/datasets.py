@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pecli.errors import DataError
-from pecli.registry import Registry
+from pecli.runs.errors import DataError
+from pecli.runs.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -231,7 +231,7 @@ def subset(frame: pd.DataFrame, limit: int | None, seed: int, label: str | None,
 
 
 def _load_local(spec: DatasetSpec, root: Path, split: str) -> TextData:
-    from pecli.loading import file_sha256
+    from pecli.runs.provenance import file_sha256
 
     file = root / spec.local_files(split)
     if not file.exists():
@@ -245,7 +245,7 @@ def _load_local(spec: DatasetSpec, root: Path, split: str) -> TextData:
 
 
 def _load_hub(spec: DatasetSpec, split: str) -> TextData:
-    from pecli.loading import hub_reachable
+    from pecli.runs.hub import hub_reachable
 
     if not hub_reachable():
         os.environ.setdefault("HF_DATASETS_OFFLINE", "1")  # try the datasets cache only
@@ -266,7 +266,7 @@ def _load_hub(spec: DatasetSpec, split: str) -> TextData:
 
 
 def _load_custom(path: Path, text_field: str | None) -> TextData:
-    from pecli.loading import file_sha256
+    from pecli.runs.provenance import file_sha256
 
     if not path.exists():
         raise DataError(f"data file {path} does not exist")
@@ -304,7 +304,7 @@ def dataset_availability(spec: DatasetSpec, root: Path | None) -> tuple[str, str
         if not missing:
             return f"local ({root})", ""
         return f"local copy lacks {', '.join(missing)}", f"add {spec.local_files(missing[0])} under {root}"
-    from pecli.loading import hub_reachable
+    from pecli.runs.hub import hub_reachable
 
     if hub_reachable():
         return "hub (reachable)", ""

@@ -14,7 +14,7 @@ A preset is data:
         report:                            # rows of REPORT.md: a number beside the study's
           - {label: ..., study: 0.7702, table: summary, where: {metric: cosine_mean}}
 
-Each entry's options build the experiment's options object (pecli.options), which checks
+Each entry's options build the experiment's options object (pecli.runs.options), which checks
 every key, type, range and name: a mistake fails before any model is loaded, in one line.
 """
 
@@ -30,10 +30,10 @@ from pathlib import Path
 
 import yaml
 
-from pecli.errors import ConfigError
-from pecli.options import Options
+from pecli.runs.errors import ConfigError
+from pecli.runs.options import Options
 
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 
 PRESET_KEYS = {"name", "description", "defaults", "choices", "experiments"}
 ENTRY_KEYS = {"id", "experiment", "title", "options", "report", "study_notes"}

@@ -6,7 +6,7 @@ import difflib
 from collections.abc import Iterator
 from typing import Generic, TypeVar
 
-from pecli.errors import PecliError
+from pecli.runs.errors import PecliError
 
 T = TypeVar("T")
 

@@ -7,7 +7,7 @@ flags and from a preset's YAML:
 
 `build` renames deprecated keys (with a warning), refuses unknown ones (with a suggestion),
 and constructing the object checks every field: its type (from the annotation), its range
-(field metadata), its names (looked up in pecli.names, parsed into `Choice` objects), and
+(field metadata), its names (looked up in pecli.runs.names, parsed into `Choice` objects), and
 the conflicts no model is needed to see. So every mistake a user can make without weights
 fails here, in well under a second: this module imports neither torch nor the experiments.
 What only a model's config decides (`swap:` between different widths, a rotary model and a
@@ -30,10 +30,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from pecli import names
-from pecli.errors import ConfigError, InterventionError
-from pecli.names import Choice
-from pecli.registry import Registry
+from pecli.runs import names
+from pecli.runs.errors import ConfigError, InterventionError
+from pecli.runs.names import Choice
+from pecli.runs.registry import Registry
 
 SEED_MAX = 2**32 - 1  # numpy's legacy seeding takes 32 bits
 DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
@@ -43,7 +43,7 @@ DTYPES = ("float32", "bfloat16", "float16")
 def option(default=None, *, low: int | float | None = None, high: int | float | None = None,
            vocabulary: Registry | None = None, many: bool = False,
            choices: tuple[str, ...] | None = None, location: bool = False):
-    """A field with its checks: a range [low, high], a `vocabulary` (pecli.names, parsed into
+    """A field with its checks: a range [low, high], a `vocabulary` (pecli.runs.names, parsed into
     Choice objects; `many`: a tuple of them, from a list or "a,b"), fixed `choices`, or a
     `location` (where, not what: left out of result keys)."""
     meta = {"low": low, "high": high, "names": vocabulary, "many": many, "choices": choices,
@@ -95,7 +95,7 @@ class Options:
     """Base of every experiment's options: checks run when an object is constructed."""
 
     RENAMED: ClassVar[dict[str, str]] = {}  # deprecated key -> its name now (kept one release)
-    # Keys that results were hashed under before the renaming (pecli.config.Entry.key): a
+    # Keys that results were hashed under before the renaming (pecli.runs.config.Entry.key): a
     # finished result under the old spelling is recognised, not recomputed.
     KEYED_AS: ClassVar[dict[str, str]] = {}
 

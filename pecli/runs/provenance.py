@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import importlib.metadata
 import os
 import platform
@@ -43,7 +44,7 @@ def git_state() -> dict[str, str | bool]:
     return {"git_commit": commit or "unknown", "git_dirty": dirty}
 
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 def portable_model_id(path: str | Path) -> str:
@@ -61,11 +62,20 @@ def utc_now() -> str:
     return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-RUN_NOTES: dict[str, int] = {}  # what happened during this run (oom_splits: pecli.batching)
+RUN_NOTES: dict[str, int] = {}  # what happened during this run (oom_splits: pecli.runs.batching)
 
 
 def row_provenance() -> dict:
     """Columns every results row carries regardless of experiment."""
     return {**library_versions(), "git_commit": git_state()["git_commit"],
-            "world_size": int(os.environ.get("WORLD_SIZE", "1")),  # processes (pecli.parallel)
+            "world_size": int(os.environ.get("WORLD_SIZE", "1")),  # processes (pecli.runs.parallel)
             **RUN_NOTES}
+
+
+@cache
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 22), b""):
+            digest.update(chunk)
+    return digest.hexdigest()

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from pecli.errors import OutputError
-from pecli.provenance import git_state, library_versions, utc_now
-from pecli.tables import resolved
+from pecli.runs.errors import OutputError
+from pecli.runs.provenance import git_state, library_versions, utc_now
+from pecli.runs.tables import resolved
 
 # Tables longer than this are written gzipped (`.csv.gz`, which pandas reads as it is): their
 # repeated provenance columns compress some 50-fold.
@@ -332,3 +332,13 @@ class Checkpoint:
     def resumable(cls) -> list[Path]:
         """Progress files this process saved or resumed (and can resume again)."""
         return [cp.path for cp in cls._live if cp.saved()]
+
+
+def follow_umask(folder: Path) -> None:
+    """Give the files of a saved model the mode open() would (safetensors writes 0600)."""
+    mask = os.umask(0o022)  # read it by setting it and putting it straight back
+    os.umask(mask)
+    mode = 0o666 & ~mask
+    for file in folder.rglob("*"):
+        if file.is_file():
+            os.chmod(file, mode)

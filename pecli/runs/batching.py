@@ -59,7 +59,7 @@ def halving_on_oom(compute, batch: list[int]) -> list:
     """
     import sys
 
-    from pecli.provenance import RUN_NOTES
+    from pecli.runs.provenance import RUN_NOTES
 
     try:
         return [compute(batch)]

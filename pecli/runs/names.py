@@ -2,7 +2,7 @@
 
 Every name-valued option (an intervention, a mask shape, a mask semantics, a protocol, a
 way to treat long texts, a position-encoding scheme to train) is looked up here when its
-options object is built (pecli.options), so a typo fails in well under a second, before
+options object is built (pecli.runs.options), so a typo fails in well under a second, before
 any data, model or torch loads. The modules that implement a name (interventions.py,
 masks.py, lm_scoring.py, training.py) key their implementations by these names;
 tests/unit/test_names.py checks that every name has one and no implementation lacks a name.
@@ -21,8 +21,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pecli.errors import ConfigError, InterventionError
-from pecli.registry import Registry
+from pecli.runs.errors import ConfigError, InterventionError
+from pecli.runs.registry import Registry
 
 
 @dataclass(frozen=True)
