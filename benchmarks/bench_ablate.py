@@ -35,12 +35,12 @@ import numpy as np
 import torch
 from timing import load_average
 
-from pecli.architectures import resolve
 from pecli.data.datasets import load_data
 from pecli.experiments.ablate import measure
-from pecli.interventions import prepare
-from pecli.loading import load_model
-from pecli.metrics import cosine_by_layer
+from pecli.measures.metrics import cosine_by_layer
+from pecli.models.architectures import resolve
+from pecli.models.loading import load_model
+from pecli.positions.interventions import prepare
 from pecli.runs import batching
 from pecli.runs.batching import (
     CPU_HIDDEN_STATE_BUDGET,

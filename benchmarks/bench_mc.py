@@ -39,8 +39,8 @@ def main() -> None:
     parser.add_argument("--data-dir", default=os.environ.get("PECLI_DATA_DIR"))
     args = parser.parse_args()
 
-    from pecli import mc
-    from pecli.loading import load_model
+    from pecli.measures import mc_scoring as mc
+    from pecli.models.loading import load_model
 
     loaded = load_model(args.model, device="cpu")
     items, _ = mc.load_items("truthfulqa-mc", args.data_dir, args.limit, seed=0)

@@ -30,7 +30,7 @@ def worker(args) -> None:
 
     from pecli.data.datasets import load_data
     from pecli.experiments.ablate import measure
-    from pecli.loading import load_model
+    from pecli.models.loading import load_model
     from pecli.runs import parallel
 
     torch.set_num_threads(args.threads)

@@ -54,7 +54,7 @@ def flop_bound(loaded, prep) -> float:
     a fresh sequence), the LM head once per scored row (the same rows either way).
     Attention's t^2 terms and the per-pass overheads are left out (both favour one pass a
     little), so a measured speed-up lands near this figure, not far above it."""
-    from pecli.architectures import resolve
+    from pecli.models.architectures import resolve
 
     blocks = resolve(loaded.model, loaded.spec, loaded.spec.layers)
     body = sum(p.numel() for p in blocks.parameters() if p.dim() == 2)
@@ -81,9 +81,9 @@ def main() -> None:
         args.limit, args.eval_limit = 8, 64
 
     from pecli.data.datasets import load_data
-    from pecli.lm_scoring import score, windows_for
-    from pecli.loading import load_model
-    from pecli.metrics import aggregate
+    from pecli.measures.lm_scoring import score, windows_for
+    from pecli.measures.metrics import aggregate
+    from pecli.models.loading import load_model
     from pecli.runs.batching import encode
 
     loaded = load_model(args.model, device="cpu")

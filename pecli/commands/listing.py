@@ -17,8 +17,8 @@ def models() -> None:
     Examples:
         pecli models
     """
-    from pecli.architectures import ARCHITECTURES
-    from pecli.loading import ALIASES, HUB_ALIASES, model_availability
+    from pecli.models.architectures import ARCHITECTURES
+    from pecli.models.loading import ALIASES, HUB_ALIASES, model_availability
 
     table = Table(title="models")
     for col in ("name", "family", "positions", "status", "to get it"):
@@ -83,7 +83,7 @@ def cache(
     """
     import shutil
 
-    from pecli.loading import cache_dir, checksum_problem
+    from pecli.models.loading import cache_dir, checksum_problem
 
     root = cache_dir()
     models = sorted(p for p in (root / "models").glob("*") if p.is_dir())

@@ -73,7 +73,7 @@ def mc(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
     from pecli.experiments.mc import run
-    from pecli.intervals import METHOD
+    from pecli.measures.intervals import METHOD
     from pecli.plots.mc import condition_label
 
     console = wide_console()

@@ -91,7 +91,7 @@ def perplexity(
     from rich.progress import BarColumn, MofNCompleteColumn, TimeElapsedColumn
 
     from pecli.experiments.perplexity import HEADLINE, run
-    from pecli.intervals import METHOD
+    from pecli.measures.intervals import METHOD
     from pecli.plots.perplexity import condition_label
     from pecli.runs.progress import progress_bar
 
@@ -161,7 +161,7 @@ def masks() -> None:
         pecli masks
         pecli perplexity smollm2 --mask linear --mask-semantics log-bias --limit 20
     """
-    from pecli.masks import key_weights
+    from pecli.positions.masks import key_weights
     from pecli.runs.names import MASK_SEMANTICS, MASKS, PROTOCOLS
 
     console = wide_console()

@@ -56,9 +56,9 @@ def check_before_loading(model: str, interventions=(), *, causal: bool = False) 
     """What `model`'s config alone decides, checked before data and weights load: that it is
     a causal LM (if asked) and that each intervention applies to its positions (`swap:` also
     against the donor's config). Nothing is checked where only loading would tell."""
-    from pecli.interventions import check_applies
-    from pecli.lm_scoring import check_causal
-    from pecli.loading import peek
+    from pecli.measures.lm_scoring import check_causal
+    from pecli.models.loading import peek
+    from pecli.positions.interventions import check_applies
 
     ref = peek(model)
     if ref is None:
@@ -71,7 +71,7 @@ def check_before_loading(model: str, interventions=(), *, causal: bool = False) 
 
 def load(name: str, options: Options):
     """Model `name` loaded where and as the options say (device, dtype, seed, device map)."""
-    from pecli.loading import load_model
+    from pecli.models.loading import load_model
 
     return load_model(name, device=options.device, dtype=options.dtype, seed=options.seed,
                       device_map=options.device_map, max_memory=options.max_memory)

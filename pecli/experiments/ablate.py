@@ -20,7 +20,7 @@ texts: `token_pair_cosine` (two different real tokens of different texts: the mo
 anisotropy floor, Ethayarajh 2019) and `self_similarity` (the same token id in two different
 texts). `between_baselines` places each intervention's mean cosine on that scale: 0 = as
 alike as two different tokens, 1 = as alike as the same token in another context.
-Means carry 95 % bootstrap intervals over texts (`ci_low`, `ci_high`; pecli.intervals).
+Means carry 95 % bootstrap intervals over texts (`ci_low`, `ci_high`; pecli.measures.intervals).
 """
 
 from __future__ import annotations
@@ -86,8 +86,8 @@ def measure(loaded, texts: list[str], interventions: Sequence[str | Choice], *, 
     """
     import torch
 
-    from pecli.interventions import prepare
-    from pecli.metrics import cosine_by_layer
+    from pecli.measures.metrics import cosine_by_layer
+    from pecli.positions.interventions import prepare
     from pecli.runs.batching import (
         CPU_HIDDEN_STATE_BUDGET,
         default_token_budget,
@@ -390,7 +390,7 @@ def baseline_cosines(loaded, ids: list[list[int]], pairs: dict[str, np.ndarray],
 
 def _accuracy(correct: np.ndarray, bootstrap: int, seed: int) -> dict:
     """Accuracy of held-out texts with its interval (test texts resampled)."""
-    from pecli.intervals import mean_interval
+    from pecli.measures.intervals import mean_interval
 
     low, high = mean_interval(correct.astype(np.float64), n_boot=bootstrap, seed=seed)
     return {"value": float(correct.mean()), "ci_low": low, "ci_high": high}
@@ -442,8 +442,8 @@ def tables(m: Measured, provenance: dict, *, seed: int, baseline_pairs: int,
     `baselines`: {token_pair | self_similarity: cosines [l, pairs]} (see baseline_cosines);
     `bootstrap`: resamples of the intervals (0: none, NaN bounds).
     """
-    from pecli.intervals import by_text, ratio_interval
-    from pecli.metrics import (
+    from pecli.measures.intervals import by_text, ratio_interval
+    from pecli.measures.metrics import (
         histogram,
         mean_by_index,
         percentile_of,
@@ -520,7 +520,7 @@ def _baseline_rows(baselines: dict[str, np.ndarray], rows: list[dict], final: in
                    bootstrap: int) -> list[dict]:
     """Rows of the in-model baselines per layer, and where each intervention's mean cosine
     sits between them (`between_baselines`: 0 = token_pair, 1 = self_similarity)."""
-    from pecli.intervals import ratio_interval
+    from pecli.measures.intervals import ratio_interval
 
     metric = {"token_pair": "token_pair_cosine", "self_similarity": "self_similarity"}
     what = {"token_pair": "two different real tokens of different texts",
@@ -555,7 +555,7 @@ def _baseline_rows(baselines: dict[str, np.ndarray], rows: list[dict], final: in
 def run(options: AblateOptions, progress: bool = False) -> dict[str, pd.DataFrame]:
     """Load the model and data, measure, and return the tables (see the module docstring)."""
     from pecli.data.datasets import load_data
-    from pecli.interventions import check_applies
+    from pecli.positions.interventions import check_applies
     from pecli.runs.errors import DataError
 
     o = options

@@ -1,7 +1,7 @@
 """TruthfulQA multiple choice (MC1, MC2, MC1-norm) with and without position information.
 
 One tokenisation; for each (intervention, mask, semantics, protocol) the log-likelihood of
-every choice of every item (pecli.mc), then the per-item metrics, their mean, standard error
+every choice of every item (pecli.measures.mc_scoring), then the per-item metrics, their mean, standard error
 and bootstrap interval over items. The intact condition (own positions, default mask) is
 always computed and comes first; conditions that are the same computation run once.
 """
@@ -22,13 +22,13 @@ TASK_VERSIONS = "truthfulqa_mc1 v2.0, truthfulqa_mc2 v2.0 (lm-evaluation-harness
 
 
 def conditions(options: McOptions) -> list:
-    """The run's plans (pecli.lm_scoring.Plan): the intact condition (learned, default,
+    """The run's plans (pecli.measures.lm_scoring.Plan): the intact condition (learned, default,
     legacy, relative) first, then every (intervention, mask, semantics, protocol) asked for.
 
     The default mask is the unchanged model under every semantics and protocol, so each
     intervention has one default-mask row (named legacy, relative).
     """
-    from pecli.lm_scoring import plan_grid
+    from pecli.measures.lm_scoring import plan_grid
 
     o = options
     pairs = [(p, m) for p in o.intervention for m in o.mask]
@@ -37,7 +37,7 @@ def conditions(options: McOptions) -> list:
 
 def summarise(values: np.ndarray, n_boot: int, seed: int) -> dict:
     """Mean over items, its standard error (sample sd / sqrt n, as the harness) and interval."""
-    from pecli.intervals import ratio_interval
+    from pecli.measures.intervals import ratio_interval
 
     low, high = ratio_interval(values, n_boot=n_boot, seed=seed)
     stderr = float(values.std(ddof=1) / np.sqrt(len(values))) if len(values) > 1 else float("nan")
@@ -61,9 +61,9 @@ def run(options: McOptions, progress: Callable[[int, int], None] | None = None,
     (tests, benchmarks); `progress(advance, total)` is told of every finished condition (in
     items).
     """
-    from pecli import mc
-    from pecli.interventions import check_applies, intervene
-    from pecli.lm_scoring import check_causal
+    from pecli.measures import mc_scoring as mc
+    from pecli.measures.lm_scoring import check_causal
+    from pecli.positions.interventions import check_applies, intervene
 
     o = options
     conds = conditions(o)

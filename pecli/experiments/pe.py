@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from pecli import pe_analysis as pa
 from pecli.experiments import EXPERIMENTS, Experiment, check_before_loading, lazy, load
+from pecli.measures import pe_analysis as pa
 from pecli.runs import parallel
 from pecli.runs.options import ProbeOptions, SinusoidOptions
 from pecli.runs.provenance import row_provenance
@@ -81,7 +81,7 @@ EXPERIMENTS.add("pe-sinusoidal", Experiment(
 
 def _embedding_rows(loaded) -> np.ndarray:
     """The model's position-embedding rows for positions 0..N-1 [N, d] (after pos_offset)."""
-    from pecli.architectures import position_embedding
+    from pecli.models.architectures import position_embedding
 
     table = position_embedding(loaded.model, loaded.spec)
     return table.weight.detach()[loaded.spec.pos_offset:].float().cpu().numpy()
@@ -90,7 +90,7 @@ def _embedding_rows(loaded) -> np.ndarray:
 def matrix_analyses(matrix: np.ndarray, folds: int, pairs: int, seed: int,
                     bootstrap: int = 1000) -> tuple[list[dict], list[dict]]:
     """Wang & Chen on one matrix [N, d]: (metric rows, sampled similarity-matrix rows)."""
-    from pecli.intervals import mean_interval
+    from pecli.measures.intervals import mean_interval
 
     reg = pa.position_regression(matrix, folds=folds, seed=seed, regressor="linear")
     correct = pa.order_correct(matrix, folds=folds, pairs=pairs, seed=seed)
@@ -147,7 +147,7 @@ def collect_hidden(loaded, ids: list[list[int]], batch_size: int | None = None):
 
 def hidden_states(loaded, ids: list[list[int]], intervention, seed: int, batch_size: int | None):
     """`collect_hidden` under an intervention (restored afterwards)."""
-    from pecli.interventions import intervene
+    from pecli.positions.interventions import intervene
 
     with intervene(loaded, intervention, seed=seed):
         return collect_hidden(loaded, ids, batch_size)
@@ -178,7 +178,7 @@ def preflight(models) -> None:
     """Fail before any work when a model cannot be loaded here (not after the first model)."""
     from pathlib import Path
 
-    from pecli.loading import missing_models
+    from pecli.models.loading import missing_models
     from pecli.runs.errors import ModelError
 
     missing = missing_models([m for m in models if not Path(m).exists()])  # a local folder loads
@@ -214,7 +214,7 @@ def run_probe(options: ProbeOptions, announce=None) -> dict[str, pd.DataFrame]:
     of the batches; the main process fits every probe and alone gets tables ({} elsewhere).
     """
     from pecli.data.datasets import load_data
-    from pecli.interventions import check_applies
+    from pecli.positions.interventions import check_applies
 
     o = options
     preflight(o.models)

@@ -15,7 +15,7 @@ import pandas as pd
 import torch
 
 from pecli.experiments import EXPERIMENTS, Experiment, check_before_loading, lazy, load
-from pecli.metrics import aggregate, per_text_perplexity
+from pecli.measures.metrics import aggregate, per_text_perplexity
 from pecli.runs import names, parallel
 from pecli.runs.errors import DataError
 from pecli.runs.options import PerplexityOptions
@@ -33,13 +33,13 @@ STUDY_VALUES = {("learned", "default"): 111.2409, ("zero", "default"): 712014.31
 
 
 def conditions(options: PerplexityOptions) -> list:
-    """The run's plans (pecli.lm_scoring.Plan), the intact baseline (learned, default) first.
+    """The run's plans (pecli.measures.lm_scoring.Plan), the intact baseline (learned, default) first.
 
     intervention None is the study's E2/E3: (learned, default), and for any other mask shape
     also (zero, default) and (zero, shape); an explicit intervention list is crossed with
     the masks. Each pair is crossed with every semantics and protocol.
     """
-    from pecli.lm_scoring import plan_grid
+    from pecli.measures.lm_scoring import plan_grid
 
     o = options
     if o.intervention is None:
@@ -61,8 +61,8 @@ def run(options: PerplexityOptions, progress: Callable[[int, int], None] | None 
     every scored batch.
     """
     from pecli.data.datasets import load_data
-    from pecli.interventions import check_applies, intervene
-    from pecli.lm_scoring import batch_plan, check_causal, score, windows_for
+    from pecli.measures.lm_scoring import batch_plan, check_causal, score, windows_for
+    from pecli.positions.interventions import check_applies, intervene
     from pecli.runs.batching import encode
 
     o = options
@@ -134,7 +134,7 @@ def intervals(nlls: list[torch.Tensor], n_boot: int, seed: int) -> dict[str, tup
     mean_ and median_per_text are statistics of the per-text perplexities (texts without a
     scored token left out, as in `aggregate`).
     """
-    from pecli.intervals import mean_interval, ratio_interval, statistic_interval
+    from pecli.measures.intervals import mean_interval, ratio_interval, statistic_interval
 
     scored = [x.double() for x in nlls if x.numel()]
     counts = np.array([x.numel() for x in scored], np.float64)

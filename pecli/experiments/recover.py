@@ -25,10 +25,10 @@ import re
 import numpy as np
 import pandas as pd
 
-from pecli import recover as rc
 from pecli.experiments import EXPERIMENTS, Experiment, lazy, load
 from pecli.experiments.pe import _frame, hidden_states, model_texts, preflight
-from pecli.intervals import ratio_interval
+from pecli.measures import recovery as rc
+from pecli.measures.intervals import ratio_interval
 from pecli.runs.options import RecoverOptions
 from pecli.runs.tables import validate
 
@@ -63,7 +63,7 @@ def embedding_stage(loaded, ids: np.ndarray, positions: np.ndarray, chunk: int =
     """x [n, d]: what the first block receives for token ids[i] alone at position positions[i]."""
     import torch
 
-    from pecli.architectures import resolve
+    from pecli.models.architectures import resolve
 
     base = getattr(loaded.model, "base_model", loaded.model)
     first = resolve(loaded.model, loaded.spec, loaded.spec.layers)[0]
@@ -99,7 +99,7 @@ def _interval(correct: np.ndarray, n_boot: int, seed: int) -> tuple[float, float
 
 def _condition(name: str, x, candidates, token_rows, position_rows, sample, folds, seed, n_boot):
     """Every number of one condition: (per-position rows, summary rows)."""
-    import pecli.pe_analysis as pa
+    import pecli.measures.pe_analysis as pa
 
     t, p, d = x.shape
     decoded = rc.decode_tokens(x, candidates)  # [T, P]
@@ -147,7 +147,7 @@ def _condition(name: str, x, candidates, token_rows, position_rows, sample, fold
 def input_level(loaded, tokens: int, folds: int, seed: int, n_boot: int, say) -> tuple[list, list]:
     """The sum at the input: every condition on one seeded token sample."""
     from pecli.experiments.pe import _embedding_rows
-    from pecli.interventions import intervene
+    from pecli.positions.interventions import intervene
 
     vocab = loaded.model.get_input_embeddings().weight.detach().float().cpu().numpy()  # [V, d]
     learned_rows = _embedding_rows(loaded)  # [P, d]

@@ -19,7 +19,7 @@ import pandas as pd
 import torch
 
 from pecli.experiments import EXPERIMENTS, Experiment, lazy
-from pecli.intervals import METHOD, mean_interval
+from pecli.measures.intervals import METHOD, mean_interval
 from pecli.runs.options import ToyOptions
 from pecli.runs.provenance import row_provenance
 from pecli.runs.tables import validate
@@ -182,14 +182,14 @@ def run(options: ToyOptions, progress=None) -> dict[str, pd.DataFrame]:
     `progress(scheme, step, steps, loss)` is called after each step when given (the CLI's
     progress bar). `save_dir`: write each checkpoint to <save_dir>/<scheme>.
     """
-    from pecli.training import torch_threads
+    from pecli.measures.training import torch_threads
 
     with torch_threads(options.threads):
         return _run(options, progress)
 
 
 def _run(o: ToyOptions, progress) -> dict[str, pd.DataFrame]:
-    from pecli.training import (
+    from pecli.measures.training import (
         ModelSize,
         TrainConfig,
         build_model,
@@ -230,7 +230,7 @@ def _run(o: ToyOptions, progress) -> dict[str, pd.DataFrame]:
         revision = f"seed:{seed}"
         model_id = f"toy:{scheme}"
         if save_dir is not None:
-            from pecli.loading import weights_sha256
+            from pecli.models.loading import weights_sha256
             from pecli.runs.provenance import portable_model_id
 
             path = save_checkpoint(model, tokenizer, Path(save_dir) / scheme,

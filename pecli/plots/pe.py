@@ -16,8 +16,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from pecli.pe_analysis import sinusoidal  # noqa: E402  (numpy only)
 from pecli.plots.style import WIDTH, color_of, model_name, points, save  # noqa: E402
+from pecli.positions.sinusoid import sinusoidal  # noqa: E402  (numpy only)
 
 
 def _heatmap(ax, values: np.ndarray, title: str, xlabel: str, ylabel: str, **kw):

@@ -21,9 +21,9 @@ def _never(*args, **kwargs):
 
 @pytest.fixture
 def no_loading(monkeypatch, tmp_path):
-    monkeypatch.setattr("pecli.loading.load_model", _never)
+    monkeypatch.setattr("pecli.models.loading.load_model", _never)
     monkeypatch.setattr("pecli.data.datasets.load_data", _never)
-    monkeypatch.setattr("pecli.training.build_model", _never)
+    monkeypatch.setattr("pecli.measures.training.build_model", _never)
     monkeypatch.chdir(tmp_path)  # default output folders land here
 
 
@@ -80,7 +80,7 @@ def test_a_bad_option_fails_before_loading(no_loading, args):
                                   PROBE + ["--dataset", "imbd"], RECOVER + ["--dataset", "imbd"]],
                          ids=" ".join)
 def test_a_dataset_typo_fails_before_the_model_loads(monkeypatch, tmp_path, args):
-    monkeypatch.setattr("pecli.loading.load_model", _never)
+    monkeypatch.setattr("pecli.models.loading.load_model", _never)
     monkeypatch.chdir(tmp_path)
     result = runner.invoke(app, args)
     assert result.exit_code == 1 and not isinstance(result.exception, AssertionError), result.output

@@ -39,7 +39,7 @@ def test_toy_rejects_unknown_scheme_and_bad_probe(tmp_path):
 
 
 def test_train_lm_tiny(tmp_path, shared_data):
-    from pecli.loading import load_model
+    from pecli.models.loading import load_model
 
     out = tmp_path / "lm"
     res = runner.invoke(app, [

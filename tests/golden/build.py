@@ -57,7 +57,7 @@ def compute(name: str) -> pd.DataFrame:
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "texts.csv"
         pd.DataFrame({"text": TEXTS}).to_csv(data, index=False)
-        with patch("pecli.loading.load_model", lambda *a, **k: make_tiny(family)):
+        with patch("pecli.models.loading.load_model", lambda *a, **k: make_tiny(family)):
             model = {"models" if experiment in MODELS else "model": f"random:{family}"}
             frames = load_all().get(experiment).run_with(
                 dict(**model, dataset=str(data), limit=len(TEXTS), seed=0, device="cpu",

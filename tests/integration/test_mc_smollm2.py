@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from pecli import mc
 from pecli.experiments.mc import McOptions, run
-from pecli.interventions import intervene
+from pecli.measures import mc_scoring as mc
+from pecli.positions.interventions import intervene
 
 pytestmark = pytest.mark.slow
 

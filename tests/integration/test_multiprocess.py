@@ -80,15 +80,15 @@ def test_two_processes_equal_one(command, shared_data, minilm, tmp_path):
 # pecli, saving after every batch, with the main process interrupted in its batch DIE_AT
 INTERRUPTED = """
 import os, runpy, sys
-import pecli.experiments.ablate, pecli.metrics
+import pecli.experiments.ablate, pecli.measures.metrics
 pecli.experiments.ablate.measure.__kwdefaults__["checkpoint_every"] = 0
-real, calls = pecli.metrics.cosine_by_layer, []
+real, calls = pecli.measures.metrics.cosine_by_layer, []
 def dying(*args):
     calls.append(1)  # two interventions: two calls per batch
     if len(calls) > 2 * (int(os.environ["DIE_AT"]) - 1) and os.environ.get("RANK", "0") == "0":
         raise KeyboardInterrupt
     return real(*args)
-pecli.metrics.cosine_by_layer = dying
+pecli.measures.metrics.cosine_by_layer = dying
 sys.argv[0] = "pecli"
 runpy.run_module("pecli", run_name="__main__", alter_sys=True)
 """

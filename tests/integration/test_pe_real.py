@@ -17,9 +17,9 @@ def _by(df, **where):
 
 
 def test_minilm_and_random_gpt2(minilm, shared_data, monkeypatch):
-    from pecli.loading import load_model
+    from pecli.models.loading import load_model
 
-    monkeypatch.setattr("pecli.loading.load_model",
+    monkeypatch.setattr("pecli.models.loading.load_model",
                         lambda name, **kw: minilm if name == "minilm" else load_model(name, **kw))
     out = pe_exp.run_probe(ProbeOptions(models=["minilm", "random:gpt2"], dataset="imdb", limit=6,
                                         max_length=48, pairs=300, device="cpu",
@@ -49,7 +49,7 @@ def test_minilm_and_random_gpt2(minilm, shared_data, monkeypatch):
 
 
 def test_smollm2_hidden_state_probe_only(smollm2, shared_data, monkeypatch):
-    monkeypatch.setattr("pecli.loading.load_model", lambda name, **kw: smollm2)
+    monkeypatch.setattr("pecli.models.loading.load_model", lambda name, **kw: smollm2)
     out = pe_exp.run_probe(ProbeOptions(models=["smollm2"], dataset="imdb", limit=5, max_length=32,
                                         device="cpu", data_dir=str(shared_data)))
     assert set(out) == {"hidden"}  # rotary: no embedding table to analyse

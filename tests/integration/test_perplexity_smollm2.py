@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pecli.lm_scoring import score, windows_for
-from pecli.metrics import aggregate
+from pecli.measures.lm_scoring import score, windows_for
+from pecli.measures.metrics import aggregate
 from pecli.runs.batching import encode
 
 pytestmark = pytest.mark.slow

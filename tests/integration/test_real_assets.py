@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from pecli.data.datasets import load_data
-from pecli.loading import load_model
+from pecli.models.loading import load_model
 
 pytestmark = pytest.mark.slow
 

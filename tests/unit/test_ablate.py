@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from pecli.architectures import ARCHITECTURES
 from pecli.experiments.ablate import measure, probe_accuracy, tables
-from pecli.interventions import intervene
-from pecli.metrics import random_pair_cosines, z_score
+from pecli.measures.metrics import random_pair_cosines, z_score
+from pecli.models.architectures import ARCHITECTURES
+from pecli.positions.interventions import intervene
 
 FAMILIES = ARCHITECTURES.names()
 # Lengths from 2 to ~40 tokens.
@@ -143,12 +143,12 @@ def test_tight_batches_cover_every_text_once_within_budget_and_waste():
 
 
 def test_an_interrupted_run_resumes_to_the_same_numbers(tiny, tmp_path, monkeypatch):
-    import pecli.metrics
+    import pecli.measures.metrics
 
     monkeypatch.setenv("PECLI_CACHE_DIR", str(tmp_path))
     loaded, names = tiny("bert"), ["zero", "shuffle"]
     full = measure(loaded, TEXTS, names, batch_size=2, pooled=True, checkpoint_every=None)
-    real, calls = pecli.metrics.cosine_by_layer, []
+    real, calls = pecli.measures.metrics.cosine_by_layer, []
 
     def interrupted_at_the_fifth(*args):  # two interventions per batch: dies in batch 3
         calls.append(1)
@@ -156,12 +156,12 @@ def test_an_interrupted_run_resumes_to_the_same_numbers(tiny, tmp_path, monkeypa
             raise KeyboardInterrupt
         return real(*args)
 
-    monkeypatch.setattr(pecli.metrics, "cosine_by_layer", interrupted_at_the_fifth)
+    monkeypatch.setattr(pecli.measures.metrics, "cosine_by_layer", interrupted_at_the_fifth)
     with pytest.raises(KeyboardInterrupt):
         measure(loaded, TEXTS, names, batch_size=2, pooled=True, checkpoint_every=0)
     [saved] = (tmp_path / "partial").glob("ablate-*.npz")
     calls.clear()
-    monkeypatch.setattr(pecli.metrics, "cosine_by_layer", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setattr(pecli.measures.metrics, "cosine_by_layer", lambda *a: calls.append(1) or real(*a))
     resumed = measure(loaded, TEXTS, names, batch_size=2, pooled=True, checkpoint_every=0)
     assert len(calls) == 2 * (4 - 2)  # 7 texts in 4 batches; the first 2 were not redone
     assert not saved.exists()  # a finished run leaves no partial file
@@ -212,7 +212,7 @@ def test_in_model_baselines_equal_a_direct_computation(family, tiny):
 
 def test_tables_carry_baselines_and_intervals(tiny):
     from pecli.experiments.ablate import baseline_cosines, sample_baseline_pairs
-    from pecli.intervals import ratio_interval
+    from pecli.measures.intervals import ratio_interval
 
     loaded = tiny("bert")
     m = measure(loaded, TEXTS * 3, ["zero"])

@@ -71,7 +71,7 @@ def no_compute(monkeypatch):
             raise AssertionError("computation started before the bad input was rejected")
         return computed
 
-    monkeypatch.setattr("pecli.loading.load_model", stub(lambda: None))
+    monkeypatch.setattr("pecli.models.loading.load_model", stub(lambda: None))
     monkeypatch.setattr("pecli.data.datasets.load_data", stub(lambda: None))
     for module, name in ((pecli.experiments.ablate, "run"), (pecli.experiments.perplexity, "run"),
                          (pecli.experiments.pe, "run_sinusoidal"), (pecli.experiments.pe, "run_probe")):
@@ -86,14 +86,14 @@ def no_model(monkeypatch):
     def loaded(*args, **kwargs):
         raise AssertionError("a model was loaded or trained before the bad input was rejected")
 
-    monkeypatch.setattr("pecli.loading.load_model", loaded)
-    monkeypatch.setattr("pecli.training.train", loaded)
+    monkeypatch.setattr("pecli.models.loading.load_model", loaded)
+    monkeypatch.setattr("pecli.measures.training.train", loaded)
 
 
 # --- 1, 2: cached models carry checksums ---------------------------------------------------
 
 def _cached_folder(tmp_path: Path) -> Path:
-    from pecli.loading import record_checksums
+    from pecli.models.loading import record_checksums
 
     folder = tmp_path / "models" / "Model-0123"
     folder.mkdir(parents=True)
@@ -120,7 +120,7 @@ def _zero_in_place(path: Path) -> None:
     (lambda f: (f.parent / "pecli-checksums.json").unlink(), "no checksums were recorded"),
 ])
 def test_cached_model_damage_is_detected(tmp_path, damage, problem):
-    from pecli.loading import checksum_problem
+    from pecli.models.loading import checksum_problem
 
     folder = _cached_folder(tmp_path)
     assert checksum_problem(folder) is None
@@ -135,7 +135,7 @@ def test_damaged_cached_smollm2_is_rebuilt_to_the_same_weights(smollm2, tmp_path
 
     from platformdirs import user_cache_dir
 
-    from pecli.loading import cache_dir, checksum_problem, load_model
+    from pecli.models.loading import cache_dir, checksum_problem, load_model
 
     warm = [p for root in {cache_dir(), Path(user_cache_dir("pecli"))}
             for p in (root / "models").glob("SmolLM2*") if p.is_dir() and not checksum_problem(p)]
@@ -228,14 +228,14 @@ def test_damaged_checkpoint_end_to_end_gives_the_uninterrupted_numbers(tiny, toy
                                                                        monkeypatch):
     """perplexity saves each finished condition; a rerun over a damaged file recomputes all."""
     monkeypatch.setenv("PECLI_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr("pecli.loading.load_model", lambda name, **kw: tiny("gpt2"))
+    monkeypatch.setattr("pecli.models.loading.load_model", lambda name, **kw: tiny("gpt2"))
     args = ("perplexity", "gpt2", "--pe", "learned,zero", "--dataset", toy_csv, "--text", "question")
     monkeypatch.setattr(Checkpoint, "clear", lambda self: None)  # keep the file of a finished run
     assert _invoke(*args, "--out", tmp_path / "a").exit_code == 0
     [saved] = (tmp_path / "cache" / "partial").glob("perplexity-*.npz")
     monkeypatch.undo()
     monkeypatch.setenv("PECLI_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr("pecli.loading.load_model", lambda name, **kw: tiny("gpt2"))
+    monkeypatch.setattr("pecli.models.loading.load_model", lambda name, **kw: tiny("gpt2"))
     for cp in list(Checkpoint._live):  # the first run, finished (its clear() was disabled)
         cp.release()
     os.truncate(saved, saved.stat().st_size // 2)
@@ -421,7 +421,7 @@ def test_files_follow_the_umask(tmp_path, monkeypatch, mask, tiny):
     """Tables, sidecars, figures, run folders, progress files and saved models (whose
     safetensors would be 0600): 0644 / 0755 under umask 022. The cached SmolLM2 is checked
     in test_damaged_cached_smollm2_is_rebuilt_to_the_same_weights."""
-    from pecli.training import save_checkpoint
+    from pecli.measures.training import save_checkpoint
 
     loaded = tiny("gpt2")
     old = os.umask(mask)
@@ -584,7 +584,7 @@ def _checkpoint_dir(tmp_path) -> Path:
     (lambda p: (p / "ckpt.gguf").write_bytes(b"GARBAGE" * 100), "as a GGUF model"),
 ])
 def test_malformed_model_directories_are_one_line_errors(make, message, tmp_path, monkeypatch):
-    from pecli.loading import load_model
+    from pecli.models.loading import load_model
 
     make(tmp_path)
     monkeypatch.setenv("PECLI_CACHE_DIR", str(tmp_path / "cache"))
@@ -597,7 +597,7 @@ def test_malformed_model_directories_are_one_line_errors(make, message, tmp_path
 @pytest.mark.parametrize("name", ["./no-such-model", "/no/such/model", "~/no-such-model",
                                   "models/a/b", "models/tiny/", "x.gguf"])
 def test_a_missing_local_path_is_no_such_directory_not_a_hub_id(name, tmp_path, monkeypatch, toy_csv):
-    from pecli.loading import load_model, model_availability
+    from pecli.models.loading import load_model, model_availability
 
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ModelError, match="no such directory") as err:

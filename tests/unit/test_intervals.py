@@ -1,11 +1,11 @@
-"""pecli.intervals: deterministic for a seed, contains the estimate, narrows as texts grow."""
+"""pecli.measures.intervals: deterministic for a seed, contains the estimate, narrows as texts grow."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from pecli.intervals import by_text, mean_interval, ratio_interval, statistic_interval
+from pecli.measures.intervals import by_text, mean_interval, ratio_interval, statistic_interval
 
 
 def _texts(n: int, seed: int = 1):
@@ -70,8 +70,8 @@ def test_off_and_empty_give_nan():
 
 
 def test_pe_order_accuracy_carries_its_interval():
-    from pecli import pe_analysis as pa
     from pecli.experiments.pe import matrix_analyses
+    from pecli.measures import pe_analysis as pa
 
     matrix = pa.sinusoidal(40, 16) + np.random.default_rng(0).standard_normal((40, 16))
     rows, _ = matrix_analyses(matrix, folds=5, pairs=200, seed=0)

@@ -5,8 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pecli.architectures import ARCHITECTURES, position_embedding
-from pecli.interventions import INTERVENTIONS, intervene, intervention_names, sinusoidal_table
+from pecli.models.architectures import ARCHITECTURES, position_embedding
+from pecli.positions.interventions import (
+    INTERVENTIONS,
+    intervene,
+    intervention_names,
+    sinusoidal_table,
+)
 from pecli.runs.errors import InterventionError
 
 FAMILIES = ARCHITECTURES.names()
@@ -35,7 +40,7 @@ def donor(monkeypatch, tiny):
     def load(name, seed):
         return made[name]
 
-    monkeypatch.setattr("pecli.interventions.load_donor", load)
+    monkeypatch.setattr("pecli.positions.interventions.load_donor", load)
     return made
 
 

@@ -1,8 +1,8 @@
 import pytest
 import torch
 
-from pecli.architectures import ARCHITECTURES, max_positions, position_embedding, resolve
-from pecli.loading import load_model, resolve_device, resolve_dtype
+from pecli.models.architectures import ARCHITECTURES, max_positions, position_embedding, resolve
+from pecli.models.loading import load_model, resolve_device, resolve_dtype
 from pecli.runs.errors import ArchSpecError, DeviceError, ModelError
 
 FAMILIES = ARCHITECTURES.names()

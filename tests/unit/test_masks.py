@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from pecli.architectures import ARCHITECTURES
-from pecli.masks import (
+from pecli.models.architectures import ARCHITECTURES
+from pecli.positions.masks import (
     PROBS,
     WEIGHTS,
     alibi_slopes,

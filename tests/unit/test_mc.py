@@ -1,5 +1,5 @@
 """TruthfulQA multiple choice: the harness's definitions re-implemented independently here
-(one full forward per choice, full-vocabulary log-softmax), checked against pecli.mc's shared
+(one full forward per choice, full-vocabulary log-softmax), checked against pecli.measures.mc_scoring's shared
 context on tiny GPT-2 and Llama models; items, custom-file forms and bad items."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from pecli import mc
 from pecli.experiments.mc import run as run_options
+from pecli.measures import mc_scoring as mc
 from pecli.runs.errors import DataError, ModelError
 from pecli.runs.options import McOptions
 
@@ -153,7 +153,7 @@ def test_whitespace_boundary_scores_like_the_moved_space(tiny):
 @pytest.mark.parametrize("cond", [("linear", "log-bias", "relative"), ("alibi", "scale", "relative"),
                                   ("self", "boolean", "relative"), ("linear", "legacy", "study")])
 def test_shared_context_equals_one_forward_per_choice_under_masks(tiny, family, cond):
-    from pecli.interventions import intervene
+    from pecli.positions.interventions import intervene
 
     loaded = _lm(tiny, family)
     reqs = mc.requests(loaded.tokenizer, mc.parse_items(ITEMS, "t"))

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from pecli.metrics import (
+from pecli.measures.metrics import (
     cosine_by_layer,
     mean_by_index,
     percentile_of,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from pecli import interventions, masks
+from pecli.positions import interventions, masks
 from pecli.runs import names
 
 
@@ -29,13 +29,13 @@ def test_every_intervention_implements_the_position_kinds_it_claims():
 @pytest.mark.parametrize("semantics", names.MASK_SEMANTICS.names())
 @pytest.mark.parametrize("mask", names.MASKS.names())
 def test_every_protocol_is_planned_for_every_mask_and_semantics(mask, semantics, protocol):
-    from pecli.lm_scoring import plan
-    from pecli.masks import MODES
+    from pecli.measures.lm_scoring import plan
+    from pecli.positions.masks import MODES
 
     for fast in (True, False):
         how = plan(mask, semantics, protocol, fast=fast)
         assert how.passes in ("one-pass", "prefix-by-prefix")
-        if how.attention is not None:  # an attention pecli.masks can build
+        if how.attention is not None:  # an attention pecli.positions.masks can build
             assert how.attention.mode in MODES
             assert how.attention.mask.name in masks.WEIGHTS
             assert how.attention.semantics.name in masks.PROBS
@@ -44,7 +44,7 @@ def test_every_protocol_is_planned_for_every_mask_and_semantics(mask, semantics,
 
 
 def test_every_long_text_treatment_makes_windows():
-    from pecli.lm_scoring import windows_for
+    from pecli.measures.lm_scoring import windows_for
 
     for name in names.LONG_TEXT.names():
         prepared = windows_for([list(range(20))], 8, None, name)

@@ -1,11 +1,11 @@
-"""The math of pecli.pe_analysis against closed forms and constructed embeddings."""
+"""The math of pecli.measures.pe_analysis against closed forms and constructed embeddings."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from pecli import pe_analysis as pa
+from pecli.measures import pe_analysis as pa
 from pecli.runs.errors import ConfigError
 
 SIZES = [(16, 32, 10000.0), (64, 16, 100.0), (200, 6, 10.0), (512, 512, 10000.0)]

@@ -19,9 +19,9 @@ TEXTS = ["the cat sat on the mat and looked around", "a fine film with a worse p
 
 
 def _fake_loader(monkeypatch, load):
-    """run_probe loads `name` through pecli.loading; hand it tiny models instead."""
-    monkeypatch.setattr("pecli.loading.load_model", load)
-    monkeypatch.setattr("pecli.loading.model_availability", lambda name: ("installed (test)", ""))
+    """run_probe loads `name` through pecli.models.loading; hand it tiny models instead."""
+    monkeypatch.setattr("pecli.models.loading.load_model", load)
+    monkeypatch.setattr("pecli.models.loading.model_availability", lambda name: ("installed (test)", ""))
 
 
 @pytest.fixture

@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 import torch
 
-from pecli.lm_scoring import plan, score, windows_for
-from pecli.metrics import aggregate, token_nll
+from pecli.measures.lm_scoring import plan, score, windows_for
+from pecli.measures.metrics import aggregate, token_nll
 from pecli.runs.batching import encode
 from pecli.runs.errors import ConfigError, ModelError
 
@@ -156,7 +156,7 @@ def test_soft_semantics_differ_between_protocols(tiny, family, sem):
 
 def test_default_mask_is_plain_evaluation_exactly(tiny, tmp_path):
     from pecli.experiments import perplexity as exp
-    from pecli.lm_scoring import score_windows
+    from pecli.measures.lm_scoring import score_windows
 
     loaded = tiny("gpt2")
     pd.DataFrame({"text": TEXTS}).to_csv(tmp_path / "t.csv", index=False)
@@ -232,7 +232,7 @@ def test_encoders_are_refused(tiny):
 
 
 def test_an_interrupted_grid_resumes_its_finished_computations(tiny, tmp_path, monkeypatch):
-    import pecli.lm_scoring
+    import pecli.measures.lm_scoring
     from pecli.experiments import perplexity as exp
 
     monkeypatch.setenv("PECLI_CACHE_DIR", str(tmp_path))
@@ -242,7 +242,7 @@ def test_an_interrupted_grid_resumes_its_finished_computations(tiny, tmp_path, m
         dataset=str(tmp_path / "t.csv"), intervention=["learned", "zero"], mask="linear",
         mask_semantics="log-bias", protocol=["relative", "study"]), "test")
     full = exp.run(grid, loaded=loaded)  # 5 computations: the intact baseline (learned, default) + 2 x 2
-    real, calls = pecli.lm_scoring.score, []
+    real, calls = pecli.measures.lm_scoring.score, []
 
     def interrupted_in_the_third(*args, **kwargs):
         calls.append(1)
@@ -250,12 +250,12 @@ def test_an_interrupted_grid_resumes_its_finished_computations(tiny, tmp_path, m
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(pecli.lm_scoring, "score", interrupted_in_the_third)
+    monkeypatch.setattr(pecli.measures.lm_scoring, "score", interrupted_in_the_third)
     with pytest.raises(KeyboardInterrupt):
         exp.run(grid, loaded=loaded)
     [saved] = (tmp_path / "partial").glob("perplexity-*.npz")
     calls.clear()
-    monkeypatch.setattr(pecli.lm_scoring, "score", lambda *a, **k: calls.append(1) or real(*a, **k))
+    monkeypatch.setattr(pecli.measures.lm_scoring, "score", lambda *a, **k: calls.append(1) or real(*a, **k))
     resumed = exp.run(grid, loaded=loaded)
     assert len(calls) == 3 and not saved.exists()  # only the unfinished three were computed
     for name in ("perplexity", "texts"):
@@ -285,7 +285,7 @@ def test_conditions_put_the_intact_baseline_first_and_read_e3_without_pe():
 
 def test_intervals_of_every_aggregation_by_hand():
     from pecli.experiments.perplexity import intervals
-    from pecli.metrics import aggregate
+    from pecli.measures.metrics import aggregate
 
     gen = torch.Generator().manual_seed(0)
     nlls = [torch.rand(int(n), generator=gen) * 6 for n in torch.randint(1, 30, (40,), generator=gen)]

@@ -1,4 +1,4 @@
-"""`pecli.recover` and the input side of `pe-recover`, against direct computations."""
+"""`pecli.measures.recovery` and the input side of `pe-recover`, against direct computations."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from pecli import recover as rc
-from pecli.architectures import position_embedding
 from pecli.experiments.recover import input_level, real_vocabulary
-from pecli.pe_analysis import RidgeLOO
+from pecli.measures import recovery as rc
+from pecli.measures.pe_analysis import RidgeLOO
+from pecli.models.architectures import position_embedding
 
 
 def _cos_argmax(q, rows):

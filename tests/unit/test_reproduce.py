@@ -199,7 +199,7 @@ def test_sidecar_records_the_resolved_configuration(tmp_path):
 
 
 def test_local_model_ids_are_the_same_on_every_machine(tiny, tmp_path, monkeypatch):
-    from pecli.loading import load_model
+    from pecli.models.loading import load_model
     from pecli.runs.provenance import PROJECT_ROOT, portable_model_id
 
     assert portable_model_id(PROJECT_ROOT / "models" / "tiny-gpt2-imdb") == "models/tiny-gpt2-imdb"

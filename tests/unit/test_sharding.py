@@ -11,9 +11,9 @@ import pytest
 import torch
 from conftest import make_tiny
 
-from pecli.interventions import intervene
-from pecli.lm_scoring import score, windows_for
-from pecli.loading import dispatch, load_model, parse_max_memory
+from pecli.measures.lm_scoring import score, windows_for
+from pecli.models.loading import dispatch, load_model, parse_max_memory
+from pecli.positions.interventions import intervene
 from pecli.runs.errors import DeviceError
 
 TEXTS = ["the film was long and the ending made no sense at all",

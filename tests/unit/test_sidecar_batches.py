@@ -80,8 +80,8 @@ def test_perplexity_sidecar_records_each_computations_plan(tiny, tmp_path):
 
 @pytest.mark.parametrize("batch_size", [None, 3])
 def test_mc_sidecar_records_each_computations_plan(tiny, tmp_path, batch_size):
-    from pecli import mc
     from pecli.experiments.mc import McOptions, run
+    from pecli.measures import mc_scoring as mc
 
     loaded = tiny("gpt2", n_positions=512)
     (tmp_path / "items.json").write_text(json.dumps(ITEMS))

@@ -14,8 +14,7 @@ from pecli.experiments.toy import (
     char_tokenizer,
     repeat_gaps,
 )
-from pecli.runs.errors import ConfigError
-from pecli.training import (
+from pecli.measures.training import (
     SCHEMES,
     ModelSize,
     TrainConfig,
@@ -26,6 +25,7 @@ from pecli.training import (
     torch_threads,
     train,
 )
+from pecli.runs.errors import ConfigError
 
 SIZE = ModelSize(layers=2, width=32, heads=4, positions=16)
 
@@ -129,7 +129,7 @@ def test_loss_decreases(scheme):
 
 @pytest.mark.parametrize("scheme", ["sinusoidal", "none", "alibi"])
 def test_fixed_position_tables_stay_fixed(scheme):
-    from pecli.architectures import ARCHITECTURES, position_embedding
+    from pecli.models.architectures import ARCHITECTURES, position_embedding
 
     model, tok = tiny(scheme)
     wpe = position_embedding(model, ARCHITECTURES.get("gpt2")).weight
@@ -145,7 +145,7 @@ def test_fixed_position_tables_stay_fixed(scheme):
 
 @pytest.mark.parametrize("scheme", SCHEMES)
 def test_checkpoint_round_trips_through_load_model(scheme, tmp_path):
-    from pecli.loading import load_model
+    from pecli.models.loading import load_model
 
     model, tok = tiny(scheme, seed=1)
     save_checkpoint(model, tok, tmp_path / scheme)
@@ -160,14 +160,14 @@ def test_checkpoint_round_trips_through_load_model(scheme, tmp_path):
 
 
 def test_alibi_checkpoint_loads_in_a_fresh_process(tmp_path):
-    """A new process (no pecli.training imported) must register ALiBi before loading."""
+    """A new process (no pecli.measures.training imported) must register ALiBi before loading."""
     import subprocess
     import sys
 
     model, tok = tiny("alibi", seed=1)
     save_checkpoint(model, tok, tmp_path / "alibi")
-    code = ("import sys; from pecli.loading import load_model; "
-            "assert 'pecli.training' not in sys.modules; "
+    code = ("import sys; from pecli.models.loading import load_model; "
+            "assert 'pecli.measures.training' not in sys.modules; "
             "m = load_model(sys.argv[1], device='cpu').model; "
             "print(m.config._attn_implementation)")
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "alibi")],
@@ -196,8 +196,8 @@ def test_committed_demo_checkpoint_loads():
     """models/tiny-gpt2-imdb: the offline GPT-2 for E2/E3 (learned wpe, under 20 MB)."""
     from pathlib import Path
 
-    from pecli.architectures import position_embedding
-    from pecli.loading import load_model
+    from pecli.models.architectures import position_embedding
+    from pecli.models.loading import load_model
 
     folder = Path(__file__).resolve().parents[2] / "models" / "tiny-gpt2-imdb"
     assert sum(f.stat().st_size for f in folder.iterdir()) < 20 * 2**20

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 
 import torch
 
-from pecli.masks import masked_attention
-from pecli.metrics import target_nll
+from pecli.measures.metrics import target_nll
+from pecli.positions.masks import masked_attention
 from pecli.runs import names, parallel
 from pecli.runs.batching import (
     default_token_budget,
@@ -234,11 +234,11 @@ def score_prefixes(loaded, windows: list[Window], *, batch_size: int | None = No
 
 @dataclass(frozen=True)
 class Attention:
-    """A masked attention to install (pecli.masks.masked_attention): what it computes."""
+    """A masked attention to install (pecli.positions.masks.masked_attention): what it computes."""
 
     mask: Choice
     semantics: Choice
-    mode: str  # pecli.masks.MODES: relative (each row its own prefix) or keys (one 1-D mask)
+    mode: str  # pecli.positions.masks.MODES: relative (each row its own prefix) or keys (one 1-D mask)
 
     def __str__(self) -> str:
         return f"{self.mask}/{self.semantics}/{self.mode}"

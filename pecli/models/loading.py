@@ -20,10 +20,10 @@ from unittest.mock import patch
 
 import torch
 
-from pecli.architectures import ARCHITECTURES, ArchSpec, max_positions, spec_for_model_type
+from pecli.models.architectures import ARCHITECTURES, ArchSpec, max_positions, spec_for_model_type
 from pecli.runs.errors import DeviceError, ModelError, PecliError
 from pecli.runs.hub import hub_reachable
-from pecli.runs.io import cache_dir, follow_umask  # noqa: F401  (pecli.loading.cache_dir, as before)
+from pecli.runs.io import cache_dir, follow_umask  # noqa: F401  (pecli.models.loading.cache_dir, as before)
 from pecli.runs.provenance import file_sha256
 from pecli.runs.registry import Registry
 
@@ -302,7 +302,7 @@ def dispatch(loaded: LoadedModel, device_map: str | dict, max_memory: str | None
 
     from accelerate import dispatch_model, infer_auto_device_map
 
-    from pecli.architectures import position_embedding
+    from pecli.models.architectures import position_embedding
 
     model = loaded.model
     if device_map == "auto":
@@ -438,7 +438,7 @@ def _load_local(name: str, path: Path) -> LoadedModel:
     if isinstance(raw, dict) and "pecli_position" in raw:
         # registers the attention function ALiBi checkpoints name; by name, as training sits
         # above loading (tests/unit/test_layers.py)
-        importlib.import_module("pecli.training")
+        importlib.import_module("pecli.measures.training")
     weights = [p for pattern in ("*.safetensors", "*.bin", "*.safetensors.index.json", "*.bin.index.json")
                for p in path.glob(pattern)]
     try:

@@ -15,7 +15,7 @@ A mask *semantics* says what a weight does to attention:
 The names, what they mean and the facts a computation plan reads (a shape `positive` on
 every key, one that `rises_to_newest`) are pecli.runs.names.MASKS and MASK_SEMANTICS; this module
 keys the functions that compute them by those names (WEIGHTS, PROBS), as
-pecli.interventions does; tests/unit/test_names.py checks the two agree.
+pecli.positions.interventions does; tests/unit/test_names.py checks the two agree.
 
 The attention function is registered through transformers' own `AttentionInterface` (and
 its mask factory through `AttentionMaskInterface`, so the model hands it the plain boolean

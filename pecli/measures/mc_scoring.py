@@ -217,8 +217,8 @@ def _sequence(context: list[int], cont: list[int], max_positions: int) -> tuple[
 def _scored(loaded, hidden: torch.Tensor, rows: list[int], cols: list[int], targets: list[int]
             ) -> torch.Tensor:
     """Log-probabilities of targets[n] predicted at hidden[rows[n], cols[n]]: [n]."""
-    from pecli.lm_scoring import HEAD_CHUNK
-    from pecli.metrics import target_nll
+    from pecli.measures.lm_scoring import HEAD_CHUNK
+    from pecli.measures.metrics import target_nll
 
     dev = hidden.device
     picked = hidden[torch.tensor(rows, device=dev), torch.tensor(cols, device=dev)]  # [n, d]
@@ -382,8 +382,8 @@ def _shared_batch(loaded, reqs: list[Request], shared: int, cache) -> list[np.nd
 
 
 def score_prefix_passes(loaded, reqs: list[Request], batch_size: int | None) -> list[np.ndarray]:
-    """The `study` protocol: one pass per continuation token over its prefix (pecli.lm_scoring)."""
-    from pecli.lm_scoring import score_prefixes
+    """The `study` protocol: one pass per continuation token over its prefix (pecli.measures.lm_scoring)."""
+    from pecli.measures.lm_scoring import score_prefixes
 
     flat = np.array([-x.sum().item() for x in score_prefixes(loaded, _windows(loaded, reqs),
                                                              batch_size=batch_size)])
@@ -391,8 +391,8 @@ def score_prefix_passes(loaded, reqs: list[Request], batch_size: int | None) -> 
 
 
 def _windows(loaded, reqs: list[Request]) -> list:
-    """Each choice as a pecli.lm_scoring Window (context + choice, the choice scored)."""
-    from pecli.lm_scoring import Window
+    """Each choice as a pecli.measures.lm_scoring Window (context + choice, the choice scored)."""
+    from pecli.measures.lm_scoring import Window
 
     return [Window(n, *_sequence(r.context, c, loaded.max_positions))
             for n, r in enumerate(reqs) for c in r.continuations]
@@ -402,7 +402,7 @@ def batch_plan(loaded, reqs: list[Request], passes: str, batch_size: int | None 
     """The forward batches `score` plans for `passes` (shared-context: groups of items, plus
     per-choice batches for pairs too long to share), summarised by
     `pecli.runs.batching.plan_summary`: the whole run's plan, the same on any number of processes."""
-    from pecli.lm_scoring import batch_plan as prefix_plan
+    from pecli.measures.lm_scoring import batch_plan as prefix_plan
     from pecli.runs.batching import default_token_budget, padded_tokens, plan_summary
 
     if passes == "prefix-by-prefix":
@@ -421,7 +421,7 @@ def score(loaded, reqs: list[Request], how="default", semantics: str = "legacy",
           protocol: str = "relative", *, fast: bool = True, batch_size: int | None = None):
     """Log-likelihood of every choice of every request, and how it was computed.
 
-    `how`: the condition's pecli.lm_scoring.Plan, or a mask name with `semantics`,
+    `how`: the condition's pecli.measures.lm_scoring.Plan, or a mask name with `semantics`,
     `protocol` and `fast`, planned here (tests, benchmarks).
 
     Returns:
@@ -430,7 +430,7 @@ def score(loaded, reqs: list[Request], how="default", semantics: str = "legacy",
     """
     from dataclasses import replace
 
-    from pecli.lm_scoring import Plan, check_causal, installed, plan
+    from pecli.measures.lm_scoring import Plan, check_causal, installed, plan
     from pecli.runs.batching import default_token_budget
 
     check_causal(loaded)

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from pecli.architectures import position_embedding, resolve
-from pecli.pe_analysis import sinusoidal_at
+from pecli.models.architectures import position_embedding, resolve
+from pecli.positions.sinusoid import sinusoidal_at
 from pecli.runs import names
 from pecli.runs.errors import InterventionError
 from pecli.runs.names import INTERVENTIONS, Choice
@@ -53,7 +53,7 @@ def check_applies(loaded, name: str | Choice) -> Choice:
     """The parsed intervention, or an InterventionError if it cannot act on this model's
     positions. `loaded` may be a LoadedModel or, before any weights load, a loading.ModelRef:
     then `swap:MODEL` is also checked against MODEL's config (its positions and width)."""
-    from pecli.loading import ModelRef, peek
+    from pecli.models.loading import ModelRef, peek
 
     choice = parse(name)
     kinds = choice.term.applies_to
@@ -140,7 +140,7 @@ def _index_rows(rows: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
 
 def sinusoidal_table(n: int, d: int) -> torch.Tensor:
     """Vaswani et al. (2017): PE[p, 2i] = sin(p / 10000^(2i/d)), PE[p, 2i+1] = cos(...).
-    [n, d] float64, pecli.pe_analysis's one sinusoid."""
+    [n, d] float64, pecli.positions.sinusoid's one sinusoid."""
     return torch.from_numpy(sinusoidal_at(np.arange(n), d))
 
 
@@ -159,7 +159,7 @@ def _learned_random(loaded, rows, arg, seed):
 
 def load_donor(name: str, seed: int):
     """The model whose position rows `swap:NAME` borrows (monkeypatched in tests)."""
-    from pecli.loading import load_model
+    from pecli.models.loading import load_model
 
     return load_model(name, device="cpu", seed=seed)
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pecli import pe_analysis as pa
+from pecli.measures import pe_analysis as pa
 
 _CHUNK = 2048  # queries per matmul block: a [2048, V] score matrix stays under ~0.5 GB
 

@@ -1,14 +1,14 @@
 """Small Transformers trained from scratch with a chosen position scheme.
 
 Schemes (`SCHEMES`, the names of pecli.runs.names.PE_SCHEMES), each a stock transformers architecture so checkpoints save in the
-Hugging Face format and load through `pecli.loading.load_model(<dir>)`:
+Hugging Face format and load through `pecli.models.loading.load_model(<dir>)`:
 - `learned`: GPT-2, trained `wpe`.
 - `sinusoidal`: GPT-2 whose `wpe` holds the Vaswani et al. sinusoid (scaled to the token
   embeddings' initial RMS; `config.pecli_sinusoid_scale`), frozen.
 - `none`: GPT-2 whose `wpe` is zero, frozen (NoPE: only the causal mask tells order).
 - `rope`: Llama (rotary embeddings in every attention).
 - `alibi`: GPT-2 with zero frozen `wpe` and the attention function `ALIBI_ATTENTION`
-  from `pecli.masks` (registered through `transformers.AttentionInterface`; the `alibi`
+  from `pecli.positions.masks` (registered through `transformers.AttentionInterface`; the `alibi`
   mask shape under log-bias semantics adds -slope_h * (q - k) to the logits). The name
   is written into config.json, so a reload uses it again once it is registered (this
   module registers it on import); loading an alibi checkpoint in a process that has not
@@ -30,8 +30,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from pecli.architectures import ARCHITECTURES, position_embedding
-from pecli.pe_analysis import sinusoidal_at
+from pecli.models.architectures import ARCHITECTURES, position_embedding
+from pecli.positions.sinusoid import sinusoidal_at
 from pecli.runs import names
 from pecli.runs.errors import ConfigError
 
@@ -55,14 +55,14 @@ class ModelSize:
 
 def sinusoid_table(n_positions: int, dim: int) -> torch.Tensor:
     """PE[pos, 2i] = sin(pos / 10000^(2i/d)), PE[pos, 2i+1] = cos(...): [n_positions, dim]
-    float32, pecli.pe_analysis's one sinusoid."""
+    float32, pecli.positions.sinusoid's one sinusoid."""
     return torch.from_numpy(sinusoidal_at(np.arange(n_positions), dim)).float()
 
 
 def alibi_attention_name() -> str:
-    """The registered attention implementation that gives ALiBi (pecli.masks: the `alibi`
+    """The registered attention implementation that gives ALiBi (pecli.positions.masks: the `alibi`
     shape, log-bias semantics, relative mode: logits - slope_h * (q - k)); registers it."""
-    from pecli.masks import attention_name
+    from pecli.positions.masks import attention_name
 
     return attention_name("alibi", "log-bias", "relative")
 
