@@ -1,3 +1,3 @@
-from pecli.cli import main
+from pecli.cli.app import main
 
 main()

@@ -143,7 +143,7 @@ def invoke():
     """invoke("perplexity", "gpt2", ...) -> the CliRunner result of that command, 200 columns."""
     from typer.testing import CliRunner
 
-    from pecli.cli import app
+    from pecli.cli.app import app
 
     runner = CliRunner()
     return lambda *args: runner.invoke(app, list(args), env={"COLUMNS": "200"})

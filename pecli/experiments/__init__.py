@@ -1,10 +1,14 @@
-"""Registered experiments: what `pecli reproduce` runs from a preset.
+"""One module per experiment: options in, tidy tables out; a preset of experiments
+(reproduce.py) and the tables across runs (compare.py). Registered experiments are what
+`pecli reproduce` runs from a preset.
 
 Each experiment module registers an `Experiment` whose `run(options)` takes its frozen
 options object (pecli.runs.options: the same names as its CLI flags, checked when built) and
-returns tidy tables that pass `pecli.runs.tables.validate`; `figures` turns the written CSVs into PNGs without torch. Experiments
-name their figures by a "module:function" string (`lazy`): plots sit above experiments
-(tests/unit/test_layers.py), so an experiment never imports them.
+returns tidy tables that pass `pecli.runs.tables.validate`; `figures` turns the written CSVs
+into PNGs without torch. Experiments name their figures by a "module:function" string
+(`lazy`), so that computing never imports matplotlib.
+
+May import pecli.measures, pecli.plots, pecli.positions, pecli.models, pecli.data, pecli.runs.
 """
 
 from __future__ import annotations

@@ -120,7 +120,7 @@ def load_preset(name_or_path: str, overrides: dict | None = None, *, experiments
         overrides: options applied to every experiment, after the preset's own (CLI > YAML).
         experiments: the experiment registry whose run() signatures the options must fit
             (passed in: experiments sit above config, see tests/unit/test_layers.py;
-            `pecli.reproduce.load_preset` passes them all).
+            `pecli.experiments.reproduce.load_preset` passes them all).
     """
     path = Path(name_or_path)
     if not path.suffix and not path.is_dir():

@@ -7,7 +7,7 @@ import pytest
 from conftest import make_tiny
 from typer.testing import CliRunner
 
-from pecli.cli import app
+from pecli.cli.app import app
 
 runner = CliRunner()
 REVIEWS = ["a fine film", "terrible acting and a worse plot", "I loved every minute of it",

@@ -6,7 +6,7 @@ import pandas as pd
 from conftest import make_tiny
 from typer.testing import CliRunner
 
-from pecli.cli import app
+from pecli.cli.app import app
 
 runner = CliRunner()
 COMMIT = "0123456789abcdef0123456789abcdef01234567"

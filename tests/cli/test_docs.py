@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_cli_reference_is_current(tmp_path):
     out = tmp_path / "cli.md"
-    subprocess.run([sys.executable, "-m", "typer", "pecli.cli", "utils", "docs", "--name", "pecli",
+    subprocess.run([sys.executable, "-m", "typer", "pecli.cli.app", "utils", "docs", "--name", "pecli",
                     "--output", str(out)], check=True, capture_output=True, cwd=ROOT)
     names = subprocess.run([sys.executable, "-m", "pecli.runs.options"], check=True, capture_output=True,
                            text=True, cwd=ROOT).stdout

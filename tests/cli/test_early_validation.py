@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from pecli.cli import app
+from pecli.cli.app import app
 
 runner = CliRunner()
 

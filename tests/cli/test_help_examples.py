@@ -8,7 +8,7 @@ import shlex
 import pytest
 import typer
 
-from pecli.cli import app
+from pecli.cli.app import app
 
 
 def _examples():

@@ -1,6 +1,6 @@
 from typer.testing import CliRunner
 
-from pecli.cli import app
+from pecli.cli.app import app
 
 runner = CliRunner()
 
@@ -30,7 +30,7 @@ def test_ctrl_c_exits_130_and_says_what_was_kept(monkeypatch):
     import pecli.experiments.ablate as ablate_exp
     import pecli.experiments.pe as pe_exp
     import pecli.experiments.perplexity as perplexity_exp
-    import pecli.reproduce as reproduce_mod
+    import pecli.experiments.reproduce as reproduce_mod
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt

@@ -128,7 +128,7 @@ def test_a_bad_name_fails_without_importing_torch(args, message):
     import subprocess
     import sys
 
-    code = (f"import sys\nfrom pecli.cli import app\ntry:\n    app({args!r})\nexcept SystemExit as e:\n"
+    code = (f"import sys\nfrom pecli.cli.app import app\ntry:\n    app({args!r})\nexcept SystemExit as e:\n"
             "    print(e.code, 'torch' in sys.modules, 'transformers' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.split() == ["1", "False", "False"], out.stdout + out.stderr

@@ -7,7 +7,7 @@ import pytest
 import test_pe_cli
 from typer.testing import CliRunner
 
-from pecli.cli import app
+from pecli.cli.app import app
 
 runner = CliRunner()
 

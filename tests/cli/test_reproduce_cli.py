@@ -6,8 +6,8 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from pecli.cli import app
-from pecli.reproduce import load_preset
+from pecli.cli.app import app
+from pecli.experiments.reproduce import load_preset
 from pecli.runs.config import preset_names
 from pecli.runs.tables import validate
 

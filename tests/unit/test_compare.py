@@ -1,4 +1,4 @@
-"""pecli compare / pecli.compare: gathers real run folders, refuses rows of different data."""
+"""pecli compare / pecli.experiments.compare: gathers real run folders, refuses rows of different data."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 from conftest import make_tiny
 from typer.testing import CliRunner
 
-from pecli.cli import app
-from pecli.compare import gather, headline_rows
+from pecli.cli.app import app
+from pecli.experiments.compare import gather, headline_rows
 from pecli.runs.errors import DataError
 
 runner = CliRunner()

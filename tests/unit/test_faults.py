@@ -20,7 +20,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from pecli.cli import app
+from pecli.cli.app import app
 from pecli.runs.errors import DataError, ModelError, OutputError
 from pecli.runs.io import Checkpoint, RunOutput, umask
 
@@ -326,9 +326,9 @@ COMMANDS = {  # every command that writes results, with arguments that would oth
 
 @pytest.mark.parametrize("command", COMMANDS)
 def test_unwritable_out_fails_before_computing(command, tmp_path, no_compute, monkeypatch):
-    import pecli.reproduce
+    import pecli.experiments.reproduce
 
-    monkeypatch.setattr(pecli.reproduce, "preflight", lambda preset: None)
+    monkeypatch.setattr(pecli.experiments.reproduce, "preflight", lambda preset: None)
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
     result = _invoke(*COMMANDS[command], "--out", blocker / "run")

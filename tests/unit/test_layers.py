@@ -1,22 +1,23 @@
 """Imports run one way: down the layers of pecli, never back up.
 
-Layers, bottom (0) to top, in the order data flows through a run
-(config -> model and data -> intervention -> run -> metrics -> tables -> plots -> files):
+The packages, bottom (0) to top, in the order data flows through a run
+(config -> model and data -> intervention -> run -> metrics -> tables and plots -> files):
 
-    0 base          errors, registry, names, options, config (what to run)
-    1 utilities     io, tables, provenance, intervals, progress, parallel (written to by all)
-    2 model + data  loading, data, architectures, batching
-    3 computation   interventions, masks, lm_scoring, metrics, pe_analysis, recover, mc, training
-    4 experiments   experiments.* (one run: model + data + intervention -> tidy tables)
-    5 plots         plots.* (figures from the written CSVs)
-    6 runners       reproduce, compare (several runs -> files)
-    7 interface     commands.*, cli, cli_options, __main__
+    0 runs          options, names, presets, output folders, tables, provenance, processes
+    1 data          datasets and item files
+    2 models        loading, architecture specs
+    3 positions     interventions, masks, sinusoids, rope scaling
+    4 measures, plots   the science; figures (independent of each other: .importlinter)
+    5 experiments   one run: model + data + intervention -> tidy tables; reproduce; compare
+    6 cli, integrations   the shell; pecli inside other tools (lm-eval)
 
 A module may import its own layer or any layer below, never above, at module level or
 inside a function. Late binding by name (`importlib.import_module` of a "module:function"
-string, as experiments name their figures and EXPERIMENT_MODULES its experiments) is how
-a lower layer refers to a higher one. names, options, config, io, tables and plots never import torch or
-transformers, directly or through what they import (checked on the AST and at run time).
+string, as experiments name their figures) is how a module refers to one it must not import.
+The same contract is kept by import-linter (.importlinter, `make lint`, and the last test).
+names, options, config, io, tables and plots never
+import torch or transformers, directly or through what they import (checked on the AST and at
+run time).
 """
 
 from __future__ import annotations
@@ -31,13 +32,12 @@ import pecli
 ROOT = Path(pecli.__file__).parent
 LAYERS = [
     {"pecli", "runs"},
-    {"io", "tables", "provenance", "intervals", "progress", "parallel"},
-    {"loading", "data", "architectures", "batching"},
-    {"interventions", "masks", "lm_scoring", "metrics", "pe_analysis", "recover", "mc", "training"},
+    {"data"},
+    {"models"},
+    {"positions"},
+    {"measures", "plots"},
     {"experiments"},
-    {"plots"},
-    {"reproduce", "compare"},
-    {"commands", "cli", "cli_options", "__main__"},
+    {"cli", "integrations", "__main__"},
 ]
 TORCH_FREE = ("pecli.runs.names", "pecli.runs.options", "pecli.runs.config", "pecli.runs.io", "pecli.runs.tables",
               "pecli.plots")
@@ -124,7 +124,7 @@ def test_torch_free_modules_load_without_torch():
 
 
 def test_the_walk_sees_imports_inside_functions(tmp_path):
-    path = ROOT / "tables.py"  # resolved against the real package; only the text is ours
+    path = ROOT / "runs" / "tables.py"  # resolved against the real package; only the text is ours
     source = "def f():\n    from pecli.plots.style import color_of\n    from . import io\n"
     tree_imports = [t for _, t in ast_imports_of(source, path)]
     assert "pecli.plots.style" in tree_imports and "pecli.runs.io" in tree_imports
@@ -137,3 +137,13 @@ def ast_imports_of(source: str, path: Path) -> list[tuple[int, str]]:
         return imports(path)
     finally:
         Path.read_text = original
+
+
+def test_import_linter_keeps_the_contracts():
+    """.importlinter's layers and acyclic-siblings contracts, as `make lint` runs them."""
+    linter = Path(sys.executable).parent / "lint-imports"
+    if not linter.exists():
+        import pytest
+        pytest.skip("lint-imports is not installed (make setup installs it with the dev extra)")
+    out = subprocess.run([str(linter)], capture_output=True, text=True, cwd=ROOT.parent)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]

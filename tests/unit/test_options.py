@@ -109,7 +109,7 @@ def test_a_preset_type_error_is_one_line(tmp_path):
 def test_a_bad_name_fails_without_importing_torch():
     """`pecli ablate smollm2 --intervention nosuch` never imports torch (so it fails in well
     under a second, whatever the cache holds)."""
-    code = ("import sys\nfrom pecli.cli import app\n"
+    code = ("import sys\nfrom pecli.cli.app import app\n"
             "try:\n    app(['ablate', 'smollm2', '--intervention', 'nosuch'])\n"
             "except SystemExit as e:\n    code = e.code\n"
             "print(code, 'torch' in sys.modules, 'transformers' in sys.modules)")
@@ -133,7 +133,7 @@ def test_a_bad_name_fails_without_importing_torch():
 def test_a_bad_option_of_the_pe_and_training_commands_fails_without_importing_torch(args, message):
     """pe probe / recover / sinusoidal, toy and train lm build their options before importing
     any experiment: a bad name or range fails without torch."""
-    code = ("import sys\nfrom pecli.cli import app\n"
+    code = ("import sys\nfrom pecli.cli.app import app\n"
             f"try:\n    app({args!r})\n"
             "except SystemExit as e:\n    code = e.code\n"
             "print(code, 'torch' in sys.modules, 'transformers' in sys.modules)")

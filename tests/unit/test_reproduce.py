@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from pecli.experiments import EXPERIMENTS, Experiment
-from pecli.reproduce import load_preset, run_preset
+from pecli.experiments.reproduce import load_preset, run_preset
 from pecli.runs.errors import ConfigError
 from pecli.runs.options import Options, option
 from pecli.runs.provenance import row_provenance
@@ -134,7 +134,7 @@ def test_preflight_names_every_missing_thing(fake_experiment, tmp_path, monkeypa
 
 
 def test_project_model_paths_are_found_from_any_directory(tmp_path, monkeypatch):
-    from pecli.reproduce import located
+    from pecli.experiments.reproduce import located
 
     monkeypatch.chdir(tmp_path)  # models/tiny-gpt2-imdb is not here
     options = {"model": "models/tiny-gpt2-imdb", "models": ["minilm", "models/tiny-gpt2-imdb"],

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from pecli.cli_options import DataDirOpt, DeviceOpt, LimitOpt
+from pecli.cli.flags import DataDirOpt, DeviceOpt, LimitOpt
 
 PresetOpt = Annotated[str, typer.Option(help="Preset name (configs/<name>.yaml) or a YAML path.")]
 
@@ -30,7 +30,7 @@ def reproduce(
         pecli reproduce --preset smoke --out /tmp/smoke
         pecli reproduce --preset study --device cuda
     """
-    from pecli.reproduce import load_preset, run_preset
+    from pecli.experiments.reproduce import load_preset, run_preset
 
     overrides = {k: v for k, v in {"device": device, "limit": limit,
                                    "data_dir": str(data_dir) if data_dir else None}.items() if v is not None}
@@ -47,7 +47,7 @@ def presets() -> None:
     Examples:
         pecli presets
     """
-    from pecli.reproduce import load_preset
+    from pecli.experiments.reproduce import load_preset
     from pecli.runs.config import preset_names
 
     for name in preset_names():

@@ -1,4 +1,4 @@
-"""One module per command (group); each has `register(app)`."""
+"""What every command shares: a wide console for piped output, and the one writer of a command's results."""
 
 from rich.console import Console
 

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from pecli.cli_options import OutOpt, SeedOpt, build
+from pecli.cli.flags import OutOpt, SeedOpt, build
 from pecli.runs.options import ToyOptions
 
 PeOpt = Annotated[list[str] | None, typer.Option(
@@ -49,7 +49,7 @@ def arithmetic(
     """
     options = build(ToyOptions, "pecli toy arithmetic", pe=pe, max_n=max_n, steps=steps,
                     probe=probe, layers=layers, width=width, heads=heads, threads=threads, seed=seed)
-    from pecli.commands.train import run_with_progress
+    from pecli.cli.train import run_with_progress
 
     run_with_progress("toy", options, out, save_models=save_models)
 

@@ -8,8 +8,8 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from pecli.cli_options import OutOpt
-from pecli.commands import console as wide_console
+from pecli.cli.flags import OutOpt
+from pecli.cli.shared import console as wide_console
 
 
 def compare(
@@ -31,7 +31,7 @@ def compare(
         pecli compare results/offline
         pecli compare runs/ablate/A runs/ablate/B --out runs/compare/AB
     """
-    from pecli.compare import figures, gather
+    from pecli.experiments.compare import figures, gather
     from pecli.runs.io import RunOutput, default_out_dir
 
     with RunOutput(out or default_out_dir("compare")) as output:

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from pecli.cli_options import (
+from pecli.cli.flags import (
     BatchSizeOpt,
     BootstrapOpt,
     DataDirOpt,
@@ -29,8 +29,8 @@ from pecli.cli_options import (
     build,
     intervention_option,
 )
-from pecli.commands import console as wide_console
-from pecli.commands import run_and_write
+from pecli.cli.shared import console as wide_console
+from pecli.cli.shared import run_and_write
 from pecli.runs import parallel
 from pecli.runs.options import PerplexityOptions
 

@@ -101,7 +101,7 @@ def _root(version: bool = typer.Option(False, "--version", is_eager=True, callba
 COMMAND_MODULES = ("listing", "reproduce", "ablate", "perplexity", "mc", "pe", "toy", "train", "compare")
 
 for _name in COMMAND_MODULES:
-    importlib.import_module(f"pecli.commands.{_name}").register(app)
+    importlib.import_module(f"pecli.cli.{_name}").register(app)
 
 
 def main() -> None:

@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from pecli.cli_options import (
+from pecli.cli.flags import (
     BatchSizeOpt,
     BootstrapOpt,
     DataDirOpt,
@@ -26,8 +26,8 @@ from pecli.cli_options import (
     TextFieldOpt,
     build,
 )
-from pecli.commands import console as wide_console
-from pecli.commands import run_and_write
+from pecli.cli.shared import console as wide_console
+from pecli.cli.shared import run_and_write
 from pecli.runs import parallel
 from pecli.runs.options import ProbeOptions, RecoverOptions, SinusoidOptions
 

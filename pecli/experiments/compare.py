@@ -9,7 +9,7 @@ Numbers are only comparable on the same texts: within a metric, every row must s
 dataset, split, data revision (hash) and row count, or `gather` refuses with the reason
 (`allow_mixed=True` gathers them anyway and says so in the `mixed` column).
 
-    from pecli.compare import gather, figures
+    from pecli.experiments.compare import gather, figures
     table = gather(["results/offline/e1-minilm", "runs/ablate/x"])   # DataError if incomparable
     pngs = figures({"compare": csv_path}, fig_dir)                    # one PNG per metric
 """

@@ -7,8 +7,8 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from pecli.cli_options import DataDirOpt
-from pecli.commands import console as wide_console
+from pecli.cli.flags import DataDirOpt
+from pecli.cli.shared import console as wide_console
 
 
 def models() -> None:

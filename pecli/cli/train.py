@@ -9,9 +9,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from pecli.cli_options import DataDirOpt, OutOpt, SeedOpt, build
-from pecli.commands import console as wide_console
-from pecli.commands import run_and_write
+from pecli.cli.flags import DataDirOpt, OutOpt, SeedOpt, build
+from pecli.cli.shared import console as wide_console
+from pecli.cli.shared import run_and_write
 from pecli.runs.options import TrainLmOptions
 
 train_app = typer.Typer(help="Train small Transformers from scratch with a chosen position scheme.",
