@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import json
 import re
 import types
 import typing
@@ -194,6 +195,92 @@ def _plain(value):
     if isinstance(value, tuple | list):
         return [_plain(v) for v in value]
     return value
+
+
+# --- rope scaling: TYPE:FACTOR or a JSON dict of transformers' rope_parameters -------------
+
+# transformers' rope types (modeling_rope_utils.ROPE_INIT_FUNCTIONS; a test keeps this in step)
+ROPE_TYPES = ("linear", "dynamic", "yarn", "longrope", "llama3", "proportional")
+ROPE_FACTOR_TYPES = ("linear", "dynamic", "yarn")  # these need only a factor: TYPE:FACTOR
+ROPE_EXTRA_KEYS = {"llama3": ("low_freq_factor", "high_freq_factor"),
+                   "longrope": ("short_factor", "long_factor")}
+ROPE_EXAMPLE = '{"rope_type": "llama3", "factor": 8, "low_freq_factor": 1, "high_freq_factor": 4}'
+
+
+def split_rope_scalings(value) -> list[str]:
+    """"yarn:2,{...}" or a list -> the items, split at commas outside JSON braces."""
+    items = [value] if isinstance(value, str) else list(value or [])
+    out = []
+    for item in items:
+        if isinstance(item, dict):
+            out.append(json.dumps(item, sort_keys=True))
+            continue
+        depth, start, text = 0, 0, str(item)
+        for i, ch in enumerate(text):
+            depth += (ch in "{[") - (ch in "}]")
+            if ch == "," and depth == 0:
+                out.append(text[start:i].strip())
+                start = i + 1
+        out.append(text[start:].strip())  # the last item (or unbalanced JSON, refused later)
+    return list(dict.fromkeys(s for s in out if s))
+
+
+def rope_parameters(text: str) -> dict[str, Any]:
+    """One --rope-scaling item -> the rope_parameters it sets (what the model's config does not
+    already say: rope_theta and the original context are filled in from the model).
+
+    `yarn:2` -> {"rope_type": "yarn", "factor": 2.0}; a JSON dict is taken as it is (its
+    rope_type checked; the keys a type needs are checked against the model's config)."""
+    label = _label("rope_scaling")
+    if text.startswith("{"):
+        try:
+            params = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise ConfigError(f"{label}: {text!r} is not valid JSON ({err.msg}); e.g. "
+                              f"'{ROPE_EXAMPLE}'") from None
+        if not isinstance(params, dict):
+            raise ConfigError(f"{label}: {text!r} must be a JSON object of rope_parameters")
+        kind = params.get("rope_type", params.get("type"))
+        if kind not in ROPE_TYPES:
+            raise ConfigError(f"{label}: rope_type {kind!r} is not one of transformers' rope "
+                              f"types: {', '.join(ROPE_TYPES)}")
+        return {"rope_type": kind, **{k: v for k, v in params.items() if k not in ("type", "rope_type")}}
+    kind, colon, factor = text.partition(":")
+    if kind in ROPE_EXTRA_KEYS:
+        raise ConfigError(f"{label}: {kind} needs {' and '.join(ROPE_EXTRA_KEYS[kind])} besides a "
+                          f"factor; give a JSON dict of rope_parameters, e.g. '{ROPE_EXAMPLE}'")
+    if kind not in ROPE_FACTOR_TYPES:
+        close = difflib.get_close_matches(kind, ROPE_TYPES, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ConfigError(f"{label}: unknown rope type {kind!r}{hint}; write TYPE:FACTOR with "
+                          f"TYPE one of {', '.join(ROPE_FACTOR_TYPES)} (e.g. yarn:2), or a JSON "
+                          "dict of rope_parameters for any type")
+    try:
+        value = float(factor)
+    except ValueError:
+        value = float("nan")
+    if not colon or not value > 0 or value == float("inf"):
+        raise ConfigError(f"{label}: {text!r} needs a positive factor: {kind}:FACTOR, e.g. {kind}:2")
+    return {"rope_type": kind, "factor": value}
+
+
+@dataclass(frozen=True)
+class RopeScaled(Options):
+    """Options of an experiment on a causal LM that `--rope-scaling` can stretch (length,
+    passkey, lm-eval): each item a condition after the unscaled model."""
+
+    rope_scaling: tuple[str | dict, ...] | str | None = None  # "yarn:2,dynamic:2", a list, JSON dicts
+
+    def check(self) -> None:
+        super().check()
+        items = split_rope_scalings(self.rope_scaling)
+        for item in items:
+            rope_parameters(item)
+        object.__setattr__(self, "rope_scaling", tuple(items))
+
+    def rope_conditions(self) -> list[tuple[str, dict[str, Any] | None]]:
+        """(name, rope_parameters) per condition, the unscaled model ("none", None) first."""
+        return [("none", None), *((s, rope_parameters(s)) for s in self.rope_scaling)]
 
 
 # --- the experiments' options --------------------------------------------------------------
