@@ -98,7 +98,8 @@ def _root(version: bool = typer.Option(False, "--version", is_eager=True, callba
     """Position information in pretrained Transformers: ablate, mask, measure."""
 
 
-COMMAND_MODULES = ("listing", "reproduce", "ablate", "perplexity", "mc", "pe", "toy", "train", "compare")
+COMMAND_MODULES = ("listing", "reproduce", "ablate", "perplexity", "mc", "pe", "toy", "train", "compare",
+                   "length")
 
 for _name in COMMAND_MODULES:
     importlib.import_module(f"pecli.cli.{_name}").register(app)

@@ -66,6 +66,15 @@ ProtocolOpt = Annotated[list[str] | None, typer.Option(
                        "but ~10x slower) (repeat or a,b). Default: relative.")]
 
 
+# Rotary models stretched past their context (length, passkey, lm-eval): pecli.runs.options.RopeScaled.
+RopeScalingOpt = Annotated[list[str] | None, typer.Option(
+    "--rope-scaling", help="Rope scaling(s), each a condition after the unscaled model: linear:S, "
+                           "dynamic:S, yarn:S (original context: the model's own), or a JSON dict "
+                           "of rope_parameters for any transformers type, e.g. "
+                           "'{\"rope_type\": \"llama3\", \"factor\": 8, \"low_freq_factor\": 1, "
+                           "\"high_freq_factor\": 4}' (repeat or a,b; docs/length.md).")]
+
+
 # Deprecated spelling of --intervention (kept for one release; `build` warns when it is used).
 PeAliasOpt = Annotated[list[str] | None, typer.Option(
     "--pe", hidden=True, help="Deprecated: use --intervention.")]

@@ -53,7 +53,8 @@ def lazy(target: str) -> Callable[[dict[str, Path], Path], list[Path]]:
 EXPERIMENTS: Registry[Experiment] = Registry("experiment", ConfigError)
 
 # Modules that register experiments, imported on first use.
-EXPERIMENT_MODULES: tuple[str, ...] = ("ablate", "perplexity", "mc", "pe", "recover", "toy", "train_lm")
+EXPERIMENT_MODULES: tuple[str, ...] = ("ablate", "perplexity", "mc", "pe", "recover", "toy", "train_lm",
+                                       "length")
 
 
 def check_before_loading(model: str, interventions=(), *, causal: bool = False) -> None:

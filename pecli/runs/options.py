@@ -299,6 +299,7 @@ class Running(Options):
     data_dir: str | None = option(None, location=True)
 
     def check(self) -> None:
+        super().check()
         if not DEVICE.fullmatch(self.device):
             raise ConfigError(f"{_label('device')}: unknown device {self.device!r}; use auto, cpu, "
                               "cuda or cuda:N")
@@ -379,6 +380,57 @@ class PerplexityOptions(MaskGrid):
         if self.stride is not None and self.long_text.name != "window":
             raise ConfigError("stride (--stride) steps the windows of long_text: window; "
                               "add --long-text window or drop --stride")
+
+
+LENGTH_WINDOWS = ("nonoverlapping", "sliding", "band")
+
+
+@dataclass(frozen=True)
+class LengthOptions(MaskGrid, RopeScaled):
+    """`pecli length` and the `length` experiment: loss by position and window length.
+
+    The dataset's documents (a seeded `limit` of them, kept in source order) joined by the
+    tokenizer's EOS make one token stream, cut into windows of each of `lengths` tokens.
+    """
+
+    model: tuple[str, ...] | str = ("random:llama",)  # one or more: "a,b" or a list
+    intervention: tuple[Choice, ...] = option(("learned",), vocabulary=names.INTERVENTIONS, many=True)
+    dataset: str = "imdb"
+    limit: int | None = option(64, low=1)  # documents; fewer in the data: all of them
+    lengths: tuple[int, ...] | str = (128, 256, 512)
+    windows: str = option("nonoverlapping", choices=LENGTH_WINDOWS)
+    stride: int | None = option(None, low=1)
+    start_token: bool = False
+    buckets: int = option(8, low=1)  # position buckets per window (equal widths)
+
+    def check(self) -> None:
+        super().check()
+        models = tuple(names.split_names(self.model))
+        if not models:
+            raise ConfigError("model: give at least one model (e.g. smollm2 random:llama)")
+        object.__setattr__(self, "model", models)
+        lengths = self.lengths
+        if isinstance(lengths, str):
+            try:
+                lengths = [int(x) for x in names.split_names(lengths)]
+            except ValueError:
+                raise ConfigError(f"lengths (--lengths): {self.lengths!r} must be integers, "
+                                  "e.g. 128,256,512") from None
+        if not lengths or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 2
+                                  for n in lengths):
+            raise ConfigError(f"lengths (--lengths): {self.lengths!r}: give window lengths of at "
+                              "least 2 tokens, e.g. 128,256,512")
+        object.__setattr__(self, "lengths", tuple(dict.fromkeys(lengths)))
+        if self.protocol != (names.parse(names.PROTOCOLS, "relative"),):
+            raise ConfigError("protocol (--protocol): length scores each window in one pass "
+                              "(relative); drop --protocol")
+        if self.windows == "nonoverlapping" and self.stride is not None:
+            raise ConfigError("stride (--stride) steps sliding windows; add --windows sliding "
+                              "or drop --stride")
+        if self.windows == "band" and self.start_token:
+            raise ConfigError("start_token (--start-token): the band pass runs over the stream "
+                              "in one pass, with no window starts to put it at; use --windows "
+                              "sliding --start-token")
 
 
 @dataclass(frozen=True)
@@ -551,6 +603,8 @@ CONCEPTS = [  # (name in flags, options and columns, what it is)
     ("protocol", "how a mask meets a causal LM's prefixes (perplexity, mc)", names.PROTOCOLS),
     ("long_text", "texts longer than the model's positions (perplexity)", names.LONG_TEXT),
     ("text_field", "the data column(s) read as text; a+b joins columns", None),
+    ("rope_scaling", "a rotary model's frequencies stretched: TYPE:FACTOR (linear, dynamic, yarn) "
+     "or a JSON dict of rope_parameters (any transformers rope type) (length)", None),
     ("bootstrap", "resamples of the 95 % intervals over texts (columns ci_low, ci_high)", None),
 ]
 

@@ -1,0 +1,124 @@
+"""`pecli length`: loss by position and window length (rope scaling, learned tables)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from pecli.cli.flags import (
+    BatchSizeOpt,
+    BootstrapOpt,
+    DataDirOpt,
+    DatasetOpt,
+    DeviceOpt,
+    DtypeOpt,
+    MaskOpt,
+    MaskSemanticsOpt,
+    OutOpt,
+    RopeScalingOpt,
+    SeedOpt,
+    SplitOpt,
+    TextFieldOpt,
+    build,
+    intervention_option,
+)
+from pecli.cli.shared import console as wide_console
+from pecli.cli.shared import run_and_write
+from pecli.runs import parallel
+from pecli.runs.options import LengthOptions
+
+ModelsArg = Annotated[list[str], typer.Argument(
+    help="One or more causal LMs: smollm2, random:llama, random:gpt2, a checkpoint directory "
+         "(e.g. from pecli train lm), a hub id.")]
+InterventionOpt = intervention_option("learned (the model's own; default), zero, ..., crossed with --mask")
+
+
+def length(
+    models: ModelsArg,
+    lengths: Annotated[str | None, typer.Option(help="Window lengths in tokens, e.g. 128,256,512.")] = None,
+    windows: Annotated[str | None, typer.Option(
+        help="nonoverlapping (default: full windows, the remainder dropped and counted), "
+             "sliding (every token scored once with up to L-1 tokens of context; see --stride) "
+             "or band (one pass, each token attending to its L-2 predecessors in every layer: "
+             "sliding-window attention; docs/length.md).")] = None,
+    stride: Annotated[int | None, typer.Option(min=1, help="Step of --windows sliding (default 1).")] = None,
+    start_token: Annotated[bool, typer.Option(
+        help="Begin every window with the tokenizer's start token (and score its first token).")] = False,
+    rope_scaling: RopeScalingOpt = None,
+    intervention: InterventionOpt = None,
+    mask: MaskOpt = None,
+    mask_semantics: MaskSemanticsOpt = None,
+    buckets: Annotated[int | None, typer.Option(min=1, help="Position buckets per window (default 8).")] = None,
+    dataset: DatasetOpt = "imdb",
+    split: SplitOpt = None,
+    text_field: TextFieldOpt = None,
+    limit: Annotated[int | None, typer.Option(
+        min=1, help="Documents in the stream: a seeded subset, kept in source order (default 64; "
+                    "fewer in the data: all).")] = None,
+    batch_size: BatchSizeOpt = None,
+    bootstrap: BootstrapOpt = 1000,
+    seed: SeedOpt = 0,
+    device: DeviceOpt = "auto",
+    dtype: DtypeOpt = "float32",
+    data_dir: DataDirOpt = None,
+    out: OutOpt = None,
+) -> None:
+    """Loss by position and by window length: how far each position scheme reaches.
+
+    The dataset's documents, joined by the tokenizer's EOS in source order, make one token
+    stream, cut into windows of each --lengths. length.csv has one row per (model,
+    condition, length, position bucket) and an all-positions row: nll_mean, perplexity,
+    tokens, windows, dropped_tokens and a 95 % bootstrap interval over windows. The intact
+    model comes first; every --intervention x --mask x --mask-semantics is crossed with every
+    --rope-scaling. Learned positions past their rows give a "not applicable" row.
+
+    Examples:
+        pecli length smollm2 --dataset docs.csv --lengths 2048,16384 --rope-scaling yarn:2,dynamic:2,linear:2
+        pecli length random:llama --lengths 64,128 --windows sliding --stride 16 --limit 8
+        pecli length models/sinusoidal models/learned --lengths 128,256,512,1024
+    """
+    options = build(LengthOptions, "pecli length", model=models, lengths=lengths, windows=windows,
+                    stride=stride, start_token=start_token, rope_scaling=rope_scaling,
+                    intervention=intervention, mask=mask, mask_semantics=mask_semantics,
+                    buckets=buckets, dataset=dataset, split=split, text_field=text_field,
+                    limit=limit, batch_size=batch_size, bootstrap=bootstrap, seed=seed,
+                    device=device, dtype=dtype, data_dir=data_dir)
+    from rich.progress import BarColumn, MofNCompleteColumn, TimeElapsedColumn
+
+    from pecli.experiments.length import run
+    from pecli.measures.intervals import METHOD
+    from pecli.runs.progress import progress_bar
+
+    with progress_bar("scoring", BarColumn(), MofNCompleteColumn(), "tokens", TimeElapsedColumn(),
+                      transient=True, disable=not parallel.is_main()) as bar:
+        task = bar.add_task("scoring", total=None)
+
+        def advance(n: int, total: int) -> None:
+            bar.update(task, advance=n, total=total)
+
+        tables, paths, pngs, _ = run_and_write("length", run, options, out, progress=advance,
+                                               notes={"intervals": METHOD.replace("texts", "windows")})
+    if not parallel.is_main():
+        return
+    console = wide_console()
+    df = tables["length"]
+    whole = df[df["all_positions"]]
+    first = df.iloc[0]
+    summary = Table(title=f"length: {first['dataset']}/{first['split']} ({first['rows']} documents, "
+                          f"{first['stream_tokens']} stream tokens, {first['window_protocol']} windows)")
+    for col in ("model", "condition", "length", "perplexity [95 % CI]", "tokens", "windows", "dropped"):
+        summary.add_column(col, justify="right" if col in ("length", "tokens", "windows", "dropped") else "left")
+    for _, row in whole.iterrows():
+        condition = ", ".join(str(row[c]) for c in ("intervention", "mask", "rope_scaling"))
+        value = row["note"] or (f"{row['perplexity']:.4g} [{row['ci_low']:.4g}, {row['ci_high']:.4g}]")
+        summary.add_row(str(row["model"]), condition, str(row["length"]), value, str(row["tokens"]),
+                        str(row["windows"]), str(row["dropped_tokens"]))
+    console.print(summary)
+    for p in [*paths.values(), *pngs]:
+        console.print(f"wrote {p}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(length)

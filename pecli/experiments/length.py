@@ -1,0 +1,155 @@
+"""How far does each position scheme reach? Loss by position and by window length.
+
+The dataset's documents, in source order, joined by the tokenizer's EOS, make one token
+stream; for every model, window length and condition (the intact model first; then every
+intervention x mask x semantics, each crossed with every --rope-scaling), the stream's
+windows (pecli.measures.length_scoring) are scored and summarised by position bucket, with
+a bootstrap over windows. A length a model cannot take (learned positions past their
+rows) gets one "not applicable" row per condition, never a clamped number.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import nullcontext
+
+import pandas as pd
+import torch
+
+from pecli.experiments import EXPERIMENTS, Experiment, check_before_loading, lazy, load
+from pecli.runs import names
+from pecli.runs.errors import DataError, ModelError
+from pecli.runs.options import LengthOptions
+from pecli.runs.provenance import row_provenance
+from pecli.runs.tables import validate
+
+RELATIVE = names.parse(names.PROTOCOLS, "relative")
+
+
+def conditions(options: LengthOptions) -> list[tuple]:
+    """(plan, rope name, rope parameters) per condition: the intact, unscaled model first, then
+    every plan (pecli.measures.lm_scoring.plan_grid) crossed with every rope scaling."""
+    from pecli.measures.lm_scoring import plan_grid
+
+    pairs = [(p, m) for p in options.intervention for m in options.mask]
+    plans = plan_grid(pairs, options.mask_semantics, (RELATIVE,))
+    return [(how, name, params) for how in plans for name, params in options.rope_conditions()]
+
+
+def stream_of(tokenizer, texts: list[str]) -> list[int]:
+    """The documents' tokens (no special tokens) joined by the tokenizer's EOS, in order."""
+    from pecli.runs.batching import encode
+
+    eos = tokenizer.eos_token_id
+    if eos is None:
+        raise DataError("the tokenizer has no EOS token to join documents with; pass a model "
+                        "whose tokenizer has one")
+    stream: list[int] = []
+    for i, ids in enumerate(encode(tokenizer, texts, max_length=10**12, add_special_tokens=False).ids):
+        stream += ([eos] if i else []) + list(ids)
+    return stream
+
+
+def _check_rope(name: str, spec_position: str, options: LengthOptions) -> None:
+    if options.rope_scaling and spec_position != "rotary":
+        raise ModelError(f"{name} has {spec_position} positions; --rope-scaling applies to rotary "
+                         "models (e.g. smollm2, random:llama): drop it or the model")
+
+
+def run(options: LengthOptions, progress: Callable[[int, int], None] | None = None,
+        loaded=None) -> dict[str, pd.DataFrame]:
+    """The `length` table: one row per (model, condition, length, position bucket), the
+    all-positions row last in each group. `loaded` (a LoadedModel) replaces loading the one
+    model (tests, benchmarks); `progress(advance, total)` counts scored tokens."""
+    from pecli.data.datasets import load_data
+    from pecli.models.loading import peek
+
+    o = options
+    grid = conditions(o)
+    interventions = list(dict.fromkeys(how.intervention for how, _, _ in grid))
+    for name in o.model if loaded is None else ():
+        check_before_loading(name, interventions, causal=True)
+        ref = peek(name)
+        if ref is not None:
+            _check_rope(name, ref.spec.position, o)
+    data = load_data(o.dataset, o.split, data_dir_=o.data_dir, limit=o.limit, seed=o.seed,
+                     text_field=o.text_field, at_most=True)
+    data.frame = data.frame.sort_values("text_id", kind="stable").reset_index(drop=True)  # source order
+    rows = []
+    for name in o.model:
+        model = loaded or load(name, o)
+        rows += _rows_for(model, data, grid, o, progress)
+        del model
+    return {"length": validate(pd.DataFrame(rows).assign(**row_provenance()))}
+
+
+def _rows_for(loaded, data, grid, o: LengthOptions, progress) -> list[dict]:
+    from pecli.measures.length_scoring import band_applies, cut, score_band, summarise
+    from pecli.measures.lm_scoring import check_causal, installed, score_windows
+    from pecli.positions.extension import extended, not_applicable, table_kind
+    from pecli.positions.interventions import check_applies, intervene
+    from pecli.positions.rope_scaling import provenance as rope_columns
+    from pecli.positions.rope_scaling import rope_scaled
+
+    check_causal(loaded)
+    _check_rope(loaded.name, loaded.spec.position, o)
+    for how, _, _ in grid:
+        check_applies(loaded, how.intervention)
+    bos = None
+    if o.start_token:
+        bos = loaded.tokenizer.bos_token_id
+        if bos is None:
+            raise DataError(f"{loaded.name}'s tokenizer has no start token; drop --start-token")
+    stream = stream_of(loaded.tokenizer, data.texts())
+    cuts = {n: cut(stream, n, o.windows, o.stride, bos) for n in o.lengths}
+    if not any(len(c) for c in cuts.values()):
+        raise DataError(f"the stream has {len(stream)} tokens, fewer than the shortest window "
+                        f"({min(o.lengths)}); use more documents (--limit) or shorter --lengths")
+    total = sum(c.tokens for n, c in cuts.items() if not not_applicable(loaded, n)) * len(grid)
+    tick = (lambda k: progress(k, total)) if progress else None
+    common = {"experiment": "length", "seed": o.seed, **loaded.provenance(), **data.provenance(),
+              "text_field": data.text_field, "stream_tokens": len(stream),
+              "position_table": table_kind(loaded), "context": loaded.max_positions,
+              "window_protocol": o.windows, "stride": cuts[o.lengths[0]].stride,
+              "start_token": "bos" if bos is not None else "none"}
+    rows = []
+    for length, windows in cuts.items():
+        skip = not_applicable(loaded, length)
+        with extended(loaded, length) if skip is None else nullcontext():
+            for how, rope_name, params in grid:
+                rope = params["rope_type"] if params else None
+                why = skip or (band_applies(loaded, rope, how) if o.windows == "band" else None)
+                cond = {**how.names, "computation": how.computation, "length": length,
+                        "dropped_tokens": windows.dropped_tokens}
+                if why is not None or not len(windows):
+                    note = why or f"no window: the stream has {len(stream)} tokens"
+                    rows.append({**common, **cond, **rope_columns(rope_name, params, None),
+                                 "window_start": 0, "window_end": length, "all_positions": True,
+                                 "metric": "perplexity", "value": float("nan"), "tokens": 0,
+                                 "windows": 0, "note": note})
+                    continue
+                with torch.inference_mode(), intervene(loaded, how.intervention, o.seed), \
+                        installed(loaded, how), rope_scaled(loaded.model, params) as resolved:
+                    if o.windows == "band":
+                        nlls = score_band(loaded, stream, windows, progress=tick)
+                        passes = "band pass"
+                    else:
+                        nlls = score_windows(loaded, windows.windows(stream), batch_size=o.batch_size,
+                                             progress=tick)
+                        passes = "one pass per window"
+                    columns = rope_columns(rope_name, resolved, loaded.model.config)
+                for row in summarise(nlls, windows, o.buckets, o.bootstrap, o.seed):
+                    rows.append({**common, **cond, **columns, "passes": passes, **row,
+                                 "metric": "perplexity", "value": row["perplexity"], "note": ""})
+    return rows
+
+
+EXPERIMENTS.add("length", Experiment(
+    name="length",
+    version=1,
+    run=run,
+    figures=lazy("pecli.plots.length:figures"),
+    description="Loss by position and window length over a token stream (windows, rope "
+                "scaling, learned tables past their rows)",
+    options=LengthOptions,
+))
