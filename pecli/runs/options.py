@@ -249,6 +249,9 @@ def rope_parameters(text: str) -> dict[str, Any]:
     if kind in ROPE_EXTRA_KEYS:
         raise ConfigError(f"{label}: {kind} needs {' and '.join(ROPE_EXTRA_KEYS[kind])} besides a "
                           f"factor; give a JSON dict of rope_parameters, e.g. '{ROPE_EXAMPLE}'")
+    if kind in ROPE_TYPES and kind not in ROPE_FACTOR_TYPES:
+        raise ConfigError(f"{label}: {kind} takes a JSON dict of rope_parameters (see "
+                          "transformers' modeling_rope_utils), not TYPE:FACTOR")
     if kind not in ROPE_FACTOR_TYPES:
         close = difflib.get_close_matches(kind, ROPE_TYPES, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""

@@ -40,6 +40,7 @@ def test_parse_type_factor_and_json():
     ("yarn", ["positive factor"]),
     ("yarn:-1", ["positive factor"]),
     ("yran:2", ["did you mean 'yarn'"]),
+    ("proportional:2", ["JSON dict"]),
     ('{"rope_type": "warp"}', ["not one of"]),
     ("{oops", ["not valid JSON"]),
 ])
