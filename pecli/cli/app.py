@@ -28,12 +28,14 @@ ON_INTERRUPT = {
               "(saved every minute)",
     "perplexity": "no tables were written; the same command resumes after the last finished "
                   "condition",
+    "length": "no tables were written; the same command resumes after the last finished "
+              "condition and length",
 }
 
 
 def _kept(command: str | None) -> str:
     """What the Ctrl-C message may promise: a resume only if progress was saved."""
-    if command in ("ablate", "perplexity"):
+    if command in ("ablate", "perplexity", "length"):
         from pecli.runs.io import Checkpoint
 
         if not Checkpoint.resumable():

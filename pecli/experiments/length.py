@@ -17,7 +17,8 @@ import pandas as pd
 import torch
 
 from pecli.experiments import EXPERIMENTS, Experiment, check_before_loading, lazy, load
-from pecli.runs import names
+from pecli.experiments.perplexity import _resumed, _saved  # NLLs per key as an .npz, and back
+from pecli.runs import names, parallel
 from pecli.runs.errors import DataError, ModelError
 from pecli.runs.options import LengthOptions
 from pecli.runs.provenance import row_provenance
@@ -112,6 +113,9 @@ def _rows_for(loaded, data, grid, o: LengthOptions, progress) -> list[dict]:
               "position_table": table_kind(loaded), "context": loaded.max_positions,
               "window_protocol": o.windows, "stride": cuts[o.lengths[0]].stride,
               "start_token": "bos" if bos is not None else "none"}
+    checkpoint = _checkpoint(loaded, o, stream)
+    # (condition, length) -> per-window NLLs; resumed from an interrupted run (the main process reads)
+    done: dict[tuple, list] = parallel.from_main(_resumed(checkpoint) if parallel.is_main() else {})
     rows = []
     for length, windows in cuts.items():
         skip = not_applicable(loaded, length)
@@ -128,20 +132,35 @@ def _rows_for(loaded, data, grid, o: LengthOptions, progress) -> list[dict]:
                                  "metric": "perplexity", "value": float("nan"), "tokens": 0,
                                  "windows": 0, "note": note})
                     continue
+                key = (str(how.intervention), how.computation, rope_name, length)
+                passes = "band pass" if o.windows == "band" else "one pass per window"
                 with torch.inference_mode(), intervene(loaded, how.intervention, o.seed), \
                         installed(loaded, how), rope_scaled(loaded.model, params) as resolved:
-                    if o.windows == "band":
-                        nlls = score_band(loaded, stream, windows, progress=tick)
-                        passes = "band pass"
+                    if key in done:
+                        if tick:
+                            tick(windows.tokens)
+                    elif o.windows == "band":
+                        done[key] = score_band(loaded, stream, windows, progress=tick)
                     else:
-                        nlls = score_windows(loaded, windows.windows(stream), batch_size=o.batch_size,
-                                             progress=tick)
-                        passes = "one pass per window"
+                        done[key] = score_windows(loaded, windows.windows(stream),
+                                                  batch_size=o.batch_size, progress=tick)
                     columns = rope_columns(rope_name, resolved, loaded.model.config)
+                checkpoint.save(lambda: _saved(done), force=True)
+                nlls = done[key]
                 for row in summarise(nlls, windows, o.buckets, o.bootstrap, o.seed):
                     rows.append({**common, **cond, **columns, "passes": passes, **row,
                                  "metric": "perplexity", "value": row["perplexity"], "note": ""})
+    checkpoint.clear()
     return rows
+
+
+def _checkpoint(loaded, o: LengthOptions, stream: list[int]):
+    """Finished (condition, length) NLLs of this model on this stream, saved as they finish."""
+    from pecli.runs.io import Checkpoint
+
+    key = {"version": 1, **loaded.provenance(), "windows": o.windows, "stride": o.stride,
+           "start_token": o.start_token, "seed": o.seed}
+    return Checkpoint("length", key, [" ".join(map(str, stream))])
 
 
 EXPERIMENTS.add("length", Experiment(

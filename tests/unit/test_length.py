@@ -236,3 +236,29 @@ def test_run_equals_transformers_own_scaled_model(tiny, docs):
             count += len(w.ids) - 1
     assert row["tokens"] == count
     assert row["nll_mean"] == pytest.approx(total / count, rel=1e-5)
+
+
+def test_interrupted_run_resumes_after_the_last_finished_condition(tiny, docs, monkeypatch):
+    from pecli.measures import lm_scoring
+
+    loaded = tiny("llama")
+    o = LengthOptions.build({"model": "llama", "lengths": "16,32", "rope_scaling": "linear:2",
+                             "bootstrap": 20}, "t").replace(dataset=str(docs))
+    full = run(o, loaded=loaded)["length"]
+    calls = []
+    real = lm_scoring.score_windows
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:  # the third (condition, length) is interrupted
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(lm_scoring, "score_windows", counted)
+    with pytest.raises(KeyboardInterrupt):
+        run(o, loaded=loaded)
+    calls.clear()
+    resumed = run(o, loaded=loaded)["length"]
+    assert len(calls) == 2  # only the two unfinished (condition, length) pairs
+    cols = ["rope_scaling", "length", "window_start", "nll_mean", "ci_low", "tokens"]
+    assert resumed[cols].equals(full[cols])
