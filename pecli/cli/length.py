@@ -112,7 +112,8 @@ def length(
         summary.add_column(col, justify="right" if col in ("length", "tokens", "windows", "dropped") else "left")
     for _, row in whole.iterrows():
         condition = ", ".join(str(row[c]) for c in ("intervention", "mask", "rope_scaling"))
-        value = row["note"] or (f"{row['perplexity']:.4g} [{row['ci_low']:.4g}, {row['ci_high']:.4g}]")
+        value = row["note"] or (f"{row['perplexity']:.4g}" + ("" if row["ci_low"] != row["ci_low"] else
+                                f" [{row['ci_low']:.4g}, {row['ci_high']:.4g}]"))
         summary.add_row(str(row["model"]), condition, str(row["length"]), value, str(row["tokens"]),
                         str(row["windows"]), str(row["dropped_tokens"]))
     console.print(summary)

@@ -183,7 +183,7 @@ def summarise(nlls: list[torch.Tensor], windows: Cut, count: int, n_boot: int, s
     """Rows by position bucket, then the all-positions row: window_start, window_end (positions
     inside the window, end exclusive), nll_mean, perplexity, tokens, windows (that have a
     target in the bucket), ci_low/ci_high (the perplexity's 95 % bootstrap interval over
-    those windows)."""
+    those windows; NaN from a single window, which a bootstrap cannot vary))."""
     nll = torch.cat(nlls).double().numpy() if nlls else np.zeros(0)
     pos = np.concatenate(windows.positions()) if len(windows) else np.zeros(0, int)
     owner = np.repeat(np.arange(len(windows)), [len(x) for x in nlls]).astype(int)
@@ -196,7 +196,9 @@ def summarise(nlls: list[torch.Tensor], windows: Cut, count: int, n_boot: int, s
         has = counts > 0
         tokens = int(counts.sum())
         mean = float(sums.sum() / tokens) if tokens else float("nan")
-        low, high = ratio_interval(sums[has], counts[has], n_boot=n_boot, seed=seed, transform=np.exp)
+        low, high = float("nan"), float("nan")  # one window: nothing to resample, no interval
+        if has.sum() > 1:
+            low, high = ratio_interval(sums[has], counts[has], n_boot=n_boot, seed=seed, transform=np.exp)
         rows.append({"window_start": start, "window_end": end,
                      "all_positions": i == len(spans) - 1,
                      "nll_mean": mean, "perplexity": float(np.exp(mean)), "tokens": tokens,

@@ -161,6 +161,9 @@ def test_summarise_buckets_partition_the_tokens():
     assert rows[0]["tokens"] == 3 * 7  # positions 1..7 (position 0 is never a target)
     for r in rows:
         assert r["ci_low"] <= r["perplexity"] <= r["ci_high"] and r["windows"] == 3
+    one = cut(STREAM[:40], 32)  # a single window: no interval, rather than a zero-width one
+    alone = summarise(nlls[:1], one, 4, 200, 0)[-1]
+    assert alone["windows"] == 1 and np.isnan(alone["ci_low"]) and np.isnan(alone["ci_high"])
 
 
 def test_stream_joins_documents_by_eos_in_order(tiny):
