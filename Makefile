@@ -43,6 +43,7 @@ bench: setup
 	$(PY) benchmarks/bench_perplexity.py
 	$(PY) benchmarks/bench_mc.py
 	$(PY) benchmarks/bench_parallel.py
+	$(PY) benchmarks/bench_length.py
 
 # The CLI reference is generated from the app, never written by hand (a test checks it).
 docs: setup

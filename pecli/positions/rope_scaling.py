@@ -86,7 +86,9 @@ def rope_scaled(model: torch.nn.Module, parameters: dict[str, Any] | None) -> It
     for _, _, old in found:
         kwargs = {"device": old.inv_freq.device} if "device" in inspect.signature(type(old)).parameters else {}
         try:
-            new[id(old)] = type(old)(scaled, **kwargs).to(old.inv_freq.device)
+            # the old buffers' device and dtype, as model.to(...) left them
+            new[id(old)] = type(old)(scaled, **kwargs).to(device=old.inv_freq.device,
+                                                           dtype=old.inv_freq.dtype)
         except TypeError as err:
             raise ModelError(f"cannot rebuild {type(old).__name__} from a config ({err}); "
                              "--rope-scaling supports rotary modules built from the config alone") from None

@@ -172,3 +172,14 @@ def test_provenance_records_the_resolved_parameters():
     assert json.loads(row["rope_parameters"])["original_max_position_embeddings"] == 64
     assert row["rope_scaling"] == "yarn:2"
     assert json.loads(provenance("none", None, model.config)["rope_parameters"])["rope_type"] == "default"
+
+
+def test_bfloat16_model_matches_transformers_own_in_bfloat16():
+    model = _llama().to(torch.bfloat16)
+    ids = torch.randint(0, 97, (1, 100))
+    with torch.inference_mode(), rope_scaled(model, {"rope_type": "yarn", "factor": 2.0}) as resolved:
+        scaled = model(ids).logits
+        assert model.model.rotary_emb.inv_freq.dtype == torch.bfloat16
+    own = _transformers_own(model.float(), resolved).to(torch.bfloat16)
+    with torch.inference_mode():
+        assert torch.equal(scaled, own(ids).logits)
