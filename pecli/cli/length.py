@@ -89,6 +89,7 @@ def length(
 
     from pecli.experiments.length import run
     from pecli.measures.intervals import METHOD
+    from pecli.plots.length import condition_label
     from pecli.runs.progress import progress_bar
 
     with progress_bar("scoring", BarColumn(), MofNCompleteColumn(), "tokens", TimeElapsedColumn(),
@@ -111,7 +112,7 @@ def length(
     for col in ("model", "condition", "length", "perplexity [95 % CI]", "tokens", "windows", "dropped"):
         summary.add_column(col, justify="right" if col in ("length", "tokens", "windows", "dropped") else "left")
     for _, row in whole.iterrows():
-        condition = ", ".join(str(row[c]) for c in ("intervention", "mask", "rope_scaling"))
+        condition = condition_label(row)
         value = row["note"] or (f"{row['perplexity']:.4g}" + ("" if row["ci_low"] != row["ci_low"] else
                                 f" [{row['ci_low']:.4g}, {row['ci_high']:.4g}]"))
         summary.add_row(str(row["model"]), condition, str(row["length"]), value, str(row["tokens"]),

@@ -111,6 +111,7 @@ def _rows_for(loaded, data, grid, o: LengthOptions, progress) -> list[dict]:
     common = {"experiment": "length", "seed": o.seed, **loaded.provenance(), **data.provenance(),
               "text_field": data.text_field, "stream_tokens": len(stream),
               "position_table": table_kind(loaded), "context": loaded.max_positions,
+              "context_kind": "training" if hasattr(loaded.model.config, "pecli_position") else "original",
               "window_protocol": o.windows, "stride": cuts[o.lengths[0]].stride,
               "start_token": "bos" if bos is not None else "none"}
     checkpoint = _checkpoint(loaded, o, stream)

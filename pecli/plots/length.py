@@ -24,50 +24,82 @@ def condition_label(row) -> str:
     return "intact" if label == "learned" else label
 
 
-def _panel(ax, part: pd.DataFrame) -> None:
-    part = part.assign(condition=[condition_label(r) for _, r in part.iterrows()])
+def short_name(model: str) -> str:
+    """A checkpoint directory by its last component (`runs/x/models/rope` -> `rope`)."""
+    return str(model).rstrip("/").rsplit("/", 1)[-1]
+
+
+def _lines(ax, rows: pd.DataFrame, label: str, color: str) -> None:
+    """One series: the longest applicable window solid with its interval, shorter ones dotted;
+    lengths that do not apply are named in the legend."""
+    scored = rows[rows["tokens"] > 0]
+    longest = scored["length"].max() if not scored.empty else None
+    for length, at in scored.groupby("length"):
+        at = at[~at["all_positions"]]
+        x = (at["window_start"] + at["window_end"]) / 2
+        main = length == longest
+        ax.plot(x, at["nll_mean"], "-o" if main else ":", color=color, ms=3, lw=1.6 if main else 0.9,
+                alpha=1 if main else 0.6, label=label if main else None)
+        if main and at["ci_low"].notna().any():
+            ax.fill_between(x, np.log(at["ci_low"]), np.log(at["ci_high"]), color=color, alpha=0.15, lw=0)
+    for _, r in rows[rows["note"].fillna("").astype(bool)].drop_duplicates("length").iterrows():
+        ax.plot([], [], " ", label=f"{label} @ {r['length']}: {r['note']}")
+
+
+def _context(ax, part: pd.DataFrame) -> None:
+    """A dashed line at each model's training (pecli-trained) or original context."""
     longest = part["length"].max()
-    for condition, rows in part.groupby("condition", sort=False):
-        color = color_of(condition)
-        shown = False
-        for length, at in rows.groupby("length"):
-            at = at[~at["all_positions"] & (at["tokens"] > 0)]
-            if at.empty:
-                continue
-            x = (at["window_start"] + at["window_end"]) / 2
-            main = length == rows.loc[rows["tokens"] > 0, "length"].max()
-            ax.plot(x, at["nll_mean"], "-o" if main else ":", color=color, ms=3,
-                    lw=1.6 if main else 0.9, alpha=1 if main else 0.6,
-                    label=condition if main and not shown else None)
-            shown = shown or main
-            if main and at["ci_low"].notna().any():
-                ax.fill_between(x, np.log(at["ci_low"]), np.log(at["ci_high"]), color=color, alpha=0.15, lw=0)
-        missing = rows[rows["note"].fillna("").astype(bool)]
-        for _, r in missing.drop_duplicates("length").iterrows():
-            ax.plot([], [], " ", label=f"{condition} @ {r['length']}: {r['note']}")
-    context = int(part["context"].iloc[0])
-    if context < longest:
-        kind = "training" if str(part["position_table"].iloc[0]) != "rotary" or part["random_init"].iloc[0] \
-            else "original"
-        ax.axvline(context, color="0.4", ls="--", lw=1)
-        ax.annotate(f"{kind} context {context}", (context, 1), xycoords=("data", "axes fraction"),
-                    xytext=(3, -12), textcoords="offset points", fontsize=7, color="0.3")
+    if "context_kind" not in part:  # tables written before the column existed
+        part = part.assign(context_kind="model's")
+    marks = part.drop_duplicates("model")[["context", "context_kind"]].drop_duplicates()
+    for i, (_, m) in enumerate(marks.iterrows()):
+        if int(m["context"]) < longest:
+            ax.axvline(int(m["context"]), color="0.4", ls="--", lw=1)
+            ax.annotate(f"{m['context_kind']} context {int(m['context'])}", (int(m["context"]), 0),
+                        xycoords=("data", "axes fraction"), xytext=(3, 4 + 10 * i),
+                        textcoords="offset points", fontsize=7, color="0.3")
+
+
+def _finish(ax, title: str) -> None:
     ax.set_xlabel("position in the window (tokens; bucket midpoints)")
     ax.set_ylabel("mean NLL (nats)")
-    ax.set_title(str(part["model"].iloc[0]), fontsize=9)
+    ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7, loc="best")
     ax.grid(alpha=0.3)
 
 
+def _panel(ax, part: pd.DataFrame) -> None:
+    """One model, a line per condition."""
+    part = part.assign(condition=[condition_label(r) for _, r in part.iterrows()])
+    for condition, rows in part.groupby("condition", sort=False):
+        _lines(ax, rows, condition, color_of(condition))
+    _context(ax, part)
+    _finish(ax, short_name(part["model"].iloc[0]))
+
+
+def _overlay(ax, df: pd.DataFrame) -> None:
+    """Several models each with one condition (train short, test long): a line per model,
+    coloured by its name (a pecli-trained scheme: learned, sinusoidal, none, rope, alibi)."""
+    for model, rows in df.groupby("model", sort=False):
+        _lines(ax, rows, short_name(model), color_of(short_name(model)))
+    _context(ax, df)
+    _finish(ax, f"{condition_label(df.iloc[0])}, one line per model")
+
+
 def nll_by_position(df: pd.DataFrame, path: Path) -> Path:
     models = list(dict.fromkeys(df["model"]))
-    cols = min(len(models), 2)
-    rows = -(-len(models) // cols)
+    one_condition = df.assign(c=[condition_label(r) for _, r in df.iterrows()])["c"].nunique() == 1
+    panels = 1 if one_condition else len(models)
+    cols = min(panels, 2)
+    rows = -(-panels // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(WIDTH * (1 if cols == 1 else 0.8 * cols), 4.2 * rows),
                              squeeze=False)
-    for ax, model in zip(axes.flat, models, strict=False):
-        _panel(ax, df[df["model"] == model])
-    for ax in axes.flat[len(models):]:
+    if one_condition:
+        _overlay(axes[0, 0], df)
+    else:
+        for ax, model in zip(axes.flat, models, strict=False):
+            _panel(ax, df[df["model"] == model])
+    for ax in axes.flat[panels:]:
         ax.axis("off")
     first = df.iloc[0]
     lengths = ", ".join(str(n) for n in sorted(df["length"].unique()))
