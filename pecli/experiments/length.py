@@ -124,6 +124,9 @@ def _rows_for(loaded, data, grid, o: LengthOptions, progress) -> list[dict]:
             for how, rope_name, params in grid:
                 rope = params["rope_type"] if params else None
                 why = skip or (band_applies(loaded, rope, how) if o.windows == "band" else None)
+                if why is None and how.intervention.name == "shuffle" and length > loaded.max_positions:
+                    why = (f"not applicable: shuffle permutes the model's {loaded.max_positions} "
+                           "positions, fewer than the window's")
                 cond = {**how.names, "computation": how.computation, "length": length,
                         "dropped_tokens": windows.dropped_tokens}
                 if why is not None or not len(windows):
@@ -135,8 +138,9 @@ def _rows_for(loaded, data, grid, o: LengthOptions, progress) -> list[dict]:
                     continue
                 key = (str(how.intervention), how.computation, rope_name, length)
                 passes = "band pass" if o.windows == "band" else "one pass per window"
-                with torch.inference_mode(), intervene(loaded, how.intervention, o.seed), \
-                        installed(loaded, how), rope_scaled(loaded.model, params) as resolved:
+                # rope scaling first: the rotary interventions hook the module it replaces
+                with torch.inference_mode(), rope_scaled(loaded.model, params) as resolved, \
+                        intervene(loaded, how.intervention, o.seed), installed(loaded, how):
                     if key in done:
                         if tick:
                             tick(windows.tokens)

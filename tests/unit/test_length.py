@@ -265,3 +265,17 @@ def test_interrupted_run_resumes_after_the_last_finished_condition(tiny, docs, m
     assert len(calls) == 2  # only the two unfinished (condition, length) pairs
     cols = ["rope_scaling", "length", "window_start", "nll_mean", "ci_low", "tokens"]
     assert resumed[cols].equals(full[cols])
+
+
+def test_rotary_interventions_act_on_the_scaled_model(tiny, docs):
+    """zero replaces the rotary output by cos = 1, sin = 0, so yarn (which scales cos and sin)
+    changes nothing under it; were the intervention hooked to the replaced module, it would."""
+    loaded = tiny("llama")
+    o = LengthOptions.build({"model": "llama", "lengths": "48,128", "intervention": "learned,zero,shuffle",
+                             "rope_scaling": "yarn:2", "bootstrap": 0, "buckets": 1}, "t")
+    df = _run_on(loaded, o, docs)
+    whole = df[df["all_positions"] & (df["length"] == 48)].set_index(["intervention", "rope_scaling"])
+    assert whole.loc[("zero", "yarn:2"), "nll_mean"] == whole.loc[("zero", "none"), "nll_mean"]
+    assert whole.loc[("learned", "yarn:2"), "nll_mean"] != whole.loc[("learned", "none"), "nll_mean"]
+    past = df[(df["length"] == 128) & (df["intervention"] == "shuffle")]
+    assert past["note"].str.startswith("not applicable: shuffle permutes the model's 64").all()
