@@ -82,6 +82,10 @@ def rope_scaled(model: torch.nn.Module, parameters: dict[str, Any] | None) -> It
     if not found:
         raise ModelError(f"{config.model_type} has no rotary-embedding module (no inv_freq "
                          "buffer); --rope-scaling applies to rotary models")
+    hooked = [type(old).__name__ for _, _, old in found if old._forward_hooks or old._forward_pre_hooks]
+    if hooked:  # they would stay on the replaced module and silently stop acting
+        raise ModelError(f"{hooked[0]} has hooks (an intervention?); enter rope_scaled before "
+                         "installing them, so they act on the scaled module")
     new = {}
     for _, _, old in found:
         kwargs = {"device": old.inv_freq.device} if "device" in inspect.signature(type(old)).parameters else {}

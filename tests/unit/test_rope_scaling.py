@@ -183,3 +183,13 @@ def test_bfloat16_model_matches_transformers_own_in_bfloat16():
     own = _transformers_own(model.float(), resolved).to(torch.bfloat16)
     with torch.inference_mode():
         assert torch.equal(scaled, own(ids).logits)
+
+
+def test_hooks_on_the_rotary_module_are_refused_not_dropped():
+    model = _llama()
+    handle = model.model.rotary_emb.register_forward_hook(lambda *a: None)
+    with pytest.raises(ModelError, match="enter rope_scaled before"), rope_scaled(model, {"rope_type": "linear", "factor": 2.0}):
+        pass
+    handle.remove()
+    with rope_scaled(model, {"rope_type": "linear", "factor": 2.0}):
+        model.model.rotary_emb.register_forward_hook(lambda *a: None)  # inside: on the new module
