@@ -33,7 +33,7 @@ def conditions(options: LengthOptions) -> list[tuple]:
     from pecli.measures.lm_scoring import plan_grid
 
     pairs = [(p, m) for p in options.intervention for m in options.mask]
-    plans = plan_grid(pairs, options.mask_semantics, (RELATIVE,))
+    plans = plan_grid(pairs, options.mask_semantics, (RELATIVE,), default_once=True)
     return [(how, name, params) for how in plans for name, params in options.rope_conditions()]
 
 

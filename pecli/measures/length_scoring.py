@@ -116,14 +116,14 @@ def band_applies(loaded, rope_type: str | None, plan) -> str | None:
 
     kind = "rotary" if loaded.spec.position == "rotary" else table_kind(loaded)
     if kind not in ("rotary", "none", "alibi"):
-        return (f"{loaded.name} has {kind} absolute positions, which restart in every window: "
-                "use --windows sliding (per-window evaluation)")
+        return (f"not applicable: {loaded.name} has {kind} absolute positions, which restart in "
+                "every window; use --windows sliding (per-window evaluation)")
     if rope_type in ("dynamic", "longrope"):
-        return (f"{rope_type} rope scaling sets its frequencies from the sequence length, so one "
-                "pass over the stream is not a window: use --windows sliding")
+        return (f"not applicable: {rope_type} rope scaling sets its frequencies from the sequence "
+                "length, so one pass over the stream is not a window; use --windows sliding")
     if plan.intervention.name != "learned" or plan.attention is not None:
-        return (f"{plan.intervention} with mask {plan.mask} changes attention by absolute "
-                "position: use --windows sliding")
+        return ("not applicable: the band pass runs the model's own positions under the default "
+                "mask; use --windows sliding for interventions and masks")
     return None
 
 

@@ -279,3 +279,19 @@ def test_rotary_interventions_act_on_the_scaled_model(tiny, docs):
     assert whole.loc[("learned", "yarn:2"), "nll_mean"] != whole.loc[("learned", "none"), "nll_mean"]
     past = df[(df["length"] == 128) & (df["intervention"] == "shuffle")]
     assert past["note"].str.startswith("not applicable: shuffle permutes the model's 64").all()
+
+
+def test_band_rows_that_do_not_apply_say_why(tiny, docs):
+    o = LengthOptions.build({"model": "llama", "lengths": "32", "intervention": "learned,zero",
+                             "mask_semantics": "legacy,log-bias", "rope_scaling": "dynamic:2",
+                             "windows": "band", "bootstrap": 0, "buckets": 1}, "t")
+    df = _run_on(tiny("llama"), o, docs)
+    whole = df[df["all_positions"]]
+    assert len(whole) == 4  # the default mask once per intervention, not once per semantics
+    done = whole[whole["note"].fillna("") == ""]
+    assert list(zip(done["intervention"], done["rope_scaling"])) == [("learned", "none")]
+    assert (done["passes"] == "band pass").all()
+    notes = whole[whole["note"].fillna("") != ""]["note"]
+    assert notes.str.startswith("not applicable: ").all() and notes.str.contains("dynamic").any()
+    learned = _run_on(tiny("gpt2"), o.replace(rope_scaling=None), docs)
+    assert learned["note"].str.contains("learned absolute positions, which restart").all()
