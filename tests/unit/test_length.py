@@ -289,7 +289,7 @@ def test_band_rows_that_do_not_apply_say_why(tiny, docs):
     whole = df[df["all_positions"]]
     assert len(whole) == 4  # the default mask once per intervention, not once per semantics
     done = whole[whole["note"].fillna("") == ""]
-    assert list(zip(done["intervention"], done["rope_scaling"])) == [("learned", "none")]
+    assert list(zip(done["intervention"], done["rope_scaling"], strict=True)) == [("learned", "none")]
     assert (done["passes"] == "band pass").all()
     notes = whole[whole["note"].fillna("") != ""]["note"]
     assert notes.str.startswith("not applicable: ").all() and notes.str.contains("dynamic").any()
