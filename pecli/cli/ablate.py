@@ -1,4 +1,4 @@
-"""`pecli ablate` (study E1, E2's cosine) and `pecli interventions` (what --pe accepts)."""
+"""`pecli ablate` (study E1, E2's cosine) and `pecli interventions` (what --intervention accepts)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from pecli.cli.flags import (
     DeviceMapOpt,
     DeviceOpt,
     DtypeOpt,
+    ForceOpt,
     MaxMemoryOpt,
     ModelArg,
     OutOpt,
@@ -27,8 +28,8 @@ from pecli.cli.flags import (
     build,
     intervention_option,
 )
+from pecli.cli.shared import ci_text, run_and_write
 from pecli.cli.shared import console as wide_console
-from pecli.cli.shared import run_and_write
 from pecli.runs import parallel
 from pecli.runs.options import AblateOptions
 
@@ -64,6 +65,7 @@ def ablate(
     max_memory: MaxMemoryOpt = None,
     data_dir: DataDirOpt = None,
     out: OutOpt = None,
+    force: ForceOpt = False,
 ) -> None:
     """Cosine similarity of every token's features with vs without position information.
 
@@ -91,8 +93,8 @@ def ablate(
 
     start = time.perf_counter()
     tables, paths, pngs, _ = run_and_write(
-        "ablate", run, options, out, progress=True,
-        notes={"intervals": METHOD + "; in-model baselines: their pairs resampled"})
+        "ablate", run, options, out, progress=True, force=force,
+        notes={"intervals": METHOD + "; in-model baselines: a pair weighted by both its texts' draws"})
     elapsed = time.perf_counter() - start
     if not parallel.is_main():  # launched on N processes: the main one writes and prints
         return
@@ -100,12 +102,6 @@ def ablate(
     console = wide_console()
     for p in [*paths.values(), *pngs]:
         console.print(f"wrote {p}", soft_wrap=True)
-
-
-def _ci(row) -> str:
-    """` [low, high]` of a row with an interval, else nothing."""
-    low, high = row.get("ci_low"), row.get("ci_high")
-    return "" if low is None or low != low else f" [{low:.4f}, {high:.4f}]"
 
 
 def _summary(tables: dict, elapsed: float) -> None:
@@ -126,7 +122,7 @@ def _summary(tables: dict, elapsed: float) -> None:
         inc = group[group["special_tokens"] == "included"].set_index("metric")
         exc = group[group["special_tokens"] == "excluded"].set_index("metric")["value"]
         v = inc["value"]
-        row = [name, f"{v['cosine_mean']:.4f}" + _ci(inc.loc["cosine_mean"]),
+        row = [name, f"{v['cosine_mean']:.4f}" + ci_text(inc.loc["cosine_mean"]),
                f"{v['cosine_std']:.4f}", f"{v['cosine_median']:.4f}", f"{int(v['token_count'])}",
                f"{exc['cosine_mean']:.4f}", f"{v['z_score']:.1f}", f"{v['percentile']:.2f}"]
         if between:
@@ -134,7 +130,7 @@ def _summary(tables: dict, elapsed: float) -> None:
         if probe is not None:
             acc = probe.set_index(["intervention", "metric"])
             row.append(f"{acc.loc[(name, 'probe_accuracy'), 'value']:.3f}"
-                       + _ci(acc.loc[(name, 'probe_accuracy')]) + " (learned "
+                       + ci_text(acc.loc[(name, 'probe_accuracy')]) + " (learned "
                        f"{acc.loc[('learned', 'probe_accuracy'), 'value']:.3f})")
         table.add_row(*row)
     console = wide_console()
@@ -143,8 +139,8 @@ def _summary(tables: dict, elapsed: float) -> None:
     if "token_pair_cosine_mean" in own.index and "self_similarity_mean" in own.index:
         tp, ss = own.loc["token_pair_cosine_mean"], own.loc["self_similarity_mean"]
         console.print(f"in-model baselines (final layer, own positions, special tokens excluded): "
-                      f"two different tokens {tp['value']:.4f}{_ci(tp)} ({int(tp['pairs'])} pairs), "
-                      f"the same token in another text {ss['value']:.4f}{_ci(ss)} "
+                      f"two different tokens {tp['value']:.4f}{ci_text(tp)} ({int(tp['pairs'])} pairs), "
+                      f"the same token in another text {ss['value']:.4f}{ci_text(ss)} "
                       f"({int(ss['pairs'])} pairs)")
     rand = tables["ablate_random"].set_index("metric")["value"]
     console.print(f"random baseline: {int(tables['ablate_random']['pairs'].iloc[0])} pairs of "

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import signal
 import warnings
 
 import typer
@@ -66,8 +67,8 @@ class _PecliGroup(TyperGroup):
             typer.echo(f"error: {path}: {err.format_message()} (see {path} --help)", err=True)
             raise typer.Exit(2) from None
         except KeyboardInterrupt:
-            typer.echo(f"interrupted: {_kept(ctx.invoked_subcommand)}", err=True)
-            raise typer.Exit(130) from None
+            typer.echo(f"interrupted{_SIGNALLED[0]}: {_kept(ctx.invoked_subcommand)}", err=True)
+            raise typer.Exit(_SIGNALLED[1]) from None
 
 
 def _one_line(message, category, *args, **kwargs) -> str:
@@ -107,5 +108,22 @@ for _name in COMMAND_MODULES:
     importlib.import_module(f"pecli.cli.{_name}").register(app)
 
 
+_SIGNALLED = ["", 130]  # how the run was stopped: (name for the message, exit status)
+
+
+class Stopped(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, handled everywhere Ctrl-C is. A subclass, so that Python never
+    takes it for an unhandled Ctrl-C and re-kills itself with SIGINT on the way out."""
+
+
+def _stop(signum, frame) -> None:
+    """SIGTERM and SIGHUP stop a run as Ctrl-C does: staging folders removed, locks
+    released, checkpoints kept; the exit status is 128 + the signal's number."""
+    _SIGNALLED[:] = [f" ({signal.Signals(signum).name})", 128 + signum]
+    raise Stopped
+
+
 def main() -> None:
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _stop)
     app()

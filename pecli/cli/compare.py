@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from pecli.cli.flags import OutOpt
+from pecli.cli.flags import ForceOpt, OutOpt
 from pecli.cli.shared import console as wide_console
 
 
@@ -20,6 +20,7 @@ def compare(
         "--allow-mixed", help="Gather rows measured on different data (dataset, split, data "
                               "revision or row count) instead of refusing.")] = False,
     out: OutOpt = None,
+    force: ForceOpt = False,
 ) -> None:
     """Gather several runs' headline numbers (models x conditions, with intervals) into one
     tidy table, compare.csv, and one figure per metric.
@@ -32,13 +33,19 @@ def compare(
         pecli compare runs/ablate/A runs/ablate/B --out runs/compare/AB
     """
     from pecli.experiments.compare import figures, gather
+    from pecli.runs.errors import DataError
     from pecli.runs.io import RunOutput, default_out_dir
 
-    with RunOutput(out or default_out_dir("compare")) as output:
+    target = Path(out or default_out_dir("compare"))
+    read = [r for r in runs if r.is_dir() and
+            (target.resolve() == r.resolve() or target.resolve().is_relative_to(r.resolve()))]
+    if read:
+        raise DataError(f"--out {target} is inside {read[0]}, a folder compare reads; "
+                        "write the comparison elsewhere (e.g. --out runs/compare/NAME)")
+    key = {"command": "compare", "runs": [str(r) for r in runs], "allow_mixed": allow_mixed}
+    with RunOutput(target, key, force=force) as output:
         table = gather(runs, allow_mixed=allow_mixed)
-        paths, pngs = output.write({"compare": table},
-                                   {"command": "compare", "runs": [str(r) for r in runs],
-                                    "allow_mixed": allow_mixed}, figures)
+        paths, pngs = output.write({"compare": table}, key, figures)
     console = wide_console()
     summary = Table(title=f"compare: {table['run'].nunique()} run folder(s), "
                           f"{table['metric'].nunique()} metric(s)")

@@ -33,7 +33,11 @@ TextFieldOpt = Annotated[str | None, typer.Option(
 TextAliasOpt = Annotated[str | None, typer.Option(
     "--text", hidden=True, help="Deprecated: use --text-field.")]
 OutOpt = Annotated[Path | None, typer.Option(
-    help="Output directory (default: runs/<command>/<UTC time>-<commit>).")]
+    help="Output directory (default: runs/<command>/<UTC time>-<commit>). A folder that holds "
+         "another run's results is refused (see --force); one run at a time writes into it.")]
+ForceOpt = Annotated[bool, typer.Option(
+    "--force", help="Replace the results of another command or configuration in --out "
+                    "(otherwise refused, so that runs are never mixed).")]
 BatchSizeOpt = Annotated[int | None, typer.Option(
     help="Sequences per forward pass (default: by a token budget, larger on CUDA).")]
 DeviceMapOpt = Annotated[str | None, typer.Option(
@@ -42,7 +46,8 @@ DeviceMapOpt = Annotated[str | None, typer.Option(
 MaxMemoryOpt = Annotated[str | None, typer.Option(
     help="With --device-map auto: memory per device, e.g. 0=20GiB,1=20GiB,cpu=64GiB.")]
 BootstrapOpt = Annotated[int, typer.Option(
-    help="Resamples of the 95 % bootstrap intervals over texts (ci_low, ci_high); 0: none.")]
+    help="Resamples of the 95 % bootstrap intervals over texts (ci_low, ci_high): 0 (none) or "
+         "100 to 100000; no interval from fewer than 2 texts.")]
 
 
 def intervention_option(help: str):

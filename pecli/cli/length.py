@@ -14,6 +14,7 @@ from pecli.cli.flags import (
     DatasetOpt,
     DeviceOpt,
     DtypeOpt,
+    ForceOpt,
     MaskOpt,
     MaskSemanticsOpt,
     OutOpt,
@@ -64,6 +65,7 @@ def length(
     dtype: DtypeOpt = "float32",
     data_dir: DataDirOpt = None,
     out: OutOpt = None,
+    force: ForceOpt = False,
 ) -> None:
     """Loss by position and by window length: how far each position scheme reaches.
 
@@ -99,7 +101,7 @@ def length(
         def advance(n: int, total: int) -> None:
             bar.update(task, advance=n, total=total)
 
-        tables, paths, pngs, _ = run_and_write("length", run, options, out, progress=advance,
+        tables, paths, pngs, _ = run_and_write("length", run, options, out, progress=advance, force=force,
                                                notes={"intervals": METHOD.replace("texts", "windows")})
     if not parallel.is_main():
         return

@@ -12,6 +12,7 @@ from pecli.cli.flags import (
     DataDirOpt,
     DeviceOpt,
     DtypeOpt,
+    ForceOpt,
     LimitOpt,
     MaskOpt,
     MaskSemanticsOpt,
@@ -23,8 +24,8 @@ from pecli.cli.flags import (
     build,
     intervention_option,
 )
+from pecli.cli.shared import ci_text, run_and_write
 from pecli.cli.shared import console as wide_console
-from pecli.cli.shared import run_and_write
 from pecli.runs import parallel
 from pecli.runs.options import McOptions
 
@@ -51,6 +52,7 @@ def mc(
     dtype: DtypeOpt = "float32",
     data_dir: DataDirOpt = None,
     out: OutOpt = None,
+    force: ForceOpt = False,
 ) -> None:
     """TruthfulQA MC1 / MC2 as lm-evaluation-harness scores them, with positions intervened on
     and graded attention masks.
@@ -82,7 +84,7 @@ def mc(
                   disable=not console.is_terminal or not parallel.is_main()) as bar:
         task = bar.add_task("scoring", total=None)
         tables, paths, pngs, _ = run_and_write(
-            "mc", run, options, out, notes={"interval_method": METHOD},
+            "mc", run, options, out, notes={"interval_method": METHOD}, force=force,
             progress=lambda n, total: bar.update(task, advance=n, total=total))
     if not parallel.is_main():  # launched on N processes: the main one writes and prints
         return
@@ -102,7 +104,7 @@ def mc(
         if condition_label(row) in shown:  # the default mask is one model under every semantics
             continue
         shown.add(condition_label(row))
-        cells = {r["metric"]: f"{r['value']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]"
+        cells = {r["metric"]: f"{r['value']:.3f}{ci_text(r, '.3f')}"
                  for _, r in group.iterrows()}
         summary.add_row(condition_label(row), cells["mc1"], cells["mc2"], cells["mc1_norm"],
                         f"{row['computation']}, {row['passes']}")

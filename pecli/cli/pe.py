@@ -17,6 +17,7 @@ from pecli.cli.flags import (
     DeviceMapOpt,
     DeviceOpt,
     DtypeOpt,
+    ForceOpt,
     LimitOpt,
     MaxMemoryOpt,
     OutOpt,
@@ -26,8 +27,8 @@ from pecli.cli.flags import (
     TextFieldOpt,
     build,
 )
+from pecli.cli.shared import ci_text, run_and_write
 from pecli.cli.shared import console as wide_console
-from pecli.cli.shared import run_and_write
 from pecli.runs import parallel
 from pecli.runs.options import ProbeOptions, RecoverOptions, SinusoidOptions
 
@@ -46,12 +47,12 @@ def _paths(console: Console, tables: dict, figures: list[Path]) -> None:
         console.print(f"  {path}")
 
 
-def _announced(experiment: str, run, options, out: Path | None, status: str):
+def _announced(experiment: str, run, options, out: Path | None, status: str, force: bool = False):
     """run_and_write with progress lines (a status spinner and a log line per step)."""
     console = wide_console(log_path=False)
     with console.status(status) as bar:
         say = (lambda msg: (bar.update(msg), console.log(msg))) if parallel.is_main() else None
-        frames, tables, figures, _ = run_and_write(experiment, run, options, out, announce=say)
+        frames, tables, figures, _ = run_and_write(experiment, run, options, out, announce=say, force=force)
     return console, frames, tables, figures
 
 
@@ -61,6 +62,7 @@ def sinusoidal(
     base: Annotated[float, typer.Option(
         help="Wavelength base (> 1): pair i turns at base^(-2i/dim).")] = SinusoidOptions.base,
     out: OutOpt = None,
+    force: ForceOpt = False,
 ) -> None:
     """The sinusoidal encoding: heatmaps, the clock, the rotation property, dot products.
 
@@ -75,7 +77,7 @@ def sinusoidal(
     options = build(SinusoidOptions, "pecli pe sinusoidal", positions=positions, dim=dim, base=base)
     from pecli.experiments.pe import run_sinusoidal
 
-    frames, tables, figures, _ = run_and_write("pe-sinusoidal", run_sinusoidal, options, out)
+    frames, tables, figures, _ = run_and_write("pe-sinusoidal", run_sinusoidal, options, out, force=force)
     console = wide_console()
     table = Table(title=f"sinusoidal PE: {positions} positions x {dim} dims, base {base:g}")
     table.add_column("check")
@@ -108,6 +110,7 @@ def probe(
     device_map: DeviceMapOpt = None,
     max_memory: MaxMemoryOpt = None,
     out: OutOpt = None,
+    force: ForceOpt = False,
 ) -> None:
     """What position information models keep: Wang & Chen's analyses and a per-layer probe.
 
@@ -129,7 +132,7 @@ def probe(
                     device_map=device_map, max_memory=max_memory)
     from pecli.experiments.pe import ROTARY_NOTE, run_probe
 
-    console, frames, tables, figures = _announced("pe-probe", run_probe, options, out, "probing")
+    console, frames, tables, figures = _announced("pe-probe", run_probe, options, out, "probing", force=force)
     if not parallel.is_main():
         return
     if "matrix" in frames:
@@ -149,7 +152,7 @@ def _matrix_summary(df) -> Table:
     for (model, kind), rows in df.groupby(["model", "matrix"], sort=False):
         v = rows.set_index("metric")["value"]
         acc = rows.set_index("metric").loc["order_accuracy"]
-        ci = f" [{acc['ci_low']:.3f}, {acc['ci_high']:.3f}]" if acc.get("ci_low") == acc.get("ci_low") else ""
+        ci = ci_text(acc, ".3f")
         shape = f"{rows['positions'].iloc[0]} x {rows['dim'].iloc[0]}"
         table.add_row(model, kind, shape, f"{v['regression_mae']:.2f}",
                       f"{v['regression_chance_mae']:.2f}", f"{v['order_accuracy']:.3f}{ci}")
@@ -198,6 +201,7 @@ def recover(
     device_map: DeviceMapOpt = None,
     max_memory: MaxMemoryOpt = None,
     out: OutOpt = None,
+    force: ForceOpt = False,
 ) -> None:
     """Is adding position embeddings harmless, and can what was added be taken back out?
 
@@ -222,8 +226,8 @@ def recover(
                     max_memory=max_memory)
     from pecli.experiments.recover import run_recover
 
-    console, frames, tables, figures = _announced("pe-recover", run_recover, options, out,
-                                                  "recovering")
+    console, frames, tables, figures = _announced("pe-recover", run_recover, options, out, "recovering",
+                                                  force=force)
     if not parallel.is_main():
         return
     console.print(_recover_summary(frames["summary"]))
@@ -245,7 +249,7 @@ def _recover_summary(df) -> Table:
             continue
         v = rows.set_index("metric")
         acc = v.loc["token_accuracy"]
-        table.add_row(model, cond, f"{acc['value']:.4f} [{acc['ci_low']:.3f}, {acc['ci_high']:.3f}]",
+        table.add_row(model, cond, f"{acc['value']:.4f}{ci_text(acc, '.3f')}",
                       f"{v.loc['token_accuracy_ceiling', 'value']:.4f}",
                       f"{v.loc['token_accuracy_worst_position', 'value']:.3f}",
                       f"{v.loc['position_probe_mae', 'value']:.1f} ({v.loc['position_probe_chance_mae', 'value']:.0f})",

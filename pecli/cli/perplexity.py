@@ -14,6 +14,7 @@ from pecli.cli.flags import (
     DeviceMapOpt,
     DeviceOpt,
     DtypeOpt,
+    ForceOpt,
     LimitOpt,
     MaskOpt,
     MaskSemanticsOpt,
@@ -29,8 +30,8 @@ from pecli.cli.flags import (
     build,
     intervention_option,
 )
+from pecli.cli.shared import ci_text, run_and_write
 from pecli.cli.shared import console as wide_console
-from pecli.cli.shared import run_and_write
 from pecli.runs import parallel
 from pecli.runs.options import PerplexityOptions
 
@@ -66,6 +67,7 @@ def perplexity(
     max_memory: MaxMemoryOpt = None,
     data_dir: DataDirOpt = None,
     out: OutOpt = None,
+    force: ForceOpt = False,
 ) -> None:
     """Perplexity of a causal LM with its positions intervened on and graded attention masks.
 
@@ -104,7 +106,7 @@ def perplexity(
         def advance(n: int, total: int) -> None:
             bar.update(task, advance=n, total=total)
 
-        tables, paths, pngs, _ = run_and_write("perplexity", run, options, out, progress=advance,
+        tables, paths, pngs, _ = run_and_write("perplexity", run, options, out, progress=advance, force=force,
                                                notes={"intervals": METHOD})
     if not parallel.is_main():  # launched on N processes: the main one writes and prints
         return
@@ -145,9 +147,7 @@ def perplexity(
 
 def _with_ci(row) -> str:
     """`111.24 [98.70, 125.1]`: the value and its interval, compactly."""
-    if row["ci_low"] != row["ci_low"]:  # NaN: --bootstrap 0
-        return _num(row["value"])
-    return f"{_num(row['value'])} [{_num(row['ci_low'])}, {_num(row['ci_high'])}]"
+    return _num(row["value"]) + ci_text(row, _num)
 
 
 def _num(x: float) -> str:

@@ -1,5 +1,8 @@
 """What every command shares: a wide console for piped output, and the one writer of a command's results."""
 
+from collections.abc import Callable
+from pathlib import Path
+
 from rich.console import Console
 
 
@@ -12,11 +15,13 @@ def console(**kwargs) -> Console:
 
 
 def run_and_write(experiment: str, run, options, out, *, save_dir: bool = False,
-                  notes: dict | None = None, **kwargs):
+                  notes: dict | None = None, force: bool = False, **kwargs):
     """`run(options, **kwargs)` of a registered experiment, then its tables and figures
     (figures/ under the output folder) written through pecli.runs.io.RunOutput, with the
     options (`as_dict`) in every sidecar: the one writer of a command's results.
 
+    The output folder is held for the run's lifetime; one that holds another command's or
+    configuration's results is refused before computing, unless `force` (--force).
     save_dir: the run also writes files of its own (checkpoints) into `options.save_dir`;
     they are staged as OUT/models with the tables and recorded at their final place.
     notes: more for the sidecars (e.g. how intervals were computed).
@@ -28,15 +33,31 @@ def run_and_write(experiment: str, run, options, out, *, save_dir: bool = False,
     from pecli.runs.io import RunOutput, default_out_dir
 
     exp = load_all().get(experiment)
-    with RunOutput(out or default_out_dir(experiment)) as output:  # --out checked before computing
-        recorded = options
+    target = Path(out or default_out_dir(experiment)).expanduser()
+    recorded = options.replace(save_dir=str(target / "models")) if save_dir else options
+    config = {"experiment": experiment, "version": exp.version, **recorded.as_dict(), **(notes or {})}
+    if note := parallel.launch_note():
+        console(stderr=True).print(f"note: {note}", style="yellow", soft_wrap=True)
+    with RunOutput(target, config, force=force) as output:  # --out checked before computing
         if save_dir:
-            recorded = options.replace(save_dir=str(output.target / "models"))
             options = options.replace(save_dir=str(output.dir / "models"))
         frames = run(options, **kwargs)
         if not parallel.is_main():  # launched on N processes: the main one writes
             return {}, {}, [], recorded
-        config = {"experiment": experiment, "version": exp.version, **recorded.as_dict(),
-                  **(notes or {})}
+        if parallel.launched():  # the header: who computed what
+            shares = "/".join(str(parallel.SHARES.get(k, 0)) for k in range(parallel.world_size()))
+            console(stderr=True).print(f"computed by {parallel.world_size()} processes (padded tokens per "
+                          f"process: {shares}; also in every row: world_size, process_tokens)",
+                          soft_wrap=True)
         tables, figures = output.write(frames, config, exp.figures)
     return frames, tables, figures, recorded
+
+
+def ci_text(row, fmt: str | Callable[[float], str] = ".4f") -> str:
+    """` [low, high]`: a row's 95 % interval for printing; ` (no interval)` where it is NaN
+    (fewer than 2 texts, or --bootstrap 0)."""
+    low, high = row.get("ci_low"), row.get("ci_high")
+    if low is None or low != low:
+        return " (no interval)"
+    form = fmt if callable(fmt) else (lambda x: format(x, fmt))
+    return f" [{form(low)}, {form(high)}]"

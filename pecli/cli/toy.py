@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from pecli.cli.flags import OutOpt, SeedOpt, build
+from pecli.cli.flags import ForceOpt, OutOpt, SeedOpt, build
 from pecli.runs.options import ToyOptions
 
 PeOpt = Annotated[list[str] | None, typer.Option(
@@ -32,6 +32,7 @@ def arithmetic(
     save_models: Annotated[bool, typer.Option(help="Save each checkpoint under OUT/models/<pe>.")] = True,
     seed: SeedOpt = 0,
     out: OutOpt = None,
+    force: ForceOpt = False,
 ) -> None:
     """Train one tiny Transformer per position scheme on "i+j=k" / "i-j=k"; exact match and attention.
 
@@ -51,7 +52,7 @@ def arithmetic(
                     probe=probe, layers=layers, width=width, heads=heads, threads=threads, seed=seed)
     from pecli.cli.train import run_with_progress
 
-    run_with_progress("toy", options, out, save_models=save_models)
+    run_with_progress("toy", options, out, save_models=save_models, force=force)
 
 
 def register(app: typer.Typer) -> None:

@@ -9,16 +9,16 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from pecli.cli.flags import DataDirOpt, OutOpt, SeedOpt, build
+from pecli.cli.flags import DataDirOpt, ForceOpt, OutOpt, SeedOpt, build
+from pecli.cli.shared import ci_text, run_and_write
 from pecli.cli.shared import console as wide_console
-from pecli.cli.shared import run_and_write
 from pecli.runs.options import TrainLmOptions
 
 train_app = typer.Typer(help="Train small Transformers from scratch with a chosen position scheme.",
                         no_args_is_help=True)
 
 
-def run_with_progress(experiment: str, options, out: Path | None,
+def run_with_progress(experiment: str, options, out: Path | None, force: bool = False,
                       save_models: bool = True) -> dict[str, Path]:
     """Run a registered training experiment on its checked options with a rich progress bar;
     write tables and figures (figures/ under the output folder) and the checkpoints."""
@@ -39,7 +39,7 @@ def run_with_progress(experiment: str, options, out: Path | None,
             bar.update(tasks[scheme], completed=step + 1, loss=f"loss {loss:.3f}")
 
         tables, csvs, figs, recorded = run_and_write(
-            experiment, load_all().get(experiment).run, options, out, progress=progress,
+            experiment, load_all().get(experiment).run, options, out, progress=progress, force=force,
             save_dir=save_models and getattr(options, "model_out", None) is None)
     _summary(console, experiment, tables)
     for path in [*csvs.values(), *figs]:
@@ -64,7 +64,7 @@ def _summary(console: Console, experiment: str, tables: dict) -> None:
         for pe, sub in df.groupby("pe", sort=False):
             em = sub[sub.metric == "exact_match"].set_index("operation")
             acc, whole = em["value"], em.loc["all"]
-            ci = f" [{whole['ci_low']:.3f}, {whole['ci_high']:.3f}]" if "ci_low" in em else ""
+            ci = ci_text(whole, ".3f") if "ci_low" in em else ""
             secs = sub[sub.metric == "train_seconds"]["value"].iloc[0]
             table.add_row(pe, f"{acc['all']:.3f}{ci}", f"{acc['add']:.3f}", f"{acc['sub']:.3f}",
                           f"{secs:.0f}", f"{row_gap.get(pe, float('nan')):.2g}",
@@ -110,6 +110,7 @@ def lm(
     seed: SeedOpt = 0,
     data_dir: DataDirOpt = None,
     out: OutOpt = None,
+    force: ForceOpt = False,
 ) -> None:
     """Train a small causal LM per position scheme on IMDB train; IMDB test perplexity vs unigram.
 
@@ -129,7 +130,7 @@ def lm(
                     vocab=vocab, layers=layers, width=width, heads=heads, context=context,
                     batch=batch, limit=limit, eval_limit=eval_limit, eval_every=eval_every,
                     threads=threads, seed=seed, data_dir=data_dir, model_out=model_out)
-    run_with_progress("train-lm", options, out)
+    run_with_progress("train-lm", options, out, force=force)
 
 
 def register(app: typer.Typer) -> None:

@@ -9,6 +9,8 @@ A user's own CSV / JSONL / parquet file is also a dataset: pass its path.
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 import os
 from collections.abc import Callable
@@ -55,7 +57,7 @@ class TextData:
         if missing:
             raise DataError(
                 f"{self.dataset}/{self.split} has no column {missing[0]!r}; "
-                f"columns: {', '.join(map(str, self.frame.columns))} (choose with --text)"
+                f"columns: {', '.join(map(str, self.frame.columns))} (choose with --text-field)"
             )
         empty = self.frame[fields].isna().any(axis=1)
         if empty.any():
@@ -69,6 +71,13 @@ class TextData:
         joined = parts[0]
         for p in parts[1:]:
             joined = joined + " " + p
+        blank = joined.str.strip() == ""
+        if blank.any():
+            rows = [str(i + 1) for i in np.flatnonzero(blank.to_numpy())[:5]]  # 1-based
+            raise DataError(
+                f"{self.dataset}/{self.split}: {int(blank.sum())} row(s) hold only whitespace in "
+                f"{'+'.join(fields)!r} (data rows {', '.join(rows)}{', ...' if blank.sum() > 5 else ''}); "
+                "drop them")
         return joined.tolist()
 
     def text_ids(self) -> list[int]:
@@ -152,10 +161,10 @@ def data_dir(explicit: str | Path | None = None) -> Path | None:
     return path
 
 
-def _read_jsonl(path: Path) -> pd.DataFrame:
+def _read_jsonl(source, path: Path) -> pd.DataFrame:
     """One JSON object per line; a bad line is named by its number (pandas gives a byte offset)."""
     rows = []
-    with open(path, encoding="utf-8") as f:
+    with io.TextIOWrapper(source, encoding="utf-8") as f:
         for number, line in enumerate(f, 1):
             if not line.strip():
                 continue
@@ -170,8 +179,14 @@ def _read_jsonl(path: Path) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-CUSTOM_READERS = {".csv": pd.read_csv, ".parquet": pd.read_parquet, ".jsonl": _read_jsonl,
-                  ".json": pd.read_json}
+CUSTOM_READERS = {  # suffix (any case) -> read(bytes buffer, path)
+    ".csv": lambda f, _: pd.read_csv(f),
+    ".tsv": lambda f, _: pd.read_csv(f, sep="\t"),
+    ".parquet": lambda f, _: pd.read_parquet(f),
+    ".jsonl": _read_jsonl,
+    ".json": lambda f, _: pd.read_json(f),
+}
+FORMATS = "CSV, TSV, JSON, JSONL or parquet"
 
 
 def load_data(dataset: str, split: str | None = None, *, data_dir_: str | Path | None = None,
@@ -186,8 +201,11 @@ def load_data(dataset: str, split: str | None = None, *, data_dir_: str | Path |
     sorted by label, so "the first N rows" would all be negative.
     """
     path = Path(dataset).expanduser()
-    if path.suffix in CUSTOM_READERS:
+    if path.suffix.lower() in CUSTOM_READERS:
         data = _load_custom(path, text_field)
+    elif (path.suffix or os.sep in dataset) and path.exists() and not path.is_dir():
+        raise DataError(f"{path} exists but its format ({path.suffix or 'no suffix'}) is not "
+                        f"supported; give a {FORMATS} file (by its suffix)")
     else:
         spec = DATASETS.get(dataset)
         split = split or spec.splits[0]
@@ -223,8 +241,12 @@ def subset(frame: pd.DataFrame, limit: int | None, seed: int, label: str | None,
     if label is None:
         order = rng.permutation(len(frame))
     else:
-        groups = [rng.permutation(np.flatnonzero(frame[label].to_numpy() == v))
-                  for v in sorted(frame[label].unique())]
+        codes, values = pd.factorize(frame[label], use_na_sentinel=False)  # missing: a group too
+        try:
+            order = sorted(range(len(values)), key=lambda k: values[k])
+        except TypeError:  # labels of mixed types (refused where labels are used)
+            order = sorted(range(len(values)), key=lambda k: repr(values[k]))
+        groups = [rng.permutation(np.flatnonzero(codes == k)) for k in order]
         # Interleave the shuffled label groups so any prefix is balanced.
         order = [g[i] for i in range(max(map(len, groups))) for g in groups if i < len(g)]
     return frame.iloc[np.asarray(order[:limit])].reset_index(drop=True)
@@ -266,16 +288,15 @@ def _load_hub(spec: DatasetSpec, split: str) -> TextData:
 
 
 def _load_custom(path: Path, text_field: str | None) -> TextData:
-    from pecli.runs.provenance import file_sha256
 
     if not path.exists():
         raise DataError(f"data file {path} does not exist")
+    raw = path.read_bytes()  # read once: a FIFO gives its bytes once, and the hash is of them
     try:
-        frame = CUSTOM_READERS[path.suffix](path)
+        frame = CUSTOM_READERS[path.suffix.lower()](io.BytesIO(raw), path)
     except DataError:
         raise
     except UnicodeDecodeError:
-        raw = path.read_bytes()
         try:
             raw.decode("utf-8")
             where = ""
@@ -290,10 +311,10 @@ def _load_custom(path: Path, text_field: str | None) -> TextData:
     if field.split("+")[0] not in frame.columns:
         raise DataError(
             f"{path.name} has no text column {field!r}; columns: {', '.join(map(str, frame.columns))} "
-            "(name one with --text)"
+            "(name one with --text-field)"
         )
     label = "label" if "label" in frame.columns else None
-    return TextData(frame, path.name, "file", "local", "sha256:" + file_sha256(path)[:16],
+    return TextData(frame, path.name, "file", "local", "sha256:" + hashlib.sha256(raw).hexdigest()[:16],
                     field, label, len(frame))
 
 

@@ -18,9 +18,13 @@ Is a cosine high? Besides random Gaussian vectors (the study's baseline), two in
 baselines per layer, with the model's own positions (intervention `learned`) on the same
 texts: `token_pair_cosine` (two different real tokens of different texts: the model's
 anisotropy floor, Ethayarajh 2019) and `self_similarity` (the same token id in two different
-texts). `between_baselines` places each intervention's mean cosine on that scale: 0 = as
-alike as two different tokens, 1 = as alike as the same token in another context.
-Means carry 95 % bootstrap intervals over texts (`ci_low`, `ci_high`; pecli.measures.intervals).
+texts). Their pairs are drawn, seeded, over all evaluated texts, and the states come from
+the own-position pass that the cosines need anyway (no extra forward). `between_baselines`
+places each intervention's mean cosine on that scale: 0 = as alike as two different tokens,
+1 = as alike as the same token in another context.
+Every mean, the baselines and between_baselines included, carries a 95 % bootstrap interval
+over texts (`ci_low`, `ci_high`; pecli.measures.intervals): a pair of tokens counts as often
+as both its texts are drawn.
 """
 
 from __future__ import annotations
@@ -38,8 +42,7 @@ from pecli.runs.names import Choice
 from pecli.runs.options import AblateOptions
 
 NAME = "ablate"
-VERSION = 2  # 2: in-model baselines (token_pair_cosine, self_similarity, between_baselines); ci_low/ci_high
-BASELINE_TEXTS = 32  # the in-model baselines sample from this many of the texts (one more pass)
+VERSION = 3  # 3: in-model baselines over all texts, text-resampled intervals (2: 32 texts, pairs)
 BASELINE_PAIRS = 1000  # pairs per in-model baseline
 HIST_BINS = 60
 PROBE_TEST_FRACTION = 0.3
@@ -59,12 +62,15 @@ class Measured:
     special: np.ndarray  # [n] bool: a special token ([CLS], [SEP], <|endoftext|>, ...)
     cosine: dict[str, np.ndarray] = field(default_factory=dict)  # intervention -> [l, n]
     pooled: dict[str, np.ndarray] = field(default_factory=dict)  # condition -> [texts, d]
+    baselines: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    # ^ token_pair | self_similarity -> (cosines [l, pairs], texts of each pair [pairs, 2])
     plan: dict = field(default_factory=dict)  # the batch plan (pecli.runs.batching.plan_summary)
 
 
 def measure(loaded, texts: list[str], interventions: Sequence[str | Choice], *, seed: int = 0,
             batch_size: int | None = None, layers: bool = True, pooled: bool = False,
-            progress: bool = False, checkpoint_every: float | None = 60.0) -> Measured:
+            progress: bool = False, checkpoint_every: float | None = 60.0,
+            baseline_pairs: int = BASELINE_PAIRS) -> Measured:
     """Hidden states with `learned` and each intervention on the same batches; cosine per token.
 
     Args:
@@ -76,6 +82,8 @@ def measure(loaded, texts: list[str], interventions: Sequence[str | Choice], *, 
             `default_token_budget(device, CPU_HIDDEN_STATE_BUDGET)` padded tokens.
         layers: every layer's hidden state (else the final one only).
         pooled: also keep mean-pooled final features per text (for the probe).
+        baseline_pairs: pairs per in-model baseline, drawn over all texts (0: none); their
+            own-position states are kept from the batches that hold them.
         checkpoint_every: save the batches done so far at most this often (seconds), so
             that an interrupted run resumes where it stopped, at any process count
             (`pecli.runs.io.Checkpoint`, keyed by the whole run's batch plan); None: never.
@@ -105,9 +113,12 @@ def measure(loaded, texts: list[str], interventions: Sequence[str | Choice], *, 
     lengths = [len(x) for x in enc.ids]
     if min(lengths) == 0:
         raise_empty(texts, lengths)
-    batches = (length_batches(lengths, 0, max_batch=batch_size) if batch_size
-               else tight_batches(lengths, default_token_budget(loaded.device, CPU_HIDDEN_STATE_BUDGET)))
+    batches = parallel.spread(
+        length_batches(lengths, 0, max_batch=batch_size) if batch_size
+        else tight_batches(lengths, default_token_budget(loaded.device, CPU_HIDDEN_STATE_BUDGET)))
     special_ids = np.array(sorted(set(loaded.tokenizer.all_special_ids)), dtype=np.int64)
+    pairs = sample_baseline_pairs(enc.ids, set(special_ids.tolist()), baseline_pairs, seed)
+    kept = _kept_positions(pairs, len(lengths))  # text -> sorted positions whose states we keep
     base = loaded.model.base_model  # hidden states only: no LM head over the vocabulary
     pad_id = loaded.tokenizer.pad_token_id
 
@@ -126,6 +137,10 @@ def measure(loaded, texts: list[str], interventions: Sequence[str | Choice], *, 
                "order": np.array(rows, dtype=np.int64)}
         ref = hidden(ids, mask)  # l x [b, t, d]
         out["shape"] = np.array([len(ref), ref[-1].shape[-1]])
+        at = [(row, p) for row, t in enumerate(rows) for p in kept.get(t, ())]
+        rows_at = torch.tensor([r for r, _ in at], dtype=torch.long)
+        pos_at = torch.tensor([p for _, p in at], dtype=torch.long)
+        out["states"] = torch.stack([h[rows_at, pos_at] for h in ref]).float().cpu().numpy()  # [l, k, d]
         if pooled:
             out["pool0"] = _mean_pool(ref[-1], mask)
         for k, apply in enumerate(applied.values()):
@@ -136,11 +151,11 @@ def measure(loaded, texts: list[str], interventions: Sequence[str | Choice], *, 
                 out[f"pool{k + 1}"] = _mean_pool(h[-1], mask)
         return out
 
-    parts = _Parts(batches, lengths)
+    parts = _Parts(batches, lengths, [sum(len(kept.get(t, ())) for t in b) for b in batches])
     checkpoint = None
     if checkpoint_every is not None and parallel.is_main():  # the main process alone saves
         checkpoint = _checkpoint(loaded, texts, interventions, seed, layers, pooled, batches,
-                                 checkpoint_every)
+                                 checkpoint_every, baseline_pairs)
     parts.restore(parallel.from_main(checkpoint.load() if checkpoint is not None else None))
     if parts.done and progress and parallel.is_main():
         print(f"resuming: {len(parts.done)} of {len(batches)} batches were done before",
@@ -182,13 +197,42 @@ def measure(loaded, texts: list[str], interventions: Sequence[str | Choice], *, 
         cosine={name: parts.joined(f"cos{k}") for k, name in enumerate(names)},
         pooled={name: parts.joined(f"pool{k}")[back]
                 for k, name in enumerate(["learned", *names] if pooled else [])},
+        baselines=_pair_cosines(pairs, [(t, p) for b in batches for t in b for p in kept.get(t, ())],
+                                parts.joined("states")),
         plan=plan_summary(padded_tokens(batches, lengths), batch_size),
     )
 
 
+def _kept_positions(pairs: dict[str, np.ndarray], texts: int) -> dict[int, list[int]]:
+    """Each text's token positions that some baseline pair uses, sorted."""
+    both = np.concatenate([p.reshape(-1, 2) for p in pairs.values()])
+    both = np.unique(both, axis=0) if len(both) else both  # sorted by text, then position
+    kept: dict[int, list[int]] = {}
+    for t, p in both.tolist():
+        kept.setdefault(t, []).append(p)
+    return kept
+
+
+def _pair_cosines(pairs: dict[str, np.ndarray], where: list[tuple[int, int]], states: np.ndarray
+                  ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """{baseline: (cosine of each pair's two states at every layer [l, pairs], the pair's texts
+    [pairs, 2])}; `states[:, i]` is the state at where[i] = (text, position)."""
+    row = {tp: i for i, tp in enumerate(where)}
+    out = {}
+    for name, pair in pairs.items():
+        if len(pair) == 0:
+            continue
+        a, b = ([row[tuple(x)] for x in pair[:, k].tolist()] for k in (0, 1))
+        u, v = states[:, a].astype(np.float64), states[:, b].astype(np.float64)  # [l, pairs, d]
+        cos = (u * v).sum(-1) / (np.linalg.norm(u, axis=-1) * np.linalg.norm(v, axis=-1))
+        out[name] = (cos, pair[:, :, 0].copy())
+    return out
+
+
 def _axis(name: str) -> int:
-    """The axis a batch's array grows along: tokens for cosines [l, n], else the first."""
-    return 1 if name.startswith("cos") else 0
+    """The axis a batch's array grows along: tokens for cosines [l, n] and kept states
+    [l, k, d], else the first."""
+    return 1 if name.startswith(("cos", "states")) else 0
 
 
 def _joined(pieces: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
@@ -203,13 +247,15 @@ class _Parts:
     """Finished batches by their index in the whole run's plan (the same at any process count):
     what a checkpoint saves and a run at another process count resumes from."""
 
-    def __init__(self, batches: list[list[int]], lengths: list[int]):
+    def __init__(self, batches: list[list[int]], lengths: list[int], kept: list[int]):
         self.rows = [len(b) for b in batches]
         self.tokens = [sum(lengths[i] for i in b) for b in batches]
+        self.kept = kept  # states kept for the in-model baselines, per batch
         self.done: dict[int, dict[str, np.ndarray]] = {}  # batch -> name -> array
 
     def _sizes(self, name: str, batches: list[int]) -> list[int]:
-        per = self.rows if name == "order" or name.startswith("pool") else self.tokens
+        per = (self.rows if name == "order" or name.startswith("pool")
+               else self.kept if name == "states" else self.tokens)
         return [per[b] for b in batches]
 
     def joined(self, name: str, batches: list[int] | None = None) -> np.ndarray:
@@ -235,14 +281,15 @@ class _Parts:
                 self.done[b][name] = piece
 
 
-def _checkpoint(loaded, texts, interventions, seed, layers, pooled, batches, every):
+def _checkpoint(loaded, texts, interventions, seed, layers, pooled, batches, every, pairs):
     """Where this exact measurement's partial results live (see `pecli.runs.io.Checkpoint`): keyed
     by the whole run's batch plan, never by a process's share of it."""
     from pecli.runs.io import Checkpoint
 
     return Checkpoint("ablate", {"version": VERSION, **loaded.provenance(),
                                  "interventions": interventions, "seed": seed, "layers": layers,
-                                 "pooled": pooled, "batches": batches, "saved": "by plan batch"},
+                                 "pooled": pooled, "batches": batches, "baseline_pairs": pairs,
+                                 "saved": "by plan batch"},
                       texts, every)
 
 
@@ -305,84 +352,59 @@ class _progress:
 
 
 def sample_baseline_pairs(ids: list[list[int]], special: set[int], pairs: int = BASELINE_PAIRS,
-                          seed: int = 0, max_texts: int = BASELINE_TEXTS) -> dict[str, np.ndarray]:
-    """Seeded token pairs for the two in-model baselines, as [pairs, 2, 2] (text, position).
+                          seed: int = 0) -> dict[str, np.ndarray]:
+    """Seeded token pairs for the two in-model baselines, as [pairs, 2, 2] (text, position),
+    drawn over all texts, special tokens skipped.
 
-    Both sample from at most `max_texts` texts (a seeded subset) and skip special tokens.
     token_pair: a real token drawn uniformly, then a token of another text with another id.
     self_similarity: a token drawn uniformly among those whose id occurs in another text,
-    then an occurrence of that id in another text. Token-weighted, like the intervention
-    cosines (frequent tokens count more). Fewer self-similarity pairs (even 0) when few ids
-    repeat across texts.
+    then uniformly one of that id's occurrences in other texts. Token-weighted, like the
+    intervention cosines (frequent tokens count more). Fewer self-similarity pairs (even 0)
+    when no id repeats across texts; none of either from fewer than 2 texts.
     """
     rng = np.random.default_rng([seed, 12])
-    chosen = np.sort(rng.permutation(len(ids))[:max_texts])
-    real = [(t, p, i) for t in chosen for p, i in enumerate(ids[t]) if i not in special]
-    text, pos, tok = np.array(real, np.int64).reshape(-1, 3).T  # [n] each
-    out = {"token_pair": np.zeros((0, 2, 2), np.int64), "self_similarity": np.zeros((0, 2, 2), np.int64)}
-    if len(np.unique(text)) < 2:
+    empty = np.zeros((0, 2, 2), np.int64)
+    out = {"token_pair": empty, "self_similarity": empty}
+    lengths = [len(x) for x in ids]
+    text = np.repeat(np.arange(len(ids), dtype=np.int64), lengths)
+    pos = np.concatenate([np.arange(k, dtype=np.int64) for k in lengths]) if ids else text
+    tok = np.concatenate([np.asarray(x, np.int64) for x in ids]) if ids else text
+    real = ~np.isin(tok, np.array(sorted(special), np.int64))
+    text, pos, tok = text[real], pos[real], tok[real]
+    if pairs == 0 or len(np.unique(text)) < 2:
         return out
-    found = []
-    for _ in range(100):  # rejection: other text and other id (nearly always in one round)
+
+    def as_pairs(a, b):
+        return np.stack([np.stack([text[a], pos[a]], 1), np.stack([text[b], pos[b]], 1)], 1)
+
+    found_a, found_b, have = [], [], 0
+    for _ in range(100):  # rejection: another text and another id (nearly always one round)
         a, b = rng.integers(0, len(tok), size=(2, 4 * pairs))
         ok = (text[a] != text[b]) & (tok[a] != tok[b])
-        found += list(zip(a[ok], b[ok], strict=True))
-        if len(found) >= pairs:
+        found_a.append(a[ok])
+        found_b.append(b[ok])
+        have += int(ok.sum())
+        if have >= pairs:
             break
-    if found:  # none only when every token of every text is the same id
-        a, b = np.array(found[:pairs]).T
-        out["token_pair"] = np.stack([np.stack([text[a], pos[a]], 1),
-                                      np.stack([text[b], pos[b]], 1)], 1)
-    texts_of = {}  # token id -> distinct texts it occurs in
-    for i, t in zip(tok.tolist(), text.tolist(), strict=True):
-        texts_of.setdefault(i, set()).add(t)
-    eligible = np.flatnonzero([len(texts_of[i]) > 1 for i in tok.tolist()])
-    if eligible.size:
-        where = {}  # token id -> indices of its occurrences
-        for j in eligible.tolist():
-            where.setdefault(int(tok[j]), []).append(j)
-        rows = []
-        for a in rng.choice(eligible, size=pairs):
-            others = [j for j in where[int(tok[a])] if text[j] != text[a]]
-            b = others[rng.integers(len(others))]
-            rows.append(((text[a], pos[a]), (text[b], pos[b])))
-        out["self_similarity"] = np.array(rows, np.int64)
+    if have:  # none only when every real token of every text is the same id
+        out["token_pair"] = as_pairs(np.concatenate(found_a)[:pairs], np.concatenate(found_b)[:pairs])
+
+    by_id = np.lexsort((text, tok))  # occurrences grouped by id, then by text
+    tok_s, text_s = tok[by_id], text[by_id]
+    first = np.searchsorted(tok_s, tok_s, "left")  # each occurrence's id: its group [first, last)
+    last = np.searchsorted(tok_s, tok_s, "right")
+    own_first = np.searchsorted(tok_s * (len(ids) + 1) + text_s, tok_s * (len(ids) + 1) + text_s, "left")
+    own_last = np.searchsorted(tok_s * (len(ids) + 1) + text_s, tok_s * (len(ids) + 1) + text_s, "right")
+    others = (last - first) - (own_last - own_first)  # occurrences of the id in other texts
+    eligible = np.flatnonzero(others > 0)  # in sorted order
+    if eligible.size == 0:
+        return out
+    a = eligible[rng.integers(0, eligible.size, size=pairs)]
+    k = rng.integers(0, others[a])  # the k-th occurrence of the id outside a's own text
+    before = own_first[a] - first[a]  # occurrences of the id in texts before a's own
+    b = first[a] + np.where(k < before, k, k + (own_last[a] - own_first[a]))
+    out["self_similarity"] = as_pairs(by_id[a], by_id[b])
     return out
-
-
-def baseline_cosines(loaded, ids: list[list[int]], pairs: dict[str, np.ndarray],
-                     layers: bool = True) -> dict[str, np.ndarray]:
-    """Cosine at every layer between the hidden states (the model's own positions) of each
-    pair's two tokens: {baseline: [l, pairs]}. Runs the texts the pairs touch, one batch
-    of up to 16 at a time, keeping only the sampled tokens' states."""
-    import torch
-
-    from pecli.runs.batching import pad
-
-    wanted = np.concatenate([p.reshape(-1, 2) for p in pairs.values()])
-    needed = sorted({int(t) for t in wanted[:, 0]}, key=lambda t: len(ids[t]))  # little padding
-    states = {}  # (text, position) -> [l, d] float64
-    base = loaded.model.base_model
-    with torch.inference_mode():
-        for start in range(0, len(needed), 16):
-            batch = needed[start:start + 16]
-            tensors, mask = pad([ids[t] for t in batch], loaded.tokenizer.pad_token_id,
-                                loaded.device, "right")
-            out = base(input_ids=tensors, attention_mask=mask, output_hidden_states=layers)
-            hidden = out.hidden_states if layers else (out.last_hidden_state,)  # l x [b, t, d]
-            for row, t in enumerate(batch):
-                positions = sorted(set(wanted[wanted[:, 0] == t, 1].tolist()))
-                h = torch.stack([x[row, positions] for x in hidden]).double().cpu()  # [l, k, d]
-                for k, p in enumerate(positions):
-                    states[(t, p)] = h[:, k]
-    result = {}
-    for name, pair in pairs.items():
-        if len(pair) == 0:
-            continue
-        a = torch.stack([states[tuple(x)] for x in pair[:, 0].tolist()], 1)  # [l, pairs, d]
-        b = torch.stack([states[tuple(x)] for x in pair[:, 1].tolist()], 1)
-        result[name] = torch.nn.functional.cosine_similarity(a, b, dim=-1).numpy()  # [l, pairs]
-    return result
 
 
 # --- tables ------------------------------------------------------------------------
@@ -396,6 +418,32 @@ def _accuracy(correct: np.ndarray, bootstrap: int, seed: int) -> dict:
     return {"value": float(correct.mean()), "ci_low": low, "ci_high": high}
 
 
+def check_probe_labels(labels) -> np.ndarray:
+    """The labels as an array, once they are fit for a probe: present, of one type (numbers or
+    strings), at least 4 rows of each of at least 2 labels. Checked before any forward pass."""
+    from pecli.runs.errors import DataError
+
+    if labels is None:
+        raise DataError("--probe needs labels; this data has no label column (use imdb, or a "
+                        "file with a 'label' column)")
+    missing = [i for i, v in enumerate(labels) if v is None or v != v]
+    if missing:
+        raise DataError(f"--probe: {len(missing)} row(s) have no label (first: row {missing[0] + 1}); "
+                        "drop or fill them")
+    kinds = {"number" if isinstance(v, int | float | np.number) and not isinstance(v, bool)
+             else "string" if isinstance(v, str) else type(v).__name__ for v in labels}
+    if len(kinds) > 1 or kinds - {"number", "string"}:
+        raise DataError(f"--probe: labels must all be numbers or all strings, not "
+                        f"{' and '.join(sorted(kinds))}; fix the label column")
+    y = np.asarray(labels)
+    classes, counts = np.unique(y, return_counts=True)
+    if len(classes) < 2 or counts.min() < 4:
+        raise DataError(f"--probe needs at least 4 rows of each of 2 labels (got "
+                        f"{dict(zip(classes.tolist(), counts.tolist(), strict=True))}); raise "
+                        "--limit or use a labelled dataset (imdb)")
+    return y
+
+
 def probe_accuracy(features: dict[str, np.ndarray], labels, seed: int = 0,
                    bootstrap: int = 1000) -> list[dict]:
     """Held-out accuracy of logistic regression on each condition's features, one seeded,
@@ -405,13 +453,7 @@ def probe_accuracy(features: dict[str, np.ndarray], labels, seed: int = 0,
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
-    from pecli.runs.errors import DataError
-
-    y = np.asarray(labels)
-    classes, counts = np.unique(y, return_counts=True)
-    if len(classes) < 2 or counts.min() < 4:
-        raise DataError("--probe needs at least 4 rows of each of 2 labels; raise --limit "
-                        "or use a labelled dataset (imdb)")
+    y = check_probe_labels(labels)
     idx = np.arange(len(y))
     train, test = train_test_split(idx, test_size=PROBE_TEST_FRACTION, random_state=seed,
                                    stratify=y)
@@ -435,12 +477,11 @@ def probe_accuracy(features: dict[str, np.ndarray], labels, seed: int = 0,
 
 
 def tables(m: Measured, provenance: dict, *, seed: int, baseline_pairs: int,
-           probe_rows: list[dict] | None = None, baselines: dict[str, np.ndarray] | None = None,
-           bootstrap: int = 1000) -> dict[str, pd.DataFrame]:
+           probe_rows: list[dict] | None = None, bootstrap: int = 1000) -> dict[str, pd.DataFrame]:
     """Tidy tables from a Measured run; `provenance` (model, data) and versions go on every row.
 
-    `baselines`: {token_pair | self_similarity: cosines [l, pairs]} (see baseline_cosines);
-    `bootstrap`: resamples of the intervals (0: none, NaN bounds).
+    `baseline_pairs`: random Gaussian pairs of the random baseline; `bootstrap`: resamples of
+    the intervals (0: none, NaN bounds).
     """
     from pecli.measures.intervals import by_text, ratio_interval
     from pecli.measures.metrics import (
@@ -460,7 +501,7 @@ def tables(m: Measured, provenance: dict, *, seed: int, baseline_pairs: int,
     final = m.layers - 1
     rand = random_pair_cosines(m.width, baseline_pairs, seed)
     texts = int(m.text.max()) + 1 if m.text.size else 0
-    rows = []
+    rows, per_text = [], {}  # (intervention, layer, subset) -> per-text (sums, counts)
     for name, cos in m.cosine.items():
         for layer in range(m.layers):
             for subset, keep in (("included", np.ones_like(m.special)), ("excluded", ~m.special)):
@@ -468,8 +509,9 @@ def tables(m: Measured, provenance: dict, *, seed: int, baseline_pairs: int,
                 base = {"intervention": name, "layer": layer, "final_layer": layer == final,
                         "special_tokens": subset, "tokens": s["count"],
                         "aggregation": "over all real tokens of all texts"}
-                low, high = ratio_interval(*by_text(cos[layer][keep], m.text[keep], texts),
-                                           n_boot=bootstrap, seed=seed)
+                per_text[name, layer, subset] = by_text(cos[layer][keep], m.text[keep], texts)
+                low, high = ratio_interval(*per_text[name, layer, subset], n_boot=bootstrap,
+                                           seed=seed)
                 rows.append({**base, "metric": "cosine_mean", "value": s["mean"],
                              "ci_low": low, "ci_high": high})
                 for stat in ("std", "median"):
@@ -485,7 +527,7 @@ def tables(m: Measured, provenance: dict, *, seed: int, baseline_pairs: int,
                      "special_tokens": "included", "tokens": m.tokens,
                      "metric": "truncated_texts", "value": m.truncated,
                      "aggregation": f"texts longer than {m.max_length} tokens, cut"})
-    rows += _baseline_rows(baselines or {}, rows, final, seed, bootstrap)
+    rows += _baseline_rows(m.baselines, rows, per_text, texts, final, seed, bootstrap)
     main = validate(pd.DataFrame([{**common, **r} for r in rows]))
 
     pos_rows = []
@@ -516,25 +558,28 @@ def tables(m: Measured, provenance: dict, *, seed: int, baseline_pairs: int,
     return out
 
 
-def _baseline_rows(baselines: dict[str, np.ndarray], rows: list[dict], final: int, seed: int,
-                   bootstrap: int) -> list[dict]:
+def _baseline_rows(baselines: dict[str, tuple[np.ndarray, np.ndarray]], rows: list[dict],
+                   per_text: dict, texts: int, final: int, seed: int, bootstrap: int) -> list[dict]:
     """Rows of the in-model baselines per layer, and where each intervention's mean cosine
-    sits between them (`between_baselines`: 0 = token_pair, 1 = self_similarity)."""
-    from pecli.measures.intervals import ratio_interval
+    sits between them (`between_baselines`: 0 = token_pair, 1 = self_similarity). Every
+    interval resamples texts; between_baselines recomputes all three means per resample."""
+    from pecli.measures.intervals import pair_weighted_mean, percentile_interval, resampled
 
     metric = {"token_pair": "token_pair_cosine", "self_similarity": "self_similarity"}
     what = {"token_pair": "two different real tokens of different texts",
             "self_similarity": "the same token id in two different texts"}
-    out, means = [], {}
-    for name, cos in baselines.items():  # cos [l, pairs]
+    out, means, stats = [], {}, {}
+    for name, (cos, pair_texts) in baselines.items():  # cos [l, pairs], pair_texts [pairs, 2]
         for layer in range(cos.shape[0]):
             base = {"intervention": "learned", "layer": layer, "final_layer": layer == final,
                     "special_tokens": "excluded", "tokens": 2 * cos.shape[1],
                     "pairs": cos.shape[1], "baseline": name,
-                    "aggregation": f"over {cos.shape[1]} seeded pairs of {what[name]}, the "
-                                   "model's own positions (interval: pairs resampled)"}
+                    "aggregation": f"over {cos.shape[1]} seeded pairs of {what[name]} drawn over "
+                                   "all texts, the model's own positions (interval: texts "
+                                   "resampled, a pair weighted by both its texts' draws)"}
             means[name, layer] = float(cos[layer].mean())
-            low, high = ratio_interval(cos[layer], n_boot=bootstrap, seed=seed)
+            stats[name, layer] = pair_weighted_mean(cos[layer], *pair_texts.T)
+            low, high = percentile_interval(resampled(stats[name, layer], texts, bootstrap, seed))
             out.append({**base, "metric": f"{metric[name]}_mean", "value": means[name, layer],
                         "ci_low": low, "ci_high": high})
             out.append({**base, "metric": f"{metric[name]}_std", "value": float(cos[layer].std())})
@@ -544,11 +589,21 @@ def _baseline_rows(baselines: dict[str, np.ndarray], rows: list[dict], final: in
                 or ("self_similarity", layer) not in means:
             continue
         lo, hi = means["token_pair", layer], means["self_similarity", layer]
+        sums, counts = per_text[r["intervention"], layer, r["special_tokens"]]
+        floor, ceiling = stats["token_pair", layer], stats["self_similarity", layer]
+
+        def between(w, sums=sums, counts=counts, floor=floor, ceiling=ceiling):
+            low_w = floor(w)
+            return ((w @ sums) / (w @ counts) - low_w) / (ceiling(w) - low_w)
+
+        low, high = percentile_interval(resampled(between, texts, bootstrap, seed))
         out.append({**{k: r[k] for k in ("intervention", "layer", "final_layer", "special_tokens",
                                         "tokens")},
                     "metric": "between_baselines", "value": (r["value"] - lo) / (hi - lo),
+                    "ci_low": low, "ci_high": high,
                     "aggregation": "(mean cosine - token_pair_cosine_mean) / "
-                                   "(self_similarity_mean - token_pair_cosine_mean), same layer"})
+                                   "(self_similarity_mean - token_pair_cosine_mean), same layer "
+                                   "(interval: texts resampled, all three means recomputed)"})
     return out
 
 
@@ -556,15 +611,12 @@ def run(options: AblateOptions, progress: bool = False) -> dict[str, pd.DataFram
     """Load the model and data, measure, and return the tables (see the module docstring)."""
     from pecli.data.datasets import load_data
     from pecli.positions.interventions import check_applies
-    from pecli.runs.errors import DataError
 
     o = options
     check_before_loading(o.model, o.intervention)
     data = load_data(o.dataset, o.split, data_dir_=o.data_dir, limit=o.limit, seed=o.seed,
                      text_field=o.text_field, at_most=o.limit_at_most)
-    labels = data.labels() if o.probe else None
-    if o.probe and labels is None:
-        raise DataError(f"--probe needs labels; {data.dataset} has no label column (use imdb)")
+    labels = check_probe_labels(data.labels()) if o.probe else None
     loaded = load(o.model, o)
     for choice in o.intervention:
         check_applies(loaded, choice)
@@ -576,18 +628,7 @@ def run(options: AblateOptions, progress: bool = False) -> dict[str, pd.DataFram
     prov = {**loaded.provenance(), **data.provenance(),
             "text_field": o.text_field or data.text_field}
     return tables(m, prov, seed=o.seed, baseline_pairs=o.baseline_pairs, probe_rows=probe_rows,
-                  baselines=in_model_baselines(loaded, data.texts(), o.seed, o.layers),
                   bootstrap=o.bootstrap)
-
-
-def in_model_baselines(loaded, texts: list[str], seed: int, layers: bool = True
-                       ) -> dict[str, np.ndarray]:
-    """token_pair and self_similarity cosines [l, pairs] on (a seeded subset of) `texts`."""
-    from pecli.runs.batching import encode
-
-    ids = _quiet_encode(encode, loaded, texts).ids
-    pairs = sample_baseline_pairs(ids, set(loaded.tokenizer.all_special_ids), seed=seed)
-    return baseline_cosines(loaded, ids, pairs, layers)
 
 
 figures = lazy("pecli.plots.ablate:ablate_figures")

@@ -16,6 +16,7 @@ dataset, split, data revision (hash) and row count, or `gather` refuses with the
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -55,18 +56,73 @@ HEADLINES = (
 BY_METRIC = {h.metric: h for h in HEADLINES}
 
 
-def table_files(run_dirs) -> list[tuple[str, Path]]:
-    """(run label, table path) of every results table under each run folder, in order."""
-    found = []
+def distinct_runs(run_dirs) -> list[Path]:
+    """The run folders given, each once (the same folder named twice, or a folder inside
+    another one given, is read once)."""
+    runs: list[Path] = []
     for run in map(Path, run_dirs):
         if not run.is_dir():
             raise DataError(f"{run} is not a folder; pass run folders written by pecli (--out)")
+        where = run.resolve()
+        if any(where == r.resolve() or where.is_relative_to(r.resolve()) for r in runs):
+            continue
+        runs = [r for r in runs if not r.resolve().is_relative_to(where)] + [run]
+    return runs
+
+
+def written_by_compare(table: Path) -> bool:
+    """Whether `table` is an earlier compare's own output (its sidecar says so)."""
+    side = table.parent / (table.name.split(".")[0] + ".json")
+    try:
+        meta = json.loads(side.read_text(encoding="utf-8"))
+        return meta.get("config", {}).get("command") == "compare"
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def table_files(run_dirs) -> list[tuple[str, Path]]:
+    """(run label, table path) of every results table under each run folder, in order;
+    an earlier compare's compare.csv is not a result and is skipped."""
+    found = []
+    for run in distinct_runs(run_dirs):
         files = sorted(p for pattern in ("*.csv", "*.csv.gz") for p in run.rglob(pattern)
-                       if not any(part.startswith(".") for part in p.relative_to(run).parts))
+                       if not any(part.startswith(".") for part in p.relative_to(run).parts)
+                       and not written_by_compare(p))
         if not files:
             raise DataError(f"{run} holds no results tables (*.csv); pass a folder a pecli run wrote")
         found += [(_label(run, p), p) for p in files]
     return found
+
+
+def read_table(path: Path) -> pd.DataFrame:
+    """A results table, or a one-line DataError naming the file when it cannot be trusted:
+    changed since pecli wrote it (its sidecar's sha256), not CSV, or edited so that `value`
+    or an interval holds non-numbers."""
+    from pecli.runs.provenance import file_sha256
+
+    side = path.parent / (path.name.split(".")[0] + ".json")
+    try:
+        written = json.loads(side.read_text(encoding="utf-8")).get("table_sha256")
+    except (OSError, ValueError, AttributeError):
+        written = None  # no sidecar, or one from before pecli recorded checksums
+    if written and file_sha256.__wrapped__(path) != written:
+        raise DataError(f"{path} was changed after pecli wrote it (its sha256 differs from "
+                        f"{side.name}): it was damaged or edited; rerun the run that wrote it")
+    try:
+        df = pd.read_csv(path, low_memory=False)
+    except (ValueError, OSError, UnicodeDecodeError, EOFError) as err:  # pandas' ParserError is a ValueError
+        raise DataError(f"{path} is not a readable table ({str(err).splitlines()[0][:120]}); "
+                        "it was damaged or edited: remove it or rerun the run that wrote it") from None
+    for col in ("value", "ci_low", "ci_high"):
+        if col in df:
+            numbers = pd.to_numeric(df[col], errors="coerce")
+            bad = numbers.isna() & df[col].notna()
+            if bad.any():
+                raise DataError(f"{path}: column {col} holds {df[col][bad].iloc[0]!r}, not a number "
+                                f"(row {int(bad.idxmax()) + 2}); the table was edited or damaged: "
+                                "remove it or rerun the run that wrote it")
+            df[col] = numbers
+    return df
 
 
 def _label(run: Path, table: Path) -> str:
@@ -116,11 +172,11 @@ def gather(run_dirs, allow_mixed: bool = False) -> pd.DataFrame:
     """
     frames = []
     for run, path in table_files(run_dirs):
-        rows = headline_rows(pd.read_csv(path, low_memory=False))
+        rows = headline_rows(read_table(path))
         if not rows.empty:
             frames.append(rows.assign(run=run, table=path.name.split(".")[0]))
     if not frames:
-        raise DataError("no headline numbers in " + ", ".join(map(str, run_dirs))
+        raise DataError("no headline numbers in " + ", ".join(map(str, distinct_runs(run_dirs)))
                         + f" (looked for metrics {', '.join(BY_METRIC)})")
     out = pd.concat(frames, ignore_index=True)
     out["mixed"] = False

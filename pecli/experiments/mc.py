@@ -110,7 +110,9 @@ def run(options: McOptions, progress: Callable[[int, int], None] | None = None,
                                       "choice": choice, "label": label, "picked": j == t["picked"],
                                       "picked_norm": j == t["picked_norm"],
                                       "item_value": s["values"][task]})
-    return {"mc": validate(pd.DataFrame(rows)), "mc_items": validate(pd.DataFrame(item_rows))}
+    notes = row_provenance()  # again: what happened while scoring (process shares, OOM splits)
+    return {"mc": validate(pd.DataFrame(rows).assign(**notes)),
+            "mc_items": validate(pd.DataFrame(item_rows).assign(**notes))}
 
 
 EXPERIMENTS.add("mc", Experiment(

@@ -127,7 +127,7 @@ def collect_hidden(loaded, ids: list[list[int]], batch_size: int | None = None):
     base = getattr(loaded.model, "base_model", loaded.model)  # no LM head: no [t, vocab] logits
     pad_id = loaded.tokenizer.pad_token_id
     lengths = [len(x) for x in ids]
-    batches = length_batches(lengths, default_token_budget(loaded.device), batch_size)
+    batches = parallel.spread(length_batches(lengths, default_token_budget(loaded.device), batch_size))
     done = {}  # batch index -> (states per layer [n_real, d], positions, text index); this process's shard
     with torch.inference_mode():
         for b in parallel.shard(batches, lengths):

@@ -20,7 +20,8 @@ from pecli.experiments import EXPERIMENTS, load_all
 from pecli.runs import config
 from pecli.runs.config import Entry, Preset
 from pecli.runs.errors import ConfigError
-from pecli.runs.io import RunOutput, run_meta, write_json, write_text
+from pecli.runs.io import RunOutput, hold, run_meta, write_json, write_text
+from pecli.runs.io import record as list_in_manifest
 
 
 def load_preset(name_or_path: str, overrides: dict | None = None) -> Preset:
@@ -101,7 +102,19 @@ def run_preset(preset: Preset, out: Path, force: bool = False,
                announce: Callable[[str], None] = print) -> list[EntryResult]:
     """Run every entry of the preset not already done, write figures and REPORT.md."""
     preflight(preset)
-    RunOutput.check(out)  # before the first entry computes
+    owner = {"command": "reproduce", "preset": preset.name}
+    with hold(out, owner, force=force):  # the folder is this preset's for the whole run
+        RunOutput.check(out, owner)  # before the first entry computes
+        results = _run_entries(preset, out, owner, force, announce)
+        write_report(preset, out, results)
+        list_in_manifest(out, owner, [out / "REPORT.md", *(f for r in results for f in (
+            out / r.entry.id / "done.json", *r.figures, *r.tables.values(),
+            *(t.parent / (t.name.split(".")[0] + ".json") for t in r.tables.values())))])
+    return results
+
+
+def _run_entries(preset: Preset, out: Path, owner: dict, force: bool,
+                 announce: Callable[[str], None]) -> list[EntryResult]:
     results = []
     for n, entry in enumerate(preset.entries, 1):
         exp = EXPERIMENTS.get(entry.experiment)
@@ -122,7 +135,7 @@ def run_preset(preset: Preset, out: Path, force: bool = False,
         done.unlink(missing_ok=True)
         config = {"preset": preset.name, "entry": entry.id, "experiment": entry.experiment,
                   "experiment_version": exp.version, "key": key, "options": entry.options}
-        with RunOutput(out) as output:  # the entry's tables and figures arrive together or not at all
+        with RunOutput(out, owner) as output:  # the entry's tables and figures arrive together or not at all
             frames: dict[str, pd.DataFrame] = exp.run_with(located(entry.options), entry.id)
             tables, figures = output.write(frames, config, exp.figures, tables_dir=entry.id,
                                            figures_dir=f"figures/{entry.id}")
@@ -131,7 +144,6 @@ def run_preset(preset: Preset, out: Path, force: bool = False,
                     "seconds": round(seconds, 1),
                     "figures": [Path(os.path.relpath(p, out)).as_posix() for p in figures]}, done)
         results.append(EntryResult(entry, tables, list(figures), False, seconds))
-    write_report(preset, out, results)
     return results
 
 

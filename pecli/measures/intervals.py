@@ -9,20 +9,42 @@ plain mean of per-text values, so one function covers them all:
     low, high = ratio_interval(nll_sums, token_counts, transform=np.exp)   # corpus perplexity
     low, high = statistic_interval(per_text_values, np.median)             # any other statistic
 
-Deterministic for a seed; `n_boot=0` turns intervals off (NaN bounds).
+Statistics of pairs of tokens from two texts (the in-model baselines) resample texts too:
+a pair counts as often as both its texts are drawn (`pair_interval`, `resampled`).
+
+Deterministic for a seed; `n_boot=0` turns intervals off (NaN bounds). No interval comes from
+fewer than MIN_TEXTS texts (a bootstrap of one text cannot vary: NaN bounds and a warning);
+`--bootstrap` is 0 or MIN_RESAMPLES..MAX_RESAMPLES (pecli.runs.options checks it).
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 
 import numpy as np
+
+from pecli.runs.options import MAX_RESAMPLES, MIN_RESAMPLES
 
 LEVEL = 0.95
 METHOD = ("95 % percentile bootstrap over texts (texts resampled with replacement, "
           "statistic recomputed per resample)")
 
 _CHUNK_ELEMENTS = 4_000_000  # resample indices held at once: bounded memory for 25k texts
+MIN_TEXTS = 2  # fewer texts give no interval
+__all__ = ["MAX_RESAMPLES", "MIN_RESAMPLES", "MIN_TEXTS", "pair_interval", "ratio_interval",
+           "resampled", "statistic_interval", "mean_interval", "by_text", "percentile_interval"]
+
+
+def _enough(texts: int, n_boot: int) -> bool:
+    """Whether an interval can mean anything; warns once when texts are too few."""
+    if n_boot <= 0:
+        return False
+    if texts < MIN_TEXTS:
+        warnings.warn(f"{texts} text(s): no 95 % interval from fewer than {MIN_TEXTS} texts "
+                      "(ci_low, ci_high are NaN); evaluate more texts", stacklevel=3)
+        return False
+    return n_boot >= MIN_RESAMPLES
 
 
 def ratio_interval(numerators, denominators=None, n_boot: int = 1000, seed: int = 0,
@@ -47,7 +69,7 @@ def ratio_interval(numerators, denominators=None, n_boot: int = 1000, seed: int 
     den = np.ones_like(num) if denominators is None else np.asarray(denominators, np.float64).ravel()
     if num.shape != den.shape:
         raise ValueError(f"numerators {num.shape} and denominators {den.shape} differ")
-    if num.size == 0 or n_boot <= 0:
+    if not _enough(num.size, n_boot):
         return float("nan"), float("nan")
     stats = np.empty(n_boot)
     for start, idx in _resamples(num.size, n_boot, seed):
@@ -64,12 +86,52 @@ def statistic_interval(values, statistic: Callable[..., np.ndarray], n_boot: int
     the resamples are the same as ratio_interval's for the same seed and number of texts.
     """
     v = np.asarray(values, dtype=np.float64).ravel()
-    if v.size == 0 or n_boot <= 0:
+    if not _enough(v.size, n_boot):
         return float("nan"), float("nan")
     stats = np.empty(n_boot)
     for start, idx in _resamples(v.size, n_boot, seed):
         stats[start:start + len(idx)] = statistic(v[idx], axis=1)
     return _percentiles(stats, level)
+
+
+def resampled(statistic: Callable[[np.ndarray], np.ndarray], texts: int, n_boot: int = 1000,
+              seed: int = 0) -> np.ndarray | None:
+    """`statistic(counts)` on every resample of `texts` texts: counts[m, texts] says how often
+    each text was drawn (the same resamples as ratio_interval's for the same seed), and the
+    statistic returns [m]. None when no interval can be given (see MIN_TEXTS)."""
+    if not _enough(texts, n_boot):
+        return None
+    stats = np.empty(n_boot)
+    for start, idx in _resamples(texts, n_boot, seed):
+        m = len(idx)
+        counts = np.bincount((idx + texts * np.arange(m)[:, None]).ravel(), minlength=m * texts)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            stats[start:start + m] = statistic(counts.reshape(m, texts).astype(np.float64))
+    return stats
+
+
+def pair_weighted_mean(values, text_a, text_b):
+    """The statistic of a mean over pairs of tokens from texts (a, b), for `resampled`: a pair
+    counts as often as both its texts were drawn, counts[:, a] * counts[:, b]."""
+    v = np.asarray(values, np.float64)
+
+    def mean(counts: np.ndarray) -> np.ndarray:
+        w = counts[:, text_a] * counts[:, text_b]  # [m, pairs]
+        return (w @ v) / w.sum(1)
+    return mean
+
+
+def pair_interval(values, text_a, text_b, texts: int, n_boot: int = 1000, seed: int = 0,
+                  level: float = LEVEL) -> tuple[float, float]:
+    """Interval of the mean of pair values (one per pair of tokens from texts a and b),
+    texts resampled."""
+    stats = resampled(pair_weighted_mean(values, text_a, text_b), texts, n_boot, seed)
+    return percentile_interval(stats, level)
+
+
+def percentile_interval(stats: np.ndarray | None, level: float = LEVEL) -> tuple[float, float]:
+    """(low, high) percentiles of resampled statistics; NaN for none."""
+    return (float("nan"), float("nan")) if stats is None else _percentiles(stats, level)
 
 
 def _resamples(n: int, n_boot: int, seed: int):

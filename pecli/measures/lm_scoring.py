@@ -198,6 +198,7 @@ def score_windows(loaded, windows: list[Window], *, batch_size: int | None = Non
             progress(len(tgt))
         return nll
 
+    batches = parallel.spread(batches)
     done = {b: torch.cat(halving_on_oom(one, batches[b]))  # batch index -> NLL
             for b in parallel.shard(batches, [len(w.ids) for w in windows])}
     out: list[torch.Tensor | None] = [None] * len(windows)
@@ -223,6 +224,7 @@ def score_prefixes(loaded, windows: list[Window], *, batch_size: int | None = No
             progress(len(batch))
         return nll
 
+    batches = parallel.spread(batches)
     done = {b: torch.cat(halving_on_oom(one, batches[b]))  # batch index -> NLL [b]
             for b in parallel.shard(batches, [t for _, t in jobs])}
     nll = torch.empty(len(jobs))

@@ -25,6 +25,7 @@ forward per choice instead (the literal twin the tests compare against).
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,9 +89,13 @@ def _targets(value, where: str, task: str) -> tuple[tuple[str, ...], tuple[int, 
         raise DataError(f"{where}: {task}_targets has no choices")
     if not all(isinstance(c, str) for c in choices):
         raise DataError(f"{where}: {task}_targets has a choice that is not a string")
-    if not all(int(x) in (0, 1) and float(x) == int(x) for x in labels):
-        raise DataError(f"{where}: {task}_targets labels must be 0 or 1")
+    bad = [x for x in labels if isinstance(x, bool) or not isinstance(x, int | float) or x not in (0, 1)]
+    if bad:
+        raise DataError(f"{where}: {task}_targets labels must be 0 or 1 (numbers), not {bad[0]!r}")
     labels = [int(x) for x in labels]
+    if task == "mc1" and sum(labels) != 1:
+        raise DataError(f"{where}: mc1_targets has {sum(labels)} true choices; MC1 scores exactly one "
+                        "true answer (put the others under mc2_targets)")
     if labels[0] != 1:
         # MC1 takes the first choice as the true one; MC2 counts the true ones before the first false
         raise DataError(f"{where}: {task}_targets has no true choice first (the first choice must be "
@@ -124,18 +129,21 @@ def _plain(value):
     return value
 
 
-def read_file(path: Path) -> list:
-    """Records of a JSON list or a JSONL file."""
+def read_file(path: Path) -> tuple[list, str]:
+    """(records of a JSON list or a JSONL file, the sha256 of the bytes read: read once, so a
+    FIFO works)."""
     try:
-        text = path.read_text(encoding="utf-8")
-        if path.suffix == ".jsonl":
-            return [json.loads(line) for line in text.splitlines() if line.strip()]
-        records = json.loads(text)
+        raw = path.read_bytes()
+        text = raw.decode("utf-8")
+        if path.suffix.lower() == ".jsonl":
+            records = [json.loads(line) for line in text.splitlines() if line.strip()]
+        else:
+            records = json.loads(text)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise DataError(f"cannot read {path}: {str(err).splitlines()[0]}") from None
     if not isinstance(records, list):
         raise DataError(f"{path}: a multiple-choice file is a JSON list of items (or JSONL)")
-    return records
+    return records, hashlib.sha256(raw).hexdigest()
 
 
 def load_items(dataset: str = "truthfulqa-mc", data_dir: str | None = None, limit: int | None = None,
@@ -149,15 +157,13 @@ def load_items(dataset: str = "truthfulqa-mc", data_dir: str | None = None, limi
     from pecli.data.datasets import TextData, load_data, subset
 
     path = Path(dataset).expanduser()
-    if path.suffix in (".json", ".jsonl"):
+    if path.suffix.lower() in (".json", ".jsonl"):
         if not path.exists():
             raise DataError(f"data file {path} does not exist")
-        from pecli.runs.provenance import file_sha256
-
-        records = read_file(path)
+        records, digest = read_file(path)
         parse_items(records, path.name)  # every item checked, not only the subset
         frame = pd.DataFrame({"record": records})
-        data = TextData(frame, path.name, "file", "local", "sha256:" + file_sha256(path)[:16],
+        data = TextData(frame, path.name, "file", "local", "sha256:" + digest[:16],
                         "question", None, len(frame))
     else:
         if path.suffix:
@@ -266,7 +272,7 @@ def _per_choice_plan(loaded, reqs: list[Request], budget: int, max_rows: int | N
 
     seqs = [_sequence(r.context, c, loaded.max_positions) for r in reqs for c in r.continuations]
     lengths = [len(s) - 1 for s, _ in seqs]
-    return seqs, lengths, length_batches(lengths, budget, max_batch=max_rows)
+    return seqs, lengths, parallel.spread(length_batches(lengths, budget, max_batch=max_rows))
 
 
 def _per_request(reqs: list[Request], flat: np.ndarray) -> list[np.ndarray]:
@@ -312,7 +318,7 @@ def score_shared(loaded, reqs: list[Request], budget: int, max_rows: int | None 
         prefix = loaded.model.base_model(input_ids=ids, attention_mask=torch.ones_like(ids),
                                          position_ids=_positions(torch.ones_like(ids)),
                                          use_cache=True).past_key_values
-    groups = _shared_groups(reqs, fits, budget, max_rows)
+    groups = parallel.spread(_shared_groups(reqs, fits, budget, max_rows))
     widths = [len(r.context) + max(map(len, r.continuations)) for r in reqs]
     done = {}  # group index -> its items' log-likelihoods (this process's shard)
     for g in parallel.shard(groups, widths):

@@ -114,10 +114,16 @@ def resolve_device(device: str) -> torch.device:
     device = local_device(device)  # launched on N GPUs: this process's own
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise DeviceError("--device cuda was asked for but CUDA is not available; use --device cpu or auto")
-    if device not in ("cpu", "cuda") and not device.startswith("cuda:"):
-        raise DeviceError(f"unknown device {device!r}; use auto, cpu or cuda")
+    kind, _, index = device.partition(":")
+    if device != "cpu" and (kind != "cuda" or not (index.isdigit() or device == "cuda")):
+        raise DeviceError(f"unknown device {device!r}; use auto, cpu, cuda or cuda:N")
+    if kind == "cuda" and not torch.cuda.is_available():
+        why = "this torch build has no CUDA" if torch.version.cuda is None else "no GPU is visible"
+        raise DeviceError(f"--device {device} was asked for but CUDA is not available ({why}); "
+                          "use --device cpu or auto")
+    if index and int(index) >= torch.cuda.device_count():
+        raise DeviceError(f"--device {device}: this machine has {torch.cuda.device_count()} CUDA "
+                          f"device(s), cuda:0 to cuda:{torch.cuda.device_count() - 1}")
     return torch.device(device)
 
 

@@ -62,6 +62,12 @@ def check_applies(loaded, name: str | Choice) -> Choice:
             f"intervention {choice.name!r} does not apply to {loaded.name} ({loaded.spec.family}, "
             f"{loaded.spec.position} positions); it needs {' or '.join(kinds)} positions"
         )
+    n = getattr(loaded, "max_positions", None)  # known once weights load
+    if choice.name == "shift" and loaded.spec.position == "learned" and n \
+            and abs(_shift_amount(choice.argument)) >= n:
+        raise InterventionError(
+            f"shift:{choice.argument} reaches past all {n} learned positions of {loaded.name} "
+            f"(every position would read the same clamped row); use |K| < {n}")
     if choice.name == "swap" and isinstance(loaded, ModelRef):
         donor = peek(choice.argument)
         if donor is not None:

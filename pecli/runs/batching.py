@@ -147,7 +147,7 @@ def padded_tokens(batches: list[list[int]], lengths: list[int]) -> list[int]:
 def plan_summary(padded: list[int], batch_size: int | None) -> dict:
     """The batch plan as rows and sidecars record it, from each forward batch's padded size
     (`padded_tokens`): `batch_size` as given ("token budget" when None), the number of
-    `batches` of the whole run (before any sharding across processes) and the largest,
-    `max_batch_tokens`."""
+    `batches` of the whole run (before sharding across processes; a plan of fewer batches than
+    processes is split first, `pecli.runs.parallel.spread`) and the largest, `max_batch_tokens`."""
     return {"batch_size": "token budget" if batch_size is None else batch_size,
             "batches": len(padded), "max_batch_tokens": max(padded, default=0)}

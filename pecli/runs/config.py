@@ -108,6 +108,26 @@ def _mapping(value, what: str) -> dict:
     return value
 
 
+MAX_PRESET_SIZE = 1_000_000  # characters of a preset with its YAML aliases expanded
+
+
+def _check_size(raw, path: Path) -> None:
+    """Refuse a preset whose aliases expand past MAX_PRESET_SIZE characters (a few hundred
+    bytes of YAML can name the same list a billion times). Stops counting at the bound."""
+    left, stack = MAX_PRESET_SIZE, [raw]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            stack.extend(node.keys())
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+        left -= len(str(node)) if isinstance(node, str) else 8
+        if left < 0:
+            raise ConfigError(f"{path}: the preset expands past {MAX_PRESET_SIZE:,} characters "
+                              "(YAML aliases repeated?); write its entries out")
+
+
 def preset_names() -> list[str]:
     return sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
 
@@ -141,6 +161,10 @@ def load_preset(name_or_path: str, overrides: dict | None = None, *, experiments
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: a preset is a mapping with keys {', '.join(sorted(PRESET_KEYS))}")
     _check_keys(raw, PRESET_KEYS, str(path))
+    _check_size(raw, path)
+    for key in ("name", "description"):
+        if not isinstance(raw.get(key, ""), str):
+            raise ConfigError(f"{path.name}: {key} must be a string, not {type(raw[key]).__name__}")
     defaults = _mapping(raw.get("defaults"), f"{path.name}: defaults")
     if not isinstance(raw.get("experiments") or [], list):
         raise ConfigError(f"{path.name}: experiments must be a list of entries (- id: ...)")
@@ -156,6 +180,9 @@ def load_preset(name_or_path: str, overrides: dict | None = None, *, experiments
         if item["id"] in seen:
             raise ConfigError(f"{where}: id {item['id']!r} is used twice")
         seen.add(item["id"])
+        for key in ("title", "study_notes"):
+            if not isinstance(item.get(key, ""), str):
+                raise ConfigError(f"{where}: {key} must be a string, not {type(item[key]).__name__}")
         exp = experiments.get(str(item["experiment"]))
         own = _mapping(item.get("options"), f"{where}: options")
         accepted = {f.name for f in dataclasses.fields(exp.options)} | set(exp.options.RENAMED)

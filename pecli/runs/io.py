@@ -9,12 +9,13 @@ import os
 import shutil
 import sys
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 import pandas as pd
 
 from pecli.runs.errors import OutputError
-from pecli.runs.provenance import git_state, library_versions, utc_now
+from pecli.runs.provenance import file_sha256, git_state, library_versions, utc_now
 from pecli.runs.tables import resolved
 
 # Tables longer than this are written gzipped (`.csv.gz`, which pandas reads as it is): their
@@ -91,7 +92,8 @@ def write_table(df: pd.DataFrame, out_dir: Path, name: str, config: dict) -> Pat
     out_dir; return the CSV path."""
     out_dir = Path(out_dir)
     csv = write_csv(df, out_dir / f"{name}.csv{'.gz' if len(df) > GZIP_ROWS else ''}")
-    write_json({**run_meta(config), "resolved": resolved(df)}, out_dir / f"{name}.json")
+    write_json({**run_meta(config), "resolved": resolved(df), "table_rows": len(df),
+                "table_sha256": file_sha256.__wrapped__(csv)}, out_dir / f"{name}.json")
     return csv
 
 
@@ -99,29 +101,225 @@ def _reason(err: OSError) -> str:
     return err.strerror or str(err) or type(err).__name__
 
 
+MANIFEST = ".pecli-run.json"  # in an output folder: which run wrote it, and its files
+SIDECAR_KEYS = {"config", "created"}  # a table's JSON sidecar (run_meta), from before manifests
+
+
+def is_worker() -> bool:
+    """A non-main process of a torchrun/accelerate launch: it computes a share and writes
+    nothing (read from the launcher's environment, so that this module stays torch-free)."""
+    return os.environ.get("RANK", "0") not in ("", "0")
+
+
+class _Hold:
+    """This process's hold on one output folder: an exclusive flock on `.<name>.lock` beside
+    it (released by the kernel however the process ends), re-entrant within the process."""
+
+    held: dict[Path, _Hold] = {}
+
+    def __init__(self, lock: Path, fd: int):
+        self.lock, self.fd, self.depth = lock, fd, 0
+        self.replaced: list[Path] = []  # an earlier run's files that --force replaces at commit
+
+
+def _acquire(target: Path) -> _Hold:
+    import fcntl
+
+    lock = target.parent / f".{target.name}.lock"
+    while True:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666 & ~umask())
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 400).decode(errors="replace").strip() or "another pecli run"
+            os.close(fd)
+            raise OutputError(f"{target} is being written by another run ({holder}); wait for "
+                              "it to finish or choose another --out") from None
+        try:  # the file we locked may have been unlinked by a run that just released it
+            same = os.path.samestat(os.fstat(fd), os.stat(lock))
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    os.ftruncate(fd, 0)
+    os.write(fd, f"pid {os.getpid()}: {' '.join(['pecli', *sys.argv[1:]])[:300]}".encode())
+    return _Hold(lock, fd)
+
+
+def _release(hold: _Hold) -> None:
+    hold.lock.unlink(missing_ok=True)  # while still locked: a waiting run re-checks the inode
+    os.close(hold.fd)
+
+
+def _stale_staging(target: Path) -> list[Path]:
+    """Staging folders of runs that died before they could remove them (the caller holds
+    the lock, so no live run owns them)."""
+    found = list(target.parent.glob(f".{target.name}.partial-*"))
+    if target.is_dir():
+        found += list(target.glob(".partial-*"))
+    return [p for p in found if p.is_dir()]
+
+
+def _earlier_run(target: Path) -> tuple[dict, list[Path]] | None:
+    """(the key the earlier run in `target` recorded, its files), or None for a folder that
+    holds no pecli outputs. Folders written before manifests are known by their sidecars."""
+    if not target.is_dir():
+        return None
+    manifest = target / MANIFEST
+    if manifest.exists():
+        try:
+            record = json.loads(manifest.read_text(encoding="utf-8"))
+            return record["key"], [target / f for f in record["files"]]
+        except (ValueError, OSError, KeyError, TypeError):
+            return {"manifest": "unreadable"}, []
+    files, keys = [], set()
+    for side in target.rglob("*.json"):
+        try:
+            meta = json.loads(side.read_text(encoding="utf-8"))
+        except (ValueError, OSError, UnicodeDecodeError):
+            continue
+        if isinstance(meta, dict) and SIDECAR_KEYS <= meta.keys():
+            stem = side.with_suffix("")
+            files += [side, *(t for t in (stem.with_suffix(".csv"), stem.with_suffix(".csv.gz"))
+                              if t.exists())]
+            config = meta["config"] if isinstance(meta["config"], dict) else {}
+            keys.add(json.dumps({"command": "reproduce", "preset": config["preset"]} if "preset" in config
+                                else config, sort_keys=True))
+    files += [f for f in (target / "REPORT.md",) if f.exists()]
+    if not files:
+        return None
+    return (json.loads(keys.pop()) if len(keys) == 1 else {"written": "by several pecli runs"}), files
+
+
+def _plain(key: dict | None) -> dict | None:
+    """`key` as it reads back from JSON (tuples as lists, paths as strings), so that a key
+    compares equal to its recorded self."""
+    return None if key is None else json.loads(json.dumps(key, sort_keys=True, default=str))
+
+
+def _differences(old: dict, new: dict) -> str:
+    changed = [k for k in sorted({*old, *new}) if old.get(k) != new.get(k)]
+    shown = "; ".join(f"{k}: {str(old.get(k, '-'))[:40]} -> {str(new.get(k, '-'))[:40]}"
+                      for k in changed[:3])
+    return shown + (f"; and {len(changed) - 3} more" if len(changed) > 3 else "")
+
+
+@contextmanager
+def hold(target: Path, key: dict | None = None, *, force: bool = False):
+    """Own the output folder `target` for the run's lifetime.
+
+    - Held by another live run: a one-line OutputError (two runs never both succeed).
+    - Holding the finished outputs of another command or configuration (another `key`): a
+      one-line OutputError, unless `force`, which first removes that run's files. The same
+      key (a rerun, a resumed preset) writes into it again.
+    - Staging folders left by dead runs are removed.
+    Re-entrant within a process; a worker process of a parallel launch holds nothing.
+    """
+    target, key = Path(target).expanduser(), _plain(key)
+    if is_worker():
+        yield
+        return
+    where = target.resolve()
+    current = _Hold.held.get(where)
+    if current is None:
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            current = _acquire(target)
+        except OSError as err:
+            raise OutputError(f"cannot write to {target}: {_reason(err)}; "
+                              "choose a writable directory with --out") from None
+        try:
+            for stale in _stale_staging(target):
+                shutil.rmtree(stale, ignore_errors=True)
+            current.replaced = _check_earlier(target, key, force) if key is not None else []
+        except BaseException:
+            _release(current)
+            raise
+        _Hold.held[where] = current
+    current.depth += 1
+    try:
+        yield
+    finally:
+        current.depth -= 1
+        if current.depth == 0:
+            del _Hold.held[where]
+            _release(current)
+
+
+def _check_earlier(target: Path, key: dict, force: bool) -> list[Path]:
+    """What --force will replace (nothing for the same key); refuses another run's outputs."""
+    earlier = _earlier_run(target)
+    if earlier is None:
+        return []
+    old, files = earlier
+    if old == key:
+        return []
+    if not force:
+        what = old.get("command") or old.get("experiment") or "pecli"
+        raise OutputError(f"{target} holds the outputs of another {what} run ({_differences(old, key)}); "
+                          "choose another --out, or add --force to replace them")
+    return [*files, target / MANIFEST, target / "figures"]
+
+
+def _replace_earlier(target: Path) -> None:
+    """With --force: remove the earlier run's files, as the new run's arrive (a run that
+    fails leaves the folder as it was)."""
+    current = _Hold.held.get(target.resolve())
+    for f in current.replaced if current else []:
+        if f.is_dir():
+            shutil.rmtree(f, ignore_errors=True)
+        elif f.is_file():
+            f.unlink()
+    if current:
+        current.replaced = []
+
+
+def record(target: Path, key: dict, files: list[Path]) -> None:
+    """List `files` in the manifest of the run that owns `target` (added to a resumed run's)."""
+    manifest = target / MANIFEST
+    listed = []
+    if manifest.exists():
+        try:
+            record = json.loads(manifest.read_text(encoding="utf-8"))
+            listed = record["files"] if record["key"] == key else []
+        except (ValueError, OSError, KeyError, TypeError):
+            pass
+    names = [Path(os.path.relpath(f, target)).as_posix() for f in files]
+    wanted = {"key": key, "files": sorted({*listed, *names})}
+    if not (listed and wanted["files"] == sorted(listed)):  # a rerun that adds nothing changes nothing
+        write_json(wanted, manifest)
+
+
 class RunOutput:
     """The outputs of one run, all or nothing: the one writer every command uses.
 
-    Created before computing, it checks that `target` can be written (a one-line
-    OutputError otherwise) and makes a hidden staging folder beside it (inside it, if it
-    exists). Tables, sidecars,
-    figures and checkpoints go into the staging folder (`self.dir`); leaving the `with`
-    block normally moves them into `target` together (a rename, or a move per file when
-    `target` already holds other files), an exception or Ctrl-C deletes them. A full disk
-    therefore leaves `target` as it was.
+    Created before computing, it takes the output folder for the run's lifetime (`hold`: a
+    lock beside it; another run's finished outputs refused unless `force`), checks that
+    `target` can be written (a one-line OutputError otherwise) and makes a hidden staging
+    folder beside it (inside it, if it exists). Tables, sidecars, figures and checkpoints go
+    into the staging folder (`self.dir`); leaving the `with` block normally moves them into
+    `target` together (a rename, or a move per file when `target` already holds other files)
+    and lists them in its manifest (.pecli-run.json); an exception, Ctrl-C, SIGTERM or SIGHUP
+    deletes them. Either way the lock is released. A full disk leaves `target` as it was.
 
-        with RunOutput(out) as output:          # fails here, before computing, if unwritable
+        with RunOutput(out, key) as output:     # fails here, before computing, if unwritable
             frames = run(...)
             csvs, pngs = output.write(frames, config, figures)
         for p in [*csvs.values(), *pngs]: print(p)   # final paths, in place now
     """
 
-    def __init__(self, target: Path):
+    def __init__(self, target: Path, key: dict | None = None, *, force: bool = False):
         self.target = Path(target).expanduser()
+        self.key = _plain(key)
+        self._hold = hold(self.target, key, force=force)
+        self._hold.__enter__()
         try:
             if self.target.exists() and not self.target.is_dir():
                 raise NotADirectoryError(errno.ENOTDIR, "exists and is not a directory")
-            if self.target.is_dir():  # stage inside it: its parent need not be writable
+            if is_worker():  # computes a share and writes nothing: stage outside the target
+                self.dir = Path(tempfile.mkdtemp(prefix="pecli-worker-"))
+            elif self.target.is_dir():  # stage inside it: its parent need not be writable
                 self.dir = Path(tempfile.mkdtemp(dir=self.target, prefix=".partial-"))
             else:
                 self.target.parent.mkdir(parents=True, exist_ok=True)
@@ -129,22 +327,30 @@ class RunOutput:
                                                  prefix=f".{self.target.name}.partial-"))
             _share(self.dir, directory=True)
         except OSError as err:
+            self._hold.__exit__(None, None, None)
             raise OutputError(f"cannot write to {self.target}: {_reason(err)}; "
                               "choose a writable directory with --out") from None
+        except BaseException:
+            self._hold.__exit__(None, None, None)
+            raise
 
     @classmethod
-    def check(cls, target: Path) -> None:
+    def check(cls, target: Path, key: dict | None = None, *, force: bool = False) -> None:
         """Fail now (a one-line OutputError) if `target` cannot take a run's outputs."""
-        cls(target).discard()
+        output = cls(target, key, force=force)
+        output.__exit__(RuntimeError, None, None)
 
     def __enter__(self) -> RunOutput:
         return self
 
     def __exit__(self, kind, err, tb) -> None:
-        if kind is None:
-            self.commit()
-        else:
-            self.discard()
+        try:
+            if kind is None and not is_worker():
+                self.commit()
+            else:
+                self.discard()
+        finally:
+            self._hold.__exit__(None, None, None)
 
     def final(self, path: Path) -> Path:
         """Where a staged file will be (is, after commit)."""
@@ -182,12 +388,16 @@ class RunOutput:
         if not any(self.dir.iterdir()):  # a run that wrote nothing leaves nothing
             self.dir.rmdir()
             return
+        files = [self.final(f) for f in self.dir.rglob("*") if f.is_file()]
         try:
+            _replace_earlier(self.target)
             if not self.target.exists():
                 os.replace(self.dir, self.target)
-                return
-            _merge(self.dir, self.target)
-            shutil.rmtree(self.dir, ignore_errors=True)
+            else:
+                _merge(self.dir, self.target)
+                shutil.rmtree(self.dir, ignore_errors=True)
+            if self.key is not None:
+                record(self.target, self.key, files)
         except OSError as err:
             raise OutputError(f"could not move the results into {self.target}: {_reason(err)}; "
                               f"they are complete in {self.dir}") from None

@@ -37,8 +37,11 @@ from pecli.runs.names import Choice
 from pecli.runs.registry import Registry
 
 SEED_MAX = 2**32 - 1  # numpy's legacy seeding takes 32 bits
-DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
+DEVICE = re.compile(r"auto|cpu|cuda(:\d{1,3})?")
 DTYPES = ("float32", "bfloat16", "float16")
+
+
+MIN_RESAMPLES, MAX_RESAMPLES = 100, 100_000  # --bootstrap: 0 (none) or within these
 
 
 def option(default=None, *, low: int | float | None = None, high: int | float | None = None,
@@ -142,6 +145,10 @@ class Options:
                     (low is not None and value < low) or (high is not None and value > high)):
                 bounds = [f"at least {low}"] * (low is not None) + [f"at most {high}"] * (high is not None)
                 raise ConfigError(f"{_label(f.name)}: {value} is out of range ({', '.join(bounds)})")
+            if f.name == "bootstrap" and 0 < value < MIN_RESAMPLES:
+                raise ConfigError(f"{_label(f.name)}: {value} resamples give no meaningful 95 % "
+                                  f"interval; use 0 (no intervals) or {MIN_RESAMPLES} to "
+                                  f"{MAX_RESAMPLES}")
             if meta.get("choices") and value is not None and value not in meta["choices"]:
                 close = difflib.get_close_matches(str(value), meta["choices"], n=1)
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
@@ -306,6 +313,9 @@ class Running(Options):
         if not DEVICE.fullmatch(self.device):
             raise ConfigError(f"{_label('device')}: unknown device {self.device!r}; use auto, cpu, "
                               "cuda or cuda:N")
+        if self.device_map is not None and self.device != "auto":
+            raise ConfigError(f"device (--device) {self.device} and device_map (--device-map) "
+                              f"{self.device_map} both place the model; give one")
         if self.max_memory is not None and self.device_map is None:
             raise ConfigError("max_memory (--max-memory) needs device_map: auto (it sizes the split "
                               "of a model over devices)")
@@ -320,7 +330,7 @@ class OnData(Running):
     split: str | None = None
     text_field: str | None = None
     limit: int | None = option(None, low=1)
-    bootstrap: int = option(1000, low=0)
+    bootstrap: int = option(1000, low=0, high=MAX_RESAMPLES)
 
 
 @dataclass(frozen=True)
@@ -496,7 +506,7 @@ class RecoverOptions(OnModels):
     tokens: int = option(32, low=1)
     limit: int | None = option(32, low=1)
     top_k: int = option(50, low=2)
-    bootstrap: int = option(1000, low=0)
+    bootstrap: int = option(1000, low=0, high=MAX_RESAMPLES)
 
     def check(self) -> None:
         super().check()

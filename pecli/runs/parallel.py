@@ -5,9 +5,11 @@ Start N processes with `torchrun --nproc_per_node N -m pecli ...` or `accelerate
 --num_processes N -m pecli ...` (on CPU add `--cpu`; the gloo backend is used). Without a
 launcher everything here is the identity: one process, world size 1.
 
-Tables equal a single-process run's exactly: the batch plan is made from all the texts
-before sharding, so every text is computed in the very same padded batch whatever the
-process count, and results are put back in batch order before any aggregation.
+Tables equal a single-process run's: the batch plan is made from all the texts before
+sharding, and results are put back in batch order before any aggregation. Every process gets
+work wherever there are as many texts as processes: a plan of fewer batches than processes
+is split first (`spread`; then equal to float noise, else exactly). Each process's share of
+the padded tokens goes into the tables (`process_tokens`) and the header.
 """
 
 from __future__ import annotations
@@ -78,15 +80,60 @@ def balance(costs: list[int], world: int) -> list[list[int]]:
     return [sorted(s) for s in shards]
 
 
+SHARES: dict[int, int] = {}  # process -> padded tokens it was given (every plan of this run)
+
+
+def spread(batches: list[list[int]]) -> list[list[int]]:
+    """The plan with a batch for every process wherever there are as many rows as processes:
+    the largest batches are halved (rows keep their order) until each process gets one.
+    The identity in one process; numbers stay equal to float noise (halves pad less)."""
+    out = [list(b) for b in batches]
+    while len(out) < world_size():
+        big = max(range(len(out)), key=lambda i: len(out[i]), default=None)
+        if big is None or len(out[big]) < 2:
+            break
+        rows = out.pop(big)
+        out[big:big] = [rows[:len(rows) // 2], rows[len(rows) // 2:]]
+    return out
+
+
 def shards(batches: list[list[int]], lengths: list[int]) -> list[list[int]]:
     """Every process's batches (indices into `batches`), balanced by padded tokens.
 
-    A batch costs len(batch) * its longest text: what its forward pass computes.
+    A batch costs len(batch) * its longest text: what its forward pass computes. Each
+    process's cost is added to SHARES (every process knows every share: the plan is shared).
     """
     world = world_size()
     if world == 1:
         return [list(range(len(batches)))]
-    return balance([len(b) * max(lengths[i] for i in b) for b in batches], world)
+    costs = [len(b) * max(lengths[i] for i in b) for b in batches]
+    parts = balance(costs, world)
+    for process, part in enumerate(parts):
+        SHARES[process] = SHARES.get(process, 0) + sum(costs[b] for b in part)
+    return parts
+
+
+def launch_note() -> str | None:
+    """One line when `accelerate launch` was asked for more processes than it started (on a
+    machine without GPUs it starts one and says nothing); None otherwise."""
+    if launched() or "ACCELERATE_MIXED_PRECISION" not in os.environ:  # not under accelerate
+        return None
+    try:
+        with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:
+            argv = f.read().decode(errors="replace").split("\0")
+    except OSError:
+        return None
+    asked = None
+    for i, arg in enumerate(argv):
+        flag, _, value = arg.partition("=")
+        if flag in ("--num_processes", "--num-processes"):
+            value = value or (argv[i + 1] if i + 1 < len(argv) else "")
+            asked = int(value) if value.isdigit() else None
+    if not asked or asked < 2:
+        return None
+    return (f"accelerate launch was asked for {asked} processes but started 1 (it does on a "
+            f"machine without GPUs); to run {asked} on CPU: torchrun --standalone "
+            f"--nproc_per_node {asked} -m pecli ...")
 
 
 def shard(batches: list[list[int]], lengths: list[int]) -> list[int]:

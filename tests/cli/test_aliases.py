@@ -75,7 +75,7 @@ def test_perplexity_gpt2_shows_the_studys_numbers_beside_its_own(tmp_path, monke
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "hub"))
     env = {"HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HOME": str(tmp_path), "COLUMNS": "250"}
     result = runner.invoke(app, ["perplexity", "gpt2", "--mask", "linear", "--limit", "4",
-                                 "--data-dir", str(shared_data), "--bootstrap", "50",
+                                 "--data-dir", str(shared_data), "--bootstrap", "100",
                                  "--out", str(tmp_path / "out")], env=env)
     assert result.exit_code == 0, result.output
     corpus = pd.read_csv(tmp_path / "out" / "perplexity.csv").query("aggregation == 'corpus'")

@@ -19,7 +19,7 @@ def docs(tmp_path):
 def test_length_writes_table_figure_and_sidecar(use_tiny, docs, tmp_path, invoke):
     out = tmp_path / "run"
     result = invoke("length", "llama", "--lengths", "16,32", "--rope-scaling", "yarn:2,linear:2",
-                    "--dataset", str(docs), "--bootstrap", "50", "--buckets", "4", "--out", str(out))
+                    "--dataset", str(docs), "--bootstrap", "100", "--buckets", "4", "--out", str(out))
     assert result.exit_code == 0, result.output
     df = pd.read_csv(out / "length.csv")
     assert list(dict.fromkeys(df["rope_scaling"])) == ["none", "yarn:2", "linear:2"]

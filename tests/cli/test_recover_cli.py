@@ -22,7 +22,7 @@ def _invoke(assets, *args):
 
 def test_recover_learned_and_rotary(assets, tmp_path):
     result = _invoke(assets, str(assets / "gpt2"), str(assets / "llama"), "--tokens", "6",
-                     "--limit", "8", "--top-k", "5", "--folds", "3", "--n-boot", "50",
+                     "--limit", "8", "--top-k", "5", "--folds", "3", "--n-boot", "100",
                      "--out", str(tmp_path))
     assert result.exit_code == 0, result.output
     for name in ("summary", "by_position", "hidden"):

@@ -37,10 +37,10 @@ NUMBERS = ["value", "ci_low", "ci_high"]
 # name -> (experiment, model family, options, table kept)
 RUNS = {
     "ablate_bert": ("ablate", "bert", dict(intervention=["zero", "shuffle"], baseline_pairs=8,
-                                           bootstrap=20), "ablate"),
+                                           bootstrap=200), "ablate"),
     "perplexity_gpt2": ("perplexity", "gpt2", dict(intervention=["zero"], mask=["linear"],
                                                    mask_semantics=["legacy", "log-bias"],
-                                                   protocol=["relative", "study"], bootstrap=20),
+                                                   protocol=["relative", "study"], bootstrap=200),
                         "perplexity"),
     # pe-probe takes a list of models; on GPT-2 (a learned table) both of its analyses
     "pe_probe_matrix_gpt2": ("pe-probe", "gpt2", dict(folds=4, pairs=100, max_length=16),

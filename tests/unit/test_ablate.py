@@ -179,11 +179,12 @@ def test_an_interrupted_run_resumes_to_the_same_numbers(tiny, tmp_path, monkeypa
 
 @pytest.mark.parametrize("family", ["bert", "gpt2"])
 def test_in_model_baselines_equal_a_direct_computation(family, tiny):
-    from pecli.experiments.ablate import baseline_cosines, sample_baseline_pairs
+    from pecli.experiments.ablate import sample_baseline_pairs
 
     loaded = tiny(family)
     special = set(loaded.tokenizer.all_special_ids)
-    ids = [loaded.tokenizer(t)["input_ids"] for t in TEXTS]
+    texts = TEXTS * 2
+    ids = [loaded.tokenizer(t)["input_ids"] for t in texts]
     pairs = sample_baseline_pairs(ids, special, pairs=200, seed=5)
     (a_tp, b_tp), (a_ss, b_ss) = pairs["token_pair"].transpose(1, 0, 2), pairs["self_similarity"].transpose(1, 0, 2)
     assert len(a_tp) == 200 and len(a_ss) == 200
@@ -193,43 +194,61 @@ def test_in_model_baselines_equal_a_direct_computation(family, tiny):
     assert (tok(a_ss) == tok(b_ss)).all()
     assert not set(tok(a_tp)) & special and not set(tok(a_ss)) & special
     assert pairs["token_pair"].tolist() == sample_baseline_pairs(ids, special, 200, 5)["token_pair"].tolist()
+    assert len(set(a_tp[:, 0]) | set(b_tp[:, 0])) == len(texts)  # drawn over all texts
 
+    # measure() keeps the sampled states from its own batches (several, unsorted by text);
     # independently: each text alone, every hidden state, cosine by numpy
+    m = measure(loaded, texts, ["zero"], batch_size=3, seed=5, baseline_pairs=200)
     states = []
     with torch.inference_mode():
-        for t in range(len(TEXTS)):
+        for t in range(len(texts)):
             out = loaded.model.base_model(input_ids=torch.tensor([ids[t]]), output_hidden_states=True)
             states.append(np.stack([h[0].double().numpy() for h in out.hidden_states]))  # [l, t, d]
-    got = baseline_cosines(loaded, ids, pairs)
     for name, (a, b) in (("token_pair", (a_tp, b_tp)), ("self_similarity", (a_ss, b_ss))):
         u = np.stack([states[t][:, p] for t, p in a], 1)  # [l, pairs, d]
         v = np.stack([states[t][:, p] for t, p in b], 1)
         want = (u * v).sum(-1) / np.linalg.norm(u, axis=-1) / np.linalg.norm(v, axis=-1)
-        np.testing.assert_allclose(got[name], want, atol=1e-5)
+        cos, pair_texts = m.baselines[name]
+        np.testing.assert_allclose(cos, want, atol=1e-5)
+        assert pair_texts.tolist() == np.stack([a[:, 0], b[:, 0]], 1).tolist()
     # the same token elsewhere is more alike than two different tokens, at the embeddings
-    assert got["self_similarity"][0].mean() > got["token_pair"][0].mean()
+    assert m.baselines["self_similarity"][0][0].mean() > m.baselines["token_pair"][0][0].mean()
+
+
+def test_self_similarity_draws_partners_uniformly_among_other_texts_occurrences():
+    from pecli.experiments.ablate import sample_baseline_pairs
+
+    # id 7: twice in text 0, once in text 1, three times in text 2; 5 and 6 never repeat
+    ids = [[101, 7, 5, 7, 102], [101, 7, 102], [101, 7, 7, 6, 7, 102]]
+    ss = sample_baseline_pairs(ids, {101, 102}, pairs=6000, seed=1)["self_similarity"]
+    anchors = {tuple(x) for x in ss[:, 0].tolist()}
+    assert anchors == {(0, 1), (0, 3), (1, 1), (2, 1), (2, 2), (2, 4)}  # every 7, no 5 or 6
+    from_text1 = ss[ss[:, 0, 0] == 1, 1]  # partners of text 1's 7: five occurrences elsewhere
+    counts = {k: (from_text1 == k).all(1).sum() for k in [(0, 1), (0, 3), (2, 1), (2, 2), (2, 4)]}
+    assert min(counts.values()) > 0.6 * len(from_text1) / 5  # uniform: about a fifth each
 
 
 def test_tables_carry_baselines_and_intervals(tiny):
-    from pecli.experiments.ablate import baseline_cosines, sample_baseline_pairs
-    from pecli.measures.intervals import ratio_interval
+    from pecli.measures.intervals import pair_interval, ratio_interval
 
     loaded = tiny("bert")
-    m = measure(loaded, TEXTS * 3, ["zero"])
-    ids = [loaded.tokenizer(t)["input_ids"] for t in TEXTS * 3]
-    base = baseline_cosines(loaded, ids, sample_baseline_pairs(ids, set(loaded.tokenizer.all_special_ids), 100, 0))
+    m = measure(loaded, TEXTS * 3, ["zero"], baseline_pairs=100)
     prov = {"model": "tiny", "model_id": "tiny", "model_revision": "x", "random_init": True,
             "device": "cpu", "dtype": "float32", "dataset": "t", "split": "s", "rows": 21}
-    main = tables(m, prov, seed=0, baseline_pairs=100, baselines=base, bootstrap=300)["ablate"]
+    main = tables(m, prov, seed=0, baseline_pairs=100, bootstrap=300)["ablate"]
     rows = main.set_index(["intervention", "layer", "special_tokens", "metric"])
+    tp_cos, tp_texts = m.baselines["token_pair"]
+    ss_cos, ss_texts = m.baselines["self_similarity"]
     for layer in range(3):
         tp = rows.loc[("learned", layer, "excluded", "token_pair_cosine_mean")]
         ss = rows.loc[("learned", layer, "excluded", "self_similarity_mean")]
-        assert tp["value"] == pytest.approx(base["token_pair"][layer].mean())
-        assert ss["value"] == pytest.approx(base["self_similarity"][layer].mean())
-        assert tp["ci_low"] <= tp["value"] <= tp["ci_high"]
+        assert tp["value"] == pytest.approx(tp_cos[layer].mean())
+        assert ss["value"] == pytest.approx(ss_cos[layer].mean())
+        assert (tp["ci_low"], tp["ci_high"]) == pytest.approx(
+            pair_interval(tp_cos[layer], *tp_texts.T, 21, n_boot=300, seed=0))
+        assert tp["ci_low"] < tp["value"] < tp["ci_high"]
         assert rows.loc[("learned", layer, "excluded", "self_similarity_std"), "value"] == \
-            pytest.approx(base["self_similarity"][layer].std())
+            pytest.approx(ss_cos[layer].std())
         cos = rows.loc[("zero", layer, "included", "cosine_mean")]
         # the interval resamples texts: per-text sums and counts, computed here by hand
         c = m.cosine["zero"][layer]
@@ -239,9 +258,19 @@ def test_tables_carry_baselines_and_intervals(tiny):
         assert (cos["ci_low"], cos["ci_high"]) == pytest.approx(
             ratio_interval(sums, counts, n_boot=300, seed=0), rel=1e-12)
         assert cos["ci_low"] < cos["value"] < cos["ci_high"]
-        between = rows.loc[("zero", layer, "included", "between_baselines"), "value"]
-        assert between == pytest.approx((cos["value"] - tp["value"]) / (ss["value"] - tp["value"]))
-    off = tables(m, prov, seed=0, baseline_pairs=100, baselines=base, bootstrap=0)["ablate"]
+        between = rows.loc[("zero", layer, "included", "between_baselines")]
+        assert between["value"] == pytest.approx((cos["value"] - tp["value"]) / (ss["value"] - tp["value"]))
+        # its interval, by hand: the same resampled texts for all three means
+        rng = np.random.default_rng(0)
+        stats = []
+        for idx in rng.integers(0, 21, size=(300, 21)):
+            w = np.bincount(idx, minlength=21).astype(float)
+            pw_tp, pw_ss = (w[t[:, 0]] * w[t[:, 1]] for t in (tp_texts, ss_texts))
+            lo = (pw_tp * tp_cos[layer]).sum() / pw_tp.sum()
+            hi = (pw_ss * ss_cos[layer]).sum() / pw_ss.sum()
+            stats.append(((w @ sums) / (w @ counts) - lo) / (hi - lo))
+        assert (between["ci_low"], between["ci_high"]) == pytest.approx(tuple(np.percentile(stats, [2.5, 97.5])))
+    off = tables(m, prov, seed=0, baseline_pairs=100, bootstrap=0)["ablate"]
     assert off["ci_low"].isna().all()
 
 

@@ -384,7 +384,7 @@ def test_full_disk_keeps_an_existing_out_folder_as_it_was(tmp_path, monkeypatch)
     assert _invoke("pe", "sinusoidal", "--positions", "8", "--dim", "8", "--out", out).exit_code == 0
     before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
     _full_disk_after(monkeypatch, 2)
-    result = _invoke("pe", "sinusoidal", "--positions", "6", "--dim", "8", "--out", out)
+    result = _invoke("pe", "sinusoidal", "--positions", "6", "--dim", "8", "--out", out, "--force")
     assert result.exit_code == 1 and "No space left" in result.output
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
     assert [p.name for p in tmp_path.iterdir()] == ["run"]

@@ -123,7 +123,7 @@ def test_learned_positions_past_their_rows_are_not_applicable(tiny, docs):
     with pytest.raises(ModelError, match="64 learned positions"), extended(loaded, 65):
         pass
     options = LengthOptions.build({"model": "gpt2", "lengths": "32,128", "limit": 3,
-                                   "bootstrap": 10}, "t")
+                                   "bootstrap": 100}, "t")
     df = _run_on(loaded, options, docs)
     na = df[df["length"] == 128]
     assert len(na) == 1 and na["note"].iloc[0] == "not applicable: 64 learned positions"
@@ -200,7 +200,7 @@ def test_run_rows_and_rope_provenance(tiny, docs):
 
     loaded = tiny("llama")
     o = LengthOptions.build({"model": "llama", "lengths": "16,32", "rope_scaling": "yarn:2",
-                             "bootstrap": 20, "buckets": 4}, "t")
+                             "bootstrap": 100, "buckets": 4}, "t")
     df = _run_on(loaded, o, docs)
     assert list(dict.fromkeys(df["rope_scaling"])) == ["none", "yarn:2"]
     whole = df[df["all_positions"]]
@@ -246,7 +246,7 @@ def test_interrupted_run_resumes_after_the_last_finished_condition(tiny, docs, m
 
     loaded = tiny("llama")
     o = LengthOptions.build({"model": "llama", "lengths": "16,32", "rope_scaling": "linear:2",
-                             "bootstrap": 20}, "t").replace(dataset=str(docs))
+                             "bootstrap": 100}, "t").replace(dataset=str(docs))
     full = run(o, loaded=loaded)["length"]
     calls = []
     real = lm_scoring.score_windows

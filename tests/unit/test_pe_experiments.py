@@ -150,5 +150,5 @@ def test_deprecated_probe_and_recover_keys_build_the_same_options():
         old = ProbeOptions.build({"models": "a,b", "interventions": ["zero"], "text": "x"}, "t")
     assert old == ProbeOptions(models=("a", "b"), intervention="zero", text_field="x")
     with pytest.warns(FutureWarning, match="'n_boot' is deprecated; use 'bootstrap'"):
-        assert RecoverOptions.build({"n_boot": 7}, "t") == RecoverOptions(bootstrap=7)
+        assert RecoverOptions.build({"n_boot": 700}, "t") == RecoverOptions(bootstrap=700)
     assert ProbeOptions().as_dict()["intervention"] == ["learned", "zero"]
