@@ -18,6 +18,8 @@ import os
 from functools import cache
 from typing import TypeVar
 
+from pecli.runs.provenance import SHARES  # process -> padded tokens it was given (every plan)
+
 T = TypeVar("T")
 
 
@@ -78,9 +80,6 @@ def balance(costs: list[int], world: int) -> list[list[int]]:
         shards[r].append(i)
         loads[r] += costs[i]
     return [sorted(s) for s in shards]
-
-
-SHARES: dict[int, int] = {}  # process -> padded tokens it was given (every plan of this run)
 
 
 def spread(batches: list[list[int]]) -> list[list[int]]:

@@ -63,12 +63,11 @@ def utc_now() -> str:
 
 
 RUN_NOTES: dict[str, int] = {}  # what happened during this run (oom_splits: pecli.runs.batching)
+SHARES: dict[int, int] = {}  # process -> padded tokens it was given (pecli.runs.parallel.assign)
 
 
 def row_provenance() -> dict:
     """Columns every results row carries regardless of experiment."""
-    from pecli.runs.parallel import SHARES
-
     shares = {"process_tokens": "/".join(str(SHARES[k]) for k in sorted(SHARES))} if SHARES else {}
     return {**library_versions(), "git_commit": git_state()["git_commit"],
             "world_size": int(os.environ.get("WORLD_SIZE", "1")),  # processes (pecli.runs.parallel)
