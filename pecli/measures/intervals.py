@@ -12,6 +12,9 @@ plain mean of per-text values, so one function covers them all:
 Statistics of pairs of tokens from two texts (the in-model baselines) resample texts too:
 a pair counts as often as both its texts are drawn (`pair_interval`, `resampled`).
 
+Independent trials with a right-or-wrong outcome (passkey retrieval) get the Wilson score
+interval instead (`wilson`): exact where a bootstrap of all-right trials would give [1, 1].
+
 Deterministic for a seed; `n_boot=0` turns intervals off (NaN bounds). No interval comes from
 fewer than MIN_TEXTS texts (a bootstrap of one text cannot vary: NaN bounds and a warning);
 `--bootstrap` is 0 or MIN_RESAMPLES..MAX_RESAMPLES (pecli.runs.options checks it).
@@ -33,7 +36,7 @@ METHOD = ("95 % percentile bootstrap over texts (texts resampled with replacemen
 _CHUNK_ELEMENTS = 4_000_000  # resample indices held at once: bounded memory for 25k texts
 MIN_TEXTS = 2  # fewer texts give no interval
 __all__ = ["MAX_RESAMPLES", "MIN_RESAMPLES", "MIN_TEXTS", "pair_interval", "ratio_interval",
-           "resampled", "statistic_interval", "mean_interval", "by_text", "percentile_interval"]
+           "resampled", "statistic_interval", "wilson", "mean_interval", "by_text", "percentile_interval"]
 
 
 def _enough(texts: int, n_boot: int) -> bool:
@@ -165,3 +168,13 @@ def by_text(values, text, texts: int) -> tuple[np.ndarray, np.ndarray]:
     text = np.asarray(text, dtype=np.int64).ravel()
     sums = np.bincount(text, weights=np.asarray(values, np.float64).ravel(), minlength=texts)
     return sums, np.bincount(text, minlength=texts).astype(np.float64)
+
+
+def wilson(successes: int, trials: int, level: float = LEVEL) -> tuple[float, float]:
+    """The Wilson score interval of a binomial proportion (scipy's); NaN bounds for no trials."""
+    if trials == 0:
+        return float("nan"), float("nan")
+    from scipy.stats import binomtest
+
+    ci = binomtest(successes, trials).proportion_ci(confidence_level=level, method="wilson")
+    return float(ci.low), float(ci.high)

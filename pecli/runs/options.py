@@ -418,22 +418,8 @@ class LengthOptions(MaskGrid, RopeScaled):
 
     def check(self) -> None:
         super().check()
-        models = tuple(names.split_names(self.model))
-        if not models:
-            raise ConfigError("model: give at least one model (e.g. smollm2 random:llama)")
-        object.__setattr__(self, "model", models)
-        lengths = self.lengths
-        if isinstance(lengths, str):
-            try:
-                lengths = [int(x) for x in names.split_names(lengths)]
-            except ValueError:
-                raise ConfigError(f"lengths (--lengths): {self.lengths!r} must be integers, "
-                                  "e.g. 128,256,512") from None
-        if not lengths or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 2
-                                  for n in lengths):
-            raise ConfigError(f"lengths (--lengths): {self.lengths!r}: give window lengths of at "
-                              "least 2 tokens, e.g. 128,256,512")
-        object.__setattr__(self, "lengths", tuple(dict.fromkeys(lengths)))
+        object.__setattr__(self, "model", _model_names(self.model))
+        object.__setattr__(self, "lengths", _token_counts(self.lengths, "window lengths"))
         if self.protocol != (names.parse(names.PROTOCOLS, "relative"),):
             raise ConfigError("protocol (--protocol): length scores each window in one pass "
                               "(relative); drop --protocol")
@@ -444,6 +430,56 @@ class LengthOptions(MaskGrid, RopeScaled):
             raise ConfigError("start_token (--start-token): the band pass runs over the stream "
                               "in one pass, with no window starts to put it at; use --windows "
                               "sliding --start-token")
+
+
+def _model_names(value) -> tuple[str, ...]:
+    """One or more models ("a,b" or a list), at least one."""
+    models = tuple(names.split_names(value))
+    if not models:
+        raise ConfigError("model: give at least one model (e.g. smollm2 random:llama)")
+    return models
+
+
+def _token_counts(value, what: str) -> tuple[int, ...]:
+    """`--lengths` as distinct integers of at least 2 tokens, in the order given."""
+    counts = value
+    if isinstance(counts, str):
+        try:
+            counts = [int(x) for x in names.split_names(counts)]
+        except ValueError:
+            raise ConfigError(f"lengths (--lengths): {value!r} must be integers, "
+                              "e.g. 128,256,512") from None
+    if not counts or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 2
+                             for n in counts):
+        raise ConfigError(f"lengths (--lengths): {value!r}: give {what} of at least 2 tokens, "
+                          "e.g. 128,256,512")
+    return tuple(dict.fromkeys(counts))
+
+
+@dataclass(frozen=True)
+class PasskeyOptions(Running, RopeScaled):
+    """`pecli passkey` and the `passkey` experiment: a number hidden in filler, retrieved by
+    greedy decoding, by prompt length and depth (pecli.measures.passkey)."""
+
+    model: tuple[str, ...] | str = ("random:llama",)  # one or more: "a,b" or a list
+    intervention: tuple[Choice, ...] = option(("learned",), vocabulary=names.INTERVENTIONS, many=True)
+    lengths: tuple[int, ...] | str = (256, 512)  # prompt lengths in tokens
+    depths: tuple[float, ...] | str = (0.0, 0.5, 1.0)  # fraction of the filler before the key
+    trials: int = option(5, low=1, high=10_000)  # per (length, depth)
+
+    def check(self) -> None:
+        super().check()
+        object.__setattr__(self, "model", _model_names(self.model))
+        object.__setattr__(self, "lengths", _token_counts(self.lengths, "prompt lengths"))
+        depths = self.depths
+        try:
+            depths = [float(x) for x in (names.split_names(depths) if isinstance(depths, str) else depths)]
+        except (TypeError, ValueError):
+            depths = []
+        if not depths or not all(0.0 <= d <= 1.0 for d in depths):
+            raise ConfigError(f"depths (--depths): {self.depths!r}: give fractions of the filler "
+                              "before the key, from 0 to 1, e.g. 0,0.5,1")
+        object.__setattr__(self, "depths", tuple(dict.fromkeys(depths)))
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,142 @@
+"""Passkey retrieval by prompt length and depth (pecli.measures.passkey).
+
+For every model and condition (the intact, unscaled model first; then every intervention
+crossed with every --rope-scaling), `trials` seeded pass keys at every (length, depth) are
+hidden in filler and read back by greedy decoding. The keys are the same under every
+condition, so conditions differ only in the model. Prompts longer than a model can take
+(learned positions past their rows, a template longer than the length asked) give
+"not applicable" rows, never a clamped number.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pandas as pd
+
+from pecli.experiments import EXPERIMENTS, Experiment, check_before_loading, lazy, load
+from pecli.experiments.length import _check_rope  # --rope-scaling only on rotary models
+from pecli.runs import names
+from pecli.runs.options import PasskeyOptions
+from pecli.runs.provenance import row_provenance
+from pecli.runs.tables import validate
+
+INTACT = names.parse(names.INTERVENTIONS, "learned")
+TEMPLATE = "mohtashami-jaggi-2023 (as YaRN's passkey evaluation)"
+
+
+def conditions(o: PasskeyOptions) -> list[tuple]:
+    """(intervention, rope name, rope parameters): the intact, unscaled model first."""
+    interventions = list(dict.fromkeys([INTACT, *o.intervention]))
+    return [(i, name, params) for i in interventions for name, params in o.rope_conditions()]
+
+
+def run(options: PasskeyOptions, progress: Callable[[int, int], None] | None = None,
+        loaded=None) -> dict[str, pd.DataFrame]:
+    """`passkey` (accuracy with a 95 % Wilson interval per model, condition, length and depth,
+    and per length over all depths) and `passkey_trials` (every trial: k, depth, length, the
+    prompt's tokens, the decoded text, whether it was right). `loaded` replaces loading the
+    one model (tests, benchmarks); `progress(advance, total)` counts trials."""
+    from pecli.models.loading import peek
+
+    o = options
+    grid = conditions(o)
+    for name in o.model if loaded is None else ():
+        check_before_loading(name, [i for i, _, _ in grid], causal=True)
+        ref = peek(name)
+        if ref is not None:
+            _check_rope(name, ref.spec.position, o)
+    trials, summary = [], []
+    for name in o.model:
+        model = loaded or load(name, o)
+        got = _trials_for(model, grid, o, progress)
+        trials += got
+        summary += _accuracy(got)
+        del model
+    extra = row_provenance()
+    return {"passkey": validate(pd.DataFrame(summary).assign(**extra)),
+            "passkey_trials": validate(pd.DataFrame(trials).assign(**extra))}
+
+
+def _trials_for(loaded, grid, o: PasskeyOptions, progress) -> list[dict]:
+    from pecli.measures.lm_scoring import check_causal
+    from pecli.measures.passkey import NEW_TOKENS, answer, decode, fit, keys
+    from pecli.positions.extension import not_applicable
+    from pecli.positions.interventions import check_applies, intervene
+    from pecli.positions.rope_scaling import provenance as rope_columns
+    from pecli.positions.rope_scaling import rope_scaled
+
+    check_causal(loaded)
+    _check_rope(loaded.name, loaded.spec.position, o)
+    for choice, _, _ in grid:
+        check_applies(loaded, choice)
+    cells = {(n, d): [fit(loaded.tokenizer, k, n, d) for k in keys(o.seed, n, d, o.trials)]
+             for n in o.lengths for d in o.depths}
+    total = len(grid) * sum(len(ts) for ts in cells.values())
+    tick = (lambda k: progress(k, total)) if progress else None
+    common = {"experiment": "passkey", "seed": o.seed, **loaded.provenance(), "dataset": "passkey",
+              "split": "synthetic", "template": TEMPLATE, "max_new_tokens": NEW_TOKENS,
+              "decoding": "greedy, KV cache; correct when the first integer equals the key",
+              "context": loaded.max_positions}
+    rows = []
+    for choice, rope_name, params in grid:
+        with rope_scaled(loaded.model, params) as resolved, intervene(loaded, choice, o.seed):
+            columns = rope_columns(rope_name, resolved, loaded.model.config)
+            for (length, depth), fitted in cells.items():
+                why = not_applicable(loaded, length + NEW_TOKENS)
+                if why is None and choice.name == "shuffle" and length + NEW_TOKENS > loaded.max_positions:
+                    why = (f"not applicable: shuffle permutes the model's {loaded.max_positions} "
+                           "positions, fewer than the prompt and its answer")
+                if why is None and any(t is None for t in fitted):
+                    why = f"not applicable: the template alone is longer than {length} tokens"
+                base = {**common, "intervention": str(choice), **columns, "length": length,
+                        "depth": depth}
+                if why is not None:
+                    rows += [{**base, "trial": j, "k": k, "tokens": 0, "output": "", "answer": None,
+                              "metric": "correct", "value": float("nan"), "rows": 1, "note": why}
+                             for j, k in enumerate(keys(o.seed, length, depth, o.trials))]
+                    if tick:
+                        tick(len(fitted))
+                    continue
+                outputs = decode(loaded, fitted, o.batch_size, progress=tick)
+                for j, (t, text) in enumerate(zip(fitted, outputs, strict=True)):
+                    got = answer(text)
+                    rows.append({**base, "trial": j, "k": t.k, "tokens": len(t.ids), "output": text,
+                                 "answer": got, "metric": "correct", "value": float(got == t.k),
+                                 "rows": 1, "note": ""})
+    return rows
+
+
+def _accuracy(trials: list[dict]) -> list[dict]:
+    """Accuracy per (model, condition, length, depth), then per (model, condition, length)
+    over all depths (depth "all"), each with its Wilson 95 % interval over trials."""
+    from pecli.measures.intervals import wilson
+
+    df = pd.DataFrame(trials)
+    keys = ["model", "intervention", "rope_scaling", "length"]
+    rows = []
+    for _, all_depths in df.groupby(keys, sort=False, dropna=False):
+        for depth, part in [*all_depths.groupby("depth", sort=False), ("all", all_depths)]:
+            first = part.iloc[0].to_dict()
+            scored = part[part["note"] == ""]
+            right, n = int(scored["value"].sum()), len(scored)
+            low, high = wilson(right, n)
+            keep = {k: v for k, v in first.items()
+                    if k not in ("trial", "k", "tokens", "output", "answer", "metric", "value", "note")}
+            rows.append({**keep, "depth": depth, "metric": "accuracy",
+                         "value": right / n if n else float("nan"), "ci_low": low, "ci_high": high,
+                         "correct": right, "trials": n, "rows": len(part),
+                         "tokens": int(scored["tokens"].sum()),
+                         "note": "" if n else first["note"]})
+    return rows
+
+
+EXPERIMENTS.add("passkey", Experiment(
+    name="passkey",
+    version=1,
+    run=run,
+    figures=lazy("pecli.plots.passkey:figures"),
+    description="Passkey retrieval by prompt length and depth (greedy decoding; rope scaling, "
+                "interventions)",
+    options=PasskeyOptions,
+))

@@ -1,0 +1,127 @@
+"""Passkey retrieval (Mohtashami & Jaggi 2023, as YaRN's evaluation uses it): a number hidden
+at a chosen depth of filler text, asked for at the end, read from greedy decoding.
+
+A prompt is the template's five lines joined by newlines; its filler is cut (in characters)
+so that the tokenized prompt is as long as asked, the tokenizer's own special tokens
+included. Trials whose prompts have the same token count share a batch, so no padding ever
+enters a prompt, and decoding uses the KV cache (transformers' `generate`, greedy).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from pecli.runs import parallel
+
+INTRO = ("There is an important info hidden inside a lot of irrelevant text. Find it and "
+         "memorize them. I will quiz you about the important information there.")
+FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
+KEY = "The pass key is {k}. Remember it. {k} is the pass key."
+QUESTION = "What is the pass key? The pass key is"
+KEYS = (1, 50000)  # k is drawn uniformly from this closed range
+NEW_TOKENS = 10  # greedy decoding stops after at most this many tokens
+
+
+def prompt(k: int, filler_chars: int, depth: float) -> str:
+    """The template with `filler_chars` characters of filler, `depth` of them before the key."""
+    before = round(depth * filler_chars)
+    filler = " ".join([FILLER] * (filler_chars // (len(FILLER) + 1) + 1))
+    return "\n".join([INTRO, filler[:before], KEY.format(k=k), filler[:filler_chars - before], QUESTION])
+
+
+def answer(text: str) -> int | None:
+    """The decoding rule: the first integer in the decoded output (None if there is none)."""
+    found = re.search(r"\d+", text)
+    return int(found.group()) if found else None
+
+
+def keys(seed: int, length: int, depth: float, trials: int) -> list[int]:
+    """The trials' pass keys at one (length, depth): seeded, the same under every condition."""
+    rng = np.random.default_rng([seed, length, round(depth * 10**6)])
+    return [int(k) for k in rng.integers(KEYS[0], KEYS[1] + 1, size=trials)]
+
+
+@dataclass(frozen=True)
+class Trial:
+    k: int
+    length: int  # asked for
+    depth: float
+    text: str
+    ids: tuple[int, ...]  # the tokenized prompt: at most `length` tokens (usually exactly)
+
+
+def fit(tokenizer, k: int, length: int, depth: float) -> Trial | None:
+    """The prompt with the most filler whose tokens are at most `length`; None if even the
+    template without filler is longer."""
+    def ids(n: int) -> list[int]:
+        return tokenizer(prompt(k, n, depth))["input_ids"]
+
+    if len(ids(0)) > length:
+        return None
+    low, high = 0, 8 * length  # a token spans fewer than 8 characters of this filler
+    while low < high:  # the largest filler that fits (token counts grow with the filler)
+        mid = (low + high + 1) // 2
+        low, high = (mid, high) if len(ids(mid)) <= length else (low, mid - 1)
+    return Trial(k, length, depth, prompt(k, low, depth), tuple(ids(low)))
+
+
+def batches(trials: list[Trial], batch_size: int | None = None) -> list[list[int]]:
+    """Indices of trials with the same token count, in batches of at most `batch_size` (by
+    default as many as fit 32k prompt tokens): no batch ever needs padding."""
+    groups: dict[int, list[int]] = {}
+    for i, t in enumerate(trials):
+        groups.setdefault(len(t.ids), []).append(i)
+    out = []
+    for n, members in groups.items():
+        step = batch_size or max(1, 32768 // n)
+        out += [members[s:s + step] for s in range(0, len(members), step)]
+    return parallel.spread(out)
+
+
+def decode(loaded, trials: list[Trial], batch_size: int | None = None,
+           progress: Callable[[int], None] | None = None) -> list[str]:
+    """Each trial's greedy continuation (at most NEW_TOKENS tokens, the KV cache on), decoded,
+    each process generating its share of the batches."""
+    from transformers import GenerationConfig
+
+    tok = loaded.tokenizer
+    stop = tok.eos_token_id
+    config = GenerationConfig(max_new_tokens=NEW_TOKENS, do_sample=False, num_beams=1,
+                              use_cache=True, eos_token_id=stop,
+                              pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else stop)
+    plan = batches(trials, batch_size)
+    done = {}  # batch index -> its decoded outputs (this process's share)
+    for b in parallel.shard(plan, [len(trials[i].ids) for i in range(len(trials))]):
+        ids = torch.tensor([trials[i].ids for i in plan[b]], device=loaded.device)
+        with torch.inference_mode():
+            new = loaded.model.generate(ids, attention_mask=torch.ones_like(ids),
+                                        generation_config=config)[:, ids.shape[1]:].tolist()
+        done[b] = [tok.decode(row[:row.index(stop)] if stop in row else row, skip_special_tokens=True)
+                   for row in new]
+        if progress:
+            progress(len(plan[b]))
+    out: list[str] = [""] * len(trials)
+    for b, texts in parallel.gather(done).items():
+        for i, text in zip(plan[b], texts, strict=True):
+            out[i] = text
+    return out
+
+
+def greedy_without_cache(loaded, ids: list[int]) -> str:
+    """The decoding rule's reference: NEW_TOKENS argmax steps, each a full forward over the
+    prompt so far (no cache, no batching). Tests hold `decode` to it."""
+    tok = loaded.tokenizer
+    seq = list(ids)
+    with torch.inference_mode():
+        for _ in range(NEW_TOKENS):
+            logits = loaded.model(torch.tensor([seq], device=loaded.device)).logits[0, -1]
+            nxt = int(logits.argmax())
+            if nxt == tok.eos_token_id:
+                break
+            seq.append(nxt)
+    return tok.decode(seq[len(ids):], skip_special_tokens=True)

@@ -1,0 +1,64 @@
+"""Passkey figures from passkey.csv (pandas + matplotlib only): accuracy as a depth x length
+heatmap, one panel per model and condition, each cell annotated with its accuracy and
+trials; lengths past the model's context marked."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from pecli.plots.length import condition_label, short_name
+from pecli.plots.style import WIDTH, save
+
+
+def _panel(ax, part: pd.DataFrame):
+    cells = part[part["depth"].astype(str) != "all"].assign(depth=lambda d: d["depth"].astype(float))
+    lengths = sorted(cells["length"].unique())
+    depths = sorted(cells["depth"].unique())
+    grid = np.full((len(depths), len(lengths)), np.nan)
+    for _, row in cells.iterrows():
+        grid[depths.index(row["depth"]), lengths.index(row["length"])] = row["value"]
+    image = ax.imshow(grid, vmin=0, vmax=1, cmap="viridis", aspect="auto", origin="upper")
+    for (i, j), value in np.ndenumerate(grid):
+        row = cells[(cells["depth"] == depths[i]) & (cells["length"] == lengths[j])].iloc[0]
+        text = "n/a" if value != value else f"{value:.0%}\n{int(row['correct'])}/{int(row['trials'])}"
+        ax.text(j, i, text, ha="center", va="center", fontsize=7,
+                color="black" if value == value and value > 0.6 else "white")
+    context = int(part["context"].iloc[0])
+    ax.set_xticks(range(len(lengths)),
+                  [f"{n}{'*' if n > context else ''}" for n in lengths], fontsize=8)
+    ax.set_yticks(range(len(depths)), [f"{d:g}" for d in depths], fontsize=8)
+    ax.set_xlabel("prompt length (tokens; * past the context)", fontsize=8)
+    ax.set_ylabel("depth of the key (0 = start)", fontsize=8)
+    ax.set_title(f"{short_name(part['model'].iloc[0])}: {part['condition'].iloc[0]}", fontsize=9)
+    return image
+
+
+def heatmap(df: pd.DataFrame, path: Path) -> Path:
+    df = df.assign(condition=[condition_label({**r, "mask": "default"}) for _, r in df.iterrows()])
+    groups = list(df.groupby(["model", "condition"], sort=False))
+    cols = min(len(groups), 3)
+    rows = -(-len(groups) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(WIDTH * 0.42 * cols + 1.0, 3.0 * rows + 0.6),
+                             squeeze=False)
+    image = None
+    for ax, (_, part) in zip(axes.flat, groups, strict=False):
+        image = _panel(ax, part)
+    for ax in axes.flat[len(groups):]:
+        ax.axis("off")
+    if image is not None:
+        fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.8, label="accuracy")
+    first = df.iloc[0]
+    fig.suptitle(f"passkey retrieval: greedy decoding, up to {first['max_new_tokens']} new tokens; "
+                 f"cells: accuracy and right/trials (context {first['context']} tokens)",
+                 fontsize=9)
+    return save(fig, path)
+
+
+def figures(csv_paths: dict[str, Path], fig_dir: Path) -> list[Path]:
+    if "passkey" not in csv_paths:
+        return []
+    return [heatmap(pd.read_csv(csv_paths["passkey"]), Path(fig_dir) / "passkey.png")]

@@ -1,0 +1,40 @@
+"""`pecli passkey` end to end on tiny models (CliRunner)."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+
+def test_passkey_writes_tables_figure_and_sidecar(use_tiny, tmp_path, invoke):
+    out = tmp_path / "run"
+    result = invoke("passkey", "llama", "--lengths", "72,96", "--depths", "0,1", "--trials", "2",
+                    "--intervention", "zero", "--rope-scaling", "linear:2", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    acc = pd.read_csv(out / "passkey.csv")
+    trials = pd.read_csv(out / "passkey_trials.csv")
+    conditions = list(dict.fromkeys(zip(acc["intervention"], acc["rope_scaling"], strict=True)))
+    assert conditions == [("learned", "none"), ("learned", "linear:2"), ("zero", "none"), ("zero", "linear:2")]
+    assert len(acc) == 4 * 2 * 3  # conditions x lengths x (2 depths + all)
+    assert len(trials) == 4 * 2 * 2 * 2 and set(trials["tokens"]) == {72, 96}
+    for col in ("value", "ci_low", "ci_high", "correct", "trials", "model_revision", "rope_parameters"):
+        assert acc[col].notna().all(), col
+    assert (out / "figures" / "passkey.png").stat().st_size > 10_000
+    assert json.loads((out / "passkey.json").read_text())["config"]["depths"] == [0.0, 1.0]
+    assert "intact" in result.output and "zero, linear:2" in result.output
+
+
+@pytest.mark.parametrize("args, words", [
+    (["llama", "--depths", "0,2"], "from 0 to 1"),
+    (["llama", "--lengths", "x"], "must be integers"),
+    (["llama", "--rope-scaling", "llama3:8"], "low_freq_factor and high_freq_factor"),
+    (["random:gpt2", "--rope-scaling", "linear:2"], "rope-scaling applies to rotary"),
+    (["random:bert"], "causal"),
+])
+def test_bad_input_one_line(use_tiny, invoke, args, words):
+    result = invoke("passkey", *args)
+    assert result.exit_code != 0
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and words in lines[0] and "Traceback" not in result.output, result.output

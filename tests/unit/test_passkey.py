@@ -1,0 +1,195 @@
+"""pecli passkey: the template, the keys, prompt fitting, the decoding rule, batched KV-cache
+decoding against the literal greedy loop, the tables and the figure."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+import torch
+
+from pecli.experiments.passkey import conditions, run
+from pecli.measures import passkey as pk
+from pecli.measures.intervals import wilson
+from pecli.runs.errors import ConfigError, ModelError
+from pecli.runs.options import PasskeyOptions
+
+SEEDED = (  # seed 0, 96 tokens of GPT-2's BPE, depth 0.5: the first trial's prompt
+    "There is an important info hidden inside a lot of irrelevant text. Find it and memorize "
+    "them. I will quiz you about the important information there.\n"
+    "The grass is green. The sky is blue. The sun is yellow. Here we \n"
+    "The pass key is 21879. Remember it. 21879 is the pass key.\n"
+    "The grass is green. The sky is blue. The sun is yellow. Here we\n"
+    "What is the pass key? The pass key is")
+
+
+def test_a_seeded_trial_is_the_template_literally(tiny):
+    loaded = tiny("llama")
+    k = pk.keys(0, 96, 0.5, 2)[0]
+    trial = pk.fit(loaded.tokenizer, k, 96, 0.5)
+    assert k == 21879 and trial.text == SEEDED
+    assert len(trial.ids) == 96 and list(trial.ids) == loaded.tokenizer(SEEDED)["input_ids"]
+
+
+def test_template_lines():
+    text = pk.prompt(7, 200, 0.25)
+    intro, before, key, after, question = text.split("\n")
+    assert intro == pk.INTRO and question == pk.QUESTION
+    assert key == "The pass key is 7. Remember it. 7 is the pass key."
+    assert len(before) == 50 and len(after) == 150  # depth: the share of the filler before the key
+    filler = " ".join([pk.FILLER] * 3)
+    assert before == filler[:50] and after == filler[:150]  # both from the filler's start
+    assert pk.prompt(7, 200, 0.0).split("\n")[1] == "" and pk.prompt(7, 200, 1.0).split("\n")[3] == ""
+
+
+def test_keys_are_seeded_uniform_draws_in_range():
+    ks = pk.keys(0, 512, 0.5, 2000)
+    assert ks == pk.keys(0, 512, 0.5, 2000)  # the same under every condition
+    assert ks != pk.keys(1, 512, 0.5, 2000) and ks[:5] != pk.keys(0, 512, 0.25, 5)
+    assert min(ks) >= 1 and max(ks) <= 50000 and 20000 < sum(ks) / len(ks) < 30000
+
+
+@pytest.mark.parametrize("length", [64, 97, 200, 333])
+@pytest.mark.parametrize("depth", [0.0, 0.3, 1.0])
+def test_fit_gives_the_most_filler_that_fits(tiny, length, depth):
+    tok = tiny("llama").tokenizer
+    k = pk.keys(3, length, depth, 1)[0]
+    trial = pk.fit(tok, k, length, depth)
+    filler = len(trial.text) - len(pk.prompt(k, 0, depth))
+    assert len(trial.ids) <= length
+    assert len(tok(pk.prompt(k, filler + 1, depth))["input_ids"]) > length
+    assert len(trial.ids) >= length - 1  # one filler character more would pass the length
+
+
+def test_a_template_longer_than_the_length_does_not_fit(tiny):
+    assert pk.fit(tiny("llama").tokenizer, 123, 40, 0.5) is None
+
+
+@pytest.mark.parametrize("text, expected", [
+    (" 46123.\nThe grass", 46123), ("46123", 46123), (" is 123. 456 is", 123),
+    (" 1,234", 1), (" -5 apples", 5), (" a magical number", None), ("", None), (" 0042", 42)])
+def test_decoding_rule_is_the_first_integer(text, expected):
+    assert pk.answer(text) == expected
+
+
+@pytest.mark.parametrize("family, intervention", [("llama", "learned"), ("llama", "zero"),
+                                                  ("llama", "shuffle"), ("gpt2", "zero")])
+def test_batched_cached_decoding_equals_the_literal_greedy_loop(tiny, family, intervention):
+    """Batches of equal-length prompts with the KV cache = one prompt at a time, every step a
+    full forward (float64: no argmax tie can flip)."""
+    from pecli.positions.interventions import intervene
+
+    loaded = tiny(family, **({"n_positions": 128} if family == "gpt2" else {"max_position_embeddings": 128}))
+    loaded.model.double()
+    trials = [pk.fit(loaded.tokenizer, k, 80, d) for d in (0.0, 0.5) for k in pk.keys(0, 80, d, 3)]
+    assert len(pk.batches(trials)) < len(trials)  # some batches hold several prompts
+    with intervene(loaded, intervention, 0):
+        got = pk.decode(loaded, trials)
+        want = [pk.greedy_without_cache(loaded, t.ids) for t in trials]
+    assert got == want and all(got)
+
+
+def test_batches_never_mix_token_counts():
+    trials = [pk.Trial(1, 10, 0.0, "", tuple(range(n))) for n in (10, 9, 10, 10, 9)]
+    plan = pk.batches(trials, batch_size=2)
+    assert sorted(i for b in plan for i in b) == list(range(5))
+    assert all(len({len(trials[i].ids) for i in b}) == 1 and len(b) <= 2 for b in plan)
+
+
+def test_options_refuse_bad_values():
+    for values, fragment in [({"depths": "0,1.5"}, "depths"), ({"depths": "a"}, "depths"),
+                             ({"lengths": "1"}, "lengths"), ({"trials": 0}, "trials"),
+                             ({"rope_scaling": "yarn"}, "yarn")]:
+        with pytest.raises(ConfigError, match=fragment):
+            PasskeyOptions.build(values, "t")
+
+
+def test_conditions_intact_first_crossed_with_rope_scaling():
+    o = PasskeyOptions.build({"intervention": "zero", "rope_scaling": "yarn:2"}, "t")
+    got = [(str(i), r) for i, r, _ in conditions(o)]
+    assert got == [("learned", "none"), ("learned", "yarn:2"), ("zero", "none"), ("zero", "yarn:2")]
+
+
+def test_tables_and_not_applicable_rows(tiny, tmp_path):
+    """gpt2 with 96 learned positions: 128-token prompts are n/a (with the 10 new tokens);
+    20 tokens cannot hold the template; the accuracy rows count the trials and carry Wilson
+    intervals."""
+    loaded = tiny("gpt2", n_positions=96)
+    o = PasskeyOptions.build({"model": "gpt2", "lengths": "20,80,128", "depths": "0,1",
+                              "trials": 2, "intervention": "zero"}, "t")
+    tables = run(o, loaded=loaded)
+    trials, acc = tables["passkey_trials"], tables["passkey"]
+    assert list(dict.fromkeys(trials["intervention"])) == ["learned", "zero"]
+    assert len(trials) == 2 * 3 * 2 * 2
+    at = trials.set_index(["intervention", "length"])["note"]
+    assert at.loc[("learned", 128)].str.startswith("not applicable: 96 learned positions").all()
+    assert at.loc[("learned", 20)].str.contains("template alone is longer").all()
+    assert (at.loc[("learned", 80)] == "").all()
+    scored = trials[trials["note"] == ""]
+    assert (scored["tokens"] == 80).all() and scored["value"].isin([0.0, 1.0]).all()
+    assert set(scored["k"]) == set(pk.keys(0, 80, 0.0, 2) + pk.keys(0, 80, 1.0, 2))
+    whole = acc[(acc["depth"].astype(str) == "all") & (acc["length"] == 80)]
+    assert list(whole["trials"]) == [4, 4]
+    for _, row in whole.iterrows():
+        assert (row["ci_low"], row["ci_high"]) == wilson(row["correct"], 4)
+    na = acc[acc["length"] == 128]
+    assert na["value"].isna().all() and (na["trials"] == 0).all() and na["note"].str.startswith("not applicable").all()
+    for column in ("model_revision", "rope_parameters", "template", "decoding", "torch_version"):
+        assert column in acc and column in trials
+
+
+def test_accuracy_counts_and_intervals_from_trials():
+    from pecli.experiments.passkey import _accuracy
+
+    base = {"model": "m", "intervention": "learned", "rope_scaling": "none", "length": 64, "note": "",
+            "trial": 0, "k": 1, "tokens": 64, "output": "", "answer": None, "metric": "correct"}
+    rows = [{**base, "depth": d, "value": v} for d, v in [(0.0, 1.0), (0.0, 1.0), (0.0, 0.0),
+                                                           (1.0, 0.0), (1.0, 0.0), (1.0, 1.0)]]
+    acc = pd.DataFrame(_accuracy(rows)).set_index(pd.Index(["0", "1", "all"]))
+    assert list(acc["correct"]) == [2, 1, 3] and list(acc["trials"]) == [3, 3, 6]
+    assert acc.loc["all", "value"] == 0.5 and acc.loc["all", "tokens"] == 6 * 64
+    assert (acc.loc["all", "ci_low"], acc.loc["all", "ci_high"]) == wilson(3, 6)
+
+
+def test_wilson_interval_known_values():
+    low, high = wilson(3, 10)
+    assert abs(low - 0.1078) < 1e-4 and abs(high - 0.6032) < 1e-4
+    assert wilson(5, 5)[1] == 1.0 and wilson(0, 5)[0] == 0.0
+    assert all(x != x for x in wilson(0, 0))
+
+
+def test_rope_scaling_on_learned_positions_is_refused(tiny):
+    o = PasskeyOptions.build({"model": "gpt2", "lengths": "80", "rope_scaling": "linear:2"}, "t")
+    with pytest.raises(ModelError, match="rope-scaling applies to rotary"):
+        run(o, loaded=tiny("gpt2"))
+
+
+def test_rope_scaled_decoding_is_transformers_own_scaled_model(tiny):
+    """yarn:2 trials decode as LlamaForCausalLM built with the recorded rope_parameters does."""
+    import json
+
+    import transformers
+
+    loaded = tiny("llama")
+    loaded.model.double()
+    o = PasskeyOptions.build({"model": "llama", "lengths": "96", "depths": "0.5", "trials": 2,
+                              "rope_scaling": "yarn:2"}, "t")
+    trials = run(o, loaded=loaded)["passkey_trials"]
+    yarn = trials[trials["rope_scaling"] == "yarn:2"]
+    params = json.loads(yarn["rope_parameters"].iloc[0])
+    config = transformers.LlamaConfig(**{**loaded.model.config.to_dict(), "rope_parameters": params})
+    twin = transformers.LlamaForCausalLM(config).double().eval()
+    twin.load_state_dict(loaded.model.state_dict())
+    own = type(loaded)(twin, loaded.tokenizer, loaded.spec, "twin", "twin", "random", "x",
+                       torch.device("cpu"), torch.float64)
+    want = [pk.greedy_without_cache(own, pk.fit(loaded.tokenizer, int(k), 96, 0.5).ids) for k in yarn["k"]]
+    assert list(yarn["output"].fillna("")) == want
+
+
+def test_figure(tiny, tmp_path):
+    from pecli.plots.passkey import figures
+
+    o = PasskeyOptions.build({"model": "llama", "lengths": "64,80", "depths": "0,0.5,1",
+                              "trials": 1, "intervention": "zero"}, "t")
+    run(o, loaded=tiny("llama"))["passkey"].to_csv(tmp_path / "passkey.csv", index=False)
+    (png,) = figures({"passkey": tmp_path / "passkey.csv"}, tmp_path / "fig")
+    assert png.exists() and png.stat().st_size > 10_000
