@@ -107,6 +107,9 @@ def lm(
     threads: Annotated[int | None, typer.Option(help="torch threads (default: torch's).")] = None,
     model_out: Annotated[Path | None, typer.Option(
         help="Save the checkpoint exactly here (one --pe), e.g. models/tiny-gpt2-imdb.")] = None,
+    test_lengths: Annotated[str | None, typer.Option(
+        help="Train short, test long: after training, pecli length on the test reviews at these "
+             "window lengths, e.g. 128,256,512,1024 (length.csv, figures/length.png).")] = None,
     seed: SeedOpt = 0,
     data_dir: DataDirOpt = None,
     out: OutOpt = None,
@@ -125,11 +128,13 @@ def lm(
         pecli train lm --pe learned --model-out models/tiny-gpt2-imdb
         pecli train lm --pe learned --pe none --pe rope --pe alibi --pe sinusoidal --steps 150
         pecli train lm --tokenizer gpt2 --steps 20 --limit 500 --eval-limit 50
+        pecli train lm --pe learned,sinusoidal,none,rope,alibi --context 128 --test-lengths 128,256,512,1024
     """
     options = build(TrainLmOptions, "pecli train lm", pe=pe, steps=steps, tokenizer=tokenizer,
                     vocab=vocab, layers=layers, width=width, heads=heads, context=context,
                     batch=batch, limit=limit, eval_limit=eval_limit, eval_every=eval_every,
-                    threads=threads, seed=seed, data_dir=data_dir, model_out=model_out)
+                    threads=threads, seed=seed, data_dir=data_dir, model_out=model_out,
+                    test_lengths=test_lengths or ())
     run_with_progress("train-lm", options, out, force=force)
 
 

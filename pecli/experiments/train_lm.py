@@ -139,7 +139,8 @@ def run(options: TrainLmOptions, progress=None) -> dict[str, pd.DataFrame]:
     o = options
     opts = dict(steps=o.steps, layers=o.layers, width=o.width, heads=o.heads, context=o.context,
                 batch=o.batch, lr=o.lr, tokenizer=o.tokenizer, vocab=o.vocab, limit=o.limit,
-                eval_limit=o.eval_limit, eval_every=o.eval_every, seed=o.seed)
+                eval_limit=o.eval_limit, eval_every=o.eval_every, seed=o.seed,
+                test_lengths=o.test_lengths)
     with torch_threads(o.threads) as n_threads:
         return _run([c.name for c in o.pe], opts, o.data_dir, o.save_dir, o.model_out, progress,
                     n_threads)
@@ -185,7 +186,7 @@ def _run(schemes, o, data_dir, save_dir, model_out, progress, n_threads) -> dict
                  "model_revision": train_data.provenance()["data_revision"], "random_init": False,
                  "family": "-", "pe": "-", "parameters": vocab_size, "metric": "test_perplexity",
                  "aggregation": "corpus", "value": float(np.exp(nll / n)), "tokens": n}]
-    curve_rows = []
+    curve_rows, length_rows = [], []
     for scheme in schemes:
         model = build_model(scheme, vocab_size, size, pad_token_id=tok.pad_token_id,
                             bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
@@ -232,7 +233,36 @@ def _run(schemes, o, data_dir, save_dir, model_out, progress, n_threads) -> dict
                               ("eval_seconds", eval_seconds),
                               ("eval_tokens_per_second", n / eval_seconds)):
             ppl_rows.append({**row, "metric": metric, "value": float(value), "aggregation": "-"})
-    return {"perplexity": validate(pd.DataFrame(ppl_rows)), "curve": validate(pd.DataFrame(curve_rows))}
+        if o["test_lengths"]:
+            length_rows.append(_test_long(model, tok, out_dir, scheme, o, data_dir))
+    tables = {"perplexity": validate(pd.DataFrame(ppl_rows)), "curve": validate(pd.DataFrame(curve_rows))}
+    if length_rows:
+        tables["length"] = validate(pd.concat(length_rows, ignore_index=True))
+    return tables
+
+
+def _test_long(model, tok, out_dir, scheme: str, o: dict, data_dir) -> pd.DataFrame:
+    """`pecli length` on the trained model (loaded back from its checkpoint, as a user's
+    `pecli length DIR` loads it) over the test reviews, at every test length."""
+    import tempfile
+
+    from pecli.experiments.length import run as length_run
+    from pecli.measures.training import save_checkpoint
+    from pecli.models.loading import load_model
+    from pecli.runs.options import LengthOptions
+
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = out_dir or Path(tmp) / scheme
+        if out_dir is None:
+            save_checkpoint(model, tok, folder, card={"experiment": "train-lm", "pe": scheme})
+        loaded = load_model(str(folder), device="cpu")
+        loaded.name = f"lm-{scheme}"
+        options = LengthOptions.build({"model": [loaded.name], "dataset": "imdb", "split": "test",
+                                       "limit": o["eval_limit"], "lengths": list(o["test_lengths"]),
+                                       "seed": o["seed"], "device": "cpu", "data_dir": data_dir},
+                                      "train-lm: test_lengths")
+        table = length_run(options, loaded=loaded)["length"]
+    return table.assign(experiment="train-lm", pe=scheme, model_id=f"train-lm:{scheme}")
 
 
 figures = lazy("pecli.plots.training:train_lm_figures")

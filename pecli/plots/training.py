@@ -179,4 +179,8 @@ def train_lm_figures(csv_paths: dict[str, Path], fig_dir: Path) -> list[Path]:
                             csv_paths.get("perplexity")))
     if "perplexity" in csv_paths:
         out.append(lm_perplexity(csv_paths["perplexity"], fig_dir / "train_lm_perplexity.png"))
+    if "length" in csv_paths:  # train short, test long
+        from pecli.plots.length import figures as length_figures
+
+        out += length_figures({"length": csv_paths["length"]}, fig_dir)
     return out

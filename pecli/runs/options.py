@@ -630,9 +630,14 @@ class TrainLmOptions(Training):
     eval_every: int = option(50, low=1)
     data_dir: str | None = option(None, location=True)
     model_out: str | None = option(None, location=True)  # the checkpoint directory (one pe)
+    # "Train short, test long": after training, `pecli length` on the test reviews at these
+    # window lengths (any multiple of `context`); () skips it
+    test_lengths: tuple[int, ...] | str = ()
 
     def check(self) -> None:
         super().check()
+        if self.test_lengths not in ((), ""):
+            object.__setattr__(self, "test_lengths", _token_counts(self.test_lengths, "window lengths"))
         if self.model_out is not None and len(self.pe) != 1:
             raise ConfigError("model_out (--model-out) names one checkpoint directory: give "
                               "exactly one --pe")

@@ -1,0 +1,38 @@
+"""train-lm's test_lengths: "train short, test long" is `pecli length` on the trained checkpoints."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from pecli.experiments.length import run as length_run
+from pecli.experiments.train_lm import run as train_run
+from pecli.runs.errors import ConfigError
+from pecli.runs.options import LengthOptions, TrainLmOptions
+
+TINY = {"steps": 3, "layers": 1, "width": 32, "heads": 2, "context": 16, "batch": 2, "vocab": 300,
+        "limit": 40, "eval_limit": 8, "eval_every": 3}
+
+
+def test_test_lengths_equal_pecli_length_on_the_saved_checkpoints(shared_data, tmp_path):
+    o = TrainLmOptions.build({**TINY, "pe": "learned,sinusoidal", "test_lengths": "16,32",
+                              "save_dir": str(tmp_path / "models"), "data_dir": str(shared_data)}, "t")
+    table = train_run(o)["length"]
+    whole = table[table["all_positions"]].set_index(["model", "length"])
+    assert whole.loc[("lm-learned", 32), "note"] == "not applicable: 16 learned positions"
+    assert whole.loc[("lm-sinusoidal", 32), "tokens"] > 0  # the sinusoid extends past training
+    assert set(table["context"]) == {16} and set(table["context_kind"]) == {"training"}
+    # the same numbers as a user's `pecli length models/sinusoidal --lengths 16,32`
+    own = LengthOptions.build({"model": str(tmp_path / "models" / "sinusoidal"), "dataset": "imdb",
+                               "split": "test", "limit": 8, "lengths": "16,32",
+                               "data_dir": str(shared_data)}, "t")
+    direct = length_run(own)["length"]
+    mine = table[table["model"] == "lm-sinusoidal"].reset_index(drop=True)
+    cols = ["length", "window_start", "nll_mean", "ci_low", "ci_high", "tokens", "windows"]
+    pd.testing.assert_frame_equal(mine[cols], direct[cols])
+
+
+def test_test_lengths_are_checked():
+    with pytest.raises(ConfigError, match="lengths"):
+        TrainLmOptions.build({"test_lengths": "16,x"}, "t")
+    assert TrainLmOptions.build({}, "t").test_lengths == ()
