@@ -139,9 +139,9 @@ def _run_entries(preset: Preset, out: Path, owner: dict, force: bool,
             frames: dict[str, pd.DataFrame] = exp.run_with(located(entry.options), entry.id)
             tables, figures = output.write(frames, config, exp.figures, tables_dir=entry.id,
                                            figures_dir=f"figures/{entry.id}")
-        seconds = time.perf_counter() - start
+        seconds = round(time.perf_counter() - start, 1)  # as done.json keeps it: a rerun's REPORT is the same
         write_json({**run_meta(config), "key": key, "tables": {n: p.name for n, p in tables.items()},
-                    "seconds": round(seconds, 1),
+                    "seconds": seconds,
                     "figures": [Path(os.path.relpath(p, out)).as_posix() for p in figures]}, done)
         results.append(EntryResult(entry, tables, list(figures), False, seconds))
     return results
