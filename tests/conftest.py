@@ -80,6 +80,13 @@ def smollm2():
     return load_model("smollm2", device="cpu")
 
 
+# Per-family keys beyond the shared ones (configs that name a size differently).
+TINY = {
+    "opt": dict(ffn_dim=64, word_embed_proj_dim=32),
+    "distilbert": dict(hidden_dim=64),
+}
+
+
 def tiny_config(family: str, **overrides):
     """The family's real config class at toy size: 2 layers, width 32, 64 positions."""
     spec = ARCHITECTURES.get(family)
@@ -92,6 +99,7 @@ def tiny_config(family: str, **overrides):
         size["max_position_embeddings"] = 66  # 64 positions after RoBERTa's offset of 2
     if family == "llama":
         size.update(num_key_value_heads=2, head_dim=8)
+    size.update(TINY.get(family, {}))
     for key, value in {**size, **overrides}.items():
         setattr(config, key, value)
     return config

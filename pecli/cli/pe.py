@@ -138,7 +138,7 @@ def probe(
     if "matrix" in frames:
         console.print(_matrix_summary(frames["matrix"]))
     console.print(_hidden_summary(frames["hidden"]))
-    if (frames["hidden"]["position_kind"] == "rotary").any():
+    if (frames["hidden"]["position_kind"] != "learned").any():
         console.print(f"* {ROTARY_NOTE}")
     _paths(console, tables, figures)
 

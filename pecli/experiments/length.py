@@ -52,7 +52,7 @@ def stream_of(tokenizer, texts: list[str]) -> list[int]:
 
 
 def _check_rope(name: str, spec_position: str, options: LengthOptions) -> None:
-    if options.rope_scaling and spec_position != "rotary":
+    if options.rope_scaling and spec_position not in ("rotary", "partial rotary"):
         raise ModelError(f"{name} has {spec_position} positions; --rope-scaling applies to rotary "
                          "models (e.g. smollm2, random:llama): drop it or the model")
 

@@ -19,8 +19,9 @@ from pecli.runs.provenance import row_provenance
 from pecli.runs.tables import validate
 
 SIMILARITY_POINTS = 64  # the similarity heatmap samples this many positions per axis
-ROTARY_NOTE = ("rotary positions: no embedding table, so no matrix analyses; "
-               "hidden-state probe only ('zero' = identity rotation)")
+ROTARY_NOTE = ("positions in attention (rotary, alibi or relative bias): no embedding table, so "
+               "no matrix analyses; hidden-state probe only ('zero' = identity rotation, slopes "
+               "0 or bias removed)")
 
 
 def _frame(rows: list[dict], experiment: str, seed: int, **columns) -> pd.DataFrame:
@@ -243,7 +244,7 @@ def run_probe(options: ProbeOptions, announce=None) -> dict[str, pd.DataFrame]:
         else:
             say(f"{name}: {ROTARY_NOTE}")
         enc, data_cols = model_texts(loaded, data, texts, o.max_length)
-        data_cols["note"] = ROTARY_NOTE if loaded.spec.position == "rotary" else ""
+        data_cols["note"] = "" if loaded.spec.position == "learned" else ROTARY_NOTE
         for iv in o.intervention:
             say(f"{name}: hidden-state probe, intervention {iv}, {enc.tokens} tokens")
             rows = hidden_probe(loaded, enc.ids, iv, o.folds, o.seed, o.batch_size)

@@ -114,7 +114,10 @@ def band_applies(loaded, rope_type: str | None, plan) -> str | None:
     the model unchanged (no intervention, the default mask)."""
     from pecli.positions.extension import table_kind
 
-    kind = "rotary" if loaded.spec.position == "rotary" else table_kind(loaded)
+    if loaded.spec.position in ("alibi", "relative bias"):  # a hub model's bias, built per call
+        return (f"not applicable: the band pass is proven for rotary models and pecli-trained "
+                f"tables, not {loaded.spec.position}; use --windows sliding")
+    kind = "rotary" if loaded.spec.rotates else table_kind(loaded)
     if kind not in ("rotary", "none", "alibi"):
         return (f"not applicable: {loaded.name} has {kind} absolute positions, which restart in "
                 "every window; use --windows sliding (per-window evaluation)")

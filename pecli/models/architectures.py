@@ -15,20 +15,39 @@ import torch
 from pecli.runs.errors import ArchSpecError, ModelError
 from pecli.runs.registry import Registry
 
+# Position kinds (`ArchSpec.position`, the `position_kind` column of every row):
+LEARNED = "learned"  # absolute rows added to the token embeddings
+ROTARY = "rotary"  # RoPE on every query/key dimension (Llama; ModernBERT's encoder)
+PARTIAL_ROTARY = "partial rotary"  # RoPE on the first dimensions of each head only
+ALIBI = "alibi"  # a per-head linear bias on attention logits by distance
+RELATIVE_BIAS = "relative bias"  # T5's learned bias per (distance bucket, head)
+POSITION_KINDS = (LEARNED, ROTARY, PARTIAL_ROTARY, ALIBI, RELATIVE_BIAS)
+ROTARY_KINDS = (ROTARY, PARTIAL_ROTARY)
+
 
 @dataclass(frozen=True)
 class ArchSpec:
     family: str
     model_types: tuple[str, ...]  # values of config.model_type handled by this family
-    position: str  # "learned": absolute embedding rows; "rotary": RoPE in every attention
+    position: str  # one of POSITION_KINDS
     pos_embed: str | None  # learned: path to the nn.Embedding of positions
-    rotary: str | None  # rotary: path to the rotary-embedding module
+    rotary: str | None  # rotary kinds: path to the rotary-embedding module (or, with `bias`
+    #                     "embed_positions", to the blocks whose attention holds its sin/cos table)
     pos_offset: int  # rows before position 0 (RoBERTa reserves padding_idx + 1 = 2)
     causal: bool
     layers: str  # path to the ModuleList of blocks
     auto_class: str  # transformers Auto class that loads the checkpoint with what we measure
     reference: str  # hub id of the reference checkpoint whose config `random_config` copies
     random_config: Callable[[], object]  # the reference's published config, for random:<family>
+    tokenizer: str = ""  # the offline tokenizer random:<family> uses: bert, gpt2, roberta, smollm2
+    bias: str | None = None  # alibi: the keyword the blocks receive the bias by;
+    #                          relative bias: path to the nn.Embedding [buckets, heads]
+    context: int | None = None  # tokens per sequence where the config does not say
+    note: str = ""  # what `pecli models` adds (a shrunk config, a stand-in tokenizer)
+
+    @property
+    def rotates(self) -> bool:
+        return self.position in ROTARY_KINDS
 
 
 ARCHITECTURES: Registry[ArchSpec] = Registry("model family", ModelError)
@@ -68,15 +87,57 @@ def _llama_config():
     )
 
 
+def _pythia_config():
+    from transformers import GPTNeoXConfig
+
+    # EleutherAI/pythia-160m's config.json: 12 x 768, rotary on 25 % of each 64-dim head.
+    return GPTNeoXConfig(
+        vocab_size=50304, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+        intermediate_size=3072, hidden_act="gelu", max_position_embeddings=2048,
+        rotary_pct=0.25, rotary_emb_base=10000, layer_norm_eps=1e-5, use_parallel_residual=True,
+        tie_word_embeddings=False, bos_token_id=0, eos_token_id=0,
+    )
+
+
+def _opt_config():
+    from transformers import OPTConfig
+
+    # facebook/opt-125m's config.json: 12 x 768, 2048 positions after an offset of 2.
+    return OPTConfig(
+        vocab_size=50272, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+        ffn_dim=3072, max_position_embeddings=2048, word_embed_proj_dim=768,
+        do_layer_norm_before=True, activation_function="relu", pad_token_id=1, bos_token_id=2,
+        eos_token_id=2,
+    )
+
+
+def _distilbert_config():
+    from transformers import DistilBertConfig
+
+    # distilbert-base-uncased's config.json: 6 x 768, 512 learned positions, no token types.
+    return DistilBertConfig(vocab_size=30522, max_position_embeddings=512, n_layers=6, n_heads=12,
+                            dim=768, hidden_dim=3072, sinusoidal_pos_embds=False, pad_token_id=0)
+
+
 for _spec in [
-    ArchSpec("bert", ("bert",), "learned", "embeddings.position_embeddings", None, 0,
-             False, "encoder.layer", "AutoModel", "bert-base-uncased", _bert_config),
-    ArchSpec("roberta", ("roberta", "xlm-roberta"), "learned", "embeddings.position_embeddings",
-             None, 2, False, "encoder.layer", "AutoModel", "roberta-base", _roberta_config),
-    ArchSpec("gpt2", ("gpt2",), "learned", "wpe", None, 0, True, "h",
-             "AutoModelForCausalLM", "gpt2", _gpt2_config),
-    ArchSpec("llama", ("llama", "mistral", "qwen2", "qwen3"), "rotary", None, "rotary_emb", 0,
-             True, "layers", "AutoModelForCausalLM", "HuggingFaceTB/SmolLM2-135M", _llama_config),
+    ArchSpec("bert", ("bert",), LEARNED, "embeddings.position_embeddings", None, 0,
+             False, "encoder.layer", "AutoModel", "bert-base-uncased", _bert_config, "bert"),
+    ArchSpec("roberta", ("roberta", "xlm-roberta"), LEARNED, "embeddings.position_embeddings",
+             None, 2, False, "encoder.layer", "AutoModel", "roberta-base", _roberta_config,
+             "roberta"),
+    ArchSpec("gpt2", ("gpt2",), LEARNED, "wpe", None, 0, True, "h",
+             "AutoModelForCausalLM", "gpt2", _gpt2_config, "gpt2"),
+    ArchSpec("llama", ("llama", "mistral", "qwen2", "qwen3"), ROTARY, None, "rotary_emb", 0,
+             True, "layers", "AutoModelForCausalLM", "HuggingFaceTB/SmolLM2-135M", _llama_config,
+             "smollm2"),
+    ArchSpec("pythia", ("gpt_neox",), PARTIAL_ROTARY, None, "rotary_emb", 0, True, "layers",
+             "AutoModelForCausalLM", "EleutherAI/pythia-160m", _pythia_config, "gpt2",
+             note="offline tokenizer: GPT-2's BPE (its ids fit; Pythia's own differs)"),
+    ArchSpec("opt", ("opt",), LEARNED, "decoder.embed_positions", None, 2, True,
+             "decoder.layers", "AutoModelForCausalLM", "facebook/opt-125m", _opt_config, "roberta"),
+    ArchSpec("distilbert", ("distilbert",), LEARNED, "embeddings.position_embeddings", None, 0,
+             False, "transformer.layer", "AutoModel", "distilbert-base-uncased",
+             _distilbert_config, "bert"),
 ]:
     ARCHITECTURES.add(_spec.family, _spec)
 
@@ -109,7 +170,7 @@ def resolve(model: torch.nn.Module, spec: ArchSpec, path: str | None) -> torch.n
 
 def position_embedding(model: torch.nn.Module, spec: ArchSpec) -> torch.nn.Embedding:
     """The learned position-embedding table (rows include `spec.pos_offset` leading rows)."""
-    if spec.position != "learned":
+    if spec.position != LEARNED:
         raise ArchSpecError(
             f"family {spec.family!r} uses {spec.position} positions: it has no embedding table"
         )
@@ -118,6 +179,11 @@ def position_embedding(model: torch.nn.Module, spec: ArchSpec) -> torch.nn.Embed
 
 def max_positions(model: torch.nn.Module, spec: ArchSpec) -> int:
     """How many tokens one sequence may have."""
-    if spec.position == "learned":
+    if spec.position == LEARNED:
         return position_embedding(model, spec).num_embeddings - spec.pos_offset
-    return int(model.config.max_position_embeddings)
+    for key in ("max_position_embeddings", "max_seq_len", "n_positions"):
+        if isinstance(getattr(model.config, key, None), int):
+            return int(getattr(model.config, key))
+    if spec.context is None:
+        raise ArchSpecError(f"family {spec.family!r}: its config records no context length")
+    return spec.context

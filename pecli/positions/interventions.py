@@ -4,10 +4,18 @@
         outputs = loaded.model(**batch)
 
 A name is `<intervention>` or `<intervention>:<argument>` (`shift:3`, `swap:random:bert`).
-Learned-absolute families (spec.position == "learned") are edited in their embedding table
-(rows after `spec.pos_offset`); the original tensor is copied and put back in `finally`.
-Rotary families are changed through forward hooks on the module at `spec.rotary`, removed
-in `finally`. Mapping conventions shared by both kinds (N = the model's positions):
+How each position kind (pecli.models.architectures.POSITION_KINDS) is changed:
+
+- learned: rows of the embedding table (after `spec.pos_offset`) are overwritten; the
+  original tensor is copied and put back in `finally`;
+- relative bias: the same for the rows of T5's bias table [buckets, heads];
+- rotary and partial rotary: forward hooks on the module at `spec.rotary` (its cos/sin, or
+  the position ids it is given), removed in `finally`; partial rotary's cos/sin cover only
+  the rotated dimensions, so `zero` leaves the others as they are;
+- alibi: forward pre-hooks on every block rewrite the bias tensor it receives (keyword
+  `spec.bias`), removed in `finally`.
+
+Mapping conventions shared by the kinds (N = the model's positions):
 
 - `reverse`: position p gets what position N-1-p had;
 - `shift:K`: position p gets what position p+K had (learned rows past the end repeat the
@@ -18,13 +26,19 @@ in `finally`. Mapping conventions shared by both kinds (N = the model's position
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from pecli.models.architectures import position_embedding, resolve
+from pecli.models.architectures import (
+    ALIBI,
+    LEARNED,
+    RELATIVE_BIAS,
+    position_embedding,
+    resolve,
+)
 from pecli.positions.sinusoid import sinusoidal_at
 from pecli.runs import names
 from pecli.runs.errors import InterventionError
@@ -37,6 +51,19 @@ class Implementation:
 
     learned: Callable | None  # (loaded, weight_rows[n, d], arg, seed) -> new rows[n, d]
     rotary: Callable | None  # (loaded, arg, seed) -> contextmanager installing hooks
+    alibi: Callable | None = None  # (bias[b*h | h, ..., k], heads, arg, seed) -> new bias
+    relative: Callable | None = None  # as `learned`, on the bias table's rows [buckets, heads]
+
+
+# Why a name means nothing for a kind, where more can be said than the kinds it needs.
+WHY_NOT = {
+    ("shift", ALIBI): "ALiBi's bias depends only on the distance between two tokens, which a "
+                      "shift keeps: nothing would change",
+    ("shift", RELATIVE_BIAS): "a relative bias depends only on the distance between two tokens, "
+                              "which a shift keeps: nothing would change",
+    ("reverse", RELATIVE_BIAS): "its buckets are distances, not positions: there is no N-1-p to "
+                                "map a bucket to (shuffle permutes the buckets)",
+}
 
 
 def intervention_names() -> list[str]:
@@ -58,12 +85,16 @@ def check_applies(loaded, name: str | Choice) -> Choice:
     choice = parse(name)
     kinds = choice.term.applies_to
     if loaded.spec.position not in kinds:
+        why = WHY_NOT.get((choice.name, loaded.spec.position))
+        if why is None and LEARNED in kinds and len(kinds) == 1:
+            why = "it replaces embedding rows, and these positions have none"
         raise InterventionError(
             f"intervention {choice.name!r} does not apply to {loaded.name} ({loaded.spec.family}, "
-            f"{loaded.spec.position} positions); it needs {' or '.join(kinds)} positions"
+            f"{loaded.spec.position} positions): {why or 'it has no meaning there'}; it applies "
+            f"to {', '.join(kinds)} positions"
         )
     n = getattr(loaded, "max_positions", None)  # known once weights load
-    if choice.name == "shift" and loaded.spec.position == "learned" and n \
+    if choice.name == "shift" and loaded.spec.position == LEARNED and n \
             and abs(_shift_amount(choice.argument)) >= n:
         raise InterventionError(
             f"shift:{choice.argument} reaches past all {n} learned positions of {loaded.name} "
@@ -102,13 +133,19 @@ def prepare(loaded, name: str | Choice, seed: int = 0) -> Callable[[], AbstractC
     Errors (does not apply, bad argument, width mismatch) are raised here, before any change.
     """
     choice = check_applies(loaded, name)
-    iv, arg = IMPLEMENTATIONS[choice.name], choice.argument
-    if loaded.spec.position == "rotary":
+    iv, arg, spec = IMPLEMENTATIONS[choice.name], choice.argument, loaded.spec
+    if choice.name == "learned":  # the baseline: nothing installed, nothing copied
+        return nullcontext
+    if spec.rotates:
         return lambda: iv.rotary(loaded, arg, seed)
-    table = position_embedding(loaded.model, loaded.spec)
-    offset = loaded.spec.pos_offset
+    if spec.position == ALIBI:
+        return lambda: _alibi_hooks(loaded, iv.alibi, arg, seed)
+    if spec.position == RELATIVE_BIAS:
+        table, offset, edit = resolve(loaded.model, spec, spec.bias), 0, iv.relative
+    else:
+        table, offset, edit = position_embedding(loaded.model, spec), spec.pos_offset, iv.learned
     rows = table.weight.detach()[offset:]  # [n, d], a view on the real position rows
-    new = iv.learned(loaded, rows, arg, seed)
+    new = edit(loaded, rows, arg, seed)
     new = None if new is None else new.to(rows.dtype).clone()  # [n, d]
 
     @contextmanager
@@ -260,13 +297,55 @@ def _rotary(kind: str):
     return install
 
 
+# --- alibi: the bias every block receives, rewritten on its way in ---------------------
+
+
+def _heads(loaded) -> int:
+    config = loaded.model.config
+    return int(getattr(config, "num_attention_heads", None) or config.n_heads)
+
+
+@contextmanager
+def _alibi_hooks(loaded, edit, arg, seed) -> Iterator[None]:
+    key, heads = loaded.spec.bias, _heads(loaded)
+
+    def pre_hook(mod, args, kwargs):
+        if kwargs.get(key) is not None:
+            kwargs = {**kwargs, key: edit(kwargs[key], heads, arg, seed)}
+        return args, kwargs
+
+    blocks = resolve(loaded.model, loaded.spec, loaded.spec.layers)
+    with _hooks(*[b.register_forward_pre_hook(pre_hook, with_kwargs=True) for b in blocks]):
+        yield
+
+
+def _alibi(kind: str):
+    def edit(bias, heads, arg, seed):
+        if kind == "learned":
+            return bias
+        if kind == "zero":  # every slope 0
+            return torch.zeros_like(bias)
+        if kind == "reverse":  # slope -m: farther keys weigh more, by as much
+            return -bias
+        if kind == "shuffle":  # head h gets head perm[h]'s slope
+            perm = _permutation(heads, seed).to(bias.device)
+            return bias.view(-1, heads, *bias.shape[1:])[:, perm].reshape(bias.shape)
+        raise AssertionError(kind)
+
+    return edit
+
+
 # Keyed by the names of pecli.runs.names.INTERVENTIONS (which says what each does and where it
-# applies); tests/unit/test_names.py checks the two agree.
+# applies); tests/unit/test_names.py checks the two agree (KIND_FIELDS: which field serves a kind).
+KIND_FIELDS = {"learned": "learned", "rotary": "rotary", "partial rotary": "rotary",
+               "alibi": "alibi", "relative bias": "relative"}
 IMPLEMENTATIONS: dict[str, Implementation] = {
-    "learned": Implementation(_learned("learned"), _rotary("learned")),
-    "zero": Implementation(_learned("zero"), _rotary("zero")),
-    "shuffle": Implementation(_learned("shuffle"), _rotary("shuffle")),
-    "reverse": Implementation(_learned("reverse"), _rotary("reverse")),
+    "learned": Implementation(_learned("learned"), _rotary("learned"), _alibi("learned"),
+                              _learned("learned")),
+    "zero": Implementation(_learned("zero"), _rotary("zero"), _alibi("zero"), _learned("zero")),
+    "shuffle": Implementation(_learned("shuffle"), _rotary("shuffle"), _alibi("shuffle"),
+                              _learned("shuffle")),
+    "reverse": Implementation(_learned("reverse"), _rotary("reverse"), _alibi("reverse")),
     "shift": Implementation(_learned("shift"), _rotary("shift")),
     "sinusoidal": Implementation(_learned_sinusoidal, None),
     "random": Implementation(_learned_random, None),

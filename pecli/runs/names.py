@@ -109,16 +109,22 @@ def _registry(kind: str, error, terms: list[Term]) -> Registry[Term]:
     return registry
 
 
-_BOTH = ("learned", "rotary")
+# Position kinds (pecli.models.architectures.POSITION_KINDS, spelled here without torch).
+_ROTARY = ("rotary", "partial rotary")
+_ALL = ("learned", *_ROTARY, "alibi", "relative bias")
 
 INTERVENTIONS = _registry("intervention", InterventionError, [
-    Term("learned", "no change: the model's own positions (the baseline)", applies_to=_BOTH),
-    Term("zero", "no position information: zero rows (learned), identity rotation (rotary)",
-         applies_to=_BOTH),
-    Term("shuffle", "position p gets position perm[p]'s rows / rotation (seeded)", applies_to=_BOTH),
-    Term("reverse", "position p gets position N-1-p's rows / rotation", applies_to=_BOTH),
+    Term("learned", "no change: the model's own positions (the baseline)", applies_to=_ALL),
+    Term("zero", "no position information: zero rows (learned); identity rotation (rotary; "
+                 "partial rotary: on the rotated dimensions only); every slope 0 (alibi); the "
+                 "bias removed (relative bias)", applies_to=_ALL),
+    Term("shuffle", "position p gets position perm[p]'s rows / rotation (seeded); alibi: the "
+                    "heads' slopes permuted; relative bias: the distance buckets permuted",
+         applies_to=_ALL),
+    Term("reverse", "position p gets position N-1-p's rows / rotation; alibi: the bias's sign "
+                    "flipped (farther keys weigh more)", applies_to=("learned", *_ROTARY, "alibi")),
     Term("shift", "position p gets position p+K's rows / rotation", argument="K",
-         example="shift:3", check=_integer("shift", "shift:3"), applies_to=_BOTH),
+         example="shift:3", check=_integer("shift", "shift:3"), applies_to=("learned", *_ROTARY)),
     Term("sinusoidal", "Vaswani sinusoids scaled to the learned rows' mean norm",
          applies_to=("learned",)),
     Term("random", "Gaussian rows matching the learned rows' mean and std (seeded)",

@@ -17,7 +17,10 @@ def test_spec_paths_resolve_on_the_real_config_classes(tiny, family):
     if spec.position == "learned":
         assert position_embedding(loaded.model, spec).num_embeddings == 64 + spec.pos_offset
     else:
-        resolve(loaded.model, spec, spec.rotary)
+        if spec.rotates:
+            resolve(loaded.model, spec, spec.rotary)
+        if spec.position == "relative bias":
+            assert isinstance(resolve(loaded.model, spec, spec.bias), torch.nn.Embedding)
         with pytest.raises(ArchSpecError, match="no embedding table"):
             position_embedding(loaded.model, spec)
 

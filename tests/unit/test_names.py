@@ -21,8 +21,19 @@ def test_every_name_has_an_implementation_and_vice_versa(vocabulary, implementat
 def test_every_intervention_implements_the_position_kinds_it_claims():
     for name, term in names.INTERVENTIONS.items():
         impl = interventions.IMPLEMENTATIONS[name]
-        for kind in ("learned", "rotary"):
-            assert (getattr(impl, kind) is not None) == (kind in term.applies_to), (name, kind)
+        for kind, field in interventions.KIND_FIELDS.items():
+            if kind in term.applies_to:
+                assert getattr(impl, field) is not None, (name, kind)
+        fields = {interventions.KIND_FIELDS[k] for k in term.applies_to}
+        for field in set(interventions.KIND_FIELDS.values()) - fields:
+            assert getattr(impl, field) is None, (name, field)
+
+
+def test_every_position_kind_has_its_implementations():
+    from pecli.models.architectures import POSITION_KINDS
+
+    assert set(interventions.KIND_FIELDS) == set(POSITION_KINDS)
+    assert {k for t in names.INTERVENTIONS.values() for k in t.applies_to} == set(POSITION_KINDS)
 
 
 @pytest.mark.parametrize("protocol", names.PROTOCOLS.names())

