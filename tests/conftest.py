@@ -84,6 +84,7 @@ def smollm2():
 TINY = {
     "opt": dict(ffn_dim=64, word_embed_proj_dim=32),
     "distilbert": dict(hidden_dim=64),
+    "mpt": dict(max_seq_len=64, expansion_ratio=2),
 }
 
 

@@ -119,6 +119,29 @@ def _distilbert_config():
                             dim=768, hidden_dim=3072, sinusoidal_pos_embds=False, pad_token_id=0)
 
 
+def _bloom_config():
+    from transformers import BloomConfig
+
+    # bigscience/bloom-560m's config.json: 24 x 1024, 16 heads, ALiBi (trained on 2048 tokens).
+    return BloomConfig(
+        vocab_size=250880, hidden_size=1024, n_layer=24, n_head=16, layer_norm_epsilon=1e-5,
+        apply_residual_connection_post_layernorm=False, pretraining_tp=1, slow_but_exact=False,
+        bos_token_id=1, eos_token_id=2, pad_token_id=3,
+    )
+
+
+def _mpt_config():
+    from transformers import MptConfig
+
+    # mosaicml/mpt-7b's config.json (4096 wide, 32 heads, ALiBi with alibi_bias_max 8, 2048
+    # tokens), SHRUNK from 32 to 2 layers so that a random copy fits a laptop (~0.6 B params).
+    return MptConfig(
+        d_model=4096, n_heads=32, n_layers=2, expansion_ratio=4, max_seq_len=2048,
+        vocab_size=50432, no_bias=True, norm_type="low_precision_layernorm",
+        attn_config={"alibi": True, "alibi_bias_max": 8, "attn_pdrop": 0},
+    )
+
+
 for _spec in [
     ArchSpec("bert", ("bert",), LEARNED, "embeddings.position_embeddings", None, 0,
              False, "encoder.layer", "AutoModel", "bert-base-uncased", _bert_config, "bert"),
@@ -138,6 +161,13 @@ for _spec in [
     ArchSpec("distilbert", ("distilbert",), LEARNED, "embeddings.position_embeddings", None, 0,
              False, "transformer.layer", "AutoModel", "distilbert-base-uncased",
              _distilbert_config, "bert"),
+    ArchSpec("bloom", ("bloom",), ALIBI, None, None, 0, True, "h", "AutoModelForCausalLM",
+             "bigscience/bloom-560m", _bloom_config, "gpt2", bias="alibi", context=2048,
+             note="offline tokenizer: GPT-2's BPE (its ids fit; BLOOM's own differs)"),
+    ArchSpec("mpt", ("mpt",), ALIBI, None, None, 0, True, "blocks", "AutoModelForCausalLM",
+             "mosaicml/mpt-7b", _mpt_config, "gpt2", bias="position_bias",
+             note="mpt-7b's config shrunk to 2 of its 32 layers; GPT-2's BPE stands in for "
+                  "its tokenizer"),
 ]:
     ARCHITECTURES.add(_spec.family, _spec)
 

@@ -51,6 +51,29 @@ def _zero_named(model, suffixes: tuple[str, ...], rows_from: int = 0):
     return other
 
 
+# Where transformers computes each ALiBi family's slopes (heads on dim 0 of what it returns).
+ALIBI_SOURCES = {"bloom": ("transformers.models.bloom.modeling_bloom", "_get_alibi_slopes"),
+                 "mpt": ("transformers.models.mpt.modeling_mpt", "build_mpt_alibi_tensor")}
+ALIBI_EDITS = {"zero": lambda s, perm: s * 0, "reverse": lambda s, perm: -s,
+               "shuffle": lambda s, perm: s[perm]}
+
+
+def _alibi_edited(loaded, name, monkeypatch, ids, mask):
+    """Hidden states with transformers' own slopes edited at their source (heads permuted by
+    the seeded permutation `shuffle` promises)."""
+    import importlib
+
+    module, function = ALIBI_SOURCES[loaded.spec.family]
+    module = importlib.import_module(module)
+    own = getattr(module, function)
+    heads = loaded.model.config.num_attention_heads
+    perm = torch.randperm(heads, generator=torch.Generator().manual_seed(0))
+    assert not torch.equal(perm, torch.arange(heads))
+    with monkeypatch.context() as m:
+        m.setattr(module, function, lambda *a, **k: ALIBI_EDITS[name](own(*a, **k), perm))
+        return _hidden(loaded.model, ids, mask)
+
+
 def without_positions(loaded, monkeypatch):
     """The model built without position information, by each kind's own route."""
 
@@ -84,12 +107,26 @@ def test_intact_is_bit_identical_to_the_unmodified_model(family, tiny):
 def test_zero_equals_a_model_built_without_positions(family, tiny, monkeypatch):
     loaded = tiny(family)
     ids, mask = _batch()
-    reference = _hidden(without_positions(loaded, monkeypatch), ids, mask)
+    if loaded.spec.position == "alibi":
+        reference = _alibi_edited(loaded, "zero", monkeypatch, ids, mask)
+    else:
+        reference = _hidden(without_positions(loaded, monkeypatch), ids, mask)
     plain = _hidden(loaded.model, ids, mask)
     with intervene(loaded, "zero"):
         inside = _hidden(loaded.model, ids, mask)
     assert not torch.allclose(plain, reference, atol=1e-4)  # positions did matter
     assert torch.equal(inside, reference)
+
+
+@pytest.mark.parametrize("name", ["shuffle", "reverse"])
+@pytest.mark.parametrize("family", [f for f in FAMILIES if ARCHITECTURES.get(f).position == "alibi"])
+def test_alibi_edits_equal_the_slopes_edited_at_their_source(family, name, tiny, monkeypatch):
+    loaded = tiny(family)
+    ids, mask = _batch()
+    reference = _alibi_edited(loaded, name, monkeypatch, ids, mask)
+    assert not torch.allclose(_hidden(loaded.model, ids, mask), reference, atol=1e-5)
+    with intervene(loaded, name, seed=0):
+        assert torch.equal(_hidden(loaded.model, ids, mask), reference)
 
 
 @pytest.mark.parametrize("family", FAMILIES)
