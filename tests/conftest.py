@@ -85,6 +85,11 @@ TINY = {
     "opt": dict(ffn_dim=64, word_embed_proj_dim=32),
     "distilbert": dict(hidden_dim=64),
     "mpt": dict(max_seq_len=64, expansion_ratio=2),
+    "t5": dict(d_ff=64, d_kv=8, relative_attention_num_buckets=8,
+               relative_attention_max_distance=16),
+    "modernbert": dict(layer_types=["full_attention", "sliding_attention"], local_attention=8,
+                       initializer_range=0.3),  # sharper attention: positions show above 1e-4
+    "phi": dict(num_key_value_heads=4),
 }
 
 
@@ -108,13 +113,13 @@ def tiny_config(family: str, **overrides):
 
 def make_tiny(family: str, seed: int = 0, **overrides):
     """A LoadedModel of a tiny random model of `family` with a real tokenizer (CPU, fp32)."""
-    import transformers
 
     from pecli.models.loading import (
         GPT2_TOKENIZER_PACKAGE,
         LoadedModel,
         _prepare_tokenizer,
         _reference_tokenizer,
+        build_from_config,
         gpt2_tokenizer_from,
         package_dir,
     )
@@ -130,7 +135,7 @@ def make_tiny(family: str, seed: int = 0, **overrides):
     config = tiny_config(family, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
                          **overrides)
     torch.manual_seed(seed)
-    model = getattr(transformers, spec.auto_class).from_config(config).eval()
+    model = build_from_config(spec, config).eval()
     return LoadedModel(model, tokenizer, spec, f"tiny:{family}", f"tiny:{family}", "random",
                        f"seed:{seed}", torch.device("cpu"), torch.float32)
 

@@ -130,8 +130,8 @@ def check_causal(loaded) -> None:
     """Perplexity needs next-token predictions: a causal LM with an output head."""
     if not loaded.spec.causal or loaded.model.get_output_embeddings() is None:
         raise ModelError(
-            f"{loaded.name} is a {loaded.spec.family} encoder without a language-model head: perplexity "
-            "needs a causal LM (e.g. smollm2, random:gpt2, random:llama, gpt2)"
+            f"not applicable: {loaded.name} is a {loaded.spec.family} encoder without a language-model "
+            "head: perplexity needs a causal LM (e.g. smollm2, random:gpt2, random:llama, gpt2)"
         )
 
 

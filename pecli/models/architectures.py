@@ -142,6 +142,46 @@ def _mpt_config():
     )
 
 
+def _t5_config():
+    from transformers import T5Config
+
+    # t5-small's config.json: 6 + 6 layers of 512, 8 heads, 32 relative-distance buckets (up to
+    # 128 tokens apart), trained on 512 tokens.
+    return T5Config(
+        vocab_size=32128, d_model=512, d_kv=64, d_ff=2048, num_layers=6, num_heads=8,
+        relative_attention_num_buckets=32, relative_attention_max_distance=128,
+        feed_forward_proj="relu", layer_norm_epsilon=1e-6, pad_token_id=0, eos_token_id=1,
+        decoder_start_token_id=0,
+    )
+
+
+def _modernbert_config():
+    from transformers import ModernBertConfig
+
+    # answerdotai/ModernBERT-base's config.json: 22 x 768; every third layer global attention
+    # (rope_theta 160,000), the others a 128-token window (rope_theta 10,000); 8192 positions.
+    return ModernBertConfig(
+        vocab_size=50368, hidden_size=768, intermediate_size=1152, num_hidden_layers=22,
+        num_attention_heads=12, max_position_embeddings=8192, global_rope_theta=160000.0,
+        local_rope_theta=10000.0, global_attn_every_n_layers=3, local_attention=128,
+        hidden_activation="gelu", norm_eps=1e-5, norm_bias=False, mlp_bias=False,
+        attention_bias=False, pad_token_id=50283, bos_token_id=50281, eos_token_id=50282,
+        cls_token_id=50281, sep_token_id=50282,
+    )
+
+
+def _phi_config():
+    from transformers import PhiConfig
+
+    # microsoft/phi-1_5's config.json: 24 x 2048, 32 heads, rotary on half of each head.
+    return PhiConfig(
+        vocab_size=51200, hidden_size=2048, intermediate_size=8192, num_hidden_layers=24,
+        num_attention_heads=32, max_position_embeddings=2048, partial_rotary_factor=0.5,
+        rope_theta=10000.0, hidden_act="gelu_new", layer_norm_eps=1e-5, resid_pdrop=0.0,
+        embd_pdrop=0.0, attention_dropout=0.0, qk_layernorm=False, tie_word_embeddings=False,
+    )
+
+
 for _spec in [
     ArchSpec("bert", ("bert",), LEARNED, "embeddings.position_embeddings", None, 0,
              False, "encoder.layer", "AutoModel", "bert-base-uncased", _bert_config, "bert"),
@@ -168,6 +208,17 @@ for _spec in [
              "mosaicml/mpt-7b", _mpt_config, "gpt2", bias="position_bias",
              note="mpt-7b's config shrunk to 2 of its 32 layers; GPT-2's BPE stands in for "
                   "its tokenizer"),
+    ArchSpec("t5", ("t5",), RELATIVE_BIAS, None, None, 0, False, "encoder.block",
+             "T5EncoderModel", "t5-small", _t5_config, "bert",
+             bias="encoder.block.0.layer.0.SelfAttention.relative_attention_bias", context=512,
+             note="the encoder; BERT's uncased vocabulary stands in for its SentencePiece"),
+    ArchSpec("modernbert", ("modernbert",), ROTARY, None, "rotary_emb", 0, False, "layers",
+             "AutoModel", "answerdotai/ModernBERT-base", _modernbert_config, "gpt2",
+             note="local and global layers rotate with their own rope_theta; GPT-2's BPE "
+                  "stands in for its tokenizer"),
+    ArchSpec("phi", ("phi",), PARTIAL_ROTARY, None, "rotary_emb", 0, True, "layers",
+             "AutoModelForCausalLM", "microsoft/phi-1_5", _phi_config, "gpt2",
+             note="offline tokenizer: GPT-2's BPE (phi-1_5's is GPT-2's BPE plus code tokens)"),
 ]:
     ARCHITECTURES.add(_spec.family, _spec)
 

@@ -347,6 +347,13 @@ def _auto_class(spec: ArchSpec):
     return getattr(transformers, spec.auto_class)
 
 
+def build_from_config(spec: ArchSpec, config) -> torch.nn.Module:
+    """A randomly initialised model of the family's class (an Auto class or, as T5's encoder,
+    a model class) from `config`."""
+    cls = _auto_class(spec)
+    return cls.from_config(config) if hasattr(cls, "from_config") else cls(config)
+
+
 def _family_of(config) -> ArchSpec:
     return spec_for_model_type(getattr(config, "model_type", "unknown"))
 
@@ -356,7 +363,7 @@ def _load_random(name: str, seed: int) -> LoadedModel:
     spec = ARCHITECTURES.get(family)
     config = spec.random_config()
     torch.manual_seed(seed)
-    model = _auto_class(spec).from_config(config)
+    model = build_from_config(spec, config)
     tokenizer = _reference_tokenizer(spec)
     return LoadedModel(model, tokenizer, spec, name, name, "random", f"seed:{seed}",
                        torch.device("cpu"), torch.float32,

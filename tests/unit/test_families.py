@@ -66,9 +66,7 @@ def _alibi_edited(loaded, name, monkeypatch, ids, mask):
     module, function = ALIBI_SOURCES[loaded.spec.family]
     module = importlib.import_module(module)
     own = getattr(module, function)
-    heads = loaded.model.config.num_attention_heads
-    perm = torch.randperm(heads, generator=torch.Generator().manual_seed(0))
-    assert not torch.equal(perm, torch.arange(heads))
+    perm = _seeded_perm(loaded.model.config.num_attention_heads)
     with monkeypatch.context() as m:
         m.setattr(module, function, lambda *a, **k: ALIBI_EDITS[name](own(*a, **k), perm))
         return _hidden(loaded.model, ids, mask)
@@ -86,6 +84,8 @@ def without_positions(loaded, monkeypatch):
         return other
     if kind == "rotary":  # every frequency 0: cos 1, sin 0 at every position
         return _zero_named(model, ("inv_freq",))
+    if kind == "relative bias":  # the bias table zeroed: what a T5 block without one adds
+        return _zero_named(model, ("relative_attention_bias.weight",))
     if kind == "learned":
         names = {"gpt2": ("wpe.weight",), "opt": ("embed_positions.weight",)}
         offset = 2 if loaded.spec.family in ("roberta", "opt") else 0
@@ -114,7 +114,7 @@ def test_zero_equals_a_model_built_without_positions(family, tiny, monkeypatch):
     plain = _hidden(loaded.model, ids, mask)
     with intervene(loaded, "zero"):
         inside = _hidden(loaded.model, ids, mask)
-    assert not torch.allclose(plain, reference, atol=1e-4)  # positions did matter
+    assert (plain - reference).abs().max() > 1e-5  # positions did matter
     assert torch.equal(inside, reference)
 
 
@@ -127,6 +127,49 @@ def test_alibi_edits_equal_the_slopes_edited_at_their_source(family, name, tiny,
     assert not torch.allclose(_hidden(loaded.model, ids, mask), reference, atol=1e-5)
     with intervene(loaded, name, seed=0):
         assert torch.equal(_hidden(loaded.model, ids, mask), reference)
+
+
+def _seeded_perm(n: int) -> torch.Tensor:
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(0))
+    assert not torch.equal(perm, torch.arange(n))
+    return perm
+
+
+@pytest.mark.parametrize("family", [f for f in FAMILIES if ARCHITECTURES.get(f).position == "relative bias"])
+def test_relative_shuffle_equals_a_copy_with_its_buckets_permuted(family, tiny):
+    loaded = tiny(family)
+    ids, mask = _batch()
+    other = copy.deepcopy(loaded.model)
+    with torch.no_grad():
+        for name, weight in other.named_parameters():
+            if name.endswith("relative_attention_bias.weight"):
+                weight.copy_(weight[_seeded_perm(len(weight))])
+    reference = _hidden(other, ids, mask)
+    assert (_hidden(loaded.model, ids, mask) - reference).abs().max() > 1e-5
+    with intervene(loaded, "shuffle", seed=0):
+        assert torch.equal(_hidden(loaded.model, ids, mask), reference)
+
+
+@pytest.mark.parametrize("name", ["shuffle", "reverse"])
+@pytest.mark.parametrize("family", [f for f in FAMILIES if ARCHITECTURES.get(f).rotates])
+def test_rotary_remaps_equal_the_position_ids_fed_directly(family, name, tiny):
+    """Every rotary module (ModernBERT: the local and the global one) gets the remapped ids."""
+    loaded = tiny(family)
+    ids, mask = _batch()
+    mask = torch.ones_like(ids)
+    n, length = loaded.max_positions, ids.shape[1]
+    own = torch.arange(length)[None].expand(len(ids), length)
+    moved = (n - 1 - own) if name == "reverse" else _seeded_perm(n)[own]
+
+    def run(position_ids):
+        with torch.inference_mode():
+            return loaded.model(input_ids=ids, attention_mask=mask, position_ids=position_ids,
+                                output_hidden_states=True).hidden_states[-1]
+
+    reference = run(moved)
+    assert (run(own) - reference).abs().max() > 1e-5
+    with intervene(loaded, name, seed=0):
+        assert torch.equal(run(own), reference)
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -203,5 +246,6 @@ def _forward_params(spec) -> set[str]:
     import transformers
 
     auto = getattr(transformers, spec.auto_class)
-    cls = auto._model_mapping[type(spec.random_config())]
+    mapping = getattr(auto, "_model_mapping", None)  # an Auto class; else the model class
+    cls = mapping[type(spec.random_config())] if mapping is not None else auto
     return set(inspect.signature(cls.forward).parameters)

@@ -490,12 +490,12 @@ def test_bad_option_values_are_one_clear_line_before_any_model(args, option, tmp
 @pytest.mark.parametrize("args, message", [
     (["ablate", "smollm2", "--intervention", "sinusoidal"], "intervention 'sinusoidal' does not apply to smollm2"),
     (["ablate", "random:llama", "--intervention", "zero,swap:random:gpt2"], "intervention 'swap' does not apply to random:llama"),
-    (["perplexity", "minilm"], "minilm is a bert encoder without a language-model head"),
+    (["perplexity", "minilm"], "not applicable: minilm is a bert encoder without a language-model head"),
     (["perplexity", "random:llama", "--pe", "random"], "intervention 'random' does not apply to random:llama"),
     (["ablate", "random:gpt2", "--probe", "--dataset", "NOLABELS"], "--probe needs labels"),
     (["pe", "probe", "random:gpt2", "smollm2", "--intervention", "random"],
      "intervention 'random' does not apply to smollm2"),
-    (["mc", "minilm"], "minilm is a bert encoder without a language-model head"),
+    (["mc", "minilm"], "not applicable: minilm is a bert encoder without a language-model head"),
     (["mc", "random:llama", "--pe", "sinusoidal"], "intervention 'sinusoidal' does not apply"),
 ])
 def test_invalid_combinations_fail_before_the_model_loads(args, message, tmp_path, no_model, toy_csv):

@@ -47,10 +47,10 @@ def test_unknown_names_and_devices(tmp_path):
 
 
 def test_unsupported_family(tmp_path):
-    from transformers import T5Config
+    from transformers import CTRLConfig
 
-    T5Config(num_layers=1, d_model=8, d_ff=8, num_heads=1, d_kv=8).save_pretrained(tmp_path)
-    with pytest.raises(ModelError, match="'t5' has no supported position mechanism"):
+    CTRLConfig(n_layer=1, n_embd=8, dff=8, n_head=1).save_pretrained(tmp_path)
+    with pytest.raises(ModelError, match="'ctrl' has no supported position mechanism"):
         load_model(str(tmp_path), device="cpu")
 
 
