@@ -90,6 +90,7 @@ TINY = {
     "modernbert": dict(layer_types=["full_attention", "sliding_attention"], local_attention=8,
                        initializer_range=0.3),  # sharper attention: positions show above 1e-4
     "phi": dict(num_key_value_heads=4),
+    "gptj": dict(rotary_dim=4, n_inner=64),
 }
 
 

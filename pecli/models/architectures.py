@@ -43,6 +43,8 @@ class ArchSpec:
     bias: str | None = None  # alibi: the keyword the blocks receive the bias by;
     #                          relative bias: path to the nn.Embedding [buckets, heads]
     context: int | None = None  # tokens per sequence where the config does not say
+    sincos: str | None = None  # rotary without a rotary module (GPT-J): path, in each block, to
+    #                            the attention's [positions, sin | cos] table
     note: str = ""  # what `pecli models` adds (a shrunk config, a stand-in tokenizer)
 
     @property
@@ -182,6 +184,18 @@ def _phi_config():
     )
 
 
+def _gptj_config():
+    from transformers import GPTJConfig
+
+    # EleutherAI/gpt-j-6b's config.json (4096 wide, 16 heads, rotary on the first 64 of each
+    # 256-dim head, 2048 positions), SHRUNK from 28 to 2 layers (~0.8 B params, not 6 B).
+    return GPTJConfig(
+        vocab_size=50400, n_positions=2048, n_embd=4096, n_layer=2, n_head=16, rotary_dim=64,
+        activation_function="gelu_new", layer_norm_epsilon=1e-5, tie_word_embeddings=False,
+        bos_token_id=50256, eos_token_id=50256,
+    )
+
+
 for _spec in [
     ArchSpec("bert", ("bert",), LEARNED, "embeddings.position_embeddings", None, 0,
              False, "encoder.layer", "AutoModel", "bert-base-uncased", _bert_config, "bert"),
@@ -219,6 +233,9 @@ for _spec in [
     ArchSpec("phi", ("phi",), PARTIAL_ROTARY, None, "rotary_emb", 0, True, "layers",
              "AutoModelForCausalLM", "microsoft/phi-1_5", _phi_config, "gpt2",
              note="offline tokenizer: GPT-2's BPE (phi-1_5's is GPT-2's BPE plus code tokens)"),
+    ArchSpec("gptj", ("gptj",), PARTIAL_ROTARY, None, None, 0, True, "h",
+             "AutoModelForCausalLM", "EleutherAI/gpt-j-6b", _gptj_config, "gpt2",
+             sincos="attn.embed_positions", note="gpt-j-6b's config shrunk to 2 of its 28 layers"),
 ]:
     ARCHITECTURES.add(_spec.family, _spec)
 
@@ -239,12 +256,19 @@ def resolve(model: torch.nn.Module, spec: ArchSpec, path: str | None) -> torch.n
     base = getattr(model, "base_model", model)
     if path is None:
         raise ArchSpecError(f"family {spec.family!r} has no such component")
-    obj = base
-    for part in path.split("."):
+    try:
+        return resolve_in(base, path)
+    except AttributeError:
+        raise ArchSpecError(
+            f"family {spec.family!r}: {path!r} not found on {type(model).__name__}"
+        ) from None
+
+
+def resolve_in(obj, path: str):
+    """`obj.a.b.c` for path "a.b.c" ("" gives obj); AttributeError if a part is missing."""
+    for part in filter(None, path.split(".")):
         if not hasattr(obj, part):
-            raise ArchSpecError(
-                f"family {spec.family!r}: {path!r} not found on {type(model).__name__}"
-            )
+            raise AttributeError(part)
         obj = getattr(obj, part)
     return obj
 

@@ -38,6 +38,7 @@ from pecli.models.architectures import (
     RELATIVE_BIAS,
     position_embedding,
     resolve,
+    resolve_in,
 )
 from pecli.positions.sinusoid import sinusoidal_at
 from pecli.runs import names
@@ -253,11 +254,52 @@ def _rotary_module(loaded):
     return resolve(loaded.model, loaded.spec, loaded.spec.rotary)
 
 
+def _sincos_at(positions: torch.Tensor, dim: int) -> torch.Tensor:
+    """GPT-J's [sin | cos] table rows (its create_sinusoidal_positions) at any integer positions."""
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, dim, 2, dtype=torch.int64) / dim))  # [dim/2]
+    angles = positions.to(torch.int64).float()[:, None] * inv_freq  # [n, dim/2]
+    return torch.cat((torch.sin(angles), torch.cos(angles)), dim=1)  # [n, dim]
+
+
+@contextmanager
+def _sincos_tables(loaded, kind: str, arg, seed) -> Iterator[None]:
+    """Rotary kept as a table in every attention (GPT-J): the rows are remapped, as the ids of
+    a rotary module would be; `zero` makes every row sin 0, cos 1 (the identity rotation)."""
+    parent, _, name = loaded.spec.sincos.rpartition(".")
+    owners = [resolve_in(block, parent) for block in resolve(loaded.model, loaded.spec, loaded.spec.layers)]
+    saved = [getattr(owner, name) for owner in owners]
+    old = saved[0]  # [n, rot]: the same table in every block
+    n, rot = old.shape
+    ids = torch.arange(n)
+    if kind == "zero":
+        new = torch.cat([torch.zeros(n, rot // 2), torch.ones(n, rot // 2)], dim=1)
+    elif kind == "reverse":
+        new = old.flip(0)
+    elif kind == "shuffle":
+        new = old[_permutation(n, seed).to(old.device)]
+    elif kind == "shift":
+        new = _sincos_at(ids + _shift_amount(arg), rot)
+    else:
+        raise AssertionError(kind)
+    new = new.to(old)
+    try:
+        for owner in owners:
+            setattr(owner, name, new)
+        yield
+    finally:
+        for owner, table in zip(owners, saved, strict=True):
+            setattr(owner, name, table)
+
+
 def _rotary(kind: str):
     @contextmanager
     def install(loaded, arg, seed):
         if kind == "learned":
             yield
+            return
+        if loaded.spec.sincos:
+            with _sincos_tables(loaded, kind, arg, seed):
+                yield
             return
         module = _rotary_module(loaded)
         if kind == "zero":

@@ -109,6 +109,10 @@ def test_zero_equals_a_model_built_without_positions(family, tiny, monkeypatch):
     ids, mask = _batch()
     if loaded.spec.position == "alibi":
         reference = _alibi_edited(loaded, "zero", monkeypatch, ids, mask)
+    elif loaded.spec.sincos:  # GPT-J: rotary_dim 0 means "all"; at position 0 it rotates by 0
+        with torch.inference_mode():
+            reference = loaded.model(input_ids=ids, attention_mask=mask, position_ids=0 * ids,
+                                     output_hidden_states=True).hidden_states[-1]
     else:
         reference = _hidden(without_positions(loaded, monkeypatch), ids, mask)
     plain = _hidden(loaded.model, ids, mask)
@@ -150,7 +154,7 @@ def test_relative_shuffle_equals_a_copy_with_its_buckets_permuted(family, tiny):
         assert torch.equal(_hidden(loaded.model, ids, mask), reference)
 
 
-@pytest.mark.parametrize("name", ["shuffle", "reverse"])
+@pytest.mark.parametrize("name", ["shuffle", "reverse", "shift:3"])
 @pytest.mark.parametrize("family", [f for f in FAMILIES if ARCHITECTURES.get(f).rotates])
 def test_rotary_remaps_equal_the_position_ids_fed_directly(family, name, tiny):
     """Every rotary module (ModernBERT: the local and the global one) gets the remapped ids."""
@@ -159,7 +163,8 @@ def test_rotary_remaps_equal_the_position_ids_fed_directly(family, name, tiny):
     mask = torch.ones_like(ids)
     n, length = loaded.max_positions, ids.shape[1]
     own = torch.arange(length)[None].expand(len(ids), length)
-    moved = (n - 1 - own) if name == "reverse" else _seeded_perm(n)[own]
+    moved = {"reverse": lambda: n - 1 - own, "shift:3": lambda: own + 3,
+             "shuffle": lambda: _seeded_perm(n)[own]}[name]()
 
     def run(position_ids):
         with torch.inference_mode():
@@ -167,7 +172,8 @@ def test_rotary_remaps_equal_the_position_ids_fed_directly(family, name, tiny):
                                 output_hidden_states=True).hidden_states[-1]
 
     reference = run(moved)
-    assert (run(own) - reference).abs().max() > 1e-5
+    if name != "shift:3":  # a shift keeps every offset: rotary attention hardly changes
+        assert (run(own) - reference).abs().max() > 1e-5
     with intervene(loaded, name, seed=0):
         assert torch.equal(run(own), reference)
 

@@ -17,7 +17,12 @@ def test_spec_paths_resolve_on_the_real_config_classes(tiny, family):
     if spec.position == "learned":
         assert position_embedding(loaded.model, spec).num_embeddings == 64 + spec.pos_offset
     else:
-        if spec.rotates:
+        if spec.rotates and spec.sincos:  # GPT-J: a [positions, sin | cos] table per attention
+            from pecli.models.architectures import resolve_in
+
+            for block in resolve(loaded.model, spec, spec.layers):
+                assert resolve_in(block, spec.sincos).shape[0] == 64
+        elif spec.rotates:
             resolve(loaded.model, spec, spec.rotary)
         if spec.position == "relative bias":
             assert isinstance(resolve(loaded.model, spec, spec.bias), torch.nn.Embedding)
