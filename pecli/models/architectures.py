@@ -204,7 +204,9 @@ for _spec in [
              "roberta"),
     ArchSpec("gpt2", ("gpt2",), LEARNED, "wpe", None, 0, True, "h",
              "AutoModelForCausalLM", "gpt2", _gpt2_config, "gpt2"),
-    ArchSpec("llama", ("llama", "mistral", "qwen2", "qwen3"), ROTARY, None, "rotary_emb", 0,
+    # Llama-style rotary decoders: one rotary module at model.rotary_emb, blocks at .layers
+    ArchSpec("llama", ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "olmo", "olmo2",
+                       "phi3"), ROTARY, None, "rotary_emb", 0,
              True, "layers", "AutoModelForCausalLM", "HuggingFaceTB/SmolLM2-135M", _llama_config,
              "smollm2"),
     ArchSpec("pythia", ("gpt_neox",), PARTIAL_ROTARY, None, "rotary_emb", 0, True, "layers",

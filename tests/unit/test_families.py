@@ -255,3 +255,50 @@ def _forward_params(spec) -> set[str]:
     mapping = getattr(auto, "_model_mapping", None)  # an Auto class; else the model class
     cls = mapping[type(spec.random_config())] if mapping is not None else auto
     return set(inspect.signature(cls.forward).parameters)
+
+
+# Model types that go through the Llama family's rotary path (its ArchSpec), each proven on a
+# tiny config of its own transformers class.
+ROTARY_TYPES = [t for t in ARCHITECTURES.get("llama").model_types if t != "llama"]
+
+
+def _tiny_of_type(model_type: str, seed: int = 0):
+    import transformers
+
+    from pecli.models.architectures import spec_for_model_type
+    from pecli.models.loading import LoadedModel
+
+    config = transformers.AutoConfig.for_model(
+        model_type, vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=64,
+        pad_token_id=0, bos_token_id=1, eos_token_id=2, initializer_range=0.3)
+    torch.manual_seed(seed)
+    model = transformers.AutoModelForCausalLM.from_config(config).eval()
+    return LoadedModel(model, None, spec_for_model_type(model_type), model_type, model_type,
+                       "random", f"seed:{seed}", torch.device("cpu"), torch.float32)
+
+
+@pytest.mark.parametrize("model_type", ROTARY_TYPES)
+def test_rotary_model_types_through_the_llama_path(model_type):
+    loaded = _tiny_of_type(model_type)
+    assert loaded.spec.family == "llama" and loaded.max_positions == 64
+    ids, mask = _batch()
+    plain = _hidden(loaded.model, ids, mask)
+    own_attention = loaded.model.config._attn_implementation
+    with intervene(loaded, "learned"):  # intact
+        assert torch.equal(_hidden(loaded.model, ids, mask), plain)
+    reference = _hidden(_zero_named(loaded.model, ("inv_freq",)), ids, mask)
+    assert (plain - reference).abs().max() > 1e-5
+    with intervene(loaded, "zero"):
+        assert torch.equal(_hidden(loaded.model, ids, mask), reference)
+        assert loaded.model.config._attn_implementation == own_attention
+    n, own = loaded.max_positions, torch.arange(ids.shape[1])[None].expand_as(ids)
+    with torch.inference_mode():
+        moved = loaded.model(input_ids=ids, position_ids=_seeded_perm(n)[own],
+                             output_hidden_states=True).hidden_states[-1]
+    with intervene(loaded, "shuffle", seed=0), torch.inference_mode():
+        inside = loaded.model(input_ids=ids, position_ids=own, output_hidden_states=True).hidden_states[-1]
+    assert torch.equal(inside, moved)
+    assert torch.equal(_hidden(loaded.model, ids, mask), plain)  # restored
+    with pytest.raises(InterventionError, match="replaces embedding rows"):
+        intervene(loaded, "sinusoidal")
