@@ -64,8 +64,8 @@ def _finish(ax, title: str) -> None:
     ax.set_xlabel("position in the window (tokens; bucket midpoints)")
     ax.set_ylabel("mean NLL (nats)")
     ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=7, loc="best")
-    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, frameon=False)
+    ax.grid(alpha=0.3)  # the legend below the axes: it never hides a line
 
 
 def _panel(ax, part: pd.DataFrame) -> None:
