@@ -49,6 +49,7 @@ bench: setup
 docs: setup
 	$(VENV)/bin/typer pecli.cli.app utils docs --name pecli --output docs/cli.md
 	$(VENV)/bin/python -m pecli.runs.options >> docs/cli.md
+	$(VENV)/bin/python -m pecli.models.architectures docs/positions.md
 
 # Golden tables (tests/golden/*.csv): recompute after a change that moves numbers on purpose,
 # then review the diff; tests/unit/test_golden.py compares against them.

@@ -38,8 +38,24 @@ def models() -> None:
         name = f"{alias} (alias of {spec.reference})" if alias and alias != spec.reference else spec.reference
         table.add_row(name, family, f"{spec.position} (hub)", status, fix)
     wide_console().print(table)
+    wide_console().print(_families_table())
     typer.echo("Any hub id or local directory of a supported family also works: "
                + ", ".join(t for s in ARCHITECTURES.values() for t in s.model_types))
+
+
+def _families_table() -> Table:
+    """Family x position kind x the interventions that apply x reference checkpoint (the table
+    docs/positions.md holds, from the same rows)."""
+    from pecli.models.architectures import family_rows
+
+    rows = family_rows()
+    table = Table(title="families: where positions live and what pecli can do to them")
+    cols = ("family", "positions", "interventions", "reference", "note")
+    for col in cols:
+        table.add_column(col)
+    for row in rows:
+        table.add_row(*(row[c] for c in cols))
+    return table
 
 
 def datasets(data_dir: DataDirOpt = None) -> None:

@@ -17,6 +17,15 @@ def test_cli_reference_is_current(tmp_path):
     assert out.read_text() + names == (ROOT / "docs" / "cli.md").read_text(), "run `make docs`"
 
 
+def test_families_table_is_current():
+    from pecli.models.architectures import ARCHITECTURES, with_families_table
+
+    page = (ROOT / "docs" / "positions.md").read_text(encoding="utf-8")
+    assert with_families_table(page) == page, "run `make docs`"
+    for family, spec in ARCHITECTURES.items():
+        assert f"| {family} | {spec.position} |" in page
+
+
 def test_local_links_resolve():
     pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
              ROOT / "results" / "offline" / "REPORT.md"]

@@ -18,6 +18,20 @@ def test_models_shows_offline_models():
     assert "minilm" in result.output and "smollm2" in result.output and "random:gpt2" in result.output
 
 
+def test_models_lists_every_family_with_its_positions_and_interventions():
+    from pecli.models.architectures import ARCHITECTURES
+
+    result = runner.invoke(app, ["models"], env={"COLUMNS": "250"})
+    assert result.exit_code == 0
+    families = result.output[result.output.index("families:"):]
+    rows = {line.split("│")[1].strip(): line for line in families.splitlines() if line.count("│") > 4}
+    for family, spec in ARCHITECTURES.items():
+        assert f"random:{family}" in result.output
+        assert spec.position in rows[family] and spec.reference in rows[family]
+    assert "reverse" in rows["bloom"] and "shift" not in rows["bloom"]
+    assert "shuffle" in rows["t5"] and "reverse" not in rows["t5"]
+
+
 def test_datasets_and_bad_dir(tmp_path):
     result = runner.invoke(app, ["datasets", "--data-dir", str(tmp_path)], env={"COLUMNS": "200"})
     assert result.exit_code == 0 and "lacks" in result.output
