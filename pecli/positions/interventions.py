@@ -6,8 +6,9 @@
 A name is `<intervention>` or `<intervention>:<argument>` (`shift:3`, `swap:random:bert`).
 How each position kind (pecli.models.architectures.POSITION_KINDS) is changed:
 
-- learned: rows of the embedding table (after `spec.pos_offset`) are overwritten; the
-  original tensor is copied and put back in `finally`;
+- learned: the embedding table's storage is swapped for a copy made once in `prepare`
+  with its rows (after `spec.pos_offset`) replaced; the model's own storage comes back in
+  `finally`;
 - relative bias: the same for the rows of T5's bias table [buckets, heads];
 - rotary and partial rotary: forward hooks on the module at `spec.rotary` (its cos/sin, or
   the position ids it is given), removed in `finally`; partial rotary's cos/sin cover only
@@ -147,21 +148,21 @@ def prepare(loaded, name: str | Choice, seed: int = 0) -> Callable[[], AbstractC
         table, offset, edit = position_embedding(loaded.model, spec), spec.pos_offset, iv.learned
     rows = table.weight.detach()[offset:]  # [n, d], a view on the real position rows
     new = edit(loaded, rows, arg, seed)
-    new = None if new is None else new.to(rows.dtype).clone()  # [n, d]
+    if new is None:  # nothing to change
+        return nullcontext
+    full = table.weight.detach().clone()  # the whole table once, its position rows replaced
+    full[offset:] = new.to(rows.device, rows.dtype)
 
     @contextmanager
     def apply() -> Iterator[None]:
-        if new is None:  # `learned`: nothing to change
-            yield
-            return
-        saved = table.weight.detach().clone()
+        # The parameter's storage is swapped, not written: nothing is copied per batch, and the
+        # model's own tensor comes back untouched.
+        own = table.weight.data
         try:
-            with torch.no_grad():
-                table.weight[offset:].copy_(new)
+            table.weight.data = full
             yield
         finally:
-            with torch.no_grad():
-                table.weight.copy_(saved)
+            table.weight.data = own
 
     return apply
 

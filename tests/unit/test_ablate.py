@@ -42,7 +42,8 @@ def test_learned_vs_learned_is_one_for_every_token(family, tiny):
 @pytest.mark.parametrize("family", FAMILIES)
 def test_batch_size_and_padding_do_not_change_results(family, tiny):
     # larger weights: a tiny random Llama at the default init barely attends by position
-    loaded = tiny(family, initializer_range=0.3) if family == "llama" else tiny(family)
+    loaded = tiny(family, initializer_range=0.3) if ARCHITECTURES.get(family).position != "learned" \
+        else tiny(family)
     name = "zero"
     ref = measure(loaded, TEXTS, [name], batch_size=1)  # no padding at all
     for bs in (None, 3, len(TEXTS)):
@@ -59,7 +60,10 @@ def test_batch_size_and_padding_do_not_change_results(family, tiny):
 def test_measure_restores_the_model(family, tiny):
     loaded = tiny(family)
     before = {k: v.clone() for k, v in loaded.model.state_dict().items()}
-    names = ["zero", "shuffle", "reverse"] + (["sinusoidal"] if loaded.spec.position == "learned" else [])
+    from pecli.runs.names import INTERVENTIONS
+
+    names = [n for n in ("zero", "shuffle", "reverse", "sinusoidal")
+             if loaded.spec.position in INTERVENTIONS.get(n).applies_to]
     measure(loaded, TEXTS, names, pooled=True)
     for key, value in loaded.model.state_dict().items():
         assert torch.equal(before[key], value), key
