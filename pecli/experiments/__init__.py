@@ -57,13 +57,16 @@ EXPERIMENT_MODULES: tuple[str, ...] = ("ablate", "perplexity", "mc", "pe", "reco
                                        "length", "passkey")
 
 
-def check_before_loading(model: str, interventions=(), *, causal: bool = False) -> None:
+def check_before_loading(model: str, interventions=(), *, causal: bool = False,
+                         masked: bool = False) -> None:
     """What `model`'s config alone decides, checked before data and weights load: that it is
-    a causal LM (if asked) and that each intervention applies to its positions (`swap:` also
-    against the donor's config). Nothing is checked where only loading would tell."""
+    a causal LM (if asked), that each intervention applies to its positions (`swap:` also
+    against the donor's config) and, if some condition installs a mask (`masked`), that
+    masks reach its attention. Nothing is checked where only loading would tell."""
     from pecli.measures.lm_scoring import check_causal
     from pecli.models.loading import peek
     from pecli.positions.interventions import check_applies
+    from pecli.positions.masks import check_maskable
 
     ref = peek(model)
     if ref is None:
@@ -72,6 +75,8 @@ def check_before_loading(model: str, interventions=(), *, causal: bool = False) 
         check_causal(ref)
     for choice in interventions:
         check_applies(ref, choice)
+    if masked:
+        check_maskable(ref)
 
 
 def load(name: str, options: Options):

@@ -37,6 +37,11 @@ def conditions(options: LengthOptions) -> list[tuple]:
     return [(how, name, params) for how in plans for name, params in options.rope_conditions()]
 
 
+def _masked(grid) -> bool:
+    """Whether some condition installs a mask."""
+    return any(how.attention is not None for how, _, _ in grid)
+
+
 def stream_of(tokenizer, texts: list[str]) -> list[int]:
     """The documents' tokens (no special tokens) joined by the tokenizer's EOS, in order."""
     from pecli.runs.batching import encode
@@ -69,7 +74,7 @@ def run(options: LengthOptions, progress: Callable[[int, int], None] | None = No
     grid = conditions(o)
     interventions = list(dict.fromkeys(how.intervention for how, _, _ in grid))
     for name in o.model if loaded is None else ():
-        check_before_loading(name, interventions, causal=True)
+        check_before_loading(name, interventions, causal=True, masked=_masked(grid))
         ref = peek(name)
         if ref is not None:
             _check_rope(name, ref.spec.position, o)
@@ -89,6 +94,7 @@ def _rows_for(loaded, data, grid, o: LengthOptions, progress) -> list[dict]:
     from pecli.measures.lm_scoring import check_causal, installed, score_windows
     from pecli.positions.extension import extended, not_applicable, table_kind
     from pecli.positions.interventions import check_applies, intervene
+    from pecli.positions.masks import check_maskable
     from pecli.positions.rope_scaling import provenance as rope_columns
     from pecli.positions.rope_scaling import rope_scaled
 
@@ -96,6 +102,8 @@ def _rows_for(loaded, data, grid, o: LengthOptions, progress) -> list[dict]:
     _check_rope(loaded.name, loaded.spec.position, o)
     for how, _, _ in grid:
         check_applies(loaded, how.intervention)
+    if _masked(grid):
+        check_maskable(loaded)
     bos = None
     if o.start_token:
         bos = loaded.tokenizer.bos_token_id

@@ -64,17 +64,21 @@ def run(options: McOptions, progress: Callable[[int, int], None] | None = None,
     from pecli.measures import mc_scoring as mc
     from pecli.measures.lm_scoring import check_causal
     from pecli.positions.interventions import check_applies, intervene
+    from pecli.positions.masks import check_maskable
 
     o = options
     conds = conditions(o)
     interventions = list(dict.fromkeys(c.intervention for c in conds))
+    masked = any(c.attention is not None for c in conds)
     if loaded is None:
-        check_before_loading(o.model, interventions, causal=True)
+        check_before_loading(o.model, interventions, causal=True, masked=masked)
     items, data = mc.load_items(o.dataset, o.data_dir, o.limit, o.seed)
     loaded = loaded or load(o.model, o)
     check_causal(loaded)
     for choice in interventions:
         check_applies(loaded, choice)
+    if masked:
+        check_maskable(loaded)
     reqs = mc.requests(loaded.tokenizer, items)
     pairs = [(r.context, c) for r in reqs for c in r.continuations]
     common = {"experiment": "mc", "seed": o.seed, **row_provenance(), **loaded.provenance(),

@@ -63,19 +63,23 @@ def run(options: PerplexityOptions, progress: Callable[[int, int], None] | None 
     from pecli.data.datasets import load_data
     from pecli.measures.lm_scoring import batch_plan, check_causal, score, windows_for
     from pecli.positions.interventions import check_applies, intervene
+    from pecli.positions.masks import check_maskable
     from pecli.runs.batching import encode
 
     o = options
     plans = conditions(o)
     interventions = list(dict.fromkeys(p.intervention for p in plans))
+    masked = any(p.attention is not None for p in plans)
     if loaded is None:
-        check_before_loading(o.model, interventions, causal=True)
+        check_before_loading(o.model, interventions, causal=True, masked=masked)
     data = load_data(o.dataset, o.split, data_dir_=o.data_dir, limit=o.limit, seed=o.seed,
                      text_field=o.text_field)
     loaded = loaded or load(o.model, o)
     check_causal(loaded)
     for choice in interventions:
         check_applies(loaded, choice)
+    if masked:
+        check_maskable(loaded)
     bos = None
     if o.start_token:
         bos = loaded.tokenizer.bos_token_id

@@ -35,6 +35,8 @@ from contextlib import contextmanager
 
 import torch
 
+from pecli.runs.errors import ModelError
+
 OLDEST_WEIGHT = 0.1  # the study's linear mask falls to 0.1 at the oldest key
 MODES = ("relative", "keys")
 
@@ -207,12 +209,29 @@ def attention_name(mask: str, semantics: str, mode: str = "relative") -> str:
     return name
 
 
+def check_maskable(ref) -> None:
+    """A ModelError unless masks can act on `ref`'s attention (a LoadedModel or, before any
+    weights load, a pecli.models.loading.ModelRef): pecli installs them in transformers'
+    attention registry, which a family with its own attention code never calls."""
+    model = getattr(ref, "model", None)
+    own = ref.spec.own_attention or (
+        model is not None and not getattr(model, "_supports_attention_backend", False))
+    if own:
+        raise ModelError(
+            f"masks do not apply to {ref.name} ({ref.spec.family}): its attention is its own "
+            "code, outside transformers' attention registry where pecli installs masks; drop "
+            "--mask (and --mask-semantics), or see `pecli models` for the families that take them")
+
+
 @contextmanager
 def masked_attention(model, mask: str, semantics: str, mode: str = "relative") -> Iterator[str]:
     """Run `model` with (mask, semantics, mode) in every attention layer; always restore.
 
     Yields the attention implementation name in use.
     """
+    if not getattr(model, "_supports_attention_backend", False):  # it would run unmasked
+        raise ModelError(f"masks do not apply to a {type(model).__name__}: its attention is its "
+                         "own code, outside transformers' attention registry")
     name = attention_name(mask, semantics, mode)
     old = model.config._attn_implementation
     model.set_attn_implementation(name)

@@ -76,6 +76,18 @@ def test_a_bad_option_fails_before_loading(no_loading, args):
     assert len(lines) == 1 and lines[0].startswith("error:"), result.output
 
 
+@pytest.mark.parametrize("args", [["perplexity", "random:bloom", "--mask", "linear"],
+                                  ["mc", "random:mpt", "--mask", "linear"],
+                                  ["length", "random:gptj", "--mask", "linear", "--lengths", "8"]],
+                         ids=" ".join)
+def test_a_mask_on_a_model_with_its_own_attention_fails_before_loading(no_loading, args):
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1 and not isinstance(result.exception, AssertionError), result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:"), result.output
+    assert "masks do not apply" in lines[0] and args[1] in lines[0]
+
+
 @pytest.mark.parametrize("args", [ABLATE + ["--dataset", "imbd"], PPL + ["--dataset", "truthfulq"],
                                   PROBE + ["--dataset", "imbd"], RECOVER + ["--dataset", "imbd"]],
                          ids=" ".join)

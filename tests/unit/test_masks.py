@@ -13,13 +13,18 @@ from pecli.positions.masks import (
     WEIGHTS,
     alibi_slopes,
     attention_name,
+    check_maskable,
     key_weights,
     mask_geometry,
     masked_attention,
 )
 from pecli.runs import names
 from pecli.runs.batching import pad
-from pecli.runs.errors import ConfigError
+from pecli.runs.errors import ConfigError, ModelError
+
+# Families whose attention goes through transformers' attention registry, where masks live
+MASKABLE = [f for f, spec in ARCHITECTURES.items() if not spec.own_attention]
+OWN_ATTENTION = [f for f, spec in ARCHITECTURES.items() if spec.own_attention]
 
 SEQS = [[5, 6, 7, 8, 9, 10, 11], [12, 13, 14]]
 
@@ -100,7 +105,7 @@ def _hidden(loaded, side: str):
     return torch.cat([h[i][mask[i].bool()] for i in range(len(SEQS))])
 
 
-@pytest.mark.parametrize("family", ARCHITECTURES.names())
+@pytest.mark.parametrize("family", MASKABLE)
 def test_default_mask_is_the_models_attention(tiny, family):
     loaded = tiny(family)
     ref = _hidden(loaded, "right")
@@ -114,7 +119,7 @@ def test_default_mask_is_the_models_attention(tiny, family):
     assert loaded.model.config._attn_implementation == before
 
 
-@pytest.mark.parametrize("family", ARCHITECTURES.names())
+@pytest.mark.parametrize("family", MASKABLE)
 def test_a_graded_mask_acts_and_padding_stays_hidden(tiny, family):
     loaded = tiny(family)
     ref = _hidden(loaded, "right")
@@ -123,6 +128,25 @@ def test_a_graded_mask_acts_and_padding_stays_hidden(tiny, family):
             right, left = _hidden(loaded, "right"), _hidden(loaded, "left")
         assert (right - ref).abs().max() > 1e-3  # the mask reaches every layer
         assert torch.allclose(right, left, atol=1e-5)  # padding never leaks in
+
+
+@pytest.mark.parametrize("family", ARCHITECTURES.names())
+def test_own_attention_is_what_transformers_says(tiny, family):
+    """The spec's flag, which refuses masks before weights load, agrees with the model class."""
+    loaded = tiny(family)
+    assert loaded.spec.own_attention is not loaded.model._supports_attention_backend
+
+
+@pytest.mark.parametrize("family", OWN_ATTENTION)
+def test_masks_are_refused_where_attention_is_the_models_own(tiny, family):
+    loaded = tiny(family)
+    before = loaded.model.config._attn_implementation
+    with pytest.raises(ModelError, match="masks do not apply"):
+        check_maskable(loaded)
+    with pytest.raises(ModelError, match="masks do not apply"):  # never a silently unmasked run
+        with masked_attention(loaded.model, "linear", "scale"):
+            pass
+    assert loaded.model.config._attn_implementation == before
 
 
 def test_masked_attention_restores_on_error(tiny):
