@@ -1,6 +1,6 @@
 """Passkey figures from passkey.csv (pandas + matplotlib only): accuracy as a depth x length
 heatmap, one panel per model and condition, each cell annotated with its accuracy and
-trials; lengths past the model's context marked."""
+trials and its 95 % Wilson interval; lengths past the model's context marked."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pecli.plots.length import condition_label, short_name
 from pecli.plots.style import WIDTH, save
 
 
-def _panel(ax, part: pd.DataFrame):
+def _panel(ax, part: pd.DataFrame, first_column: bool, bottom_row: bool):
     cells = part[part["depth"].astype(str) != "all"].assign(depth=lambda d: d["depth"].astype(float))
     lengths = sorted(cells["length"].unique())
     depths = sorted(cells["depth"].unique())
@@ -24,15 +24,19 @@ def _panel(ax, part: pd.DataFrame):
     image = ax.imshow(grid, vmin=0, vmax=1, cmap="viridis", aspect="auto", origin="upper")
     for (i, j), value in np.ndenumerate(grid):
         row = cells[(cells["depth"] == depths[i]) & (cells["length"] == lengths[j])].iloc[0]
-        text = "n/a" if value != value else f"{value:.0%}\n{int(row['correct'])}/{int(row['trials'])}"
+        text = "n/a" if value != value else (
+            f"{value:.0%}\n{int(row['correct'])}/{int(row['trials'])}\n"
+            f"[{row['ci_low']:.0%}, {row['ci_high']:.0%}]")
         ax.text(j, i, text, ha="center", va="center", fontsize=7,
                 color="black" if value == value and value > 0.6 else "white")
     context = int(part["context"].iloc[0])
     ax.set_xticks(range(len(lengths)),
                   [f"{n}{'*' if n > context else ''}" for n in lengths], fontsize=8)
     ax.set_yticks(range(len(depths)), [f"{d:g}" for d in depths], fontsize=8)
-    ax.set_xlabel("prompt length (tokens; * past the context)", fontsize=8)
-    ax.set_ylabel("depth of the key (0 = start)", fontsize=8)
+    if bottom_row:
+        ax.set_xlabel("prompt length (tokens; * past the context)", fontsize=8)
+    if first_column:
+        ax.set_ylabel("depth of the key (0 = start)", fontsize=8)
     ax.set_title(f"{short_name(part['model'].iloc[0])}: {part['condition'].iloc[0]}", fontsize=9)
     return image
 
@@ -42,18 +46,19 @@ def heatmap(df: pd.DataFrame, path: Path) -> Path:
     groups = list(df.groupby(["model", "condition"], sort=False))
     cols = min(len(groups), 3)
     rows = -(-len(groups) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(WIDTH * 0.42 * cols + 1.0, 3.0 * rows + 0.6),
-                             squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(WIDTH * 0.42 * cols + 1.0, 3.0 * rows + 0.8),
+                             squeeze=False, layout="constrained")
     image = None
-    for ax, (_, part) in zip(axes.flat, groups, strict=False):
-        image = _panel(ax, part)
+    for i, (ax, (_, part)) in enumerate(zip(axes.flat, groups, strict=False)):
+        image = _panel(ax, part, first_column=i % cols == 0, bottom_row=i + cols >= len(groups))
     for ax in axes.flat[len(groups):]:
         ax.axis("off")
     if image is not None:
         fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.8, label="accuracy")
     first = df.iloc[0]
-    fig.suptitle(f"passkey retrieval: greedy decoding, up to {first['max_new_tokens']} new tokens; "
-                 f"cells: accuracy and right/trials (context {first['context']} tokens)",
+    fig.suptitle(f"passkey retrieval: greedy decoding, up to {first['max_new_tokens']} new tokens, "
+                 f"context {first['context']} tokens\n"
+                 "cells: accuracy, right/trials, 95 % Wilson interval",
                  fontsize=9)
     return save(fig, path)
 
