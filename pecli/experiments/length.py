@@ -56,10 +56,17 @@ def stream_of(tokenizer, texts: list[str]) -> list[int]:
     return stream
 
 
-def _check_rope(name: str, spec_position: str, options: LengthOptions) -> None:
-    if options.rope_scaling and spec_position not in ("rotary", "partial rotary"):
-        raise ModelError(f"{name} has {spec_position} positions; --rope-scaling applies to rotary "
+def _check_rope(name: str, spec, options: LengthOptions) -> None:
+    """--rope-scaling needs a rotary module that transformers rebuilds from rope_parameters;
+    GPT-J keeps fixed sin/cos tables in its blocks instead (spec.sincos)."""
+    if not options.rope_scaling:
+        return
+    if spec.position not in ("rotary", "partial rotary"):
+        raise ModelError(f"{name} has {spec.position} positions; --rope-scaling applies to rotary "
                          "models (e.g. smollm2, random:llama): drop it or the model")
+    if spec.sincos:
+        raise ModelError(f"{name} ({spec.family}) keeps its rotation as fixed sin/cos tables, "
+                         "with no rope_parameters to scale; drop --rope-scaling or the model")
 
 
 def run(options: LengthOptions, progress: Callable[[int, int], None] | None = None,
@@ -77,7 +84,7 @@ def run(options: LengthOptions, progress: Callable[[int, int], None] | None = No
         check_before_loading(name, interventions, causal=True, masked=_masked(grid))
         ref = peek(name)
         if ref is not None:
-            _check_rope(name, ref.spec.position, o)
+            _check_rope(name, ref.spec, o)
     data = load_data(o.dataset, o.split, data_dir_=o.data_dir, limit=o.limit, seed=o.seed,
                      text_field=o.text_field, at_most=True)
     data.frame = data.frame.sort_values("text_id", kind="stable").reset_index(drop=True)  # source order
@@ -99,7 +106,7 @@ def _rows_for(loaded, data, grid, o: LengthOptions, progress) -> list[dict]:
     from pecli.positions.rope_scaling import rope_scaled
 
     check_causal(loaded)
-    _check_rope(loaded.name, loaded.spec.position, o)
+    _check_rope(loaded.name, loaded.spec, o)
     for how, _, _ in grid:
         check_applies(loaded, how.intervention)
     if _masked(grid):

@@ -45,7 +45,7 @@ def run(options: PasskeyOptions, progress: Callable[[int, int], None] | None = N
         check_before_loading(name, [i for i, _, _ in grid], causal=True)
         ref = peek(name)
         if ref is not None:
-            _check_rope(name, ref.spec.position, o)
+            _check_rope(name, ref.spec, o)
     trials, summary = [], []
     for name in o.model:
         model = loaded or load(name, o)
@@ -67,7 +67,7 @@ def _trials_for(loaded, grid, o: PasskeyOptions, progress) -> list[dict]:
     from pecli.positions.rope_scaling import rope_scaled
 
     check_causal(loaded)
-    _check_rope(loaded.name, loaded.spec.position, o)
+    _check_rope(loaded.name, loaded.spec, o)
     for choice, _, _ in grid:
         check_applies(loaded, choice)
     cells = {(n, d): [fit(loaded.tokenizer, k, n, d) for k in keys(o.seed, n, d, o.trials)]

@@ -88,6 +88,17 @@ def test_a_mask_on_a_model_with_its_own_attention_fails_before_loading(no_loadin
     assert "masks do not apply" in lines[0] and args[1] in lines[0]
 
 
+@pytest.mark.parametrize("args", [["length", "random:gptj", "--rope-scaling", "linear:2"],
+                                  ["passkey", "random:gptj", "--rope-scaling", "yarn:2"],
+                                  ["length", "random:bloom", "--rope-scaling", "linear:2"]],
+                         ids=" ".join)
+def test_rope_scaling_without_a_rotary_module_fails_before_loading(no_loading, args):
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1 and not isinstance(result.exception, AssertionError), result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:") and "rope-scaling" in lines[0], result.output
+
+
 @pytest.mark.parametrize("args", [ABLATE + ["--dataset", "imbd"], PPL + ["--dataset", "truthfulq"],
                                   PROBE + ["--dataset", "imbd"], RECOVER + ["--dataset", "imbd"]],
                          ids=" ".join)
