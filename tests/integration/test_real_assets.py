@@ -49,3 +49,13 @@ def test_real_datasets(shared_data):
     assert len(tqa.frame) == 817 and tqa.frame["question"][0].startswith("What happens to you if you eat")
     mc = load_data("truthfulqa-mc", data_dir_=shared_data)
     assert len(mc.frame) == 817 and sum(mc.frame["mc1_targets"][0]["labels"]) == 1
+
+
+def test_smollm2_tokenizer_fits_random_llamas_vocabulary(smollm2):
+    """random:llama borrows SmolLM2's tokenizer (ArchSpec.tokenizer): its ids must fit the
+    published config it builds (tests/unit/test_families.py checks the other families)."""
+    from pecli.models.architectures import ARCHITECTURES
+
+    spec = ARCHITECTURES.get("llama")
+    assert spec.tokenizer == "smollm2"
+    assert max(smollm2.tokenizer.get_vocab().values()) < spec.random_config().vocab_size
