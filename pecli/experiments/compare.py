@@ -54,6 +54,8 @@ HEADLINES = (
     Headline("order_accuracy", "which-comes-first accuracy of position rows", {}, ("matrix",)),
 )
 BY_METRIC = {h.metric: h for h in HEADLINES}
+# Every metric of `pecli lm-eval`'s table is a headline, named "<task>_<metric>"
+LM_EVAL = Headline("", "", {}, ("intervention", "mask", "mask_semantics", "rope_scaling"))
 
 
 def distinct_runs(run_dirs) -> list[Path]:
@@ -135,9 +137,14 @@ def headline_rows(df: pd.DataFrame) -> pd.DataFrame:
     """The headline rows of one table (see HEADLINES), with `condition` naming each."""
     if not {"metric", "value"} <= set(df.columns):
         return df.iloc[0:0]
+    if "task" in df.columns and df["experiment"].eq("lm-eval").all():  # pecli lm-eval: a
+        df = df.assign(metric=df["task"] + "_" + df["metric"])  # metric per task, all headlines
     kept = []
     for metric, rows in df.groupby("metric", sort=False):
-        h = BY_METRIC.get(metric)
+        h = BY_METRIC.get(metric) or (LM_EVAL if "task" in rows and
+                                      rows["experiment"].eq("lm-eval").all() else None)
+        if h is not None and h is LM_EVAL:
+            h = Headline(metric, f"{metric} (lm-eval)", {}, LM_EVAL.condition)
         if h is None or not set(h.where) | set(h.condition) <= set(rows.columns):
             continue
         for col, want in h.where.items():

@@ -497,6 +497,32 @@ class McOptions(MaskGrid):
 
 
 @dataclass(frozen=True)
+class LmEvalOptions(Running, RopeScaled):
+    """`pecli lm-eval` and the lm-eval model `pecli` (pecli.integrations.lm_eval): the tasks of
+    lm-evaluation-harness, scored by lm-eval itself, under each condition of pecli's grid."""
+
+    model: str = "random:gpt2"  # lm-eval's model_args pretrained=
+    intervention: tuple[Choice, ...] = option(("learned",), vocabulary=names.INTERVENTIONS, many=True)
+    mask: tuple[Choice, ...] = option(("default",), vocabulary=names.MASKS, many=True)
+    mask_semantics: tuple[Choice, ...] = option(("legacy",), vocabulary=names.MASK_SEMANTICS, many=True)
+    protocol: tuple[Choice, ...] = option(("relative",), vocabulary=names.PROTOCOLS, many=True)
+    tasks: tuple[str, ...] | str = ()
+    num_fewshot: int | None = option(None, low=0)
+    limit: int | None = option(None, low=1)  # the first N documents of each task, as lm-eval
+    include_path: str | None = option(None, location=True)
+    model_args: str = ""  # what else lm-eval's HFLM takes (max_length=..., ...)
+    bootstrap: int = option(1000, low=0, high=MAX_RESAMPLES)  # over documents, and lm-eval's
+    save_dir: str | None = option(None, location=True)  # lm-eval's results JSON per condition
+
+    def check(self) -> None:
+        super().check()
+        object.__setattr__(self, "tasks", tuple(names.split_names(self.tasks)))
+        if self.protocol != (names.parse(names.PROTOCOLS, "relative"),):
+            raise ConfigError("protocol (--protocol): lm-eval scores each request in one pass, "
+                              "where every query weighs its own prefix (relative); drop --protocol")
+
+
+@dataclass(frozen=True)
 class OnModels(Running):
     """Several models, one after another, on the texts of a dataset (pe probe, pe recover)."""
 

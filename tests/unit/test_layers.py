@@ -9,7 +9,8 @@ The packages, bottom (0) to top, in the order data flows through a run
     3 positions     interventions, masks, sinusoids, rope scaling
     4 measures, plots   the science; figures (independent of each other: .importlinter)
     5 experiments   one run: model + data + intervention -> tidy tables; reproduce; compare
-    6 cli, integrations   the shell; pecli inside other tools (lm-eval)
+    6 integrations  pecli inside other tools (the lm-eval model `pecli`, `pecli lm-eval`'s run)
+    7 cli           the shell
 
 A module may import its own layer or any layer below, never above, at module level or
 inside a function. Late binding by name (`importlib.import_module` of a "module:function"
@@ -37,7 +38,8 @@ LAYERS = [
     {"positions"},
     {"measures", "plots"},
     {"experiments"},
-    {"cli", "integrations", "__main__"},
+    {"integrations"},
+    {"cli", "__main__"},
 ]
 TORCH_FREE = ("pecli.runs.names", "pecli.runs.options", "pecli.runs.config", "pecli.runs.io", "pecli.runs.tables",
               "pecli.plots")

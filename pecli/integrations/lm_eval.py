@@ -1,0 +1,284 @@
+"""lm-evaluation-harness under pecli's conditions: the lm-eval model `pecli`, and `pecli lm-eval`.
+
+Importing this module registers the model `pecli` in lm-eval's registry (`register_model`):
+
+    import lm_eval, pecli.integrations.lm_eval
+    lm_eval.simple_evaluate(model="pecli", model_args="pretrained=smollm2,intervention=zero",
+                            tasks=["truthfulqa_mc1"], task_manager=TaskManager(include_path=DIR))
+
+`PecliLM` is lm-eval's own HFLM around a model pecli loaded (any name pecli loads), with one
+condition (intervention, mask and semantics, rope scaling) entered when it is built and held
+for its lifetime: every request type (loglikelihood, loglikelihood_rolling, generate_until)
+reaches the model through the same forward, so every one sees the condition. `close()` puts
+the model back exactly.
+
+`run` is the experiment behind `pecli lm-eval`: the model loads once, then one lm-eval run per
+condition (the intact model first), each written as lm-eval writes it, and one tidy table of
+every (condition, task, metric).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+try:
+    import lm_eval
+    from lm_eval.api.registry import register_model
+    from lm_eval.models.huggingface import HFLM
+except ModuleNotFoundError as err:  # pragma: no cover - the message is the test
+    from pecli.runs.errors import ConfigError
+
+    raise ConfigError("lm-eval is not installed: `pip install -e '.[lm-eval]'` (make setup "
+                      "installs it)") from err
+
+from pecli.experiments import EXPERIMENTS, Experiment, check_before_loading, lazy, load
+from pecli.runs.errors import ConfigError
+from pecli.runs.options import LmEvalOptions
+
+# model_args keys that pecli reads (pretrained= is pecli's model name); the rest go to HFLM
+MODEL_KEYS = ("pretrained", "intervention", "mask", "mask_semantics", "protocol", "rope_scaling",
+              "seed", "device", "dtype")
+GRID = ("intervention", "mask", "mask_semantics", "protocol", "rope_scaling")
+
+
+def condition_options(args: dict[str, Any], where: str = "pecli model_args") -> LmEvalOptions:
+    """One condition's options from lm-eval model_args (values as lm-eval parsed them),
+    checked before anything loads; each grid option takes one value here."""
+    values = {("model" if k == "pretrained" else k): v for k, v in args.items() if v is not None}
+    for key in ("seed",):
+        if isinstance(values.get(key), str) and values[key].isdigit():
+            values[key] = int(values[key])
+    for key in ("device", "dtype", "model"):
+        if key in values:
+            values[key] = str(values[key])
+    options = LmEvalOptions.build(values, where)
+    many = [k for k in GRID if len(getattr(options, k)) > 1]
+    if many:
+        raise ConfigError(f"{where}: {', '.join(many)} take one value per model; cross "
+                          "conditions with `pecli lm-eval --intervention a,b ...`")
+    return options
+
+
+def plan_of(options: LmEvalOptions):
+    """The condition's Plan (pecli.measures.lm_scoring): which attention computes it."""
+    from pecli.measures.lm_scoring import plan
+
+    return plan(options.mask[0], options.mask_semantics[0], options.protocol[0],
+                options.intervention[0])
+
+
+@register_model("pecli")
+class PecliLM(HFLM):
+    """lm-eval's HFLM on a model pecli loads, under one pecli condition (module docstring).
+
+    `loaded` (a pecli LoadedModel) skips loading: `pecli lm-eval` loads once for every
+    condition. Other keyword arguments are HFLM's (batch_size, max_length, ...).
+    """
+
+    def __init__(self, pretrained: str = "random:gpt2", intervention: str = "learned",
+                 mask: str = "default", mask_semantics: str = "legacy",
+                 protocol: str = "relative", rope_scaling: str | None = None, seed: int = 0,
+                 device: str = "auto", dtype: str = "float32", loaded=None, **kwargs) -> None:
+        from pecli.measures.lm_scoring import check_causal, installed
+        from pecli.positions.interventions import check_applies, intervene
+        from pecli.positions.masks import check_maskable
+        from pecli.positions.rope_scaling import rope_scaled
+
+        args = dict(pretrained=pretrained, intervention=intervention, mask=mask,
+                    mask_semantics=mask_semantics, protocol=protocol, rope_scaling=rope_scaling,
+                    seed=seed, device=device, dtype=dtype)
+        options = condition_options(args)
+        how = plan_of(options)
+        if loaded is None:
+            check_before_loading(options.model, options.intervention, causal=True,
+                                 masked=how.attention is not None)
+            loaded = load(options.model, options)
+        check_causal(loaded)
+        check_applies(loaded, how.intervention)
+        if how.attention is not None:
+            check_maskable(loaded)
+        (rope_name, params), = options.rope_conditions()[-1:]
+        self.loaded, self.options, self.plan, self.rope_name = loaded, options, how, rope_name
+        self.tokens = 0  # input positions the model computed (padding included)
+        super().__init__(pretrained=loaded.model, tokenizer=loaded.tokenizer, **kwargs)
+        self._condition = ExitStack()
+        # rope scaling first: the rotary interventions hook the module it rebuilds
+        self.rope_parameters = self._condition.enter_context(rope_scaled(loaded.model, params))
+        self._condition.enter_context(intervene(loaded, how.intervention, options.seed))
+        self._condition.enter_context(installed(loaded, how))
+
+    def _model_call(self, inps, attn_mask=None, labels=None):
+        self.tokens += inps.numel()
+        return super()._model_call(inps, attn_mask=attn_mask, labels=labels)
+
+    def _model_generate(self, context, max_length, stop, **generation_kwargs):
+        self.tokens += context.numel()
+        return super()._model_generate(context, max_length, stop, **generation_kwargs)
+
+    def close(self) -> None:
+        """Restore the model exactly (the condition's context managers, in reverse)."""
+        self._condition.close()
+
+    def condition_columns(self) -> dict[str, Any]:
+        from pecli.positions.rope_scaling import provenance as rope_columns
+
+        return {**self.plan.names, "computation": self.plan.computation,
+                **rope_columns(self.rope_name, self.rope_parameters, self.loaded.model.config)}
+
+
+# --- `pecli lm-eval`: every condition, lm-eval's own evaluator ----------------------------------
+
+
+def conditions(options: LmEvalOptions) -> list[dict[str, Any]]:
+    """model_args of each condition: the intact, unscaled model first, then every intervention
+    x mask x semantics crossed with every rope scaling (as `pecli length` crosses them)."""
+    from pecli.measures.lm_scoring import plan_grid
+
+    pairs = [(p, m) for p in options.intervention for m in options.mask]
+    plans = plan_grid(pairs, options.mask_semantics, options.protocol, default_once=True)
+    return [{**p.names, "rope_scaling": None if name == "none" else name}
+            for p in plans for name, _ in options.rope_conditions()]
+
+
+def _hflm_args(text: str) -> dict[str, Any]:
+    """--model_args beyond pecli's own keys, parsed as lm-eval parses them."""
+    from lm_eval.utils import simple_parse_args_string
+
+    return simple_parse_args_string(text) if text else {}
+
+
+def split_model_args(text: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(pecli's keys, HFLM's keys) of a --model_args string."""
+    args = _hflm_args(text)
+    return ({k: v for k, v in args.items() if k in MODEL_KEYS},
+            {k: v for k, v in args.items() if k not in MODEL_KEYS})
+
+
+def run(options: LmEvalOptions, progress=None) -> dict[str, pd.DataFrame]:
+    """The `lm_eval` table: one row per (condition, task, metric); lm-eval's results JSON of
+    each condition under `options.save_dir`/<condition>/ (when given)."""
+    from lm_eval.loggers import EvaluationTracker
+    from lm_eval.tasks import TaskManager
+
+    from pecli.runs.provenance import row_provenance
+
+    o = options
+    if not o.tasks:
+        raise ConfigError("tasks (--tasks): name at least one lm-eval task, e.g. "
+                          "truthfulqa_mc1,truthfulqa_mc2")
+    _, hflm = split_model_args(o.model_args)
+    grid = conditions(o)
+    single = {"pretrained": o.model, "seed": o.seed, "device": o.device, "dtype": o.dtype}
+    first = condition_options({**single, **grid[0]}, "pecli lm-eval")
+    for cond in grid:  # every condition checked before the model loads
+        how = plan_of(condition_options({**single, **cond}, "pecli lm-eval"))
+        check_before_loading(o.model, [how.intervention], causal=True,
+                             masked=how.attention is not None)
+    if o.data_dir:  # the local task YAMLs (configs/lm_eval) read it from the environment
+        os.environ["PECLI_DATA_DIR"] = o.data_dir
+    # lm-eval's notes (a local task overriding its own, truncation) stay out of pecli's output
+    logging.getLogger("lm_eval").setLevel(logging.ERROR)
+    manager = TaskManager(include_path=o.include_path)
+    unknown = [t for t in o.tasks if t not in manager.all_tasks]
+    if unknown:
+        raise ConfigError(f"unknown lm-eval task {', '.join(unknown)}; see `python -m lm_eval "
+                          "ls tasks`, or give --include_path DIR for your own task YAMLs")
+    loaded = load(o.model, first)
+    rows = []
+    for i, cond in enumerate(grid):
+        lm = PecliLM(**single, **cond, loaded=loaded, **hflm)
+        args = ",".join(f"{k}={v}" for k, v in {**single, **cond, **hflm}.items() if v is not None)
+        tracker = EvaluationTracker(output_path=str(Path(o.save_dir) / condition_dir(cond))
+                                    if o.save_dir else None)
+        try:
+            results = lm_eval.simple_evaluate(
+                model=lm, model_args=f"model=pecli,{args}", tasks=list(o.tasks),
+                num_fewshot=o.num_fewshot, limit=o.limit, task_manager=manager, log_samples=True,
+                evaluation_tracker=tracker, random_seed=o.seed, numpy_random_seed=o.seed,
+                torch_random_seed=o.seed, fewshot_random_seed=o.seed,
+                bootstrap_iters=o.bootstrap)
+        finally:
+            lm.close()
+        samples = results.pop("samples")
+        if o.save_dir:  # as lm-eval's own command line saves them
+            tracker.save_results_aggregated(results=results, samples=samples)
+            for task in results["configs"]:
+                tracker.save_results_samples(task_name=task, samples=samples[task])
+        common = {**lm.loaded.provenance(), **lm.condition_columns(), "tokens": lm.tokens,
+                  "seed": o.seed, "num_fewshot": o.num_fewshot, "limit": o.limit,
+                  "lm_eval_version": lm_eval.__version__}
+        rows += task_rows(results, samples, common, o.bootstrap, o.seed)
+        if progress:
+            progress(i + 1, len(grid))
+    from pecli.runs.tables import validate
+
+    return {"lm_eval": validate(pd.DataFrame(rows).assign(experiment="lm-eval",
+                                                           **row_provenance()))}
+
+
+def condition_dir(cond: dict[str, Any]) -> str:
+    """A folder name for one condition's lm-eval output: intervention-mask-semantics[-rope]."""
+    parts = [cond["intervention"], cond["mask"], cond["mask_semantics"]]
+    parts += [cond["rope_scaling"]] if cond["rope_scaling"] else []
+    return "-".join(p.replace(":", "_") for p in parts)
+
+
+def task_rows(results: dict, samples: dict, common: dict, n_boot: int, seed: int) -> list[dict]:
+    """One row per (task, metric, filter): lm-eval's value and stderr, and a 95 % interval by
+    resampling documents where the samples carry the metric per document (else value ±
+    1.96 stderr, labelled)."""
+    from pecli.measures.intervals import mean_interval
+
+    rows = []
+    for task, metrics in results["results"].items():
+        n = results.get("n-samples", {}).get(task, {}).get("effective")
+        config = results.get("configs", {}).get(task, {})
+        version = results.get("versions", {}).get(task)
+        for key, value in metrics.items():
+            if "," not in key or "_stderr" in key or not isinstance(value, int | float):
+                continue
+            metric, filt = key.split(",", 1)
+            stderr = metrics.get(f"{metric}_stderr,{filt}")
+            per_doc = [s[metric] for s in samples.get(task, []) if s.get("filter") == filt
+                       and isinstance(s.get(metric), int | float)]
+            if len(per_doc) == n and per_doc and n_boot:
+                low, high = mean_interval(np.asarray(per_doc, dtype=float), n_boot=n_boot, seed=seed)
+                method = "percentile bootstrap over documents"
+                if not np.isclose(np.mean(per_doc), value):
+                    raise ValueError(f"{task} {metric}: the documents' mean {np.mean(per_doc)} is "
+                                     f"not lm-eval's {value}")
+            elif isinstance(stderr, int | float):
+                low, high = value - 1.96 * stderr, value + 1.96 * stderr
+                method = "normal: value ± 1.96 lm-eval stderr"
+            else:
+                low = high = float("nan")
+                method = ""
+            rows.append({**common, "task": task, "dataset": task, "split": config.get("test_split")
+                         or config.get("validation_split") or "", "rows": n,
+                         "task_version": version, "metric": metric, "filter": filt,
+                         "value": float(value),
+                         "stderr": float(stderr) if isinstance(stderr, int | float) else np.nan,
+                         "ci_low": low, "ci_high": high, "interval_method": method})
+    return rows
+
+
+EXPERIMENTS.add("lm-eval", Experiment(
+    "lm-eval", 1, run, lazy("pecli.plots.lm_eval:figures"),
+    "lm-evaluation-harness tasks under each condition (the pecli model)", LmEvalOptions))
+
+
+def results_json(folder: Path) -> list[Path]:
+    """lm-eval's results files under a condition's folder (for tests and users)."""
+    return sorted(Path(folder).rglob("results_*.json"))
+
+
+def load_results(path: Path) -> dict:
+    return json.loads(Path(path).read_text(encoding="utf-8"))

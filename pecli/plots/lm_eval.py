@@ -1,0 +1,67 @@
+"""lm-eval figures from lm_eval.csv (pandas + matplotlib only): each task's metric per
+condition, a point with its 95 % interval, the intact model first and marked by a line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from pecli.plots.style import WIDTH, color_of, points, save
+
+
+def condition_label(row) -> str:
+    """`zero`, `zero + linear/log-bias`, `learned (intact)`, with `, yarn:2` when rope-scaled."""
+    label = row["intervention"]
+    if row["mask"] != "default":
+        label += f" + {row['mask']}/{row['mask_semantics']}"
+    if str(row.get("rope_scaling", "none")) not in ("none", "nan", ""):
+        label += f", {row['rope_scaling']}"
+    if label == "learned":
+        label += " (intact)"
+    return label
+
+
+def by_condition(df: pd.DataFrame, path: Path) -> Path:
+    """One panel per (task, metric): the value under each condition with its interval."""
+    df = df.assign(condition=df.apply(condition_label, axis=1))
+    conditions = list(dict.fromkeys(df["condition"]))
+    panels = list(dict.fromkeys(zip(df["dataset"], df["metric"], df["filter"], strict=True)))
+    cols = min(len(panels), 3)
+    rows = -(-len(panels) // cols)
+    fig, axes = plt.subplots(rows, cols, squeeze=False, layout="constrained",
+                             figsize=(max(WIDTH * 0.5 * cols, 0.9 * len(conditions) * cols + 1.5),
+                                      3.2 * rows + 0.7))
+    x = np.arange(len(conditions))
+    for ax, (task, metric, filt) in zip(axes.flat, panels, strict=False):
+        part = df[(df["dataset"] == task) & (df["metric"] == metric) & (df["filter"] == filt)]
+        part = part.set_index("condition").reindex(conditions)
+        for i, (cond, row) in enumerate(part.iterrows()):
+            if row.notna().any():
+                points(ax, [i], part.loc[[cond]], color_of(row["intervention"]), cond)
+        intact = part["value"].iloc[0]
+        ax.axhline(intact, color="black", lw=0.8, ls=":", zorder=1)
+        ax.set_xticks(x, conditions, rotation=30, ha="right", fontsize=8)
+        ax.set_xlim(-0.6, len(conditions) - 0.4)
+        version = part["task_version"].dropna()
+        suffix = f" (v{version.iloc[0]})" if len(version) else ""
+        ax.set_title(f"{task}{suffix}: {metric}" + ("" if filt == "none" else f" [{filt}]"),
+                     fontsize=9)
+        ax.grid(axis="y", alpha=0.3)
+    for ax in axes.flat[len(panels):]:
+        ax.axis("off")
+    axes[0, 0].set_ylabel("lm-eval's value")
+    first = df.iloc[0]
+    methods = "; ".join(m for m in dict.fromkeys(df["interval_method"].dropna()) if m)
+    fig.suptitle(f"lm-evaluation-harness through pecli: {first['model']}, {int(first['rows'])} "
+                 f"documents per task\nbars: 95 % interval ({methods}); dotted: the intact model",
+                 fontsize=9)
+    return save(fig, path)
+
+
+def figures(csv_paths: dict[str, Path], fig_dir: Path) -> list[Path]:
+    if "lm_eval" not in csv_paths:
+        return []
+    return [by_condition(pd.read_csv(csv_paths["lm_eval"]), Path(fig_dir) / "lm_eval.png")]

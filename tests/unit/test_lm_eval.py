@@ -1,0 +1,146 @@
+"""The lm-eval model `pecli`: registered on import, options checked before loading, the
+condition active for every request type and undone by close(), task YAMLs equal to lm-eval's."""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+import pytest
+import torch
+
+lm_eval = pytest.importorskip("lm_eval", reason="lm-eval not installed (make setup)")
+
+from lm_eval.api.instance import Instance  # noqa: E402
+from lm_eval.models.huggingface import HFLM  # noqa: E402
+
+from pecli.integrations import lm_eval as plugin  # noqa: E402
+from pecli.runs.errors import ConfigError, InterventionError, ModelError  # noqa: E402
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "lm_eval"
+TEXT = "The film was long, but the last hour moved me more than anything this year."
+
+
+@pytest.fixture(scope="module")
+def loaded():
+    from pecli.models.loading import load_model
+
+    return load_model("models/tiny-gpt2-imdb", device="cpu")
+
+
+def _requests(kind: str, n: int = 2):
+    args = {"loglikelihood": ("The film was", " long"),
+            "loglikelihood_rolling": (TEXT,),
+            "generate_until": ("The film was", {"until": ["\n"], "max_gen_toks": 6,
+                                                "do_sample": False})}[kind]
+    return [Instance(kind, {}, args, i) for i in range(n)]
+
+
+def _answer(lm, kind: str):
+    return getattr(lm, kind)(_requests(kind), disable_tqdm=True)
+
+
+def test_the_model_is_registered_as_pecli():
+    from lm_eval.api.registry import get_model
+
+    assert get_model("pecli") is plugin.PecliLM
+
+
+@pytest.mark.parametrize("args,error,words", [
+    ({"intervention": "nosuch"}, InterventionError, "unknown intervention"),
+    ({"intervention": "zero,shuffle"}, ConfigError, "one value per model"),
+    ({"mask": "linaer"}, ConfigError, "mask"),
+    ({"protocol": "study"}, ConfigError, "relative"),
+    ({"device": "cdua"}, ConfigError, "device"),
+    ({"pretrained": "random:bert"}, ModelError, "encoder"),
+    ({"pretrained": "random:bloom", "mask": "linear"}, ModelError, "masks do not apply"),
+    ({"pretrained": "random:llama", "intervention": "swap:random:bert"}, InterventionError, "swap"),
+])
+def test_bad_model_args_fail_in_one_line_before_loading(monkeypatch, args, error, words):
+    def never(*a, **k):
+        raise AssertionError("loaded before the model_args were checked")
+
+    monkeypatch.setattr("pecli.models.loading.load_model", never)
+    with pytest.raises(error, match=words) as caught:
+        plugin.PecliLM(**{"pretrained": "random:gpt2", **args})
+    assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("kind", ["loglikelihood", "loglikelihood_rolling", "generate_until"])
+def test_the_condition_reaches_every_request_type_and_close_undoes_it(loaded, kind):
+    """Each answer under `zero` equals lm-eval's own HFLM on the model inside pecli's
+    intervention, and the intact one equals HFLM on the untouched model."""
+    from pecli.positions.interventions import intervene
+
+    before = {k: v.clone() for k, v in loaded.model.state_dict().items()}
+    plain = HFLM(pretrained=loaded.model, tokenizer=loaded.tokenizer, batch_size=2)
+    intact = _answer(plain, kind)
+    with torch.inference_mode(), intervene(loaded, "zero"):
+        expected = _answer(plain, kind)
+    lm = plugin.PecliLM(pretrained="models/tiny-gpt2-imdb", intervention="zero", loaded=loaded,
+                        batch_size=2)
+    try:
+        got = _answer(lm, kind)
+        assert lm.tokens > 0
+    finally:
+        lm.close()
+    assert got == expected
+    if kind != "generate_until":  # a tiny model may generate the same words either way
+        assert got != intact
+    assert _answer(plain, kind) == intact  # close() put the model back
+    for key, value in loaded.model.state_dict().items():
+        assert torch.equal(before[key], value), key
+
+
+def test_a_mask_reaches_loglikelihood(loaded):
+    from pecli.measures.lm_scoring import installed, plan
+
+    plain = HFLM(pretrained=loaded.model, tokenizer=loaded.tokenizer, batch_size=2)
+    intact = _answer(plain, "loglikelihood")
+    with torch.inference_mode(), installed(loaded, plan("linear", "log-bias", "relative")):
+        expected = _answer(plain, "loglikelihood")
+    lm = plugin.PecliLM(pretrained="models/tiny-gpt2-imdb", mask="linear",
+                        mask_semantics="log-bias", loaded=loaded, batch_size=2)
+    try:
+        assert _answer(lm, "loglikelihood") == expected != intact
+    finally:
+        lm.close()
+    assert _answer(plain, "loglikelihood") == intact
+
+
+def test_conditions_put_the_intact_model_first_and_cross_rope_scaling():
+    from pecli.runs.options import LmEvalOptions
+
+    options = LmEvalOptions.build({"model": "random:llama", "tasks": "t",
+                                   "intervention": ["zero"], "rope_scaling": "yarn:2"}, "test")
+    grid = plugin.conditions(options)
+    assert [(c["intervention"], c["rope_scaling"]) for c in grid] == [
+        ("learned", None), ("learned", "yarn:2"), ("zero", None), ("zero", "yarn:2")]
+    assert plugin.condition_dir(grid[-1]) == "zero-default-legacy-yarn_2"
+
+
+@pytest.mark.parametrize("task", ["truthfulqa_mc1", "truthfulqa_mc2"])
+def test_local_tasks_are_lm_evals_own_but_for_the_dataset(task, shared_data, monkeypatch):
+    """Every field of configs/lm_eval's task but where the data comes from equals the
+    installed lm-eval's, and the first documents' prompts and choices are the same."""
+    import lm_eval.tasks as tasks_pkg
+    from lm_eval.tasks import TaskManager
+    from lm_eval.tasks._yaml_loader import load_yaml
+
+    monkeypatch.setenv("PECLI_DATA_DIR", str(shared_data))
+    own = Path(tasks_pkg.__file__).parent / "truthfulqa" / f"{task}.yaml"
+    theirs, ours = load_yaml(own), load_yaml(CONFIGS / f"{task}.yaml")
+    data_keys = {"dataset_path", "dataset_name", "custom_dataset", "process_results"}
+    assert {k: v for k, v in ours.items() if k not in data_keys} == \
+        {k: v for k, v in theirs.items() if k not in data_keys}
+    assert "dataset_path" not in ours and callable(ours["custom_dataset"])
+    if "process_results" in theirs:  # lm-eval's own function (mc2 v3.0), imported
+        assert inspect.getsource(ours["process_results"]) == \
+            inspect.getsource(theirs["process_results"])
+    task_obj = TaskManager(include_path=str(CONFIGS)).load_task_or_group([task])[task]
+    docs = task_obj.validation_docs()
+    assert len(docs) == 817
+    doc = docs[0]
+    assert task_obj.doc_to_text(doc).endswith("\n\nQ: " + doc["question"] + "\nA:")
+    targets = doc["mc1_targets"] if task == "truthfulqa_mc1" else doc["mc2_targets"]
+    assert task_obj.doc_to_choice(doc) == targets["choices"] and targets["labels"][0] == 1
