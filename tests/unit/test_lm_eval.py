@@ -144,3 +144,50 @@ def test_local_tasks_are_lm_evals_own_but_for_the_dataset(task, shared_data, mon
     assert task_obj.doc_to_text(doc).endswith("\n\nQ: " + doc["question"] + "\nA:")
     targets = doc["mc1_targets"] if task == "truthfulqa_mc1" else doc["mc2_targets"]
     assert task_obj.doc_to_choice(doc) == targets["choices"] and targets["labels"][0] == 1
+
+
+USER_TASK = """task: my_reviews
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: {path}
+test_split: test
+output_type: loglikelihood_rolling
+doc_to_text: ""
+doc_to_target: "{{{{text}}}}"
+metric_list:
+  - metric: word_perplexity
+  - metric: bits_per_byte
+"""
+
+
+def test_simple_evaluate_runs_a_task_yaml_a_user_wrote(tmp_path):
+    """model="pecli" by name on the user's own loglikelihood_rolling task: the condition
+    moves lm-eval's perplexity, and the intact run equals lm-eval's HFLM on the same model."""
+    import json
+
+    from lm_eval.tasks import TaskManager
+
+    data = tmp_path / "reviews.jsonl"
+    data.write_text("".join(json.dumps({"text": t}) + "\n" for t in
+                            [TEXT, "A quiet film about a family, told with patience and care.",
+                             "I left after twenty minutes; the sound was bad and the plot worse."]))
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    (tasks / "my_reviews.yaml").write_text(USER_TASK.format(path=data))
+
+    def ppl(args: str) -> float:
+        out = lm_eval.simple_evaluate(model="pecli", model_args=args, tasks=["my_reviews"],
+                                      task_manager=TaskManager(include_path=str(tasks)))
+        return out["results"]["my_reviews"]["word_perplexity,none"]
+
+    base = "pretrained=models/tiny-gpt2-imdb,device=cpu"
+    intact, zero = ppl(base), ppl(base + ",intervention=zero")
+    from pecli.models.loading import load_model
+
+    loaded = load_model("models/tiny-gpt2-imdb", device="cpu")
+    plain = lm_eval.simple_evaluate(
+        model=HFLM(pretrained=loaded.model, tokenizer=loaded.tokenizer), tasks=["my_reviews"],
+        task_manager=TaskManager(include_path=str(tasks)))["results"]["my_reviews"]
+    assert intact == pytest.approx(plain["word_perplexity,none"], rel=1e-6)
+    assert zero != pytest.approx(intact, rel=1e-4) and zero > 1
