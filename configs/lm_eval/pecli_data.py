@@ -37,3 +37,44 @@ def truthfulqa_mc(**kwargs) -> datasets.DatasetDict:
     rows = [{"question": it["question"], "mc1_targets": _targets(it["mc1_targets"]),
              "mc2_targets": _targets(it["mc2_targets"])} for it in items]
     return datasets.DatasetDict({"validation": datasets.Dataset.from_list(rows)})
+
+
+def _tokenizer(kwargs: dict):
+    """The tokenizer of the model the task is run with (lm-eval passes model_args as
+    metadata: `pretrained=`), loaded as pecli loads it, so prompts fit it in tokens."""
+    from pecli.models.loading import load_model
+
+    name = kwargs.get("tokenizer") or kwargs.get("pretrained")
+    if not name:
+        raise ValueError("passkey sizes prompts in the model's tokens: run it with "
+                         "model_args pretrained=NAME (or metadata tokenizer=NAME)")
+    return load_model(str(name), device="cpu").tokenizer
+
+
+def passkey(**kwargs) -> datasets.DatasetDict:
+    """pecli passkey's trials as documents: for each length (metadata `passkey_lengths`,
+    tokens; default 1024) and depth (`passkey_depths`, default 0, 0.5, 1), `passkey_trials`
+    (default 5) prompts with seeded keys (`passkey_seed`, default 0): the same prompts and
+    keys `pecli passkey` builds for the same tokenizer."""
+    from pecli.measures.passkey import fit, keys
+
+    tokenizer = _tokenizer(kwargs)
+    seed = int(kwargs.get("passkey_seed", 0))
+    trials = int(kwargs.get("passkey_trials", 5))
+    rows = []
+    for length in kwargs.get("passkey_lengths", [1024]):
+        for depth in kwargs.get("passkey_depths", [0.0, 0.5, 1.0]):
+            for k in keys(seed, int(length), float(depth), trials):
+                trial = fit(tokenizer, k, int(length), float(depth))
+                if trial is None:
+                    raise ValueError(f"the passkey template alone is longer than {length} tokens")
+                rows.append({"prompt": trial.text, "k": k, "length": int(length),
+                             "depth": float(depth), "tokens": len(trial.ids)})
+    return datasets.DatasetDict({"test": datasets.Dataset.from_list(rows)})
+
+
+def passkey_results(doc: dict, results: list[str]) -> dict:
+    """pecli's decoding rule: right when the first integer of the output is the key."""
+    from pecli.measures.passkey import answer
+
+    return {"acc": float(answer(results[0]) == doc["k"])}

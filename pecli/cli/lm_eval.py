@@ -44,6 +44,9 @@ def lm_eval(
         "--include_path", help="A folder of task YAMLs (configs/lm_eval: TruthfulQA MC1/MC2 on "
                                "the local data directory).")] = None,
     batch_size: Annotated[int, typer.Option("--batch_size", min=1)] = 8,
+    metadata: Annotated[str, typer.Option(
+        "--metadata", help="JSON for the tasks (lm-eval's --metadata), e.g. passkey's sizes: "
+                           "'{\"passkey_lengths\": [1024, 4096], \"passkey_trials\": 5}'.")] = "",
     output_path: Annotated[Path | None, typer.Option(
         "--output_path", help="Same as --out (lm-eval's spelling).")] = None,
     intervention: InterventionOpt = None,
@@ -71,7 +74,7 @@ def lm_eval(
 
     Examples:
         pecli lm-eval --model_args pretrained=smollm2 --intervention zero --tasks truthfulqa_mc1,truthfulqa_mc2 --include_path configs/lm_eval --limit 20
-        pecli lm-eval --model_args pretrained=smollm2 --rope-scaling yarn:2 --tasks my_task --include_path my_tasks
+        pecli lm-eval --model_args pretrained=smollm2 --rope-scaling yarn:2 --tasks passkey --include_path configs/lm_eval --metadata '{"passkey_lengths": [4096, 10240], "passkey_trials": 5}'
     """
     from pecli.integrations.lm_eval import split_model_args
 
@@ -88,7 +91,7 @@ def lm_eval(
     hflm = ",".join(f"{k}={v}" for k, v in {"batch_size": batch_size, **hflm_args}.items())
     options = build(LmEvalOptions, "pecli lm-eval", **flags, model=pecli_args.get("pretrained"),
                     tasks=tasks, num_fewshot=num_fewshot, limit=limit, include_path=include_path,
-                    model_args=hflm, bootstrap=bootstrap, seed=seed, device=device, dtype=dtype,
+                    model_args=hflm, metadata=metadata, bootstrap=bootstrap, seed=seed, device=device, dtype=dtype,
                     data_dir=data_dir)
     from pecli.integrations.lm_eval import run
 

@@ -186,7 +186,9 @@ def run(options: LmEvalOptions, progress=None) -> dict[str, pd.DataFrame]:
         os.environ["PECLI_DATA_DIR"] = o.data_dir
     # lm-eval's notes (a local task overriding its own, truncation) stay out of pecli's output
     logging.getLogger("lm_eval").setLevel(logging.ERROR)
-    manager = TaskManager(include_path=o.include_path)
+    # lm-eval hands the model's name to tasks as metadata (passkey sizes prompts in its tokens)
+    metadata = {"pretrained": o.model, **(json.loads(o.metadata) if o.metadata else {})}
+    manager = TaskManager(include_path=o.include_path, metadata=metadata)
     unknown = [t for t in o.tasks if t not in manager.all_tasks]
     if unknown:
         raise ConfigError(f"unknown lm-eval task {', '.join(unknown)}; see `python -m lm_eval "
@@ -231,12 +233,25 @@ def condition_dir(cond: dict[str, Any]) -> str:
     return "-".join(p.replace(":", "_") for p in parts)
 
 
+def interval(per_doc: list, stderr, value: float, n_boot: int, seed: int):
+    """(low, high, method) of a 95 % interval: Wilson's where every document is right or
+    wrong, a bootstrap over documents for other per-document values, else value ± 1.96
+    lm-eval stderr; NaN when there is nothing to build one from (a single document)."""
+    from pecli.measures.intervals import MIN_TEXTS, mean_interval, wilson
+
+    if len(per_doc) >= MIN_TEXTS and set(per_doc) <= {0, 1}:
+        return (*wilson(int(sum(per_doc)), len(per_doc)), "Wilson score interval over documents")
+    if len(per_doc) >= MIN_TEXTS and n_boot:
+        low, high = mean_interval(np.asarray(per_doc, dtype=float), n_boot=n_boot, seed=seed)
+        return low, high, "percentile bootstrap over documents"
+    if isinstance(stderr, int | float) and np.isfinite(stderr) and len(per_doc) != 1:
+        return value - 1.96 * stderr, value + 1.96 * stderr, "normal: value ± 1.96 lm-eval stderr"
+    return float("nan"), float("nan"), ""
+
+
 def task_rows(results: dict, samples: dict, common: dict, n_boot: int, seed: int) -> list[dict]:
     """One row per (task, metric, filter): lm-eval's value and stderr, and a 95 % interval by
-    resampling documents where the samples carry the metric per document (else value ±
-    1.96 stderr, labelled)."""
-    from pecli.measures.intervals import mean_interval
-
+    documents where the samples carry the metric per document (`interval`)."""
     rows = []
     for task, metrics in results["results"].items():
         n = results.get("n-samples", {}).get(task, {}).get("effective")
@@ -249,18 +264,11 @@ def task_rows(results: dict, samples: dict, common: dict, n_boot: int, seed: int
             stderr = metrics.get(f"{metric}_stderr,{filt}")
             per_doc = [s[metric] for s in samples.get(task, []) if s.get("filter") == filt
                        and isinstance(s.get(metric), int | float)]
-            if len(per_doc) == n and per_doc and n_boot:
-                low, high = mean_interval(np.asarray(per_doc, dtype=float), n_boot=n_boot, seed=seed)
-                method = "percentile bootstrap over documents"
-                if not np.isclose(np.mean(per_doc), value):
-                    raise ValueError(f"{task} {metric}: the documents' mean {np.mean(per_doc)} is "
-                                     f"not lm-eval's {value}")
-            elif isinstance(stderr, int | float):
-                low, high = value - 1.96 * stderr, value + 1.96 * stderr
-                method = "normal: value ± 1.96 lm-eval stderr"
-            else:
-                low = high = float("nan")
-                method = ""
+            low, high, method = interval(per_doc if len(per_doc) == n else [], stderr, value,
+                                         n_boot, seed)
+            if method.endswith("over documents") and not np.isclose(np.mean(per_doc), value):
+                raise ValueError(f"{task} {metric}: the documents' mean {np.mean(per_doc)} is "
+                                 f"not lm-eval's {value}")
             rows.append({**common, "task": task, "dataset": task, "split": config.get("test_split")
                          or config.get("validation_split") or "", "rows": n,
                          "task_version": version, "metric": metric, "filter": filt,

@@ -511,12 +511,20 @@ class LmEvalOptions(Running, RopeScaled):
     limit: int | None = option(None, low=1)  # the first N documents of each task, as lm-eval
     include_path: str | None = option(None, location=True)
     model_args: str = ""  # what else lm-eval's HFLM takes (max_length=..., ...)
+    metadata: str = ""  # JSON for the tasks (lm-eval's --metadata), e.g. passkey's sizes
     bootstrap: int = option(1000, low=0, high=MAX_RESAMPLES)  # over documents, and lm-eval's
     save_dir: str | None = option(None, location=True)  # lm-eval's results JSON per condition
 
     def check(self) -> None:
         super().check()
         object.__setattr__(self, "tasks", tuple(names.split_names(self.tasks)))
+        try:
+            meta = json.loads(self.metadata) if self.metadata else {}
+        except ValueError:
+            meta = None
+        if not isinstance(meta, dict):
+            raise ConfigError(f"metadata (--metadata): {self.metadata!r} is not a JSON object, "
+                              "e.g. '{\"passkey_lengths\": [1024, 4096]}'")
         if self.protocol != (names.parse(names.PROTOCOLS, "relative"),):
             raise ConfigError("protocol (--protocol): lm-eval scores each request in one pass, "
                               "where every query weighs its own prefix (relative); drop --protocol")

@@ -191,3 +191,27 @@ def test_simple_evaluate_runs_a_task_yaml_a_user_wrote(tmp_path):
         task_manager=TaskManager(include_path=str(tasks)))["results"]["my_reviews"]
     assert intact == pytest.approx(plain["word_perplexity,none"], rel=1e-6)
     assert zero != pytest.approx(intact, rel=1e-4) and zero > 1
+
+
+def test_the_passkey_task_is_pecli_passkeys_trials_scored_by_its_rule(loaded):
+    """configs/lm_eval/passkey.yaml: the documents are the prompts and keys `pecli passkey`
+    builds for the model's tokenizer; each answer is scored by pecli's decoding rule."""
+    from lm_eval.tasks import TaskManager
+
+    from pecli.measures.passkey import answer, fit, keys
+
+    meta = {"pretrained": "models/tiny-gpt2-imdb", "passkey_lengths": [100],
+            "passkey_depths": [0.0, 1.0], "passkey_trials": 2}
+    manager = TaskManager(include_path=str(CONFIGS), metadata=meta)
+    docs = list(manager.load_task_or_group(["passkey"])["passkey"].test_docs())
+    expected = [fit(loaded.tokenizer, k, 100, d) for d in (0.0, 1.0) for k in keys(0, 100, d, 2)]
+    assert [(doc["prompt"], doc["k"], doc["tokens"]) for doc in docs] == \
+        [(t.text, t.k, len(t.ids)) for t in expected]
+    lm = plugin.PecliLM(pretrained="models/tiny-gpt2-imdb", loaded=loaded, batch_size=4)
+    try:
+        out = lm_eval.simple_evaluate(model=lm, tasks=["passkey"], task_manager=manager)
+    finally:
+        lm.close()
+    rule = [float(answer(s["resps"][0][0]) == s["doc"]["k"]) for s in out["samples"]["passkey"]]
+    assert [s["acc"] for s in out["samples"]["passkey"]] == rule
+    assert out["results"]["passkey"]["acc,none"] == pytest.approx(sum(rule) / len(rule))
