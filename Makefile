@@ -44,6 +44,7 @@ bench: setup
 	$(PY) benchmarks/bench_mc.py
 	$(PY) benchmarks/bench_parallel.py
 	$(PY) benchmarks/bench_length.py
+	$(PY) benchmarks/bench_families.py
 
 # The CLI reference is generated from the app, never written by hand (a test checks it).
 docs: setup

@@ -209,8 +209,9 @@ def recover(
     model's own normalisation): the token by nearest vocabulary row beside the no-position
     ceiling, the position by a linear probe, subtraction with the token known, joint
     decoding, and controls (random rows at the learned scale; a sinusoid plus Gaussian
-    tokens). Then a per-layer token probe on real text with and without positions. Rotary
-    models get a row: not applicable.
+    tokens). Then a per-layer token probe on real text with and without positions. Models
+    that add nothing to the token embedding (rotary, ALiBi, relative bias) get a row: not
+    applicable; if every model named is one, the command says so before loading.
 
     Examples:
         pecli pe recover minilm

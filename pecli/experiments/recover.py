@@ -32,7 +32,11 @@ from pecli.measures.intervals import ratio_interval
 from pecli.runs.options import RecoverOptions
 from pecli.runs.tables import validate
 
-NOT_APPLICABLE = "not applicable: positions are rotations, not added"
+# What each kind that adds nothing to the token embedding does instead.
+NOT_ADDED = {"rotary": "rotations of queries and keys",
+             "partial rotary": "rotations of part of each query and key",
+             "alibi": "a fixed bias on attention scores by distance",
+             "relative bias": "a learned bias on attention scores by distance bucket"}
 SIMILARITY = ("cosine: nearest vocabulary row by cosine similarity (a LayerNorm output has "
               "about the same norm for every row, and without a norm a dot product favours "
               "long rows whatever the direction)")
@@ -79,7 +83,7 @@ def embedding_stage(loaded, ids: np.ndarray, positions: np.ndarray, chunk: int =
         with torch.inference_mode():
             for s in range(0, len(ids), chunk):
                 tok = torch.as_tensor(ids[s:s + chunk], device=loaded.device)[:, None]  # [b, 1]
-                pos = torch.as_tensor(positions[s:s + chunk] + loaded.spec.pos_offset,
+                pos = torch.as_tensor(positions[s:s + chunk] + loaded.spec.position_ids_offset,
                                       device=loaded.device)[:, None]  # [b, 1]
                 try:
                     base(input_ids=tok, position_ids=pos, attention_mask=torch.ones_like(tok))
@@ -222,6 +226,21 @@ def hidden_level(loaded, ids: list[list[int]], top_k: int, folds: int, seed: int
     return rows
 
 
+def not_applicable(kind: str) -> str:
+    return f"not applicable: {kind} positions are {NOT_ADDED[kind]}, not added to the token embedding"
+
+
+def refuse_if_nothing_is_added(models) -> None:
+    """Before loading: if no model adds positions to its token embedding (as their configs
+    say), nothing here applies. A mixed list runs, with a "not applicable" row per such model."""
+    from pecli.models.loading import peek
+    from pecli.runs.errors import ModelError
+
+    refs = [peek(name) for name in models]
+    if all(ref is not None and ref.spec.position != "learned" for ref in refs):
+        raise ModelError("; ".join(f"{ref.name}: {not_applicable(ref.spec.position)}" for ref in refs))
+
+
 def run_recover(options: RecoverOptions, announce=None) -> dict[str, pd.DataFrame]:
     """Token and position recovery from the sum, at the input and in hidden states.
 
@@ -239,6 +258,7 @@ def run_recover(options: RecoverOptions, announce=None) -> dict[str, pd.DataFram
 
     o = options
     preflight(o.models)
+    refuse_if_nothing_is_added(o.models)
     say = announce or (lambda _msg: None)
     data = load_data(o.dataset, o.split, data_dir_=o.data_dir, limit=o.limit, seed=o.seed,
                      text_field=o.text_field)
@@ -248,9 +268,10 @@ def run_recover(options: RecoverOptions, announce=None) -> dict[str, pd.DataFram
         loaded = load(name, o)
         model_cols = loaded.provenance()
         if loaded.spec.position != "learned":
-            say(f"{name}: {NOT_APPLICABLE}")
+            why = not_applicable(loaded.spec.position)
+            say(f"{name}: {why}")
             summary.append({**model_cols, "metric": "not_applicable", "value": np.nan,
-                            "note": NOT_APPLICABLE, "dataset": "vocabulary", "split": "",
+                            "note": why, "dataset": "vocabulary", "split": "",
                             "rows": 0, "tokens": 0, "intervention": "none", "condition": "learned"})
             continue
         a, b = input_level(loaded, o.tokens, o.folds, o.seed, o.bootstrap, say)

@@ -48,10 +48,17 @@ class ArchSpec:
     own_attention: bool = False  # attention in the model's own code, outside transformers'
     #                              attention registry (where pecli installs masks): no masks
     note: str = ""  # what `pecli models` adds (a shrunk config, a stand-in tokenizer)
+    offset_inside: bool = False  # the model adds pos_offset to the position_ids it is given (OPT)
 
     @property
     def rotates(self) -> bool:
         return self.position in ROTARY_KINDS
+
+    @property
+    def position_ids_offset(self) -> int:
+        """What a caller adds to positions 0, 1, ... to get the position_ids the model takes:
+        RoBERTa takes table rows (offset 2), OPT positions (it adds its offset itself)."""
+        return 0 if self.offset_inside else self.pos_offset
 
 
 ARCHITECTURES: Registry[ArchSpec] = Registry("model family", ModelError)
@@ -216,7 +223,7 @@ for _spec in [
              note="offline tokenizer: GPT-2's BPE (its ids fit; Pythia's own differs)"),
     ArchSpec("opt", ("opt",), LEARNED, "decoder.embed_positions", None, 2, True,
              "decoder.layers", "AutoModelForCausalLM", "facebook/opt-125m", _opt_config, "roberta",
-             note="2 rows before position 0 (OPT's offset)"),
+             note="2 rows before position 0 (OPT's offset)", offset_inside=True),
     ArchSpec("distilbert", ("distilbert",), LEARNED, "embeddings.position_embeddings", None, 0,
              False, "transformer.layer", "AutoModel", "distilbert-base-uncased",
              _distilbert_config, "bert", note="no token types"),

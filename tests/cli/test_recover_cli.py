@@ -32,7 +32,7 @@ def test_recover_learned_and_rotary(assets, tmp_path):
     summary = pd.read_csv(tmp_path / "summary.csv")
     rotary = summary[summary.family == "llama"]
     assert list(rotary["metric"]) == ["not_applicable"]
-    assert "not applicable: positions are rotations, not added" in result.output
+    assert "not applicable: rotary positions are rotations of queries and keys, not added" in result.output
     learned = summary[(summary.family == "gpt2") & (summary.condition == "learned")].set_index("metric")
     assert learned.loc["raw_sum_max_abs_error", "value"] == 0.0
     # GPT-2 has no normalisation after the sum: subtracting the token gives the row back.

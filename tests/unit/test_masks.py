@@ -98,7 +98,7 @@ def test_legacy_never_overflows_to_nan():
 
 def _hidden(loaded, side: str):
     ids, mask = pad(SEQS, loaded.tokenizer.pad_token_id, torch.device("cpu"), side)
-    pos = (mask.cumsum(-1) - 1).clamp(min=0) + loaded.spec.pos_offset
+    pos = (mask.cumsum(-1) - 1).clamp(min=0) + loaded.spec.position_ids_offset
     with torch.inference_mode():
         h = loaded.model.base_model(input_ids=ids, attention_mask=mask, position_ids=pos).last_hidden_state
     # real tokens only, in text order

@@ -9,7 +9,7 @@ import torch
 from pecli.experiments.recover import input_level, real_vocabulary
 from pecli.measures import recovery as rc
 from pecli.measures.pe_analysis import RidgeLOO
-from pecli.models.architectures import position_embedding
+from pecli.models.architectures import ARCHITECTURES, position_embedding
 
 
 def _cos_argmax(q, rows):
@@ -88,6 +88,32 @@ def test_embedding_stage_is_the_models_own_sum_and_norm(tiny):
                                             emb.LayerNorm.eps).detach().numpy()
     np.testing.assert_allclose(embedding_stage(bert, ids, pos), direct, rtol=0, atol=1e-5)
 
+
+
+LEARNED_FAMILIES = [f for f in ARCHITECTURES.names() if ARCHITECTURES.get(f).position == "learned"]
+
+
+@pytest.mark.parametrize("family", LEARNED_FAMILIES)
+def test_embedding_stage_equals_what_the_first_block_receives_in_a_whole_sequence(family, tiny):
+    """Against the model placing positions itself (no position_ids passed): a token's embedding
+    stage does not depend on its neighbours, so token i alone at position i must equal row i of
+    a whole sequence's first-block input. Catches an offset added twice (OPT adds its own)."""
+    from pecli.experiments.recover import embedding_stage
+    from pecli.models.architectures import resolve
+
+    loaded = tiny(family)
+    ids = torch.randint(5, 200, (1, 40), generator=torch.Generator().manual_seed(0))
+    seen = []
+    first = resolve(loaded.model, loaded.spec, loaded.spec.layers)[0]
+    handle = first.register_forward_pre_hook(
+        lambda m, args, kwargs: seen.append(args[0] if args else kwargs["hidden_states"]),
+        with_kwargs=True)
+    with torch.inference_mode():
+        getattr(loaded.model, "base_model", loaded.model)(input_ids=ids, attention_mask=torch.ones_like(ids))
+    handle.remove()
+    whole = seen[0][0].numpy()
+    alone = embedding_stage(loaded, ids[0].numpy(), np.arange(40))
+    np.testing.assert_allclose(alone, whole, rtol=0, atol=1e-5)
 
 def test_real_vocabulary_drops_special_and_unused_rows(tiny):
     tok = tiny("bert").tokenizer
