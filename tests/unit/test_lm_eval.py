@@ -215,3 +215,34 @@ def test_the_passkey_task_is_pecli_passkeys_trials_scored_by_its_rule(loaded):
     rule = [float(answer(s["resps"][0][0]) == s["doc"]["k"]) for s in out["samples"]["passkey"]]
     assert [s["acc"] for s in out["samples"]["passkey"]] == rule
     assert out["results"]["passkey"]["acc,none"] == pytest.approx(sum(rule) / len(rule))
+
+
+def test_mc2_v2_and_v3_differ_exactly_where_labels_are_not_sorted(shared_data):
+    """pecli mc scores MC2 by v2.0 (the true choices before the first false); lm-eval 0.4.13's
+    truthfulqa_mc2 by v3.0 (every true choice). On all 817 shipped items with seeded random
+    log-likelihoods: pecli equals v2.0 by hand, lm-eval's own process_results_mc2 equals v3.0
+    by hand, and the two differ on exactly the items whose labels are not sorted."""
+    import numpy as np
+    from lm_eval.tasks.truthfulqa.utils import process_results_mc2
+
+    from pecli.measures import mc_scoring as mc
+
+    items, _ = mc.load_items("truthfulqa-mc", str(shared_data))
+    rng = np.random.default_rng(0)
+    unsorted, differ = set(), set()
+    for item in items:
+        choices, labels = item.targets["mc2"]
+        ll = dict(zip(item.choices, rng.normal(-20, 3, len(item.choices)), strict=True))
+        mc2_ll = np.array([ll[c] for c in choices])
+        p = np.exp(mc2_ll) / np.exp(mc2_ll).sum()
+        first_false = list(labels).index(0) if 0 in labels else len(labels)
+        ours = mc.item_scores(item, np.array([ll[c] for c in item.choices]))["values"]["mc2"]
+        theirs = process_results_mc2({"mc2_targets": {"labels": list(labels)}},
+                                     [(v, False) for v in mc2_ll])["acc"]
+        assert ours == pytest.approx(p[:first_false].sum(), abs=1e-12)
+        assert theirs == pytest.approx(p[np.array(labels) == 1].sum(), abs=1e-12)
+        if list(labels) != sorted(labels, reverse=True):
+            unsorted.add(item.text_id)
+        if abs(ours - theirs) > 1e-12:
+            differ.add(item.text_id)
+    assert differ == unsorted and len(unsorted) == 2  # the README's "2 of the 817 items"
