@@ -47,16 +47,17 @@ def by_condition(df: pd.DataFrame, path: Path) -> Path:
         ax.set_xlim(-0.6, len(conditions) - 0.4)
         version = part["task_version"].dropna()
         suffix = f" (v{version.iloc[0]})" if len(version) else ""
-        ax.set_title(f"{task}{suffix}: {metric}" + ("" if filt == "none" else f" [{filt}]"),
+        method = " / ".join(dict.fromkeys(part["interval_method"].dropna()))
+        ax.set_title(f"{task}{suffix}: {metric}" + ("" if filt == "none" else f" [{filt}]")
+                     + (f"\nbars: {method.removesuffix(' over documents')}" if method else ""),
                      fontsize=9)
         ax.grid(axis="y", alpha=0.3)
     for ax in axes.flat[len(panels):]:
         ax.axis("off")
     axes[0, 0].set_ylabel("lm-eval's value")
     first = df.iloc[0]
-    methods = "; ".join(m for m in dict.fromkeys(df["interval_method"].dropna()) if m)
     fig.suptitle(f"lm-evaluation-harness through pecli: {first['model']}, {int(first['rows'])} "
-                 f"documents per task\nbars: 95 % interval ({methods}); dotted: the intact model",
+                 f"documents per task\nbars: 95 % interval over documents; dotted: the intact model",
                  fontsize=9)
     return save(fig, path)
 
