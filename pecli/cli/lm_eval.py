@@ -68,8 +68,9 @@ def lm_eval(
     (the intact model first), scored by lm-eval's own evaluator and metrics.
 
     Writes each condition's results as lm-eval writes them (lm_eval/<condition>/), a tidy
-    lm_eval.csv (task, metric, value, stderr, interval, condition, provenance) that `pecli
-    compare` reads, and a figure. lm-eval's own command line does not import plugin models,
+    lm_eval.csv (task, metric, value, stderr, interval, condition, provenance; each
+    condition's difference from the intact model on the same documents, with a paired
+    bootstrap interval) that `pecli compare` reads, and a figure. lm-eval's own command line does not import plugin models,
     hence this command (README: lm-eval).
 
     Examples:
@@ -101,12 +102,16 @@ def lm_eval(
                                            progress=lambda i, n: show.print(f"condition {i}/{n} done"))
     df = tables["lm_eval"]
     summary = Table(title=f"lm-eval through pecli: {df['model'].iloc[0]}")
-    for col in ("task", "metric", "condition", "value [95 % CI]", "stderr"):
-        summary.add_column(col, justify="right" if col in ("value [95 % CI]", "stderr") else "left")
+    numbers = ("value [95 % CI]", "stderr", "minus intact, same documents [95 % CI]")
+    for col in ("task", "metric", "condition", *numbers):
+        summary.add_column(col, justify="right" if col in numbers else "left")
     for _, r in df.iterrows():
         cond = f"{r['intervention']}, {r['mask']}/{r['mask_semantics']}, rope {r['rope_scaling']}"
+        diff = r["diff_vs_intact"]
+        paired = "" if diff != diff else f"{diff:+.4f}" + ci_text(
+            {"ci_low": r["diff_ci_low"], "ci_high": r["diff_ci_high"]}, "+.4f")
         summary.add_row(r["dataset"], r["metric"], cond, f"{r['value']:.4f}{ci_text(r)}",
-                        f"{r['stderr']:.4f}")
+                        f"{r['stderr']:.4f}", paired)
     show.print(summary)
     for p in [*paths.values(), *pngs]:
         show.print(f"wrote {p}")

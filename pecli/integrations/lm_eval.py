@@ -194,7 +194,7 @@ def run(options: LmEvalOptions, progress=None) -> dict[str, pd.DataFrame]:
         raise ConfigError(f"unknown lm-eval task {', '.join(unknown)}; see `python -m lm_eval "
                           "ls tasks`, or give --include_path DIR for your own task YAMLs")
     loaded = load(o.model, first)
-    rows = []
+    rows, per_doc = [], []  # per condition: {(task, metric, filter): {doc_id: value}}
     for i, cond in enumerate(grid):
         lm = PecliLM(**single, **cond, loaded=loaded, **hflm)
         args = ",".join(f"{k}={v}" for k, v in {**single, **cond, **hflm}.items() if v is not None)
@@ -217,13 +217,51 @@ def run(options: LmEvalOptions, progress=None) -> dict[str, pd.DataFrame]:
         common = {**lm.loaded.provenance(), **lm.condition_columns(), "tokens": lm.tokens,
                   "seed": o.seed, "num_fewshot": o.num_fewshot, "limit": o.limit,
                   "lm_eval_version": lm_eval.__version__}
-        rows += task_rows(results, samples, common, o.bootstrap, o.seed)
+        rows += [{**row, "condition_index": i}
+                 for row in task_rows(results, samples, common, o.bootstrap, o.seed)]
+        per_doc.append(documents(samples))
         if progress:
             progress(i + 1, len(grid))
     from pecli.runs.tables import validate
 
-    return {"lm_eval": validate(pd.DataFrame(rows).assign(experiment="lm-eval",
-                                                           **row_provenance()))}
+    table = paired_with_intact(pd.DataFrame(rows), per_doc, o.bootstrap, o.seed)
+    return {"lm_eval": validate(table.assign(experiment="lm-eval", **row_provenance()))}
+
+
+def documents(samples: dict) -> dict[tuple, dict[int, float]]:
+    """Each (task, metric, filter)'s value per document, from lm-eval's logged samples."""
+    out: dict[tuple, dict[int, float]] = {}
+    for task, logged in samples.items():
+        for s in logged:
+            for metric, value in s.items():
+                if isinstance(value, int | float) and not isinstance(value, bool) and \
+                        metric not in ("doc_id", "filter"):
+                    out.setdefault((task, metric, s.get("filter")), {})[s["doc_id"]] = float(value)
+    return out
+
+
+def paired_with_intact(df: pd.DataFrame, per_doc: list[dict], n_boot: int, seed: int
+                       ) -> pd.DataFrame:
+    """Add `diff_vs_intact` (the condition's value minus the intact model's, from the same
+    documents) and a 95 % bootstrap interval of it over documents, resampling each document's
+    pair together: sharper than comparing the two conditions' own intervals. NaN for the
+    intact rows, and where the documents' values are not logged."""
+    from pecli.measures.intervals import MIN_TEXTS, mean_interval
+
+    diffs = []
+    for row in df.itertuples():
+        key = (row.task, row.metric, row.filter)
+        intact, here = per_doc[0].get(key, {}), per_doc[row.condition_index].get(key, {})
+        docs = sorted(set(intact) & set(here))
+        if row.condition_index == 0 or not docs or len(docs) != row.rows:
+            diffs.append((np.nan, np.nan, np.nan))
+            continue
+        d = np.array([here[k] - intact[k] for k in docs])
+        low, high = (mean_interval(d, n_boot=n_boot, seed=seed) if n_boot and len(d) >= MIN_TEXTS
+                     else (np.nan, np.nan))
+        diffs.append((float(d.mean()), low, high))
+    return df.assign(**dict(zip(("diff_vs_intact", "diff_ci_low", "diff_ci_high"),
+                                np.array(diffs, dtype=float).T, strict=True)))
 
 
 def condition_dir(cond: dict[str, Any]) -> str:

@@ -41,10 +41,18 @@ def by_condition(df: pd.DataFrame, path: Path) -> Path:
         for i, (cond, row) in enumerate(part.iterrows()):
             if row.notna().any():
                 points(ax, [i], part.loc[[cond]], color_of(row["intervention"]), cond)
+        for i, (_, row) in enumerate(part.iterrows()):
+            if i and np.isfinite(row.get("diff_vs_intact", np.nan)):
+                paired = f"{row['diff_vs_intact']:+.2f}"
+                if np.isfinite(row["diff_ci_low"]):
+                    paired += f"\n[{row['diff_ci_low']:+.2f}, {row['diff_ci_high']:+.2f}]"
+                ax.annotate("minus intact:\n" + paired, (i, row["value"]), xytext=(7, 0),
+                            textcoords="offset points", ha="left", va="center", fontsize=7,
+                            color="0.3")
         intact = part["value"].iloc[0]
         ax.axhline(intact, color="black", lw=0.8, ls=":", zorder=1)
         ax.set_xticks(x, conditions, rotation=30, ha="right", fontsize=8)
-        ax.set_xlim(-0.6, len(conditions) - 0.4)
+        ax.set_xlim(-0.6, len(conditions) - 0.1)  # room for the last difference's label
         version = part["task_version"].dropna()
         suffix = f" (v{version.iloc[0]})" if len(version) else ""
         method = " / ".join(dict.fromkeys(part["interval_method"].dropna()))
@@ -57,7 +65,8 @@ def by_condition(df: pd.DataFrame, path: Path) -> Path:
     axes[0, 0].set_ylabel("lm-eval's value")
     first = df.iloc[0]
     fig.suptitle(f"lm-evaluation-harness through pecli: {first['model']}, {int(first['rows'])} "
-                 f"documents per task\nbars: 95 % interval over documents; dotted: the intact model",
+                 f"documents per task\nbars: 95 % interval over documents; dotted: the intact model; "
+                 f"beside a point: minus intact on the same documents [paired bootstrap]",
                  fontsize=9)
     return save(fig, path)
 

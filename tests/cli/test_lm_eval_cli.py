@@ -37,6 +37,20 @@ def test_two_conditions_write_lm_evals_json_a_table_and_a_figure(tmp_path, share
         row = df[(df["intervention"] == condition.split("-")[0]) & (df["task"] == "truthfulqa_mc2")]
         assert saved["results"]["truthfulqa_mc2"]["acc,none"] == pytest.approx(row["value"].item())
         assert f"intervention={condition.split('-')[0]}" in saved["config"]["model_args"]
+    # each condition minus intact on the same documents, from lm-eval's own logged samples
+    accs = {}
+    for condition in ("learned", "zero"):
+        for task in ("truthfulqa_mc1", "truthfulqa_mc2"):
+            (path,) = (out / "lm_eval" / f"{condition}-default-legacy").rglob(f"samples_{task}_*.jsonl")
+            lines = [json.loads(line) for line in path.read_text().splitlines()]
+            accs[condition, task] = {s["doc_id"]: s["acc"] for s in lines}
+    for task in ("truthfulqa_mc1", "truthfulqa_mc2"):
+        by_hand = sum(accs["zero", task][d] - accs["learned", task][d] for d in range(4)) / 4
+        rows = df[df["task"] == task].set_index("intervention")
+        assert rows.loc["zero", "diff_vs_intact"] == pytest.approx(by_hand, abs=1e-12)
+        assert rows.loc["learned", ["diff_vs_intact", "diff_ci_low"]].isna().all()
+        assert rows.loc["zero", "diff_ci_low"] <= rows.loc["zero", "diff_ci_high"]
+    assert "minus intact" in result.output
     assert (out / "figures" / "lm_eval.png").stat().st_size > 0
     compared = runner.invoke(app, ["compare", str(out), "--out", str(tmp_path / "cmp")])
     assert compared.exit_code == 0, compared.output

@@ -246,3 +246,23 @@ def test_mc2_v2_and_v3_differ_exactly_where_labels_are_not_sorted(shared_data):
         if abs(ours - theirs) > 1e-12:
             differ.add(item.text_id)
     assert differ == unsorted and len(unsorted) == 2  # the README's "2 of the 817 items"
+
+
+def test_the_difference_from_intact_resamples_each_documents_pair_together():
+    """A condition that lowers every document by exactly 0.25: the paired difference is -0.25
+    with a zero-width interval (pairs resampled together), however spread the documents are;
+    documents missing from either side give NaN, never a difference of other documents."""
+    import numpy as np
+    import pandas as pd
+
+    values = np.random.default_rng(0).uniform(0, 1, 30)
+    intact = {("t", "acc", "none"): dict(enumerate(values))}
+    lower = {("t", "acc", "none"): {i: v - 0.25 for i, v in enumerate(values)}}
+    df = pd.DataFrame([{"task": "t", "metric": "acc", "filter": "none", "rows": 30,
+                        "condition_index": i} for i in range(3)])
+    missing = {("t", "acc", "none"): {i: v for i, v in enumerate(values) if i != 7}}
+    out = plugin.paired_with_intact(df, [intact, lower, missing], n_boot=1000, seed=0)
+    assert np.isnan(out.loc[0, ["diff_vs_intact", "diff_ci_low", "diff_ci_high"]].astype(float)).all()
+    assert out.loc[1, ["diff_vs_intact", "diff_ci_low", "diff_ci_high"]].tolist() == \
+        pytest.approx([-0.25] * 3, abs=1e-12)
+    assert np.isnan(out.loc[2, "diff_vs_intact"])
