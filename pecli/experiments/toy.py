@@ -104,7 +104,7 @@ def greedy_answers(model, tokenizer, prompts: list[str], max_new: int) -> list[s
         done = torch.zeros(len(idx), dtype=torch.bool)
         out: list[list[int]] = [[] for _ in idx]
         for _ in range(max_new):
-            nxt = model(input_ids=ids).logits[:, -1].argmax(-1)  # [b]
+            nxt = model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits[:, -1].argmax(-1)
             for r, t in enumerate(nxt.tolist()):
                 if not done[r]:
                     if t == tokenizer.eos_token_id:
@@ -134,7 +134,8 @@ def attention_rows(model, input_ids: torch.Tensor) -> list[torch.Tensor]:
     if swap:
         model.set_attn_implementation("eager")
     try:
-        out = model(input_ids=input_ids, output_attentions=True)
+        out = model(input_ids=input_ids, attention_mask=torch.ones_like(input_ids),
+                    output_attentions=True)
     finally:
         if swap:
             model.set_attn_implementation(current)

@@ -9,6 +9,7 @@ enters a prompt, and decoding uses the KV cache (transformers' `generate`, greed
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -96,15 +97,23 @@ def decode(loaded, trials: list[Trial], batch_size: int | None = None,
                               pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else stop)
     plan = batches(trials, batch_size)
     done = {}  # batch index -> its decoded outputs (this process's share)
-    for b in parallel.shard(plan, [len(trials[i].ids) for i in range(len(trials))]):
-        ids = torch.tensor([trials[i].ids for i in plan[b]], device=loaded.device)
-        with torch.inference_mode():
-            new = loaded.model.generate(ids, attention_mask=torch.ones_like(ids),
-                                        generation_config=config)[:, ids.shape[1]:].tolist()
-        done[b] = [tok.decode(row[:row.index(stop)] if stop in row else row, skip_special_tokens=True)
-                   for row in new]
-        if progress:
-            progress(len(plan[b]))
+    # Prompts past the model's context are the point here: the table says so in each row, and
+    # transformers' reminder that generation passed max_position_embeddings stays quiet.
+    quiet = logging.getLogger("transformers.generation.utils")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
+    try:
+        for b in parallel.shard(plan, [len(trials[i].ids) for i in range(len(trials))]):
+            ids = torch.tensor([trials[i].ids for i in plan[b]], device=loaded.device)
+            with torch.inference_mode():
+                new = loaded.model.generate(ids, attention_mask=torch.ones_like(ids),
+                                            generation_config=config)[:, ids.shape[1]:].tolist()
+            done[b] = [tok.decode(row[:row.index(stop)] if stop in row else row,
+                                  skip_special_tokens=True) for row in new]
+            if progress:
+                progress(len(plan[b]))
+    finally:
+        quiet.setLevel(level)
     out: list[str] = [""] * len(trials)
     for b, texts in parallel.gather(done).items():
         for i, text in zip(plan[b], texts, strict=True):
