@@ -217,9 +217,9 @@ def run(options: LmEvalOptions, progress=None) -> dict[str, pd.DataFrame]:
         common = {**lm.loaded.provenance(), **lm.condition_columns(), "tokens": lm.tokens,
                   "seed": o.seed, "num_fewshot": o.num_fewshot, "limit": o.limit,
                   "lm_eval_version": lm_eval.__version__}
-        rows += [{**row, "condition_index": i}
-                 for row in task_rows(results, samples, common, o.bootstrap, o.seed)]
         per_doc.append(documents(samples))
+        rows += [{**row, "condition_index": i}
+                 for row in task_rows(results, per_doc[-1], common, o.bootstrap, o.seed)]
         if progress:
             progress(i + 1, len(grid))
     from pecli.runs.tables import validate
@@ -234,8 +234,7 @@ def documents(samples: dict) -> dict[tuple, dict[int, float]]:
     for task, logged in samples.items():
         for s in logged:
             for metric, value in s.items():
-                if isinstance(value, int | float) and not isinstance(value, bool) and \
-                        metric not in ("doc_id", "filter"):
+                if isinstance(value, int | float) and metric != "doc_id":
                     out.setdefault((task, metric, s.get("filter")), {})[s["doc_id"]] = float(value)
     return out
 
@@ -287,9 +286,9 @@ def interval(per_doc: list, stderr, value: float, n_boot: int, seed: int):
     return float("nan"), float("nan"), ""
 
 
-def task_rows(results: dict, samples: dict, common: dict, n_boot: int, seed: int) -> list[dict]:
+def task_rows(results: dict, docs: dict, common: dict, n_boot: int, seed: int) -> list[dict]:
     """One row per (task, metric, filter): lm-eval's value and stderr, and a 95 % interval by
-    documents where the samples carry the metric per document (`interval`)."""
+    documents where the samples carry the metric per document (`docs`, from `documents`)."""
     rows = []
     for task, metrics in results["results"].items():
         n = results.get("n-samples", {}).get(task, {}).get("effective")
@@ -300,8 +299,7 @@ def task_rows(results: dict, samples: dict, common: dict, n_boot: int, seed: int
                 continue
             metric, filt = key.split(",", 1)
             stderr = metrics.get(f"{metric}_stderr,{filt}")
-            per_doc = [s[metric] for s in samples.get(task, []) if s.get("filter") == filt
-                       and isinstance(s.get(metric), int | float)]
+            per_doc = list(docs.get((task, metric, filt), {}).values())
             low, high, method = interval(per_doc if len(per_doc) == n else [], stderr, value,
                                          n_boot, seed)
             if method.endswith("over documents") and not np.isclose(np.mean(per_doc), value):

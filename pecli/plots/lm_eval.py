@@ -41,7 +41,6 @@ def by_condition(df: pd.DataFrame, path: Path) -> Path:
         for i, (cond, row) in enumerate(part.iterrows()):
             if row.notna().any():
                 points(ax, [i], part.loc[[cond]], color_of(row["intervention"]), cond)
-        for i, (_, row) in enumerate(part.iterrows()):
             if i and np.isfinite(row.get("diff_vs_intact", np.nan)):
                 paired = f"{row['diff_vs_intact']:+.2f}"
                 if np.isfinite(row["diff_ci_low"]):
