@@ -26,19 +26,20 @@ ITEMS = [{"question": "Is the sky blue?", "mc1_targets": {"Yes.": 1, "No.": 0},
          {"question": "What is 2+2?", "mc1_targets": {"4": 1, "5": 0},
           "mc2_targets": {"4": 1, "Four": 1, "5": 0}}]
 
-# (experiment, its arguments, the files it writes)
+# experiment -> (its command, its options, the files it writes)
 EXPERIMENTS = {
-    "ablate": (["ablate", "--intervention", "zero", "--limit", "4", "--bootstrap", "100"],
+    "ablate": (["ablate"], ["--intervention", "zero", "--limit", "4", "--bootstrap", "100"],
                ["ablate.csv"]),
-    "perplexity": (["perplexity", "--intervention", "zero", "--limit", "4", "--bootstrap", "100"],
+    "perplexity": (["perplexity"], ["--intervention", "zero", "--limit", "4", "--bootstrap", "100"],
                    ["perplexity.csv"]),
-    "mc": (["mc", "--intervention", "zero", "--bootstrap", "100"], ["mc.csv"]),
-    "pe probe": (["pe", "probe", "--limit", "8", "--max-length", "16", "--folds", "2",
-                  "--pairs", "100"], ["hidden.csv"]),
-    "pe recover": (["pe", "recover", "--limit", "8", "--tokens", "6", "--top-k", "2", "--folds", "2",
-                    "--n-boot", "100"], ["summary.csv"]),
-    "length": (["length", "--lengths", "16,32", "--bootstrap", "100"], ["length.csv"]),
-    "passkey": (["passkey", "--lengths", "48", "--depths", "0,1", "--trials", "1"], ["passkey.csv"]),
+    "mc": (["mc"], ["--intervention", "zero", "--bootstrap", "100"], ["mc.csv"]),
+    "pe probe": (["pe", "probe"], ["--limit", "8", "--max-length", "16", "--folds", "2",
+                                   "--pairs", "100"], ["hidden.csv"]),
+    "pe recover": (["pe", "recover"], ["--limit", "8", "--tokens", "6", "--top-k", "2",
+                                       "--folds", "2", "--n-boot", "100"], ["summary.csv"]),
+    "length": (["length"], ["--lengths", "16,32", "--bootstrap", "100"], ["length.csv"]),
+    "passkey": (["passkey"], ["--lengths", "48", "--depths", "0,1", "--trials", "1"],
+                ["passkey.csv"]),
 }
 CAUSAL_ONLY = {"perplexity", "mc", "length", "passkey"}
 
@@ -73,12 +74,11 @@ def test_each_experiment_works_or_says_not_applicable(experiment, family, inputs
         return tiny(name.removeprefix("random:"))
 
     monkeypatch.setattr("pecli.models.loading.load_model", load_tiny)
-    args, files = EXPERIMENTS[experiment]
+    command, options, files = EXPERIMENTS[experiment]
     dataset = [] if experiment == "passkey" else [
         "--dataset", str(inputs["items" if experiment == "mc" else "texts"])]
     out = tmp_path / "out"
-    result = invoke(*args[:2 if args[0] == "pe" else 1], f"random:{family}",
-                    *args[2 if args[0] == "pe" else 1:], *dataset, "--device", "cpu",
+    result = invoke(*command, f"random:{family}", *options, *dataset, "--device", "cpu",
                     "--out", str(out))
     refusal = expected_refusal(experiment, family)
     if refusal is None:
