@@ -102,11 +102,12 @@ def _rows_for(loaded, data, grid, o: LengthOptions, progress) -> list[dict]:
     from pecli.positions.extension import extended, not_applicable, table_kind
     from pecli.positions.interventions import check_applies, intervene
     from pecli.positions.masks import check_maskable
+    from pecli.positions.rope_scaling import check_scalings, rope_scaled
     from pecli.positions.rope_scaling import provenance as rope_columns
-    from pecli.positions.rope_scaling import rope_scaled
 
     check_causal(loaded)
     _check_rope(loaded.name, loaded.spec, o)
+    check_scalings(loaded.model.config, [params for _, _, params in grid])
     for how, _, _ in grid:
         check_applies(loaded, how.intervention)
     if _masked(grid):

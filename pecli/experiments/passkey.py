@@ -63,11 +63,12 @@ def _trials_for(loaded, grid, o: PasskeyOptions, progress) -> list[dict]:
     from pecli.measures.passkey import NEW_TOKENS, answer, decode, fit, keys
     from pecli.positions.extension import not_applicable
     from pecli.positions.interventions import check_applies, intervene
+    from pecli.positions.rope_scaling import check_scalings, rope_scaled
     from pecli.positions.rope_scaling import provenance as rope_columns
-    from pecli.positions.rope_scaling import rope_scaled
 
     check_causal(loaded)
     _check_rope(loaded.name, loaded.spec, o)
+    check_scalings(loaded.model.config, [params for _, _, params in grid])
     for choice, _, _ in grid:
         check_applies(loaded, choice)
     cells = {(n, d): [fit(loaded.tokenizer, k, n, d) for k in keys(o.seed, n, d, o.trials)]

@@ -168,6 +168,9 @@ def run(options: LmEvalOptions, progress=None) -> dict[str, pd.DataFrame]:
     from lm_eval.loggers import EvaluationTracker
     from lm_eval.tasks import TaskManager
 
+    from pecli.experiments.length import _check_rope  # --rope-scaling only on rotary models
+    from pecli.models.loading import peek
+    from pecli.positions.rope_scaling import check_scalings
     from pecli.runs.provenance import row_provenance
 
     o = options
@@ -182,6 +185,9 @@ def run(options: LmEvalOptions, progress=None) -> dict[str, pd.DataFrame]:
         how = plan_of(condition_options({**single, **cond}, "pecli lm-eval"))
         check_before_loading(o.model, [how.intervention], causal=True,
                              masked=how.attention is not None)
+    ref = peek(o.model)
+    if ref is not None:
+        _check_rope(o.model, ref.spec, o)
     if o.data_dir:  # the local task YAMLs (configs/lm_eval) read it from the environment
         os.environ["PECLI_DATA_DIR"] = o.data_dir
     # lm-eval's notes (a local task overriding its own, truncation) stay out of pecli's output
@@ -194,6 +200,8 @@ def run(options: LmEvalOptions, progress=None) -> dict[str, pd.DataFrame]:
         raise ConfigError(f"unknown lm-eval task {', '.join(unknown)}; see `python -m lm_eval "
                           "ls tasks`, or give --include_path DIR for your own task YAMLs")
     loaded = load(o.model, first)
+    _check_rope(loaded.name, loaded.spec, o)  # before any condition is scored
+    check_scalings(loaded.model.config, [params for _, params in o.rope_conditions()])
     rows, per_doc = [], []  # per condition: {(task, metric, filter): {doc_id: value}}
     for i, cond in enumerate(grid):
         lm = PecliLM(**single, **cond, loaded=loaded, **hflm)

@@ -38,6 +38,14 @@ def resolve(config, parameters: dict[str, Any]) -> dict[str, Any]:
         raise ModelError(f"{config.model_type} has no rotary rope_parameters; --rope-scaling "
                          "applies to rotary models (e.g. smollm2, random:llama)")
     resolved = {**{k: own[k] for k in KEPT if k in own}, **parameters}
+    if resolved["rope_type"] == "longrope":  # one factor per rotated frequency of a head
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        half = int(head_dim * resolved.get("partial_rotary_factor", 1.0)) // 2
+        for key in ("short_factor", "long_factor"):
+            if len(resolved[key]) != half:
+                raise ConfigError(f"rope_scaling (--rope-scaling): longrope: {key} has "
+                                  f"{len(resolved[key])} values; {config.model_type}'s heads "
+                                  f"rotate {half} frequencies, one value each")
     if resolved["rope_type"] in NEEDS_ORIGINAL:
         resolved.setdefault("original_max_position_embeddings", config.max_position_embeddings)
     scaled = _config_with(config, resolved)
@@ -47,6 +55,14 @@ def resolve(config, parameters: dict[str, Any]) -> dict[str, Any]:
         raise ConfigError(f"rope_scaling (--rope-scaling): {resolved['rope_type']}: "
                           f"{str(err).strip(chr(34) + chr(39))}") from None
     return dict(scaled.rope_parameters)
+
+
+def check_scalings(config, scalings) -> None:
+    """Every rope scaling of a run (rope_parameters, None: unscaled) resolved against the
+    model's config: what only the config decides is refused before any condition is scored."""
+    for parameters in scalings:
+        if parameters is not None:
+            resolve(config, parameters)
 
 
 def _config_with(config, rope_parameters: dict[str, Any]):

@@ -23,11 +23,12 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import math
 import re
 import types
 import typing
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -212,6 +213,44 @@ ROPE_FACTOR_TYPES = ("linear", "dynamic", "yarn")  # these need only a factor: T
 ROPE_EXTRA_KEYS = {"llama3": ("low_freq_factor", "high_freq_factor"),
                    "longrope": ("short_factor", "long_factor")}
 ROPE_EXAMPLE = '{"rope_type": "llama3", "factor": 8, "low_freq_factor": 1, "high_freq_factor": 4}'
+# Per type: (keys a user must give, keys a user may give), as transformers' _validate_*
+# functions take them, less what pecli fills in from the model (rope_theta, the original
+# context). rope_theta and partial_rotary_factor may be given to any type.
+ROPE_KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "linear": (("factor",), ()),
+    "dynamic": (("factor",), ()),
+    "yarn": (("factor",), ("original_max_position_embeddings", "attention_factor", "beta_fast",
+                           "beta_slow", "mscale", "mscale_all_dim", "truncate")),
+    "longrope": (("short_factor", "long_factor"), ("factor", "attention_factor",
+                                                   "original_max_position_embeddings")),
+    "llama3": (("factor", "low_freq_factor", "high_freq_factor"), ("original_max_position_embeddings",)),
+    "proportional": ((), ()),
+}
+
+
+def _number(v) -> bool:
+    """A finite int or float (not a bool, NaN or inf)."""
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _factors(v) -> bool:
+    return isinstance(v, list) and len(v) > 0 and all(_number(x) and x > 0 for x in v)
+
+
+_POSITIVE = (lambda v: _number(v) and v > 0, "a finite positive number")
+# What each key's value must be: (check, what it must be)
+ROPE_VALUES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "factor": (lambda v: _number(v) and v >= 1, "a finite number of at least 1 (the stretch)"),
+    "rope_theta": (lambda v: _number(v) and v > 1, "a finite number greater than 1 (the base)"),
+    "partial_rotary_factor": (lambda v: _number(v) and 0 < v <= 1, "a number in (0, 1]"),
+    "original_max_position_embeddings": (
+        lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1, "a positive integer"),
+    "truncate": (lambda v: isinstance(v, bool), "true or false"),
+    **dict.fromkeys(("attention_factor", "beta_fast", "beta_slow", "mscale", "mscale_all_dim",
+                     "low_freq_factor", "high_freq_factor"), _POSITIVE),
+    **dict.fromkeys(("short_factor", "long_factor"), (
+        _factors, "a non-empty list of finite positive numbers (one per rotated frequency)")),
+}
 
 
 def split_rope_scalings(value) -> list[str]:
@@ -236,22 +275,26 @@ def rope_parameters(text: str) -> dict[str, Any]:
     """One --rope-scaling item -> the rope_parameters it sets (what the model's config does not
     already say: rope_theta and the original context are filled in from the model).
 
-    `yarn:2` -> {"rope_type": "yarn", "factor": 2.0}; a JSON dict is taken as it is (its
-    rope_type checked; the keys a type needs are checked against the model's config)."""
+    `yarn:2` -> {"rope_type": "yarn", "factor": 2.0}; a JSON dict -> its rope_parameters.
+    Both spellings end in `check_rope_parameters`: the same keys and values are refused
+    whichever way they were written."""
     label = _label("rope_scaling")
     if text.startswith("{"):
-        try:
+        try:  # NaN, Infinity and 1e400 parse to floats that the value checks refuse
             params = json.loads(text)
         except json.JSONDecodeError as err:
             raise ConfigError(f"{label}: {text!r} is not valid JSON ({err.msg}); e.g. "
                               f"'{ROPE_EXAMPLE}'") from None
         if not isinstance(params, dict):
             raise ConfigError(f"{label}: {text!r} must be a JSON object of rope_parameters")
+        if "type" in params and "rope_type" in params:
+            raise ConfigError(f"{label}: {text!r} gives both type and rope_type; give rope_type")
         kind = params.get("rope_type", params.get("type"))
-        if kind not in ROPE_TYPES:
+        if not isinstance(kind, str) or kind not in ROPE_TYPES:
             raise ConfigError(f"{label}: rope_type {kind!r} is not one of transformers' rope "
                               f"types: {', '.join(ROPE_TYPES)}")
-        return {"rope_type": kind, **{k: v for k, v in params.items() if k not in ("type", "rope_type")}}
+        return check_rope_parameters(
+            {"rope_type": kind, **{k: v for k, v in params.items() if k not in ("type", "rope_type")}})
     kind, colon, factor = text.partition(":")
     if kind in ROPE_EXTRA_KEYS:
         raise ConfigError(f"{label}: {kind} needs {' and '.join(ROPE_EXTRA_KEYS[kind])} besides a "
@@ -265,13 +308,42 @@ def rope_parameters(text: str) -> dict[str, Any]:
         raise ConfigError(f"{label}: unknown rope type {kind!r}{hint}; write TYPE:FACTOR with "
                           f"TYPE one of {', '.join(ROPE_FACTOR_TYPES)} (e.g. yarn:2), or a JSON "
                           "dict of rope_parameters for any type")
+    if not colon or not factor.strip():
+        raise ConfigError(f"{label}: {text!r} needs a factor: {kind}:FACTOR, e.g. {kind}:2")
     try:
-        value = float(factor)
+        value: Any = float(factor)
     except ValueError:
-        value = float("nan")
-    if not colon or not value > 0 or value == float("inf"):
-        raise ConfigError(f"{label}: {text!r} needs a positive factor: {kind}:FACTOR, e.g. {kind}:2")
-    return {"rope_type": kind, "factor": value}
+        value = factor
+    return check_rope_parameters({"rope_type": kind, "factor": value})
+
+
+def check_rope_parameters(params: dict[str, Any]) -> dict[str, Any]:
+    """The one check of a rope scaling's parameters, however they were spelt: the keys its
+    type requires are there, no key it does not take, every value of its kind and finite
+    (factor at least 1, rope_theta above 1, ...), and the pairs in order (high_freq_factor
+    above low_freq_factor, beta_fast above beta_slow). What needs the model (the length of
+    longrope's lists) is checked against its config (pecli.positions.rope_scaling.resolve)."""
+    label = f"{_label('rope_scaling')}: {params['rope_type']}"
+    required, optional = ROPE_KEYS[params["rope_type"]]
+    missing = [k for k in required if k not in params]
+    if missing:
+        raise ConfigError(f"{label} needs {' and '.join(missing)}; e.g. '{ROPE_EXAMPLE}'")
+    takes = {"rope_type", *required, *optional, "rope_theta", "partial_rotary_factor"}
+    unknown = sorted(set(params) - takes)
+    if unknown:
+        raise ConfigError(f"{label} takes no {', '.join(unknown)}; it takes "
+                          f"{', '.join(sorted(takes - {'rope_type'}))}")
+    for key, value in params.items():
+        if key == "rope_type":
+            continue
+        ok, what = ROPE_VALUES[key]
+        if not ok(value):
+            raise ConfigError(f"{label}: {key} {value!r} must be {what}")
+    for low, high in (("low_freq_factor", "high_freq_factor"), ("beta_slow", "beta_fast")):
+        if low in params and high in params and not params[high] > params[low]:
+            raise ConfigError(f"{label}: {high} ({params[high]}) must be greater than {low} "
+                              f"({params[low]})")
+    return params
 
 
 @dataclass(frozen=True)

@@ -37,8 +37,8 @@ def test_parse_type_factor_and_json():
 @pytest.mark.parametrize("text, words", [
     ("llama3:8", ["low_freq_factor", "high_freq_factor"]),
     ("longrope:4", ["short_factor", "long_factor"]),
-    ("yarn", ["positive factor"]),
-    ("yarn:-1", ["positive factor"]),
+    ("yarn", ["needs a factor"]),
+    ("yarn:-1", ["factor -1.0 must be a finite number of at least 1"]),
     ("yran:2", ["did you mean 'yarn'"]),
     ("proportional:2", ["JSON dict"]),
     ('{"rope_type": "warp"}', ["not one of"]),
