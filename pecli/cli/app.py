@@ -8,7 +8,9 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
+import inspect
 import os
 import signal
 import warnings
@@ -106,6 +108,45 @@ COMMAND_MODULES = ("listing", "reproduce", "ablate", "perplexity", "mc", "pe", "
 
 for _name in COMMAND_MODULES:
     importlib.import_module(f"pecli.cli.{_name}").register(app)
+
+
+def with_figure_options(command):
+    """`command` with --format and --short-titles added: every figure it draws (through
+    pecli.plots.style.save) is written in those formats, with those titles. The format is
+    checked before the command runs, so a bad one fails before anything loads."""
+    from pecli.cli.flags import FormatOpt, ShortTitlesOpt
+
+    if getattr(command, "draws", False):  # a group's commands are wrapped once per process
+        return command
+    sig = inspect.signature(command, eval_str=True)
+    added = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=kind)
+             for name, kind in (("format", FormatOpt), ("short_titles", ShortTitlesOpt))]
+
+    @functools.wraps(command)
+    def drawing(*args, format=None, short_titles=None, **kwargs):
+        from pecli.plots.style import figure_output
+
+        with figure_output(format, short_titles):
+            return command(*args, **kwargs)
+
+    drawing.__signature__ = sig.replace(parameters=[*sig.parameters.values(), *added])
+    drawing.__annotations__ = {**command.__annotations__, "format": FormatOpt,
+                               "short_titles": ShortTitlesOpt}
+    drawing.draws = True
+    return drawing
+
+
+def _drawing_commands(typer_app: typer.Typer):
+    """Every command of the app and its groups that writes results (it has --out): these draw."""
+    for info in typer_app.registered_commands:
+        if info.callback is not None and "out" in inspect.signature(info.callback).parameters:
+            yield info
+    for group in typer_app.registered_groups:
+        yield from _drawing_commands(group.typer_instance)
+
+
+for _info in _drawing_commands(app):
+    _info.callback = with_figure_options(_info.callback)
 
 
 _SIGNALLED = ["", 130]  # how the run was stopped: (name for the message, exit status)

@@ -50,6 +50,16 @@ BootstrapOpt = Annotated[int, typer.Option(
          "100 to 100000; no interval from fewer than 2 texts.")]
 
 
+# Every command that draws gets these two (pecli.cli.app.with_figure_options).
+FormatOpt = Annotated[str | None, typer.Option(
+    "--format", help="Figure format(s): png, pdf, svg (a,b for several, e.g. png,pdf; default "
+                     "png; a preset's `format` key otherwise).")]
+ShortTitlesOpt = Annotated[bool | None, typer.Option(
+    "--short-titles/--full-titles", help="One-line figure titles (what is plotted), for a "
+                                         "paper; the full titles, with model and data, go to "
+                                         "figures/<name>.json. Default: full titles.")]
+
+
 def intervention_option(help: str):
     """--intervention NAME (repeat or a,b), with this command's default in `help`."""
     return Annotated[list[str] | None, typer.Option(

@@ -101,9 +101,12 @@ def preflight(preset: Preset) -> None:
 def run_preset(preset: Preset, out: Path, force: bool = False,
                announce: Callable[[str], None] = print) -> list[EntryResult]:
     """Run every entry of the preset not already done, write figures and REPORT.md."""
+    from pecli.plots.style import figure_output
+
     preflight(preset)
     owner = {"command": "reproduce", "preset": preset.name}
-    with hold(out, owner, force=force):  # the folder is this preset's for the whole run
+    with hold(out, owner, force=force), \
+            figure_output(preset.format, preset.short_titles, default=True):  # CLI > YAML
         RunOutput.check(out, owner)  # before the first entry computes
         results = _run_entries(preset, out, owner, force, announce)
         write_report(preset, out, results)
@@ -128,8 +131,9 @@ def _run_entries(preset: Preset, out: Path, owner: dict, force: bool,
                 write_json({**record, "key": key}, done)
             announce(f"[{n}/{len(preset.entries)}] {entry.id}: done before (key {key}), skipped")
             tables = {name: folder / file for name, file in record["tables"].items()}
-            results.append(EntryResult(entry, tables, [_figure_path(p, out) for p in record["figures"]],
-                                       True, record.get("seconds", 0.0)))
+            figures = _redrawn(exp, tables, [_figure_path(p, out) for p in record["figures"]],
+                               out / "figures" / entry.id, announce)
+            results.append(EntryResult(entry, tables, figures, True, record.get("seconds", 0.0)))
             continue
         announce(f"[{n}/{len(preset.entries)}] {entry.id}: {entry.experiment} {entry.options}")
         done.unlink(missing_ok=True)
@@ -145,6 +149,22 @@ def _run_entries(preset: Preset, out: Path, owner: dict, force: bool,
                     "figures": [Path(os.path.relpath(p, out)).as_posix() for p in figures]}, done)
         results.append(EntryResult(entry, tables, list(figures), False, seconds))
     return results
+
+
+def _redrawn(exp, tables: dict[str, Path], figures: list[Path], fig_dir: Path,
+             announce: Callable[[str], None]) -> list[Path]:
+    """A finished entry's figures, drawn again from its tables where a format asked for
+    (--format, the preset's `format`) or short titles' sidecar is missing; else as they are."""
+    from pecli.plots.style import FORMATS, formats, short_titles
+    from pecli.runs.io import FIGURE_SUFFIXES, with_formats
+
+    wanted = [f".{f}" for f in formats()] + [".json"] * short_titles()
+    shown = list(dict.fromkeys(f.with_suffix(".png") if f.with_suffix(".png").exists() else f
+                               for f in figures if f.suffix.lstrip(".") in FORMATS))
+    if all(f.with_suffix(s).exists() for f in shown for s in wanted):
+        return [f.with_suffix(s) for f in shown for s in FIGURE_SUFFIXES if f.with_suffix(s).exists()]
+    announce(f"  drawing its figures again as {', '.join(formats())}")
+    return with_formats(exp.figures(tables, fig_dir))
 
 
 def _figure_path(recorded: str, out: Path) -> Path:
@@ -198,6 +218,16 @@ def _recorded(res: EntryResult, out: Path) -> dict:
     dirty = done.exists() and bool(json.loads(done.read_text()).get("git_dirty"))
     return {"commits": list(dict.fromkeys(commits)) or ["unknown"], "dirty": dirty,
             "versions": versions}
+
+
+def _images(figures: list[Path]) -> list[Path]:
+    """One image per figure for the report: its PNG, else its SVG, else what there is."""
+    by_stem: dict[Path, list[Path]] = {}
+    for f in map(Path, figures):
+        if f.suffix != ".json":
+            by_stem.setdefault(f.with_suffix(""), []).append(f)
+    rank = {".png": 0, ".svg": 1, ".pdf": 2}
+    return [min(fs, key=lambda f: rank.get(f.suffix, 3)) for fs in by_stem.values()]
 
 
 def write_report(preset: Preset, out: Path, results: list[EntryResult]) -> Path:
@@ -254,7 +284,7 @@ def write_report(preset: Preset, out: Path, results: list[EntryResult]) -> Path:
             lines.append("")
         lines.append("Tables: " + ", ".join(f"[{n}]({rel(p)})" for n, p in res.tables.items()))
         lines.append("")
-        lines += [f"![{Path(f).stem}]({rel(f)})" for f in res.figures] + [""]
+        lines += [f"![{Path(f).stem}]({rel(f)})" for f in _images(res.figures)] + [""]
     path = out / "REPORT.md"
     text = "\n".join(lines)
     if path.exists() and path.read_text(encoding="utf-8") == text:

@@ -3,11 +3,18 @@ and in `pecli compare`, titles that say what is plotted, interval bars, one way 
 
     from pecli.plots.style import color_of, save
     ax.plot(x, y, color=color_of("zero"), label="zero")
+    save(fig, fig_dir / "name.png")      # every format asked for: --format png,pdf,svg
+
+Titles are "WHAT IS PLOTTED\nOF WHAT, ON WHAT" (`title`): with --short-titles, `save` keeps
+the first line and writes the full titles (the provenance) to `<name>.json` beside the figure.
+Which formats and whether short: `figure_output` (set once per command by pecli.cli).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+from contextlib import contextmanager
 from pathlib import Path
 
 import matplotlib
@@ -16,6 +23,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+
+plt.rcParams["svg.hashsalt"] = "pecli"  # stable element ids: the same SVG bytes on every run
 
 # Colour-blind-safe (Okabe-Ito, then Tol's muted): fixed for the names the study uses.
 _FIXED = {
@@ -100,10 +109,71 @@ def interval_note(df: pd.DataFrame) -> str:
     return "bars: 95 % bootstrap interval over texts" if has_intervals(df) else ""
 
 
+from pecli.runs.names import FIGURE_FORMATS as FORMATS  # noqa: E402, F401 (what save may write)
+from pecli.runs.names import parse_formats  # noqa: E402
+
+# How figures are written: the innermost setting of each key wins (figure_output).
+_OUTPUT: list[dict] = [{"format": ("png",), "short_titles": False}]
+
+
+@contextmanager
+def figure_output(format=None, short_titles: bool | None = None, *, default: bool = False):
+    """Within the block, `save` writes each of `format` (e.g. "png,pdf") and, if
+    `short_titles`, one-line titles. None leaves a setting as it is; `default=True` (a
+    preset's own keys) sets only what no enclosing block set (CLI > YAML > defaults)."""
+    given = {k: v for k, v in {"format": None if format is None else parse_formats(format),
+                               "short_titles": short_titles}.items() if v is not None}
+    top = _OUTPUT[-1]
+    set_before = top.get("_set", set())
+    if default:
+        given = {k: v for k, v in given.items() if k not in set_before}
+    _OUTPUT.append({**top, **given, "_set": set_before | set(given)})
+    try:
+        yield
+    finally:
+        _OUTPUT.pop()
+
+
+def formats() -> tuple[str, ...]:
+    """The formats `save` writes now."""
+    return _OUTPUT[-1]["format"]
+
+
+def short_titles() -> bool:
+    """Whether `save` shortens titles now."""
+    return _OUTPUT[-1]["short_titles"]
+
+
+def _titles(fig) -> list:
+    """Every title artist of a figure: its suptitle, then each axes' three titles."""
+    texts = [fig._suptitle] if getattr(fig, "_suptitle", None) is not None else []
+    for ax in fig.axes:
+        texts += [ax.title, ax._left_title, ax._right_title]
+    return [t for t in texts if t.get_text()]
+
+
 def save(fig, path: Path, dpi: int = 150) -> Path:
-    """Lay out, write and close a figure; the folder is created."""
+    """Lay out, write and close a figure in every format asked for (`figure_output`; PNG
+    alone by default), the folder created; returns the path of the first format. With short
+    titles each title keeps its first line, and `<name>.json` keeps them whole."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=dpi, bbox_inches="tight")
+    setting = _OUTPUT[-1]
+    if setting["short_titles"]:
+        full = [t.get_text() for t in _titles(fig)]
+        for t in _titles(fig):
+            t.set_text(t.get_text().split("\n")[0])
+        path.with_suffix(".json").write_text(json.dumps(
+            {"figure": path.stem, "formats": list(setting["format"]), "titles": full,
+             "note": "drawn with --short-titles: the full titles (what, of what model, on what "
+                     "data); every row of the tables it was drawn from carries its provenance"},
+            indent=2), encoding="utf-8")
+    written = []
+    for fmt in setting["format"]:
+        target = path.with_suffix(f".{fmt}")
+        # no creation date in PDF or SVG: the same figure gives the same bytes
+        meta = {"pdf": {"CreationDate": None}, "svg": {"Date": None}}.get(fmt)
+        fig.savefig(target, dpi=dpi, bbox_inches="tight", metadata=meta)
+        written.append(target)
     plt.close(fig)
-    return path
+    return written[0]

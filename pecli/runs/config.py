@@ -31,12 +31,13 @@ from pathlib import Path
 import yaml
 
 from pecli.runs.errors import ConfigError
+from pecli.runs.names import parse_formats
 from pecli.runs.options import Options
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 
-PRESET_KEYS = {"name", "description", "defaults", "choices", "experiments"}
-ENTRY_KEYS = {"id", "experiment", "title", "options", "report", "study_notes"}
+PRESET_KEYS = {"name", "description", "defaults", "choices", "experiments", "format", "short_titles"}
+ENTRY_KEYS = {"id", "experiment", "title", "options", "report", "study_notes", "appendix"}
 LOCATION_OPTIONS = {"data_dir"}  # say where, not what: excluded from keys and reports
 REPORT_KEYS = {"label", "study", "table", "where", "format"}
 ENTRY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # a folder name under --out
@@ -60,6 +61,7 @@ class Entry:
     report: tuple[ReportLine, ...] = ()
     study_notes: str = ""
     built: Options | None = None  # the experiment's options object, checked
+    appendix: str = ""  # a code-path check, not a finding: what it checks (REPORT's appendix)
 
     def key(self, version: int, spelling: dict[str, str] | None = None) -> str:
         """Hash of everything that determines the numbers: reruns with the same key are skipped.
@@ -90,6 +92,8 @@ class Preset:
     entries: tuple[Entry, ...]
     choices: tuple[str, ...] = field(default=())
     path: Path | None = None
+    format: tuple[str, ...] | None = None  # figure formats (--format overrides)
+    short_titles: bool | None = None  # one-line figure titles (--short-titles overrides)
 
 
 def _check_keys(found: dict, allowed: set[str], where: str) -> None:
@@ -180,7 +184,7 @@ def load_preset(name_or_path: str, overrides: dict | None = None, *, experiments
         if item["id"] in seen:
             raise ConfigError(f"{where}: id {item['id']!r} is used twice")
         seen.add(item["id"])
-        for key in ("title", "study_notes"):
+        for key in ("title", "study_notes", "appendix"):
             if not isinstance(item.get(key, ""), str):
                 raise ConfigError(f"{where}: {key} must be a string, not {type(item[key]).__name__}")
         exp = experiments.get(str(item["experiment"]))
@@ -199,8 +203,15 @@ def load_preset(name_or_path: str, overrides: dict | None = None, *, experiments
                 raise ConfigError(f"{where}: a report line needs label, table and where (a mapping)")
             report.append(ReportLine(**line))
         entries.append(Entry(item["id"], item["experiment"], item.get("title", item["id"]),
-                             options, tuple(report), item.get("study_notes", ""), built))
+                             options, tuple(report), item.get("study_notes", ""), built,
+                             item.get("appendix", "")))
     if not entries:
         raise ConfigError(f"{path}: the preset lists no experiments")
+    if not isinstance(raw.get("short_titles", False), bool):
+        raise ConfigError(f"{path.name}: short_titles must be true or false")
+    try:
+        formats = parse_formats(raw["format"]) if raw.get("format") is not None else None
+    except ConfigError as err:
+        raise ConfigError(f"{path.name}: {err}") from None
     return Preset(raw.get("name", path.stem), raw.get("description", ""), tuple(entries),
-                  tuple(raw.get("choices") or ()), path)
+                  tuple(raw.get("choices") or ()), path, formats, raw.get("short_titles"))

@@ -366,7 +366,7 @@ class RunOutput:
         try:
             csvs = {name: write_table(self._relocated(df), self.dir / tables_dir, name, config)
                     for name, df in frames.items()}
-            pngs = list(figures(csvs, self.dir / figures_dir)) if figures else []
+            pngs = with_formats(figures(csvs, self.dir / figures_dir)) if figures else []
         except OSError as err:
             self.discard()
             raise OutputError(f"could not write the results to {self.target}: {_reason(err)}; "
@@ -404,6 +404,19 @@ class RunOutput:
 
     def discard(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+FIGURE_SUFFIXES = (".png", ".pdf", ".svg", ".json")  # a figure's formats and its title sidecar
+
+
+def with_formats(figures) -> list[Path]:
+    """Each figure a function returned, followed by its other formats (--format) and its
+    short-title sidecar, where they were written beside it."""
+    out: list[Path] = []
+    for fig in map(Path, figures):
+        out += [fig] + [fig.with_suffix(s) for s in FIGURE_SUFFIXES
+                        if s != fig.suffix and fig.with_suffix(s).is_file()]
+    return list(dict.fromkeys(out))
 
 
 def _merge(src: Path, dst: Path) -> None:

@@ -174,3 +174,18 @@ PE_SCHEMES = _registry("position encoding", ConfigError, [
     Term("rope", "rotary embeddings in every attention (Llama)"),
     Term("alibi", "no table; a per-head linear bias on attention logits by distance"),
 ])
+
+
+# Figure formats (--format, a preset's `format`): what pecli.plots.style.save writes.
+FIGURE_FORMATS = ("png", "pdf", "svg")
+
+
+def parse_formats(value) -> tuple[str, ...]:
+    """"png,pdf" or a list -> ("png", "pdf"); an unknown format is a one-line ConfigError."""
+    items = [value] if isinstance(value, str) else list(value or [])
+    found = [f.strip().lower().lstrip(".") for item in items for f in str(item).split(",") if f.strip()]
+    bad = [f for f in found if f not in FIGURE_FORMATS]
+    if bad or not found:
+        raise ConfigError(f"format (--format): {', '.join(map(repr, bad)) or 'nothing'} is not a "
+                          f"figure format; use one or more of {', '.join(FIGURE_FORMATS)}, e.g. png,pdf")
+    return tuple(dict.fromkeys(found))

@@ -60,6 +60,10 @@ CASES = [
                         ["--probe", "9+1="], ["--width", "10"], ["--layers", "0"],
                         ["--threads", "0"]]],
     ["toy", "arithmetc"],
+    # --format: every command that draws takes it, checked before anything runs
+    *[cmd + ["--format", "jpg"] for cmd in (ABLATE, PPL, MC, PROBE, RECOVER, SINUSOID, TOY, TRAIN,
+                                            ["length", "random:llama"], ["passkey", "random:llama"],
+                                            ["compare", "."], ["reproduce"])],
     *[TRAIN + a for a in [["--pe", "nosuch"], ["--tokenizer", "bep"], ["--limit", "0"],
                           ["--seed", "-1"], ["--vocab", "10"], ["--width", "10"],
                           ["--context", "1"], ["--eval-every", "0"],

@@ -118,3 +118,56 @@ def test_one_point_learning_curve_gets_an_axis_from_zero(captured, tmp_path):
     training.lm_curve(csv, tmp_path / "c.png")
     low, high = captured[0].axes[0].get_xlim()
     assert low == 0 and 20 < high < 30
+
+
+def _two_line_figure():
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2)
+    fig.suptitle("what is plotted\nmodel, dataset/split, 5 texts")
+    axes[0].set_title("left panel\nits provenance")
+    axes[1].set_title("one line")
+    axes[0].plot([0, 1], [0, 1])
+    return fig
+
+
+def test_save_writes_every_format_asked_and_short_titles_keep_the_full_ones(tmp_path):
+    """--format png,pdf,svg: three files, each what its suffix says; --short-titles: one-line
+    titles on the figure, the full titles in <name>.json."""
+    import json
+
+    with style.figure_output("png,pdf,svg", short_titles=True):
+        first = style.save(_two_line_figure(), tmp_path / "fig.png")
+    assert first == tmp_path / "fig.png"
+    assert (tmp_path / "fig.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (tmp_path / "fig.pdf").read_bytes()[:5] == b"%PDF-"
+    assert b"<svg" in (tmp_path / "fig.svg").read_bytes()[:2000]
+    side = json.loads((tmp_path / "fig.json").read_text())
+    assert side["titles"] == ["what is plotted\nmodel, dataset/split, 5 texts", "left panel\nits provenance",
+                              "one line"]
+    svg = (tmp_path / "fig.svg").read_text()
+    assert "what is plotted" in svg and "model, dataset/split" not in svg and "its provenance" not in svg
+
+
+def test_save_default_is_png_alone_with_full_titles_and_pdf_is_reproducible(tmp_path):
+    style.save(_two_line_figure(), tmp_path / "a.png")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.png"]
+    with style.figure_output("pdf"):
+        style.save(_two_line_figure(), tmp_path / "b.png")
+        style.save(_two_line_figure(), tmp_path / "c.png")
+    assert not (tmp_path / "b.png").exists()
+    assert (tmp_path / "b.pdf").read_bytes() == (tmp_path / "c.pdf").read_bytes()
+
+
+def test_figure_output_cli_over_preset_and_bad_formats_refused():
+    from pecli.runs.errors import ConfigError
+
+    with style.figure_output("svg"), style.figure_output("pdf", True, default=True):
+        assert style.formats() == ("svg",) and style.short_titles() is True
+    with style.figure_output(None), style.figure_output("pdf", default=True):
+        assert style.formats() == ("pdf",)
+    assert style.formats() == ("png",) and style.short_titles() is False
+    assert style.parse_formats(["png, PDF", "png"]) == ("png", "pdf")
+    for bad in ("jpg", "", "png,eps"):
+        with pytest.raises(ConfigError, match="not a figure format"):
+            style.parse_formats(bad)

@@ -219,3 +219,41 @@ def test_local_model_ids_are_the_same_on_every_machine(tiny, tmp_path, monkeypat
     again = load_model(str(folder), device="cpu")
     assert again.model_id == "my-checkpoint" and str(tmp_path) not in again.model_id
     assert again.revision.startswith("sha256:")  # the content hash says which weights
+
+
+def _drawn(tables, fig_dir):
+    import matplotlib.pyplot as plt
+
+    from pecli.plots.style import save
+
+    fig, ax = plt.subplots()
+    ax.set_title("what\nof what")
+    return [save(fig, fig_dir / "g.png")]
+
+
+def test_a_presets_format_draws_done_entries_again_and_the_flag_wins(tmp_path, monkeypatch):
+    """`format:` in a preset (and --format over it): a finished entry is not recomputed, its
+    figures are drawn again from its tables in the formats asked for; the report shows the PNG."""
+    from pecli.plots.style import figure_output
+
+    EXPERIMENTS.add("fakefig", Experiment("fakefig", 1, _run, _drawn, "test double", FakeOptions))
+    try:
+        CALLS.clear()
+        text = PRESET.replace("experiment: fake", "experiment: fakefig")
+        out = tmp_path / "out"
+        run_preset(load_preset(_write(tmp_path, text)), out, announce=lambda s: None)
+        assert sorted(p.name for p in (out / "figures" / "one").iterdir()) == ["g.png"]
+        report = (out / "REPORT.md").read_text()
+        preset = load_preset(_write(tmp_path, "format: [png, pdf]\nshort_titles: true\n" + text))
+        assert preset.format == ("png", "pdf") and preset.short_titles is True
+        run_preset(preset, out, announce=lambda s: None)
+        assert len(CALLS) == 1  # drawn again, not computed again
+        assert sorted(p.name for p in (out / "figures" / "one").iterdir()) == ["g.json", "g.pdf", "g.png"]
+        assert (out / "REPORT.md").read_text() == report
+        with figure_output("svg"):
+            run_preset(preset, out, announce=lambda s: None)
+        assert (out / "figures" / "one" / "g.svg").exists() and len(CALLS) == 1
+        with pytest.raises(ConfigError, match="p.yaml: format .*'gif' is not a figure format"):
+            load_preset(_write(tmp_path, "format: gif\n" + text))
+    finally:
+        EXPERIMENTS._entries.pop("fakefig")
