@@ -69,8 +69,8 @@ def intervention_option(help: str):
 
 # Graded attention masks (perplexity, mc): each a name of pecli.runs.names (repeat or a,b).
 MaskOpt = Annotated[list[str] | None, typer.Option(
-    "--mask", help="Mask shape(s): default, linear, exponential, alibi, self (repeat or a,b; "
-                   "see pecli masks). Default: default.")]
+    "--mask", help="Mask shape(s): default, linear, exponential, alibi, self, or a mask FILE "
+                   "that `pecli mask fit` wrote (repeat or a,b; see pecli masks). Default: default.")]
 MaskSemanticsOpt = Annotated[list[str] | None, typer.Option(
     "--mask-semantics", help="What a mask weight does: legacy (transformers 4.x), boolean (5.x), "
                              "log-bias, scale (repeat or a,b; docs/masks.md). Default: legacy.")]

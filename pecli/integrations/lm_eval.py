@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -275,7 +276,7 @@ def condition_dir(cond: dict[str, Any]) -> str:
     """A folder name for one condition's lm-eval output: intervention-mask-semantics[-rope]."""
     parts = [cond["intervention"], cond["mask"], cond["mask_semantics"]]
     parts += [cond["rope_scaling"]] if cond["rope_scaling"] else []
-    return "-".join(p.replace(":", "_") for p in parts)
+    return "-".join(re.sub(r"[^\w.+=-]", "_", p) for p in parts)  # a mask file's path too
 
 
 def interval(per_doc: list, stderr, value: float, n_boot: int, seed: int):

@@ -358,5 +358,5 @@ def score(loaded, prepared: Prepared, how: Plan | str = "default", semantics: st
 def installed(loaded, how: Plan) -> AbstractContextManager:
     """The plan's attention installed in `loaded.model` for the block (nothing for the model)."""
     a = how.attention
-    return nullcontext() if a is None else masked_attention(loaded.model, a.mask.name,
+    return nullcontext() if a is None else masked_attention(loaded.model, str(a.mask),
                                                             a.semantics.name, a.mode)

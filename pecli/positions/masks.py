@@ -28,14 +28,17 @@ switches a model to it and back. Two modes:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import json
 import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import torch
 
-from pecli.runs.errors import ModelError
+from pecli.runs.errors import ConfigError, ModelError
+from pecli.runs.names import HASH_MARK, MASK_FILE, MASK_FILE_FORMAT, mask_file
 
 OLDEST_WEIGHT = 0.1  # the study's linear mask falls to 0.1 at the oldest key
 MODES = ("relative", "keys")
@@ -193,16 +196,24 @@ def attention_name(mask: str, semantics: str, mode: str = "relative") -> str:
     """Register (once) and return the attention implementation name for this combination.
 
     `mask` and `semantics` are names of pecli.runs.names.MASKS and MASK_SEMANTICS, already checked
-    (an options object or lm_scoring.plan parsed them); `mode` is one of MODES.
+    (an options object or lm_scoring.plan parsed them), or a fitted mask's `file:PATH#sha256:D`
+    (pecli.runs.names.mask_file); `mode` is one of MODES.
     """
+    if mask.startswith(f"{MASK_FILE.name}:"):
+        fitted = load_fitted(mask)
+        return _registered(f"pecli_file-{fitted.digest}_{semantics}_{mode}", fitted.weights,
+                           semantics, mode)
+    return _registered(f"pecli_{mask}_{semantics}_{mode}", WEIGHTS[mask], semantics, mode)
+
+
+def _registered(name: str, weights: Weights, semantics: str, mode: str) -> str:
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface
 
-    name = f"pecli_{mask}_{semantics}_{mode}"
     # An AttentionInterface instance is a mapping over every registered function (the
     # class-wide ones included): `in` is its public membership test.
     if name not in AttentionInterface():
-        fn = functools.partial(masked_attention_forward, weights=WEIGHTS[mask],
+        fn = functools.partial(masked_attention_forward, weights=weights,
                                probs=PROBS[semantics], mode=mode)
         AttentionInterface.register(name, fn)
         AttentionMaskInterface.register(name, _boolean_mask_factory)
@@ -229,10 +240,26 @@ def masked_attention(model, mask: str, semantics: str, mode: str = "relative") -
 
     Yields the attention implementation name in use.
     """
+    with _installed(model, lambda: attention_name(mask, semantics, mode)) as name:
+        yield name
+
+
+@contextmanager
+def live_attention(model, weights: Weights, semantics: str, mode: str = "relative"
+                   ) -> Iterator[str]:
+    """Like masked_attention, with weights computed by `weights` on every call (a mask being
+    fitted: its parameters change between calls, and gradients flow through them)."""
+    name = f"pecli_live_{id(weights)}_{semantics}_{mode}"
+    with _installed(model, lambda: _registered(name, weights, semantics, mode)) as installed:
+        yield installed
+
+
+@contextmanager
+def _installed(model, register: Callable[[], str]) -> Iterator[str]:
     if not getattr(model, "_supports_attention_backend", False):  # it would run unmasked
         raise ModelError(f"masks do not apply to a {type(model).__name__}: its attention is its "
                          "own code, outside transformers' attention registry")
-    name = attention_name(mask, semantics, mode)
+    name = register()
     old = model.config._attn_implementation
     model.set_attn_implementation(name)
     try:
@@ -246,3 +273,104 @@ def key_weights(mask: str, q: int, heads: int = 1) -> torch.Tensor:
     dist = torch.arange(q - 1, -1, -1, dtype=torch.float32).view(1, 1, 1, q)
     span = torch.full((1, 1, 1, 1), float(q - 1))
     return WEIGHTS[mask](dist, span, heads).expand(1, heads, 1, q)[0, :, 0]
+
+
+# --- fitted masks (pecli mask fit): a few parameters, saved as a file --------------------
+
+LOG_FLOOR = -80.0  # a fitted bias below this is clamped: exp(-80) ~ 2e-35 stays a normal fp32
+
+
+def bucket_edges(max_distance: int) -> tuple[int, ...]:
+    """Lower edges of the distance buckets up to `max_distance`: 0, 1, 2, 3, 4, 6, 8, 12, 16,
+    24, ... (each power of two and its midpoint); the last bucket is open-ended."""
+    edges, e = [0, 1, 2, 3], 4
+    while e <= max_distance:
+        edges.append(e)
+        if e + e // 2 <= max_distance:
+            edges.append(e + e // 2)
+        e *= 2
+    return tuple(x for x in edges if x <= max(max_distance, 0))
+
+
+def form_bias(form: str, values: torch.Tensor, dist: torch.Tensor, span: torch.Tensor,
+              edges: tuple[int, ...] = ()) -> torch.Tensor:
+    """The additive logit bias log m(q, k) of a fitted form (pecli.runs.names.MASK_FORMS).
+
+    values [rows, n] (rows: 1 = shared, or one per head): bucket biases, slopes s >= 0, or
+    oldest weights a in (0, 1); dist, span as mask_geometry gives them ([b,1,q,k], [b,1,q,1]).
+    Returns [b, rows, q, k], at most 0 for every key (weights m <= 1), clamped at LOG_FLOOR.
+    """
+    rows = values.shape[0]
+    if form in ("bucket", "bucket-head"):
+        ends = torch.tensor(edges, dtype=dist.dtype, device=dist.device)
+        idx = torch.bucketize(dist, ends, right=True) - 1  # [b,1,q,k]
+        top = values - values.amax(dim=1, keepdim=True)  # [rows, n]: the largest weight is 1
+        bias = top[:, idx[:, 0]].transpose(0, 1)  # [b, rows, q, k]
+    elif form == "slope":
+        bias = -values.view(1, rows, 1, 1) * dist  # ALiBi: -s_h * d
+    elif form == "linear":
+        oldest = values.view(1, rows, 1, 1)
+        bias = torch.log1p(-(1 - oldest) * _fraction(dist, span))  # log(1 - (1 - a) d / D)
+    else:
+        raise ConfigError(f"unknown mask form {form!r}")
+    return bias.clamp(min=LOG_FLOOR)
+
+
+@dataclasses.dataclass(frozen=True)
+class FittedMask:
+    """A mask `pecli mask fit` fitted: its form, values and buckets, and what it was fitted on.
+
+    As a mask shape its weights are m = exp(form_bias) in (0, 1] (log-bias: exactly the bias).
+    """
+
+    form: str
+    values: tuple[tuple[float, ...], ...]  # [rows, n]: rows 1 (shared) or one per head
+    heads: int  # the heads of the model it was fitted on
+    edges: tuple[int, ...] = ()
+    fitted: dict = dataclasses.field(default_factory=dict, compare=False)
+    digest: str = ""  # 16 hex digits of the file's sha256 (set when read from a file)
+
+    @property
+    def parameters(self) -> int:
+        return sum(len(r) for r in self.values)
+
+    def tensor(self) -> torch.Tensor:
+        return torch.tensor(self.values, dtype=torch.float32)
+
+    def weights(self, dist: torch.Tensor, span: torch.Tensor, heads: int) -> torch.Tensor:
+        rows = len(self.values)
+        if rows not in (1, heads):
+            raise ModelError(f"this mask was fitted per head for {rows} heads; the model has "
+                             f"{heads}: fit it on this model")
+        return torch.exp(form_bias(self.form, self.tensor().to(dist.device), dist, span, self.edges))
+
+    def to_json(self) -> dict:
+        return {"format": MASK_FILE_FORMAT, "form": self.form, "semantics": "log-bias",
+                "heads": self.heads, "parameters": self.parameters, "edges": list(self.edges),
+                "values": [list(r) for r in self.values], "fitted": self.fitted}
+
+    def save(self, path) -> str:
+        """Write the JSON file; returns its name as a mask (`file:PATH#sha256:D`)."""
+        text = json.dumps(self.to_json(), indent=1, sort_keys=True) + "\n"
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+        return str(mask_file(str(path)))
+
+
+def load_fitted(name: str) -> FittedMask:
+    """The FittedMask a mask name `file:PATH#sha256:D` (or a path) names, checked and cached."""
+    choice = mask_file(name)  # checks the file and its digest
+    path, _, digest = choice.argument.partition(HASH_MARK)
+    return _read_fitted(path, digest)
+
+
+@functools.cache
+def _read_fitted(path: str, digest: str) -> FittedMask:
+    raw = json.loads(open(path, encoding="utf-8").read())  # noqa: SIM115
+    try:
+        return FittedMask(raw["form"], tuple(tuple(float(v) for v in r) for r in raw["values"]),
+                          int(raw["heads"]), tuple(int(e) for e in raw.get("edges", [])),
+                          raw.get("fitted", {}), digest)
+    except (KeyError, TypeError, ValueError) as err:
+        raise ConfigError(f"mask file {path!r} is damaged ({type(err).__name__}: {err}); fit it "
+                          "again") from None

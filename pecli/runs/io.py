@@ -374,12 +374,13 @@ class RunOutput:
         return {n: self.final(p) for n, p in csvs.items()}, [self.final(p) for p in pngs]
 
     def _relocated(self, df: pd.DataFrame) -> pd.DataFrame:
-        """Paths into the staging folder (a checkpoint saved during the run) as they will be."""
+        """Paths into the staging folder (a checkpoint saved during the run) as they will be,
+        also inside a name (a mask file's `file:PATH#sha256:D`)."""
         staged = str(self.dir)
         for col in df.select_dtypes(include=["object", "string"]).columns:
-            if any(isinstance(v, str) and v.startswith(staged) for v in df[col]):
+            if any(isinstance(v, str) and staged in v for v in df[col]):
                 df = df.assign(**{col: df[col].map(
-                    lambda v: str(self.final(v)) if isinstance(v, str) and v.startswith(staged) else v)})
+                    lambda v: v.replace(staged, str(self.target)) if isinstance(v, str) else v)})
         return df
 
     def commit(self) -> None:

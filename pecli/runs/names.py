@@ -68,9 +68,13 @@ class Choice:
 
 
 def parse(registry: Registry[Term], text: str) -> Choice:
-    """`shift:3` -> Choice; unknown names, a missing or a stray argument fail with a fix."""
+    """`shift:3` -> Choice; unknown names, a missing or a stray argument fail with a fix.
+
+    A mask may also be a file that `pecli mask fit` wrote (`mask_file`)."""
     text = str(text).strip()
     base, colon, arg = text.partition(":")
+    if registry is MASKS and (base == MASK_FILE.name or (base not in registry and _is_file(text))):
+        return mask_file(text)
     term = registry.get(base)
     if term.argument and not arg:
         raise registry.error(f"{registry.kind} {base!r} needs an argument: write "
@@ -157,6 +161,18 @@ MASK_SEMANTICS = _registry("mask semantics", ConfigError, [
                   "renormalising (shrinks each attention output)", note="none"),
 ])
 
+# The forms of mask `pecli mask fit` fits (pecli.positions.masks.FittedMask), each an additive
+# bias on the attention logits by distance d (0 = the query itself), read as log-bias weights.
+MASK_FORMS = _registry("mask form", ConfigError, [
+    Term("bucket", "one bias per distance bucket (0, 1, 2, 3, 4-5, 6-7, 8-11, ... doubling), "
+                   "shared by every head"),
+    Term("bucket-head", "one bias per distance bucket and head"),
+    Term("slope", "ALiBi's form: bias -s_h * d, one slope s_h >= 0 per head"),
+    Term("linear", "the study's shape: weight 1 at the newest key falling linearly to a_h at the "
+                   "oldest, a_h in (0, 1) fitted per head (log-bias: only the ratio of the ends "
+                   "matters, so the newest end stays 1)"),
+])
+
 PROTOCOLS = _registry("protocol", ConfigError, [
     Term("relative", "each query weighs its own prefix by m(q, k): one pass per text"),
     Term("study", "the study's loop: one pass per predicted token, one 1-D key mask m(n, k)"),
@@ -189,3 +205,48 @@ def parse_formats(value) -> tuple[str, ...]:
         raise ConfigError(f"format (--format): {', '.join(map(repr, bad)) or 'nothing'} is not a "
                           f"figure format; use one or more of {', '.join(FIGURE_FORMATS)}, e.g. png,pdf")
     return tuple(dict.fromkeys(found))
+
+
+# --- a fitted mask file (pecli mask fit) as a mask --------------------------------------
+
+MASK_FILE = Term("file", "a mask that `pecli mask fit` fitted, read from its JSON file; the "
+                         "name carries the file's sha256", argument="FILE",
+                 example="runs/mask-fit/mask/mask.json")
+MASK_FILE_FORMAT = "pecli-mask/1"  # the "format" field of every mask file
+HASH_MARK = "#sha256:"  # file:PATH#sha256:DIGEST (16 hex digits of the file's sha256)
+
+
+def _is_file(text: str) -> bool:
+    import os
+
+    return text.endswith(".json") or os.path.isfile(text)
+
+
+def mask_file(text: str) -> Choice:
+    """`PATH`, `file:PATH` or `file:PATH#sha256:DIGEST` -> Choice(MASK_FILE, "PATH#sha256:DIGEST").
+
+    The file must exist and be a mask file (its `format`); a given digest must match the file,
+    so a name recorded in a results row always means the same weights.
+    """
+    import hashlib
+    import json
+
+    path, _, digest = text.removeprefix(f"{MASK_FILE.name}:").partition(HASH_MARK)
+    try:
+        raw = open(path, "rb").read()  # noqa: SIM115 (small; read once)
+    except OSError as err:
+        raise ConfigError(f"mask file {path!r}: {err.strerror or err}; give a file that "
+                          "`pecli mask fit` wrote (its mask/mask.json) or a mask shape "
+                          f"({', '.join(MASKS.names())})") from None
+    try:
+        fmt = json.loads(raw).get("format")
+    except (ValueError, AttributeError):
+        fmt = None
+    if fmt != MASK_FILE_FORMAT:
+        raise ConfigError(f"mask file {path!r} is not a pecli mask file (no \"format\": "
+                          f"\"{MASK_FILE_FORMAT}\"); give the mask.json that `pecli mask fit` wrote")
+    actual = hashlib.sha256(raw).hexdigest()[:16]
+    if digest and digest != actual:
+        raise ConfigError(f"mask file {path!r} has changed: its sha256 starts {actual}, the name "
+                          f"says {digest}; use the file the results were computed with")
+    return Choice(MASK_FILE, f"{path}{HASH_MARK}{actual}")

@@ -569,6 +569,38 @@ class McOptions(MaskGrid):
 
 
 @dataclass(frozen=True)
+class MaskFitOptions(Running):
+    """`pecli mask fit` and the `mask-fit` experiment: a mask of a small form fitted, with the
+    model frozen and its positions removed, on IMDB train texts; judged on held-out texts."""
+
+    model: str = "models/tiny-gpt2-imdb"
+    form: Choice = option("bucket", vocabulary=names.MASK_FORMS)
+    intervention: Choice = option("zero", vocabulary=names.INTERVENTIONS)
+    train_limit: int = option(256, low=2)  # IMDB train texts the mask is fitted on
+    steps: int = option(40, low=1)
+    batch: int = option(8, low=1)  # texts per step
+    lr: float = option(0.1, low=0.0)
+    max_length: int = option(128, low=2)  # tokens per text (start token included), fit and eval
+    limit: int = option(48, low=2)  # held-out texts per evaluation set
+    eval_data: tuple[str, ...] | str = ("imdb:test", "truthfulqa")
+    bootstrap: int = option(1000, low=0, high=MAX_RESAMPLES)
+    save_dir: str | None = option(None, location=True)  # where mask.json is written
+
+    def check(self) -> None:
+        super().check()
+        items = tuple(names.split_names(self.eval_data))
+        if not items:
+            raise ConfigError("eval_data (--eval-data): give at least one dataset[:split], e.g. imdb:test")
+        if any(i.partition(":")[0] == "imdb" and i.partition(":")[2] in ("", "train") for i in items):
+            raise ConfigError("eval_data (--eval-data): the mask is fitted on IMDB train texts; "
+                              "judge it on held-out texts (imdb:test, truthfulqa)")
+        object.__setattr__(self, "eval_data", items)
+        if self.intervention.name == "learned":
+            raise ConfigError("intervention (--intervention): a mask stands in for positions "
+                              "that were removed; give zero (or another intervention)")
+
+
+@dataclass(frozen=True)
 class LmEvalOptions(Running, RopeScaled):
     """`pecli lm-eval` and the lm-eval model `pecli` (pecli.integrations.lm_eval): the tasks of
     lm-evaluation-harness, scored by lm-eval itself, under each condition of pecli's grid."""

@@ -1,0 +1,112 @@
+"""`pecli mask fit`: a mask of a small form fitted to stand in for removed positions."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from pecli.cli.flags import (
+    BootstrapOpt,
+    DataDirOpt,
+    DeviceOpt,
+    DtypeOpt,
+    ForceOpt,
+    ModelArg,
+    OutOpt,
+    SeedOpt,
+    build,
+)
+from pecli.cli.shared import console as wide_console
+from pecli.cli.shared import run_and_write
+from pecli.runs import parallel
+from pecli.runs.options import MaskFitOptions
+
+mask_app = typer.Typer(name="mask", no_args_is_help=True,
+                       help="Masks that stand in for positions: fit one (see also pecli masks).")
+
+
+def fit(
+    model: ModelArg = MaskFitOptions.model,
+    form: Annotated[str, typer.Option(
+        help="bucket (a bias per distance bucket, shared by heads), bucket-head (per head), slope "
+             "(ALiBi's form: a slope per head), linear (the study's shape, its oldest weight "
+             "fitted per head).")] = "bucket",
+    intervention: Annotated[str, typer.Option(
+        help="How positions are removed while fitting and judging.")] = "zero",
+    train_limit: Annotated[int, typer.Option(
+        min=2, help="IMDB train texts the mask is fitted on.")] = MaskFitOptions.train_limit,
+    steps: Annotated[int, typer.Option(min=1, help="Adam steps.")] = MaskFitOptions.steps,
+    batch: Annotated[int, typer.Option(min=1, help="Texts per step.")] = MaskFitOptions.batch,
+    lr: Annotated[float, typer.Option(help="Adam's learning rate.")] = MaskFitOptions.lr,
+    max_length: Annotated[int, typer.Option(
+        min=2, help="Tokens per text, start token included (fit and evaluation; at most the "
+                    "model's positions).")] = MaskFitOptions.max_length,
+    limit: Annotated[int, typer.Option(
+        min=2, help="Held-out texts per evaluation set (seeded).")] = MaskFitOptions.limit,
+    eval_data: Annotated[list[str] | None, typer.Option(
+        "--eval-data", help="Held-out sets, dataset[:split] (repeat or a,b). Default: imdb:test "
+                            "and truthfulqa.")] = None,
+    bootstrap: BootstrapOpt = 1000,
+    seed: SeedOpt = 0,
+    device: DeviceOpt = "auto",
+    dtype: DtypeOpt = "float32",
+    data_dir: DataDirOpt = None,
+    out: OutOpt = None,
+    force: ForceOpt = False,
+) -> None:
+    """Fit a mask of a small form to stand in for removed positions; judge it on held-out texts.
+
+    The model is frozen and its positions removed (zero); the mask's few parameters are fitted
+    by Adam on IMDB train texts through transformers' attention (read as log-bias: an additive
+    bias on the logits). Written to OUT/mask/mask.json, which `pecli perplexity`, `length`,
+    `mc` and `lm-eval` take back as `--mask FILE` (the name carries the file's sha256). Judged on
+    held-out texts against the intact model, no positions (default mask), the study's linear
+    mask under each semantics and ALiBi's fixed slopes: corpus perplexity with a 95 % bootstrap
+    interval over texts, and the share of the gap closed, (zero - x) / (zero - intact) in log
+    perplexity.
+
+    Examples:
+        pecli mask fit models/tiny-gpt2-imdb --form bucket
+        pecli mask fit smollm2 --form slope --steps 30 --max-length 128 --limit 32
+        pecli perplexity models/tiny-gpt2-imdb --intervention zero --mask runs/fit/mask/mask.json --mask-semantics log-bias
+    """
+    options = build(MaskFitOptions, "pecli mask fit", model=model, form=form,
+                    intervention=intervention, train_limit=train_limit, steps=steps, batch=batch,
+                    lr=lr, max_length=max_length, limit=limit, eval_data=eval_data,
+                    bootstrap=bootstrap, seed=seed, device=device, dtype=dtype, data_dir=data_dir)
+    from pecli.experiments.mask_fit import run
+
+    console = wide_console(log_path=False)
+    with console.status("fitting") as bar:
+        say = (lambda msg: (bar.update(msg), console.log(msg))) if parallel.is_main() else None
+        frames, tables, figures, recorded = run_and_write("mask-fit", run, options, out,
+                                                          save_dir="mask", announce=say, force=force)
+    if not parallel.is_main():
+        return
+    df = frames["mask_fit"]
+    first = df.iloc[0]
+    summary = Table(title=f"mask fit: {first['model']}, form {first['form']} "
+                          f"({first['fitted_parameters']} fitted parameters, "
+                          f"{first['train_rows']} IMDB train texts)")
+    for col in ("held-out set", "condition", "perplexity [95 % CI]", "gap closed [95 % CI]"):
+        summary.add_column(col, justify="left" if col in ("held-out set", "condition") else "right")
+    for _, row in df.iterrows():
+        summary.add_row(f"{row['dataset']}/{row['split']}", row["condition"],
+                        f"{_num(row['value'])} [{_num(row['ci_low'])}, {_num(row['ci_high'])}]",
+                        f"{row['gap_closed']:+.1%} [{row['gap_ci_low']:+.1%}, {row['gap_ci_high']:+.1%}]")
+    console.print(summary)
+    console.print(f"mask file: {recorded.save_dir}/mask.json (give it back as --mask, with "
+                  "--mask-semantics log-bias)")
+    for p in [*tables.values(), *figures]:
+        console.print(f"wrote {p}")
+
+
+def _num(x: float) -> str:
+    return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.4g}"
+
+
+def register(app: typer.Typer) -> None:
+    mask_app.command()(fit)
+    app.add_typer(mask_app, name="mask")
