@@ -9,13 +9,15 @@ import typer
 from rich.table import Table
 
 from pecli.cli.flags import ForceOpt, OutOpt
+from pecli.cli.shared import ci_text, decimals, short_method
 from pecli.cli.shared import console as wide_console
 
 
 def compare(
     runs: Annotated[list[Path], typer.Argument(
-        help="Run folders written by pecli (ablate, perplexity, pe probe, toy --out, or a "
-             "reproduce folder).")],
+        help="Run folders written by pecli (ablate, perplexity, mc, lm-eval, length, passkey, "
+             "toy, train lm, pe probe --out, or a reproduce folder); a folder without headline "
+             "numbers is refused.")],
     allow_mixed: Annotated[bool, typer.Option(
         "--allow-mixed", help="Gather rows measured on different data (dataset, split, data "
                               "revision or row count) instead of refusing.")] = False,
@@ -23,7 +25,9 @@ def compare(
     force: ForceOpt = False,
 ) -> None:
     """Gather several runs' headline numbers (models x conditions, with intervals) into one
-    tidy table, compare.csv, and one figure per metric.
+    tidy table, compare.csv, and one figure per metric: per length and position bucket for
+    length runs, per length and depth for passkey runs, per task and metric for lm-eval.
+    Each interval is labelled with the method its rows record.
 
     Numbers of one metric are compared only when measured on the same texts (dataset,
     split, data revision and row count); otherwise the command says which runs differ.
@@ -49,13 +53,17 @@ def compare(
     console = wide_console()
     summary = Table(title=f"compare: {table['run'].nunique()} run folder(s), "
                           f"{table['metric'].nunique()} metric(s)")
-    for col in ("metric", "model", "condition", "value [95 % CI]", "data", "run"):
+    for col in ("metric", "model", "condition", "where", "value [95 % CI]", "interval", "data", "run"):
         summary.add_column(col, justify="right" if col.startswith("value") else "left")
-    for r in table.itertuples():
-        ci = "" if r.ci_low != r.ci_low else f" [{r.ci_low:.4g}, {r.ci_high:.4g}]"
-        data = f"{r.dataset}/{r.split}, {int(r.rows)} rows" if "rows" in table and r.rows == r.rows else ""
-        summary.add_row(r.metric, str(r.model), r.condition, f"{r.value:.4g}{ci}", data, r.run)
+    for metric, rows in table.groupby("metric", sort=False):
+        digits = decimals(rows["value"], rows["ci_low"], rows["ci_high"])
+        for r in rows.itertuples():
+            data = f"{r.dataset}/{r.split}, {int(r.rows)} rows" if "rows" in table and r.rows == r.rows else ""
+            summary.add_row(metric, str(r.model), r.condition, r.slot, f"{r.value:.{digits}f}"
+                            + ci_text(r._asdict(), f".{digits}f"), short_method(r.interval), data, r.run)
     console.print(summary)
+    for line in table.attrs.get("skipped", []):
+        console.print(f"note: no headline numbers in {line}; not compared", soft_wrap=True)
     if table["mixed"].any():
         console.print("MIXED: some metrics gather rows of different data (--allow-mixed)")
     for p in [*paths.values(), *pngs]:

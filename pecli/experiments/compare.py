@@ -17,6 +17,7 @@ dataset, split, data revision (hash) and row count, or `gather` refuses with the
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,34 +29,88 @@ from pecli.runs.errors import DataError
 SAME_DATA = ("dataset", "split", "data_revision", "rows")
 
 
+def _length_slot(row) -> str:
+    """`16,384 tokens, positions 2,048-4,096` (a bucket) or `..., all positions`."""
+    where = ("all positions" if str(row.get("all_positions")).lower() == "true"
+             else f"positions {int(row['window_start']):,}-{int(row['window_end']):,}")
+    return f"{int(row['length']):,} tokens, {where}"
+
+
+def _passkey_slot(row) -> str:
+    depth = row["depth"]
+    return f"{int(row['length']):,} tokens, depth {'all' if str(depth) == 'all' else f'{float(depth):g}'}"
+
+
 @dataclass(frozen=True)
 class Headline:
-    """One headline metric: the rows that give one number per model x condition."""
+    """One headline metric: the rows that give one number per model x condition (x slot)."""
 
-    metric: str
+    metric: str  # the table's metric
     quantity: str  # axis label
     where: dict = field(default_factory=dict)  # column -> required value (the column must exist)
-    condition: tuple[str, ...] = ("intervention",)  # columns that name the condition
+    condition: tuple[str, ...] = ("intervention",)  # columns that name the condition (those present)
+    experiment: str | None = None  # only this experiment's rows (None: any)
+    name: str = ""  # the metric in compare's table (default: `metric`)
+    slot: Callable[[pd.Series], str] | None = None  # one number per slot (length, bucket, depth)
+    interval: str = "95 % percentile bootstrap over texts"  # where neither rows nor sidecar say
+    reference: tuple[tuple[float, str], ...] = ()  # lines on the figure: (value, what it means)
+    axis: str = ""  # the y axis in words (default: quantity)
+
+    @property
+    def label(self) -> str:
+        return self.name or self.metric
 
 
+MASKED = ("intervention", "mask", "mask_semantics", "protocol")
+STRETCHED = ("pe", "intervention", "rope_scaling")
 HEADLINES = (
     Headline("cosine_mean", "mean cosine of each token with vs without the intervention "
-             "(final layer)", {"final_layer": True, "special_tokens": "included"}),
+             "(final layer)", {"final_layer": True, "special_tokens": "included"}, experiment="ablate"),
     Headline("token_pair_cosine_mean", "cosine of two different tokens (final layer, own positions)",
-             {"final_layer": True}),
+             {"final_layer": True}, experiment="ablate"),
     Headline("self_similarity_mean", "cosine of one token in two texts (final layer, own positions)",
-             {"final_layer": True}),
-    Headline("between_baselines", "mean cosine on the in-model scale (0 = other token, 1 = same token)",
-             {"final_layer": True, "special_tokens": "included"}),
-    Headline("probe_accuracy", "sentiment probe accuracy (held-out texts)"),
-    Headline("perplexity", "corpus perplexity", {"aggregation": "corpus"},
-             ("intervention", "mask", "mask_semantics", "protocol")),
-    Headline("exact_match", "toy arithmetic exact match", {"operation": "all"}, ("pe",)),
-    Headline("order_accuracy", "which-comes-first accuracy of position rows", {}, ("matrix",)),
+             {"final_layer": True}, experiment="ablate"),
+    Headline("between_baselines", "mean cosine on the in-model scale (0 = as unlike as another "
+             "token, 1 = as unlike as the same token elsewhere)",
+             {"final_layer": True, "special_tokens": "included"}, experiment="ablate",
+             reference=((0.0, "0: as unlike as another token"), (1.0, "1: as unlike as the same token in another text"))),
+    Headline("probe_accuracy", "sentiment probe accuracy (held-out texts)", experiment="ablate"),
+    Headline("perplexity", "corpus perplexity", {"aggregation": "corpus"}, MASKED, experiment="perplexity"),
+    Headline("mc1", "TruthfulQA MC1 accuracy", {}, MASKED, experiment="mc",
+             interval="95 % percentile bootstrap over items"),
+    Headline("mc2", "TruthfulQA MC2 (mass on the true answers)", {}, MASKED, experiment="mc",
+             interval="95 % percentile bootstrap over items"),
+    Headline("mc1_norm", "TruthfulQA MC1, length-normalised (acc_norm)", {}, MASKED, experiment="mc",
+             interval="95 % percentile bootstrap over items"),
+    Headline("perplexity", "perplexity by position in the window", {}, STRETCHED,
+             experiment="length", name="length_perplexity", slot=_length_slot,
+             interval="95 % percentile bootstrap over windows", axis="perplexity"),
+    Headline("perplexity", "perplexity by position in the window", {}, STRETCHED,
+             experiment="train-lm", name="length_perplexity", slot=_length_slot,
+             interval="95 % percentile bootstrap over windows", axis="perplexity"),
+    Headline("accuracy", "passkey retrieval accuracy", {}, ("intervention", "rope_scaling"),
+             experiment="passkey", name="passkey_accuracy", slot=_passkey_slot,
+             interval="95 % Wilson score interval over trials",
+             axis="share of trials with the key retrieved"),
+    Headline("exact_match", "toy arithmetic exact match", {"operation": "all"}, ("pe",), experiment="toy",
+             interval="95 % percentile bootstrap over test examples"),
+    Headline("test_perplexity", "test perplexity of small causal LMs", {}, ("pe",), experiment="train-lm"),
+    Headline("order_accuracy", "which-comes-first accuracy of position rows", {}, ("matrix",),
+             experiment="pe-probe", reference=((0.5, "chance"),)),
 )
-BY_METRIC = {h.metric: h for h in HEADLINES}
 # Every metric of `pecli lm-eval`'s table is a headline, named "<task>_<metric>"
-LM_EVAL = Headline("", "", {}, ("intervention", "mask", "mask_semantics", "rope_scaling"))
+LM_EVAL = Headline("", "", {}, ("intervention", "mask", "mask_semantics", "rope_scaling"),
+                   experiment="lm-eval", interval="as lm-eval's rows record it")
+READS = "ablate, perplexity, mc, lm-eval, length, passkey, toy, train lm and pe probe"
+
+
+def _headline(experiment: str, metric: str) -> Headline | None:
+    """The headline of `metric` in `experiment`'s tables (a table that names no experiment:
+    the first headline of that metric)."""
+    for h in HEADLINES:
+        if h.metric == metric and (h.experiment in (None, experiment) or not experiment):
+            return h
+    return None
 
 
 def distinct_runs(run_dirs) -> list[Path]:
@@ -133,58 +188,108 @@ def _label(run: Path, table: Path) -> str:
     return run.name if sub == Path(".") else f"{run.name}/{sub.as_posix()}"
 
 
-def headline_rows(df: pd.DataFrame) -> pd.DataFrame:
-    """The headline rows of one table (see HEADLINES), with `condition` naming each."""
+def headline_rows(df: pd.DataFrame, recorded_interval: str = "") -> pd.DataFrame:
+    """The headline rows of one table (see HEADLINES), with `metric` the compared name,
+    `condition` naming each, `slot` (a length, bucket or depth; '' for one number per
+    condition) and `interval`: the method of its 95 % interval, as the rows record it (an
+    `interval_method` or `interval` column), else as `recorded_interval` (the sidecar) says,
+    else the experiment's own."""
     if not {"metric", "value"} <= set(df.columns):
         return df.iloc[0:0]
-    if "task" in df.columns and df["experiment"].eq("lm-eval").all():  # pecli lm-eval: a
-        df = df.assign(metric=df["task"] + "_" + df["metric"])  # metric per task, all headlines
+    experiment = str(df["experiment"].iloc[0]) if "experiment" in df and len(df) else ""
+    lm_eval = experiment == "lm-eval" and "task" in df.columns
+    if lm_eval:  # pecli lm-eval: every metric of every task is a headline, <task>_<metric>
+        df = df.assign(quantity=df["task"] + ": " + df["metric"].astype(str) + " (scored by lm-eval)",
+                       metric=df["task"] + "_" + df["metric"].astype(str))
     kept = []
     for metric, rows in df.groupby("metric", sort=False):
-        h = BY_METRIC.get(metric) or (LM_EVAL if "task" in rows and
-                                      rows["experiment"].eq("lm-eval").all() else None)
-        if h is not None and h is LM_EVAL:
-            h = Headline(metric, f"{metric} (lm-eval)", {}, LM_EVAL.condition)
-        if h is None or not set(h.where) | set(h.condition) <= set(rows.columns):
+        h = (Headline(metric, rows["quantity"].iloc[0], {}, LM_EVAL.condition, interval=LM_EVAL.interval)
+             if lm_eval else _headline(experiment, str(metric)))
+        if h is None or not set(h.where) <= set(rows.columns):
             continue
         for col, want in h.where.items():
             rows = rows[rows[col].map(lambda v: str(v).lower()) == str(want).lower()]
+        rows = rows[rows["value"].notna()]  # a length the model cannot take: NaN, no number
         if rows.empty:
             continue
-        rows = rows.assign(condition=[_condition(r, h) for _, r in rows.iterrows()])
-        kept.append(rows.drop_duplicates(["model", "condition"] if "model" in rows else ["condition"]))
+        rows = rows.assign(metric=h.label, quantity=h.quantity, axis=h.axis or h.quantity,
+                           condition=[_condition(r, h) for _, r in rows.iterrows()],
+                           slot=[h.slot(r) if h.slot else "" for _, r in rows.iterrows()],
+                           interval=_interval_of(rows, recorded_interval or h.interval))
+        key = [c for c in ("model", "metric", "condition", "slot") if c in rows]
+        kept.append(rows.drop_duplicates(key))
     return pd.concat(kept, ignore_index=True) if kept else df.iloc[0:0]
 
 
+def _interval_of(rows: pd.DataFrame, fallback: str) -> list[str]:
+    """Each row's interval method: its own column where it has one, else `fallback`;
+    '' where the row has no interval."""
+    own = next((rows[c] for c in ("interval_method", "interval") if c in rows), None)
+    has = rows["ci_low"].notna() if "ci_low" in rows else pd.Series(False, index=rows.index)
+    return [("" if not h else str(o) if isinstance(o, str) and o else fallback)
+            for h, o in zip(has, own if own is not None else [None] * len(rows), strict=True)]
+
+
 def _condition(row, h: Headline) -> str:
-    # the default mask is one computation under every semantics and protocol: name it once
-    if h.metric == "perplexity" and row["mask"] == "default":
-        return str(row["intervention"])
-    parts = [str(row[c]) for c in h.condition]
-    if h.metric == "perplexity":
-        return f"{parts[0]} + {parts[1]}/{parts[2]} ({parts[3]})"
-    return " ".join(parts)
+    """`zero`, `zero + linear/legacy (study)`, `learned rope yarn:2`, `alibi`: the condition's
+    columns in words (the default mask is one computation under every semantics and protocol,
+    so it is named once; an unscaled model's `none` is left out)."""
+    values = {c: str(row[c]) for c in h.condition if c in row.index and pd.notna(row[c])}
+    parts = []
+    for col, value in values.items():
+        if col == "mask" and value != "default":
+            parts.append(f"+ {value}/{values.get('mask_semantics', '?')}"
+                         + (f" ({values['protocol']})" if "protocol" in values else ""))
+        elif col == "rope_scaling" and value != "none":
+            parts.append(f"rope {value}")
+        elif col not in ("mask", "mask_semantics", "protocol", "rope_scaling"):
+            parts.append(value)
+    return " ".join(parts) or "intact"
+
+
+def _sidecar_interval(path: Path) -> str:
+    """How a table's intervals were computed, where its sidecar says (`pecli <command>` runs)."""
+    side = path.parent / (path.name.split(".")[0] + ".json")
+    try:
+        config = json.loads(side.read_text(encoding="utf-8")).get("config", {})
+    except (OSError, ValueError, AttributeError):
+        return ""
+    found = config.get("intervals") or config.get("interval_method") or ""
+    return found.split(";")[0] if isinstance(found, str) else ""
 
 
 def gather(run_dirs, allow_mixed: bool = False) -> pd.DataFrame:
     """The headline rows of every table of every run, in one tidy frame.
 
-    Columns: `run` (the folder), `table` (its file name), `condition`, `mixed` (whether
-    the metric's rows came from different data) and each table's own columns (intervals
-    `ci_low`/`ci_high` where the table has them).
+    Columns: `run` (the folder), `table` (its file name), `metric`, `condition`, `slot`,
+    `value`, `ci_low`/`ci_high` and `interval` (the method), `mixed` (whether the metric's
+    rows came from different data) and each table's own columns. `.attrs["skipped"]`: the
+    folders inside a run folder (a reproduce folder) that hold no headline numbers.
 
     Raises:
-        DataError: no headline rows, or (unless allow_mixed) rows of one metric measured
-            on different data (dataset, split, data revision or row count).
+        DataError: a run folder given that holds no headline numbers (never silently
+            dropped), or (unless allow_mixed) rows of one metric measured on different data
+            (dataset, split, data revision or row count).
     """
-    frames = []
+    frames, skipped = [], []
+    by_run: dict[str, list[Path]] = {}
     for run, path in table_files(run_dirs):
-        rows = headline_rows(read_table(path))
-        if not rows.empty:
-            frames.append(rows.assign(run=run, table=path.name.split(".")[0]))
-    if not frames:
-        raise DataError("no headline numbers in " + ", ".join(map(str, distinct_runs(run_dirs)))
-                        + f" (looked for metrics {', '.join(BY_METRIC)})")
+        by_run.setdefault(run, []).append(path)
+    for run, paths in by_run.items():
+        found = [headline_rows(read_table(p), _sidecar_interval(p)).assign(run=run, table=p.name.split(".")[0])
+                 for p in paths]
+        found = [f for f in found if not f.empty]
+        if found:
+            frames += found
+        else:
+            skipped.append(f"{run} ({', '.join(p.name for p in paths)})")
+    for root in distinct_runs(run_dirs):
+        if not any(f["run"].iloc[0] == root.name or f["run"].iloc[0].startswith(root.name + "/")
+                   for f in frames):
+            tables = sorted({p.name for r, ps in by_run.items() if r == root.name or
+                             r.startswith(root.name + "/") for p in ps})
+            raise DataError(f"{root}: no headline numbers compare can use in {', '.join(tables)} "
+                            f"(compare reads {READS} runs)")
     out = pd.concat(frames, ignore_index=True)
     out["mixed"] = False
     for metric, rows in out.groupby("metric", sort=False):
@@ -193,11 +298,14 @@ def gather(run_dirs, allow_mixed: bool = False) -> pd.DataFrame:
             raise DataError(f"{metric} rows are not comparable: {reason}; compare runs on the "
                             "same texts, or pass --allow-mixed to gather them anyway")
         out.loc[rows.index, "mixed"] = bool(reason)
-    first = ["run", "table", "model", "metric", "condition", "value", "ci_low", "ci_high", "mixed"]
+    first = ["run", "table", "model", "metric", "condition", "slot", "value", "ci_low", "ci_high",
+             "interval", "mixed"]
     for col in ("ci_low", "ci_high"):
         if col not in out:
             out[col] = float("nan")
-    return out[first + [c for c in out.columns if c not in first]]
+    out = out[first + [c for c in out.columns if c not in first]]
+    out.attrs["skipped"] = skipped
+    return out
 
 
 def _incomparable(rows: pd.DataFrame) -> str:
@@ -223,46 +331,67 @@ def _short(value) -> str:
 
 
 def figures(csv_paths: dict, fig_dir) -> list[Path]:
-    """One PNG per metric of the gathered table (`compare` in csv_paths)."""
+    """One figure per metric of the gathered table (`compare` in csv_paths): models (or, for a
+    metric by length, bucket or depth, its slots) across, one colour per condition, interval
+    bars named by their method, the scale's meaningful values as lines."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
 
-    from pecli.plots.style import color_of, interval_note, points, save, wants_log
+    from pecli.plots.style import color_of, points, save, wants_log
 
-    df = pd.read_csv(csv_paths["compare"], low_memory=False)
+    df = pd.read_csv(csv_paths["compare"], low_memory=False, keep_default_na=False,
+                     na_values=[""])
+    df["slot"] = df["slot"].fillna("").astype(str) if "slot" in df else ""
     out = []
     for metric, rows in df.groupby("metric", sort=False):
-        rows = rows.assign(where=_x_labels(rows))
+        slotted = rows["slot"].ne("").any()
+        models = _x_labels(rows)
+        if slotted:  # x: the slots; a series per (model, condition) when several models
+            rows = rows.assign(where=rows["slot"], series=[
+                c if len(set(models)) == 1 else f"{m.replace(chr(10), ' ')}: {c}"
+                for m, c in zip(models, rows["condition"], strict=True)])
+        else:
+            rows = rows.assign(where=models, series=rows["condition"])
         xs = list(dict.fromkeys(rows["where"]))
-        conditions = list(dict.fromkeys(rows["condition"]))
-        fig, ax = plt.subplots(figsize=(max(5.0, 1.3 * len(xs) + 2.5), 4.2))
-        width = 0.7 / max(len(conditions), 1)
-        # colour: the intervention; marker: the rest of the condition (the mask variant)
-        variants = list(dict.fromkeys(_variant(c) for c in conditions))
-        for i, cond in enumerate(conditions):
-            sel = rows[rows["condition"] == cond]
-            x = np.array([xs.index(w) for w in sel["where"]]) + (i - (len(conditions) - 1) / 2) * width
-            points(ax, x, sel, color_of(cond.split(" + ")[0].split()[0]), cond,
-                   marker=MARKERS[variants.index(_variant(cond)) % len(MARKERS)])
+        common = _common_head(xs) if slotted else ""
+        if common:  # one length throughout: it goes to the axis label, the ticks keep the rest
+            rows = rows.assign(where=[w[len(common) + 2:] for w in rows["where"]])
+            xs = [w[len(common) + 2:] for w in xs]
+        series = list(dict.fromkeys(rows["series"]))
+        fig, ax = plt.subplots(figsize=(min(14.0, max(5.0, (0.9 if slotted else 1.3) * len(xs) + 2.5)), 4.2))
+        width = 0.7 / max(len(series), 1)
+        # colour: the condition's intervention (its rope scaling, where it has one); marker: the
+        # rest of the condition (the mask variant) or, by slot, the model
+        variants = list(dict.fromkeys(_variant(c) for c in series))
+        for i, name in enumerate(series):
+            sel = rows[rows["series"] == name]
+            cond = sel["condition"].iloc[0]
+            x = np.array([xs.index(w) for w in sel["where"]]) + (i - (len(series) - 1) / 2) * width
+            points(ax, x, sel, color_of(cond if " rope " in f" {cond}" else cond.split(" + ")[0].split()[0]),
+                   name, marker=MARKERS[variants.index(_variant(name)) % len(MARKERS)])
         if metric == "cosine_mean":
             _baselines(ax, df, rows, xs)
+        _references(ax, metric, rows)
         crowded = len(xs) > 3 or (len(xs) > 1 and max(map(len, xs)) > 14)
-        ax.set_xticks(range(len(xs)), xs, rotation=20 if crowded else 0,
+        ax.set_xticks(range(len(xs)), xs, rotation=25 if crowded else 0,
                       ha="right" if crowded else "center", fontsize=8)
         ax.set_xlim(-0.6, len(xs) - 0.4)
-        ax.set_ylabel(metric)
+        quantity = str(rows["quantity"].iloc[0]) if "quantity" in rows else metric
+        ax.set_ylabel(_wrapped(str(rows["axis"].iloc[0]) if "axis" in rows else quantity, 45), fontsize=8)
+        if common:
+            ax.set_xlabel(f"prompts or windows of {common}", fontsize=8)
         if wants_log(rows["value"]):
             ax.set_yscale("log")
         data = ", ".join(sorted({f"{r.dataset}/{r.split}, {int(r.rows):,} rows" for r in
                                  rows.itertuples() if pd.notna(getattr(r, "rows", None))}))
         mixed = " (MIXED DATA: --allow-mixed)" if rows["mixed"].any() else ""
-        ax.set_title(f"{BY_METRIC[metric].quantity if metric in BY_METRIC else metric}\n"
-                     f"{len(xs)} model(s) x {len(conditions)} condition(s); {data}{mixed}", fontsize=9)
+        ax.set_title(f"{_wrapped(quantity, 80)}\n{rows['model'].nunique()} model(s) x "
+                     f"{rows['condition'].nunique()} condition(s); {data}{mixed}", fontsize=9)
         ax.grid(axis="y", alpha=0.3)
-        ax.legend(fontsize=7, title=interval_note(rows) or None, title_fontsize=7,
+        ax.legend(fontsize=7, title=_bars(rows), title_fontsize=7,
                   loc="center left", bbox_to_anchor=(1.01, 0.5))
         out.append(save(fig, Path(fig_dir) / f"compare_{metric}.png"))
     return out
@@ -271,9 +400,44 @@ def figures(csv_paths: dict, fig_dir) -> list[Path]:
 MARKERS = "os^vDP*XphH<>d"
 
 
+def _common_head(slots: list[str]) -> str:
+    """`16,384 tokens` when every slot starts `16,384 tokens, ...`; else ''."""
+    heads = {s.split(", ", 1)[0] for s in slots if ", " in s}
+    return heads.pop() if len(heads) == 1 and all(", " in s for s in slots) else ""
+
+
+def _wrapped(text: str, width: int) -> str:
+    import textwrap
+
+    return "\n".join(textwrap.wrap(text, width)) or text
+
+
+def _bars(rows: pd.DataFrame) -> str | None:
+    """The legend's title: what the bars are, as the rows record it (each method once)."""
+    if "interval" not in rows:
+        return None
+    methods = list(dict.fromkeys(str(m).split(" (")[0] for m in rows["interval"].dropna() if str(m)))
+    return _wrapped("bars: " + "; ".join(methods), 48) if methods else None
+
+
+def _references(ax, metric: str, rows: pd.DataFrame) -> None:
+    """Lines at a scale's meaningful values: its own (between_baselines' 0 and 1) and chance
+    where the rows record it (mc's `chance`)."""
+    lines = [h.reference for h in HEADLINES if h.label == metric and h.reference]
+    refs = list(lines[0]) if lines else []
+    if "chance" in rows:
+        chance = pd.to_numeric(rows["chance"], errors="coerce").dropna().unique()
+        refs += [(float(c), "chance" if len(chance) == 1 else f"chance ({c:.3g})") for c in chance[:3]]
+    for value, label in refs:
+        ax.axhline(value, color="0.5", lw=0.8, ls="-." if "chance" in label else "--", label=label, zorder=0)
+
+
 def _variant(condition: str) -> str:
-    """`zero + linear/legacy (study)` -> `linear/legacy (study)`; `zero` -> ''."""
-    return condition.split(" + ", 1)[1] if " + " in condition else ""
+    """`zero + linear/legacy (study)` -> `linear/legacy (study)`; `minilm: zero` -> `minilm`;
+    `zero` -> ''."""
+    if " + " in condition:
+        return condition.split(" + ", 1)[1]
+    return condition.split(": ", 1)[0] if ": " in condition else ""
 
 
 def _baselines(ax, df: pd.DataFrame, rows: pd.DataFrame, xs: list[str]) -> None:

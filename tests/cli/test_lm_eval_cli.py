@@ -56,6 +56,21 @@ def test_two_conditions_write_lm_evals_json_a_table_and_a_figure(tmp_path, share
     assert compared.exit_code == 0, compared.output
     table = pd.read_csv(tmp_path / "cmp" / "compare.csv")
     assert set(table["metric"]) == {"truthfulqa_mc1_acc", "truthfulqa_mc2_acc"} and len(table) == 4
+    # with a length and a passkey run (the committed ones): every folder used, every interval
+    # labelled with the method its own rows record
+    offline = Path(__file__).resolve().parents[2] / "results" / "offline"
+    together = runner.invoke(app, ["compare", str(out), str(offline / "length-smollm2"),
+                                   str(offline / "passkey-smollm2"), "--out", str(tmp_path / "cmp3")])
+    assert together.exit_code == 0, together.output
+    table = pd.read_csv(tmp_path / "cmp3" / "compare.csv")
+    assert set(table["metric"]) == {"truthfulqa_mc1_acc", "truthfulqa_mc2_acc", "length_perplexity",
+                                    "passkey_accuracy"}
+    lm = table[table["metric"].str.startswith("truthfulqa")].set_index(["metric", "condition"])
+    for _, row in df.iterrows():
+        got = lm.loc[(f"{row['task']}_{row['metric']}", row["intervention"])]
+        assert got["interval"] == row["interval_method"] and got["value"] == row["value"]
+    assert (table.loc[table["metric"] == "passkey_accuracy", "interval"]
+            == "95 % Wilson score interval over trials").all()
 
 
 @pytest.mark.parametrize("args,words", [

@@ -103,3 +103,56 @@ def test_missing_cells_neither_match_nor_break_the_check(tmp_path):
     (tmp_path / "a").mkdir()
     rows.to_csv(tmp_path / "a" / "ablate.csv", index=False)
     assert not gather([tmp_path / "a"])["mixed"].any()
+
+
+OFFLINE = ROOT / "results" / "offline"
+
+
+def test_length_passkey_and_mc_runs_give_their_numbers_per_length_bucket_and_depth():
+    """The committed SmolLM2 runs: every length x bucket and length x depth row is a
+    headline of its own, with the very value and interval of its table, labelled with its
+    interval's method."""
+    table = gather([OFFLINE / "length-smollm2", OFFLINE / "passkey-smollm2", OFFLINE / "mc-smollm2"])
+    assert set(table["metric"]) == {"length_perplexity", "passkey_accuracy", "mc1", "mc2", "mc1_norm"}
+    length = pd.read_csv(OFFLINE / "length-smollm2" / "length.csv")
+    got = table[table["metric"] == "length_perplexity"]
+    assert len(got) == len(length.dropna(subset=["value"])) == 36  # 4 conditions x (8 buckets + all)
+    row = got[(got["condition"] == "learned rope yarn:2")
+              & (got["slot"] == "16,384 tokens, positions 14,336-16,384")].iloc[0]
+    want = length[(length["rope_scaling"] == "yarn:2") & (length["window_start"] == 14336)
+                  & ~length["all_positions"]].iloc[0]
+    assert (row["value"], row["ci_low"], row["ci_high"]) == (want["value"], want["ci_low"], want["ci_high"])
+    passkey = table[table["metric"] == "passkey_accuracy"]
+    assert sorted(set(passkey["slot"])) == ["10,240 tokens, depth 0.5", "10,240 tokens, depth all",
+                                            "4,096 tokens, depth 0.5", "4,096 tokens, depth all"]
+    assert passkey.set_index(["condition", "slot"]).loc[("learned", "10,240 tokens, depth 0.5"), "value"] == 0.5
+    methods = table.groupby("metric")["interval"].unique()
+    assert list(methods["passkey_accuracy"]) == ["95 % Wilson score interval over trials"]
+    assert list(methods["length_perplexity"]) == ["95 % percentile bootstrap over windows"]
+    assert list(methods["mc1"]) == ["95 % percentile bootstrap over items"]
+
+
+def test_a_folder_without_headline_numbers_is_refused_never_dropped(tmp_path):
+    with pytest.raises(DataError, match="pe-sinusoidal: no headline numbers compare can use"):
+        gather([OFFLINE / "length-smollm2", OFFLINE / "pe-sinusoidal"])
+    result = runner.invoke(app, ["compare", str(OFFLINE / "passkey-smollm2"), str(OFFLINE / "pe-sinusoidal"),
+                                 "--out", str(tmp_path / "c")])
+    assert result.exit_code == 1 and result.output.count("\n") == 1 and "pe-sinusoidal" in result.output
+    # inside a reproduce folder, a section without headline numbers is named, not silently left out
+    whole = gather([OFFLINE], allow_mixed=True)
+    assert any(s.startswith("offline/pe-sinusoidal ") for s in whole.attrs["skipped"])
+    assert {"length_perplexity", "passkey_accuracy", "mc1", "exact_match", "test_perplexity"} <= set(whole["metric"])
+
+
+def test_the_interval_method_comes_from_the_rows_then_the_sidecar(tmp_path):
+    rows = pd.DataFrame({"experiment": "lm-eval", "task": "t", "metric": ["acc", "acc"], "value": [0.5, 0.6],
+                         "ci_low": [0.1, 0.2], "ci_high": [0.9, 0.9], "model": "m",
+                         "intervention": ["learned", "zero"], "mask": "default", "mask_semantics": "legacy",
+                         "rope_scaling": "none",
+                         "interval_method": ["Wilson score interval over documents", "bootstrap over documents"]})
+    got = headline_rows(rows)
+    assert got["interval"].tolist() == ["Wilson score interval over documents", "bootstrap over documents"]
+    assert got["metric"].tolist() == ["t_acc", "t_acc"] and got["condition"].tolist() == ["learned", "zero"]
+    plain = rows.drop(columns=["interval_method", "task"]).assign(experiment="mc", metric="mc1")
+    assert headline_rows(plain, "95 % sidecar method")["interval"].tolist() == ["95 % sidecar method"] * 2
+    assert headline_rows(plain)["interval"].tolist() == ["95 % percentile bootstrap over items"] * 2
