@@ -12,7 +12,7 @@ Pure numpy / scikit-learn: no models, no files. Shapes are [positions, dim] unle
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from threadpoolctl import threadpool_limits
@@ -196,6 +196,8 @@ class RegressionResult:
     chance_mae: float  # the same for predicting the training folds' mean position
     folds: int
     rows: int
+    errors: np.ndarray | None = field(default=None, compare=False, repr=False)  # [rows] held-out
+    chance_errors: np.ndarray | None = field(default=None, compare=False, repr=False)
 
 
 @_single_threaded
@@ -231,7 +233,7 @@ def position_regression(x: np.ndarray, y: np.ndarray | None = None, *, folds: in
             model.fit(x[~test], y[~test])
         errors[test] = np.abs(np.round(model.predict(x[test])) - y[test])
         chance[test] = np.abs(np.round(y[~test].mean()) - y[test])
-    return RegressionResult(float(errors.mean()), float(chance.mean()), folds, len(x))
+    return RegressionResult(float(errors.mean()), float(chance.mean()), folds, len(x), errors, chance)
 
 
 def _pairs(positions: np.ndarray, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:

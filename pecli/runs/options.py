@@ -504,6 +504,35 @@ class LengthOptions(MaskGrid, RopeScaled):
                               "sliding --start-token")
 
 
+@dataclass(frozen=True)
+class AttnOptions(MaskGrid, RopeScaled):
+    """`pecli attn` and the `attn` experiment: attention and hidden-state diagnostics
+    (pecli.measures.attention) on the first `length` tokens of each text, under every
+    condition (the intact model first)."""
+
+    model: tuple[str, ...] | str = ("random:gpt2",)
+    intervention: tuple[Choice, ...] = option(("learned",), vocabulary=names.INTERVENTIONS, many=True)
+    dataset: str = "imdb"
+    limit: int | None = option(32, low=2)  # texts of at least `length` tokens
+    length: int = option(64, low=2)  # Gu et al.'s 64
+    join: bool = False  # windows of the EOS-joined documents instead of whole documents
+    epsilon: float = option(0.3, low=0.0, high=1.0)
+    block: int = option(256, low=1)  # query rows computed at once
+    buckets: int = option(16, low=1)
+    probe_positions: int | None = option(None, low=0)  # per text, for the probe (0: none; default min(32, length))
+    hidden: bool = True  # hidden-state diagnostics (norms, positional vectors, probe)
+
+    def check(self) -> None:
+        super().check()
+        object.__setattr__(self, "model", _model_names(self.model))
+        if self.protocol != (names.parse(names.PROTOCOLS, "relative"),):
+            raise ConfigError("protocol (--protocol): attn runs every text in one pass "
+                              "(relative); drop --protocol")
+        if self.probe_positions and self.probe_positions > self.length:
+            raise ConfigError(f"probe_positions (--probe-positions) {self.probe_positions} is more "
+                              f"than the {self.length} positions of --length")
+
+
 def _model_names(value) -> tuple[str, ...]:
     """One or more models ("a,b" or a list), at least one."""
     models = tuple(names.split_names(value))

@@ -40,6 +40,8 @@ EXPERIMENTS = {
     "length": (["length"], ["--lengths", "16,32", "--bootstrap", "100"], ["length.csv"]),
     "passkey": (["passkey"], ["--lengths", "48", "--depths", "0,1", "--trials", "1"],
                 ["passkey.csv"]),
+    "attn": (["attn"], ["--length", "8", "--limit", "4", "--bootstrap", "100", "--probe-positions",
+                        "4", "--intervention", "zero"], ["attn.csv", "attn_positions.csv"]),
 }
 CAUSAL_ONLY = {"perplexity", "mc", "length", "passkey"}
 

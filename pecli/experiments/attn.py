@@ -1,0 +1,380 @@
+"""How a model uses position: attention and hidden-state diagnostics under every condition.
+
+Texts: each document tokenised with the tokenizer's default special tokens, as Gu et al.'s
+code does; documents with at least `length` tokens are cut to their first `length`
+(shorter ones are skipped and counted), drawn in a seeded order until `limit` are found.
+With `join`, the documents (no special tokens) joined by EOS (SEP for an encoder
+without one) make one stream, cut into
+windows that the tokenizer's special tokens then wrap, for lengths no document reaches.
+Every text has exactly `length` tokens, so batches need no padding.
+
+For every model and condition (the intact model first; then every intervention x mask x
+semantics, each crossed with every --rope-scaling) one pass over the texts feeds
+pecli.measures.attention.Stats, and the tables below come out of it. Intervals: 95 %
+bootstrap over texts wherever a statistic has one value per text.
+
+    attn            per (layer, head), per layer and for the model: sink_rate (Gu et al.'s
+                    Sink_1^eps; per layer the share of its heads), first_token_mass,
+                    entropy, mean_distance, previous_token_mass, diagonal_mass; heads
+                    named previous-token / diagonal in `role`; high_frequency_share
+    attn_positions  by position bucket: entropy (mean over heads) per layer, and the norm
+                    of the hidden state per layer (0 = the first block's input)
+    attn_distance   mass per distance bin, per (layer, head) and per layer
+    attn_frequency  rotary frequency usage: mean norm of q and k per (layer, head, pair)
+    attn_positional positional vectors: first two principal components per layer and
+                    position; past the context, the cosine with the nearest one inside
+    attn_probe      position probe from the whole hidden state and from its norm alone
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pandas as pd
+import torch
+
+from pecli.experiments import EXPERIMENTS, Experiment, check_before_loading, lazy, load
+from pecli.experiments.length import _masked, conditions  # the same grid: intact first, then x rope
+from pecli.runs.errors import DataError, ModelError
+from pecli.runs.options import AttnOptions
+from pecli.runs.provenance import row_provenance
+from pecli.runs.tables import validate
+
+HEAD_METRICS = ("first_token_mass", "entropy", "mean_distance", "previous_token_mass", "diagonal_mass")
+MAX_POSITIONAL_ROWS = 512  # positions per layer written to attn_positional (evenly spaced)
+
+
+def _special_wrap(tokenizer) -> tuple[list[int], list[int]]:
+    """The tokenizer's default special tokens: (before, after) the text's own tokens."""
+    plain = tokenizer("a", add_special_tokens=False)["input_ids"]
+    full = tokenizer("a")["input_ids"]
+    for i in range(len(full) - len(plain) + 1):
+        if full[i:i + len(plain)] == plain:
+            return full[:i], full[i + len(plain):]
+    return [], []
+
+
+def select_texts(tokenizer, texts: list[str], length: int, limit: int, seed: int,
+                 join: bool) -> tuple[torch.Tensor, dict]:
+    """[n, length] token ids and what the rows say about them (see the module doc)."""
+    if join:
+        from pecli.runs.batching import encode
+
+        before, after = _special_wrap(tokenizer)
+        inner = length - len(before) - len(after)
+        if inner < 1:
+            raise DataError(f"--length {length} leaves no room beside the tokenizer's special tokens")
+        sep = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else tokenizer.sep_token_id
+        if sep is None:
+            raise DataError("the tokenizer has neither an EOS nor a SEP token to join documents with; "
+                            "drop --join")
+        stream: list[int] = []
+        for i, ids in enumerate(encode(tokenizer, texts, max_length=10**12, add_special_tokens=False).ids):
+            stream += ([sep] if i else []) + list(ids)
+        windows = [before + stream[i:i + inner] + after
+                   for i in range(0, len(stream) - inner + 1, inner)][:limit]
+        if len(windows) < 2:
+            raise DataError(f"the joined documents give {len(windows)} window(s) of {length} tokens; "
+                            "two are needed for an interval: use more documents or a shorter --length")
+        return torch.tensor(windows), {"texts_from": "joined", "skipped_short": 0,
+                                       "stream_tokens": len(stream)}
+    order = np.random.default_rng(seed).permutation(len(texts))
+    kept, short = [], 0
+    for i in order:
+        ids = tokenizer(texts[i])["input_ids"]
+        if len(ids) >= length:
+            kept.append(ids[:length])
+            if len(kept) == limit:
+                break
+        else:
+            short += 1
+    if len(kept) < 2:
+        raise DataError(f"{len(kept)} document(s) have at least {length} tokens (with the "
+                        f"tokenizer's special tokens); two are needed: use a shorter --length, "
+                        "more documents, or --join (windows of the documents joined by EOS)")
+    return torch.tensor(kept), {"texts_from": "documents", "skipped_short": short,
+                                "stream_tokens": 0}
+
+
+def run(options: AttnOptions, progress: Callable[[int, int], None] | None = None,
+        loaded=None) -> dict[str, pd.DataFrame]:
+    """The attn tables (module doc); `loaded` replaces loading the one model (tests)."""
+    from pecli.data.datasets import load_data
+    from pecli.experiments.length import _check_rope
+    from pecli.models.loading import peek
+
+    o = options
+    grid = conditions(o)
+    interventions = list(dict.fromkeys(how.intervention for how, _, _ in grid))
+    for name in o.model if loaded is None else ():
+        check_before_loading(name, interventions, masked=_masked(grid))
+        ref = peek(name)
+        if ref is not None:
+            _check_rope(name, ref.spec, o)
+    data = load_data(o.dataset, o.split, data_dir_=o.data_dir, seed=o.seed, text_field=o.text_field)
+    tables: dict[str, list] = {}
+    for name in o.model:
+        model = loaded or load(name, o)
+        for table, rows in _tables_for(model, data, grid, o, progress).items():
+            tables.setdefault(table, []).extend(rows)
+        del model
+    prov = row_provenance()
+    return {k: validate(pd.DataFrame(v).assign(**prov)) for k, v in tables.items() if v}
+
+
+def _tables_for(loaded, data, grid, o: AttnOptions, progress) -> dict[str, list[dict]]:
+    from pecli.experiments.length import _check_rope
+    from pecli.measures.attention import Stats, capture, heads_of, rotary_pairs, run_batch
+    from pecli.measures.lm_scoring import installed
+    from pecli.positions.extension import extended, not_applicable
+    from pecli.positions.interventions import check_applies, intervene
+    from pecli.positions.masks import check_maskable
+    from pecli.positions.rope_scaling import provenance as rope_columns
+    from pecli.positions.rope_scaling import rope_scaled
+
+    _check_rope(loaded.name, loaded.spec, o)
+    for how, _, _ in grid:
+        check_applies(loaded, how.intervention)
+    if _masked(grid):
+        check_maskable(loaded)
+    ids, how_texts = select_texts(loaded.tokenizer, data.texts(), o.length, o.limit, o.seed, o.join)
+    n = len(ids)
+    layers = len(_blocks(loaded))
+    heads = heads_of(loaded)
+    context = loaded.max_positions
+    probes = min(32, o.length) if o.probe_positions is None else o.probe_positions
+    probe_at = tuple(sorted(set(np.linspace(0, o.length - 1, probes).round().astype(int).tolist()))) \
+        if o.hidden and probes else ()
+    batch = o.batch_size or max(1, min(n, 8192 // o.length))
+    common = {"experiment": "attn", "seed": o.seed, **loaded.provenance(), **data.provenance(),
+              "text_field": data.text_field, "rows": n, "tokens": n * o.length, "length": o.length,
+              "context": context, "causal": loaded.spec.causal, "epsilon": o.epsilon, **how_texts}
+    _, frequencies = rotary_pairs(loaded)
+    out: dict[str, list[dict]] = {k: [] for k in ("attn", "attn_positions", "attn_distance",
+                                                 "attn_frequency", "attn_positional", "attn_probe")}
+    total = len(grid) * n
+    skip = not_applicable(loaded, o.length)
+    for how, rope_name, params in grid:
+        cond = {**how.names, "computation": how.computation}
+        rope = rope_columns(rope_name, params, None)
+        why = skip
+        if why is None and how.intervention.name == "shuffle" and o.length > context:
+            why = (f"not applicable: shuffle permutes the model's {context} positions, fewer "
+                   "than the text's")
+        if why is not None:
+            out["attn"].append({**common, **cond, **rope, "scope": "model", "layer": -1, "head": -1,
+                                "metric": "sink_rate", "value": float("nan"), "ci_low": float("nan"),
+                                "ci_high": float("nan"), "role": "", "note": why})
+            continue
+        stats = Stats(n, layers, heads, o.length, loaded.spec.causal, o.block, probe_at, loaded.device)
+        with torch.inference_mode(), extended(loaded, o.length), rope_scaled(loaded.model, params) as resolved, \
+                intervene(loaded, how.intervention, o.seed), installed(loaded, how), \
+                capture(loaded, stats, hidden=o.hidden):
+            for start in range(0, n, batch):
+                stats.offset = start
+                run_batch(loaded, stats, ids[start:start + batch])
+                if progress:
+                    progress(min(batch, n - start), total)
+            columns = rope_columns(rope_name, resolved, loaded.model.config)
+        if len(stats.seen_layers) != layers:
+            raise ModelError(f"{loaded.name}: attention statistics reached {len(stats.seen_layers)} "
+                             f"of its {layers} layers; its attention bypassed the capture")
+        row = {**common, **cond, **columns, "note": ""}
+        out["attn"] += head_rows(stats, row, o)
+        out["attn_positions"] += position_rows(stats, row, o, context)
+        out["attn_distance"] += distance_rows(stats, row)
+        out["attn_frequency"] += frequency_rows(stats, row, frequencies)
+        if o.hidden:
+            out["attn_positional"] += positional_rows(stats, row, context)
+            out["attn_probe"] += probe_rows(stats, row, o)
+    return out
+
+
+def _blocks(loaded):
+    from pecli.models.architectures import resolve
+
+    return list(resolve(loaded.model, loaded.spec, loaded.spec.layers))
+
+
+def _interval(values: np.ndarray, o: AttnOptions) -> tuple[float, float]:
+    from pecli.measures.intervals import mean_interval
+
+    return mean_interval(values, n_boot=o.bootstrap, seed=o.seed)
+
+
+def head_rows(stats, row: dict, o: AttnOptions) -> list[dict]:
+    """The `attn` table (module doc)."""
+    from pecli.measures.attention import ROLE_THRESHOLD
+
+    per = stats.per_text()  # name -> [n, L, H]
+    per["sink"] = (per["first_token_mass"] > o.epsilon).astype(np.float64)
+    rows = []
+
+    def add(scope, layer, head, metric, values, role=""):
+        low, high = _interval(values, o)
+        rows.append({**row, "scope": scope, "layer": layer, "head": head, "metric": metric,
+                     "value": float(values.mean()), "ci_low": low, "ci_high": high, "role": role})
+
+    add("model", -1, -1, "sink_rate", per["sink"].mean((1, 2)))
+    for metric in HEAD_METRICS:
+        add("model", -1, -1, metric, per[metric].mean((1, 2)))
+    L, H = per["sink"].shape[1:]
+    for layer in range(L):
+        add("layer", layer, -1, "sink_rate", per["sink"][:, layer].mean(1))
+        for metric in HEAD_METRICS:
+            add("layer", layer, -1, metric, per[metric][:, layer].mean(1))
+    for layer in range(L):
+        for head in range(H):
+            for metric in HEAD_METRICS:
+                v = per[metric][:, layer, head]
+                role = ""
+                if metric == "previous_token_mass" and v.mean() > ROLE_THRESHOLD:
+                    role = "previous-token head"
+                elif metric == "diagonal_mass" and v.mean() > ROLE_THRESHOLD:
+                    role = "diagonal head"
+                elif metric == "first_token_mass" and v.mean() > o.epsilon:
+                    role = "sink head"
+                add("head", layer, head, metric, v, role)
+    usage = stats.frequency_usage()
+    if usage is not None:
+        q, k = usage  # [L, H, pairs], [L, H_kv, pairs]
+        groups = q.shape[1] // k.shape[1]
+        prod = q * np.repeat(k, groups, axis=1)
+        fast = max(1, q.shape[2] // 4)  # pair 0 turns fastest: the highest frequencies first
+        share = prod[..., :fast].sum(-1) / np.maximum(prod.sum(-1), 1e-300)
+        for layer in range(L):
+            for head in range(H):
+                rows.append({**row, "scope": "head", "layer": layer, "head": head,
+                             "metric": "high_frequency_share", "value": float(share[layer, head]),
+                             "ci_low": float("nan"), "ci_high": float("nan"), "role": ""})
+    return rows
+
+
+def _buckets(length: int, count: int) -> list[tuple[int, int]]:
+    edges = np.unique(np.linspace(0, length, min(count, length) + 1).round().astype(int))
+    return list(zip(edges[:-1].tolist(), edges[1:].tolist(), strict=True))
+
+
+def position_rows(stats, row: dict, o: AttnOptions, context: int) -> list[dict]:
+    """The `attn_positions` table: entropy (mean over heads) and hidden-state norms by bucket."""
+    from pecli.measures.attention import entropy_ceiling
+
+    rows = []
+    ceiling = entropy_ceiling(o.length, stats.causal)
+    ent = stats.entropy_text.cpu().numpy()  # [n, L, T]
+    series = [("entropy", ent, ceiling)]
+    if stats.hidden_norm is not None:
+        series.append(("hidden_norm", stats.hidden_norm.cpu().numpy(), None))
+    for metric, values, ref in series:
+        for layer in range(values.shape[1]):
+            for lo, hi in _buckets(o.length, o.buckets):
+                per_text = values[:, layer, lo:hi].mean(-1)
+                low, high = _interval(per_text, o)
+                rows.append({**row, "metric": metric, "layer": layer, "position_start": lo,
+                             "position_end": hi, "past_context": lo >= context,
+                             "value": float(per_text.mean()), "ci_low": low, "ci_high": high,
+                             "uniform_entropy": float(ref[lo:hi].mean()) if ref is not None else float("nan")})
+    return rows
+
+
+def distance_rows(stats, row: dict) -> list[dict]:
+    hist = stats.distance_histogram()  # [L, H, bins]
+    bounds = stats.edges + [stats.length]
+    rows = []
+    for layer in range(hist.shape[0]):
+        for head in [*range(hist.shape[1]), -1]:
+            mass = hist[layer].mean(0) if head == -1 else hist[layer, head]
+            for j, m in enumerate(mass):
+                rows.append({**row, "metric": "distance_mass", "layer": layer, "head": head,
+                             "distance_low": bounds[j], "distance_high": bounds[j + 1], "value": float(m)})
+    return rows
+
+
+def frequency_rows(stats, row: dict, frequencies) -> list[dict]:
+    usage = stats.frequency_usage()
+    if usage is None:
+        return []
+    q, k = usage
+    groups = q.shape[1] // k.shape[1]
+    rows = []
+    for layer in range(q.shape[0]):
+        for head in range(q.shape[1]):
+            for pair in range(q.shape[2]):
+                rows.append({**row, "metric": "qk_norm", "layer": layer, "head": head, "pair": pair,
+                             "frequency": float(frequencies[pair]) if frequencies is not None else float("nan"),
+                             "q_norm": float(q[layer, head, pair]),
+                             "k_norm": float(k[layer, head // groups, pair]),
+                             "value": float(q[layer, head, pair] * k[layer, head // groups, pair])})
+    return rows
+
+
+def positional_rows(stats, row: dict, context: int) -> list[dict]:
+    from pecli.measures.attention import nearest_inside_cosine, principal_components
+
+    pv = stats.positional_vectors()  # [L+1, T, d]
+    T = pv.shape[1]
+    keep = np.unique(np.linspace(0, T - 1, min(T, MAX_POSITIONAL_ROWS)).round().astype(int))
+    rows = []
+    for layer in range(pv.shape[0]):
+        scores, ratio = principal_components(pv[layer])
+        near = nearest_inside_cosine(pv[layer], context)
+        for t in keep:
+            rows.append({**row, "metric": "positional_vector", "layer": layer, "position": int(t),
+                         "pc1": float(scores[t, 0]), "pc2": float(scores[t, 1]) if scores.shape[1] > 1 else 0.0,
+                         "explained_pc1": float(ratio[0]), "explained_pc2": float(ratio[1]) if len(ratio) > 1 else 0.0,
+                         "value": float(np.linalg.norm(pv[layer, t])),
+                         "nearest_inside_cosine": float(near[t - context]) if t >= context else float("nan")})
+    return rows
+
+
+def probe_rows(stats, row: dict, o: AttnOptions) -> list[dict]:
+    """Position probe at each layer: ridge regression from the whole hidden state and from
+    its norm alone (a cubic in the standardised norm) to the position; held-out MAE with
+    folds over texts; the norm's share = (chance - norm) / (chance - vector)."""
+    from pecli.measures.intervals import percentile_interval, resampled
+    from pecli.measures.pe_analysis import position_regression
+
+    if stats.probe is None or not stats.probe_at:
+        return []
+    x = stats.probe.numpy().astype(np.float64)  # [n, P, L+1, d]
+    n, P = x.shape[:2]
+    folds = min(5, n)
+    y = np.tile(np.asarray(stats.probe_at), n)
+    groups = np.repeat(np.arange(n), P)
+    rows = []
+    for layer in range(x.shape[2]):
+        h = x[:, :, layer].reshape(n * P, -1)
+        norm = np.linalg.norm(h, axis=-1)
+        z = (norm - norm.mean()) / max(norm.std(), 1e-12)
+        feats = {"vector": h, "norm": np.stack([z, z ** 2, z ** 3], -1)}
+        res = {k: position_regression(v, y, folds=folds, seed=o.seed, groups=groups, regressor="ridge")
+               for k, v in feats.items()}
+        per_text = {k: r.errors.reshape(n, P).mean(1) for k, r in res.items()}
+        chance = res["vector"].chance_errors.reshape(n, P).mean(1)
+        for k, r in res.items():
+            low, high = _interval(per_text[k], o)
+            rows.append({**row, "metric": "probe_mae", "layer": layer, "features": k,
+                         "value": r.mae, "ci_low": low, "ci_high": high, "chance_mae": float(chance.mean()),
+                         "positions": P, "folds": folds})
+
+        def share(counts, v=per_text["vector"], m=per_text["norm"], c=chance):
+            return (counts @ (c - m)) / (counts @ (c - v))
+        gain = (chance - per_text["vector"]).sum()
+        value = float((chance - per_text["norm"]).sum() / gain) if gain else float("nan")
+        low, high = percentile_interval(resampled(share, n, o.bootstrap, o.seed))
+        rows.append({**row, "metric": "norm_share", "layer": layer, "features": "norm / vector",
+                     "value": value, "ci_low": low, "ci_high": high, "chance_mae": float(chance.mean()),
+                     "positions": P, "folds": folds})
+    return rows
+
+
+EXPERIMENTS.add("attn", Experiment(
+    name="attn",
+    version=1,
+    run=run,
+    figures=lazy("pecli.plots.attn:figures"),
+    description="Attention and hidden-state diagnostics by layer and head (sink rate, entropy, "
+                "distance, rotary frequency usage, positional vectors, position probe)",
+    options=AttnOptions,
+))

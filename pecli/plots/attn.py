@@ -1,0 +1,238 @@
+"""Figures of `pecli attn` from its CSVs (pandas + matplotlib only), one file per kind, a
+panel per model and condition:
+
+    attn_heads.png       layer x head heatmaps: first-token mass (sinks boxed), mean
+                         distance, entropy
+    attn_entropy.png     entropy (mean over heads) against query position, a few layers,
+                         uniform attention dotted, the context marked
+    attn_distance.png    attention mass by distance bin (mean over layers and heads)
+    attn_frequency.png   rotary frequency usage: mean |q| |k| per layer x pair
+    attn_positional.png  positional vectors' first two components, coloured by position
+    attn_norms.png       hidden-state norm by position per layer, and the position probe
+                         from the norm alone against the whole vector
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from pecli.plots.length import condition_label, short_name
+from pecli.plots.style import WIDTH, color_of, save
+
+CONDITION = ["model", "intervention", "mask", "mask_semantics", "rope_scaling"]
+
+
+def _groups(df: pd.DataFrame):
+    """(title, rows) per model and condition, in the table's order."""
+    for _, rows in df.groupby(CONDITION, sort=False, dropna=False):
+        r = rows.iloc[0]
+        yield f"{short_name(r['model'])}: {condition_label(r)}", rows
+
+
+def heads(df: pd.DataFrame, path: Path) -> Path | None:
+    df = df[df["scope"] == "head"]
+    if df.empty:
+        return None
+    groups = list(_groups(df))
+    metrics = [("first_token_mass", "first-token mass (sink: > eps)", "viridis"),
+               ("mean_distance", "mean distance (tokens)", "magma"),
+               ("entropy", "entropy (nats)", "cividis")]
+    fig, axes = plt.subplots(len(groups), 3, figsize=(WIDTH * 1.6, 2.6 * len(groups) + 0.6),
+                             squeeze=False, constrained_layout=True)
+    for i, (name, rows) in enumerate(groups):
+        for j, (metric, label, cmap) in enumerate(metrics):
+            ax = axes[i, j]
+            m = rows[rows["metric"] == metric].pivot(index="layer", columns="head", values="value")
+            vmax = 1.0 if metric == "first_token_mass" else None
+            im = ax.imshow(m.values, aspect="auto", origin="lower", cmap=cmap, vmin=0, vmax=vmax,
+                           interpolation="nearest")
+            if metric == "first_token_mass":
+                eps = float(rows["epsilon"].iloc[0])
+                ys, xs = np.nonzero(m.values > eps)
+                ax.scatter(xs, ys, s=6, c="red", marker="s", lw=0, label=f"sink (> {eps:g})")
+                if len(xs):
+                    ax.legend(loc="upper right", fontsize=6, framealpha=0.7)
+            fig.colorbar(im, ax=ax, shrink=0.85)
+            ax.set_title(f"{name}\n{label}" if j == 0 else label, fontsize=8)
+            ax.set_xlabel("head", fontsize=8)
+            if j == 0:
+                ax.set_ylabel("layer", fontsize=8)
+            ax.tick_params(labelsize=7)
+    r = df.iloc[0]
+    fig.suptitle(f"Attention per layer and head ({r['rows']} texts of {r['length']} tokens, {r['dataset']})",
+                 fontsize=10)
+    return save(fig, path)
+
+
+def entropy(df: pd.DataFrame, path: Path) -> Path | None:
+    df = df[df["metric"] == "entropy"]
+    if df.empty:
+        return None
+    groups = list(_groups(df))
+    cols = min(2, len(groups))
+    rows_n = (len(groups) + cols - 1) // cols
+    fig, axes = plt.subplots(rows_n, cols, figsize=(WIDTH * (1 if cols == 1 else 1.4), 3.0 * rows_n),
+                             squeeze=False, constrained_layout=True)
+    for ax, (name, rows) in zip(axes.flat, groups, strict=False):
+        layers = sorted(rows["layer"].unique())
+        pick = sorted(set(np.linspace(0, len(layers) - 1, min(4, len(layers))).round().astype(int)))
+        cmap = plt.get_cmap("viridis")
+        for k, li in enumerate(pick):
+            at = rows[rows["layer"] == layers[li]]
+            x = (at["position_start"] + at["position_end"]) / 2
+            c = cmap(k / max(len(pick) - 1, 1))
+            ax.plot(x, at["value"], "-o", ms=2.5, color=c, label=f"layer {layers[li]}")
+            ax.fill_between(x, at["ci_low"], at["ci_high"], color=c, alpha=0.2, lw=0)
+        at = rows[rows["layer"] == layers[0]]
+        ax.plot((at["position_start"] + at["position_end"]) / 2, at["uniform_entropy"], ":", color="0.4",
+                label="uniform attention")
+        context = int(rows["context"].iloc[0])
+        if context < int(rows["position_end"].max()):
+            ax.axvline(context, color="0.3", ls="--", lw=1)
+            ax.annotate(f"context {context}", (context, 0.02), xycoords=("data", "axes fraction"),
+                        xytext=(3, 0), textcoords="offset points", fontsize=7)
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel("query position")
+        ax.set_ylabel("entropy (nats)")
+        ax.legend(fontsize=6)
+    for ax in list(axes.flat)[len(groups):]:
+        ax.set_visible(False)
+    fig.suptitle("Attention entropy by query position (mean over heads, 95 % interval over texts)",
+                 fontsize=10)
+    return save(fig, path)
+
+
+def distance(df: pd.DataFrame, path: Path) -> Path | None:
+    df = df[df["head"] == -1]
+    if df.empty:
+        return None
+    fig, ax = plt.subplots(figsize=(WIDTH, 3.6), constrained_layout=True)
+    names = []
+    groups = list(_groups(df))
+    width = 0.8 / len(groups)
+    for g, (name, rows) in enumerate(groups):
+        prof = rows.groupby(["distance_low", "distance_high"], sort=True)["value"].mean().reset_index()
+        x = np.arange(len(prof))
+        ax.bar(x + g * width - 0.4 + width / 2, prof["value"], width,
+               color=color_of(condition_label(rows.iloc[0])), label=name)
+        names = [f"{lo}" if hi - lo == 1 else f"{lo}-{hi - 1}" for lo, hi in
+                 zip(prof["distance_low"], prof["distance_high"], strict=True)]
+    ax.set_xticks(np.arange(len(names)), names, rotation=45, fontsize=7)
+    ax.set_xlabel("distance |query - key| (tokens)")
+    ax.set_ylabel("attention mass (mean over layers, heads, queries)")
+    ax.set_title("Attention-distance profile", fontsize=10)
+    ax.legend(fontsize=7)
+    return save(fig, path)
+
+
+def frequency(df: pd.DataFrame, path: Path) -> Path | None:
+    if df.empty:
+        return None
+    groups = list(_groups(df))
+    fig, axes = plt.subplots(1, len(groups), figsize=(min(WIDTH * 1.6, 3.4 * len(groups) + 0.6), 3.4),
+                             squeeze=False, constrained_layout=True)
+    for ax, (name, rows) in zip(axes.flat, groups, strict=True):
+        m = rows.groupby(["layer", "pair"])["value"].mean().unstack("pair")
+        im = ax.imshow(m.values, aspect="auto", origin="lower", cmap="viridis", interpolation="nearest")
+        fig.colorbar(im, ax=ax, shrink=0.85, label="mean |q| |k| of the pair")
+        ax.set_xlabel("rotary pair (0 = highest frequency)")
+        ax.set_ylabel("layer")
+        ax.set_title(name, fontsize=9)
+    fig.suptitle("Rotary frequency usage (Barbero et al.): query x key norm per pair, mean over heads",
+                 fontsize=9)
+    return save(fig, path)
+
+
+def positional(df: pd.DataFrame, path: Path) -> Path | None:
+    if df.empty:
+        return None
+    groups = list(_groups(df))
+    layers = sorted(df["layer"].unique())
+    pick = [layers[i] for i in sorted(set(np.linspace(0, len(layers) - 1, min(4, len(layers))).round().astype(int)))]
+    fig, axes = plt.subplots(len(groups), len(pick), figsize=(2.4 * len(pick) + 0.8, 2.4 * len(groups) + 0.5),
+                             squeeze=False, constrained_layout=True)
+    for i, (name, rows) in enumerate(groups):
+        for j, layer in enumerate(pick):
+            ax = axes[i, j]
+            at = rows[rows["layer"] == layer]
+            sc = ax.scatter(at["pc1"], at["pc2"], c=at["position"], cmap="plasma", s=6)
+            ax.set_title((f"{name}\n" if j == 0 else "") +
+                         f"layer {layer} ({at['explained_pc1'].iloc[0]:.0%}, {at['explained_pc2'].iloc[0]:.0%})",
+                         fontsize=7)
+            ax.tick_params(labelsize=6)
+            if j == 0:
+                ax.set_ylabel("PC2", fontsize=7)
+            ax.set_xlabel("PC1", fontsize=7)
+        fig.colorbar(sc, ax=axes[i, -1], label="position", shrink=0.85)
+    fig.suptitle("Positional vectors (Dong et al.): first two principal components "
+                 "(explained variance)", fontsize=9)
+    return save(fig, path)
+
+
+def norms(positions: pd.DataFrame, probe: pd.DataFrame | None, path: Path) -> Path | None:
+    df = positions[positions["metric"] == "hidden_norm"]
+    if df.empty:
+        return None
+    groups = list(_groups(df))
+    fig, axes = plt.subplots(len(groups), 2, figsize=(WIDTH * 1.4, 2.8 * len(groups) + 0.5),
+                             squeeze=False, constrained_layout=True)
+    for i, (name, rows) in enumerate(groups):
+        ax = axes[i, 0]
+        layers = sorted(rows["layer"].unique())
+        cmap = plt.get_cmap("viridis")
+        for k, layer in enumerate(layers):
+            at = rows[rows["layer"] == layer]
+            x = (at["position_start"] + at["position_end"]) / 2
+            base = at["value"].iloc[-1] if at["value"].iloc[-1] else 1.0
+            ax.plot(x, at["value"] / base, color=cmap(k / max(len(layers) - 1, 1)), lw=1,
+                    label="embedding" if layer == 0 else (f"layer {layer}" if layer == layers[-1] else None))
+        ax.set_xscale("symlog", linthresh=8)
+        ax.set_xlabel("position")
+        ax.set_ylabel("norm / norm at the last bucket")
+        ax.set_title(f"{name}: hidden-state norm by position", fontsize=8)
+        ax.legend(fontsize=6)
+        ax = axes[i, 1]
+        if probe is not None and not probe.empty:
+            sel = probe
+            for col in CONDITION:
+                sel = sel[sel[col].astype(str) == str(rows.iloc[0][col])]
+            for feats, marker in (("vector", "o"), ("norm", "s")):
+                at = sel[(sel["metric"] == "probe_mae") & (sel["features"] == feats)]
+                ax.errorbar(at["layer"], at["value"], yerr=[at["value"] - at["ci_low"], at["ci_high"] - at["value"]],
+                            marker=marker, ms=3, lw=1, capsize=2,
+                            label="whole vector" if feats == "vector" else "norm alone")
+            if not sel.empty:
+                ax.axhline(float(sel["chance_mae"].iloc[0]), color="0.4", ls=":", label="chance (mean position)")
+            ax.set_xlabel("layer (0 = embedding)")
+            ax.set_ylabel("position probe MAE (tokens)")
+            ax.set_title("position probe: held-out error", fontsize=8)
+            ax.legend(fontsize=6)
+        else:
+            ax.set_visible(False)
+    fig.suptitle("Does position ride on the norm?", fontsize=10)
+    return save(fig, path)
+
+
+def figures(csv_paths: dict[str, Path], fig_dir: Path) -> list[Path]:
+    fig_dir = Path(fig_dir)
+
+    def read(name):
+        return pd.read_csv(csv_paths[name]) if name in csv_paths else None
+
+    out = []
+    attn, positions = read("attn"), read("attn_positions")
+    if attn is not None:
+        out.append(heads(attn, fig_dir / "attn_heads.png"))
+    if positions is not None:
+        out.append(entropy(positions, fig_dir / "attn_entropy.png"))
+        out.append(norms(positions, read("attn_probe"), fig_dir / "attn_norms.png"))
+    for name, fn in (("attn_distance", distance), ("attn_frequency", frequency),
+                     ("attn_positional", positional)):
+        df = read(name)
+        if df is not None:
+            out.append(fn(df, fig_dir / f"{name}.png"))
+    return [p for p in out if p is not None]

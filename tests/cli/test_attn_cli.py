@@ -1,0 +1,90 @@
+"""`pecli attn` end to end on tiny models (CliRunner): tables, figures, one-line errors."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+
+@pytest.fixture
+def docs(tmp_path):
+    path = tmp_path / "docs.csv"
+    pd.DataFrame({"text": ["The grass is green. The sky is blue. " * 6,
+                           "There and back again, and again. " * 6,
+                           "short one",
+                           "A story that goes on and on about nothing at all. " * 4]}).to_csv(path, index=False)
+    return path
+
+
+def test_attn_writes_every_table_and_figure(use_tiny, docs, tmp_path, invoke):
+    out = tmp_path / "run"
+    result = invoke("attn", "llama", "--length", "24", "--intervention", "zero", "--dataset", str(docs),
+                    "--bootstrap", "100", "--buckets", "4", "--probe-positions", "6", "--block", "7",
+                    "--out", str(out))
+    assert result.exit_code == 0, result.output
+    df = pd.read_csv(out / "attn.csv")
+    sink = df[(df["metric"] == "sink_rate") & (df["scope"] == "model")]
+    assert list(sink["intervention"]) == ["learned", "zero"]  # the intact model first
+    assert sink["value"].between(0, 1).all() and sink["ci_low"].notna().all()
+    assert (df["rows"] == 3).all() and (df["skipped_short"] == 1).all()  # "short one" skipped
+    heads = df[(df["scope"] == "head") & (df["metric"] == "entropy")]
+    assert len(heads) == 2 * 2 * 4  # conditions x layers x heads
+    for name in ("attn_positions", "attn_distance", "attn_frequency", "attn_positional", "attn_probe"):
+        table = pd.read_csv(out / f"{name}.csv")
+        assert len(table) and table["git_commit"].notna().all(), name
+    probe = pd.read_csv(out / "attn_probe.csv")
+    assert set(probe["metric"]) == {"probe_mae", "norm_share"}
+    for fig in ("attn_heads", "attn_entropy", "attn_distance", "attn_frequency", "attn_positional",
+                "attn_norms"):
+        assert (out / "figures" / f"{fig}.png").stat().st_size > 10_000, fig
+    config = json.loads((out / "attn.json").read_text())["config"]
+    assert config["length"] == 24 and config["epsilon"] == 0.3
+
+
+def test_masks_on_positions_removed(use_tiny, docs, tmp_path, invoke):
+    out = tmp_path / "run"
+    result = invoke("attn", "gpt2", "--length", "16", "--intervention", "zero", "--mask",
+                    "default,linear,alibi", "--mask-semantics", "log-bias", "--dataset", str(docs),
+                    "--bootstrap", "0", "--no-hidden", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    df = pd.read_csv(out / "attn.csv")
+    whole = df[(df["scope"] == "model") & (df["metric"] == "mean_distance")]
+    assert list(zip(whole["intervention"], whole["mask"], strict=True)) == [
+        ("learned", "default"), ("zero", "default"), ("zero", "linear"), ("zero", "alibi")]
+    assert whole.iloc[3]["value"] < whole.iloc[1]["value"]  # alibi pulls attention near
+    assert not (out / "attn_probe.csv").exists()
+
+
+@pytest.mark.parametrize("model, args, words", [
+    ("random:bloom", ["--mask", "linear"], "masks do not apply"),
+    ("random:gpt2", ["--rope-scaling", "yarn:2"], "--rope-scaling applies to rotary"),
+    ("random:gpt2", ["--length", "8", "--probe-positions", "9"], "probe_positions"),
+    ("random:gpt2", ["--intervention", "nope"], "nope"),
+    ("random:gpt2", ["--epsilon", "2"], "epsilon"),
+])
+def test_bad_input_one_line_before_loading(docs, invoke, monkeypatch, model, args, words):
+    def refuse(*a, **k):
+        raise AssertionError("weights loaded")
+
+    monkeypatch.setattr("pecli.models.loading.load_model", refuse)
+    result = invoke("attn", model, "--dataset", str(docs), *args)
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code != 0 and len(lines) == 1, result.output
+    assert words in lines[0] and "Traceback" not in result.output
+
+
+def test_too_few_long_texts(use_tiny, docs, invoke):
+    result = invoke("attn", "gpt2", "--length", "500", "--dataset", str(docs))
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code != 0 and len(lines) == 1 and "--join" in lines[0], result.output
+
+
+def test_join_cuts_windows_from_the_stream(use_tiny, docs, tmp_path, invoke):
+    out = tmp_path / "run"
+    result = invoke("attn", "bert", "--length", "20", "--join", "--dataset", str(docs), "--bootstrap", "0",
+                    "--probe-positions", "0", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    df = pd.read_csv(out / "attn.csv")
+    assert (df["texts_from"] == "joined").all() and (df["rows"] >= 2).all()
