@@ -50,7 +50,40 @@ def run_with_progress(experiment: str, options, out: Path | None, force: bool = 
     return csvs
 
 
+def _toy_length_summary(console: Console, tables: dict) -> None:
+    acc = tables["accuracy"]
+    acc = acc[acc.metric == "exact_match"]
+    lengths = sorted(acc.test_length.unique())
+    first = acc.iloc[0]
+    for task, sub in acc.groupby("task", sort=False):
+        table = Table(title=f"toy-length {task}: exact match by test length (trained on 1-"
+                            f"{int(first['train_length'])}); mean of {int(first['seeds'])} "
+                            "training seeds +- half the 95 % t interval")
+        table.add_column("pe")
+        for n in lengths:
+            table.add_column(str(n) + ("*" if n <= first["train_length"] else ""), justify="right")
+        for pe, rows in sub.groupby("pe", sort=False):
+            cells = rows.set_index("test_length")
+            table.add_row(pe, *(f"{cells.loc[n, 'value']:.2f}+-{(cells.loc[n, 'ci_high'] - cells.loc[n, 'ci_low']) / 2:.2f}"
+                                if n in cells.index else "" for n in lengths))
+        console.print(table)
+    rank = tables["ranking"]
+    mrr = rank[rank.metric == "mrr"].sort_values("value", ascending=False)
+    table = Table(title="mean reciprocal rank over tasks (past the training length) [95 % "
+                        "bootstrap over seeds]")
+    for col in ("pe", "MRR", "exact match past N"):
+        table.add_column(col, justify="right")
+    past = rank[rank.metric == "exact_match_past_train_length"].set_index("pe")
+    for _, row in mrr.iterrows():
+        table.add_row(row["pe"], f"{row['value']:.2f}{ci_text(row, '.2f')}",
+                      f"{past.loc[row['pe'], 'value']:.2f}{ci_text(past.loc[row['pe']], '.2f')}")
+    console.print(table)
+
+
 def _summary(console: Console, experiment: str, tables: dict) -> None:
+    if experiment == "toy-length":
+        _toy_length_summary(console, tables)
+        return
     if experiment == "toy":
         df = tables["accuracy"]
         att = tables["attention"]

@@ -53,8 +53,8 @@ def lazy(target: str) -> Callable[[dict[str, Path], Path], list[Path]]:
 EXPERIMENTS: Registry[Experiment] = Registry("experiment", ConfigError)
 
 # Modules that register experiments, imported on first use.
-EXPERIMENT_MODULES: tuple[str, ...] = ("ablate", "perplexity", "mc", "pe", "recover", "toy", "train_lm",
-                                       "length", "passkey", "mask_fit", "attn")
+EXPERIMENT_MODULES: tuple[str, ...] = ("ablate", "perplexity", "mc", "pe", "recover", "toy", "toy_length",
+                                       "train_lm", "length", "passkey", "mask_fit", "attn")
 
 
 def check_before_loading(model: str, interventions=(), *, causal: bool = False,

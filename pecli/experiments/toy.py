@@ -191,6 +191,7 @@ def run(options: ToyOptions, progress=None) -> dict[str, pd.DataFrame]:
 
 def _run(o: ToyOptions, progress) -> dict[str, pd.DataFrame]:
     from pecli.measures.training import (
+        FAMILY,
         ModelSize,
         TrainConfig,
         build_model,
@@ -241,7 +242,7 @@ def _run(o: ToyOptions, progress) -> dict[str, pd.DataFrame]:
         base = {
             "experiment": "toy", "seed": seed, **row_provenance(), "model": f"toy-{scheme}",
             "model_id": model_id, "model_revision": revision, "random_init": False,
-            "device": "cpu", "dtype": "float32", "family": "llama" if scheme == "rope" else "gpt2",
+            "device": "cpu", "dtype": "float32", "family": FAMILY[scheme],
             "pe": scheme, "dataset": dataset, "max": max_n, "split": "test",
             "intervention": "none", "steps": steps, "batch": batch, "lr": lr,
             "layers": layers, "width": width, "heads": heads,

@@ -149,6 +149,7 @@ def run(options: TrainLmOptions, progress=None) -> dict[str, pd.DataFrame]:
 def _run(schemes, o, data_dir, save_dir, model_out, progress, n_threads) -> dict[str, pd.DataFrame]:
     from pecli.data.datasets import load_data
     from pecli.measures.training import (
+        FAMILY,
         ModelSize,
         TrainConfig,
         build_model,
@@ -193,7 +194,7 @@ def _run(schemes, o, data_dir, save_dir, model_out, progress, n_threads) -> dict
                             seed=o["seed"])
         base = {**common, "model": f"lm-{scheme}", "model_id": f"train-lm:{scheme}",
                 "model_revision": f"seed:{o['seed']}", "random_init": False,
-                "family": "llama" if scheme == "rope" else "gpt2", "pe": scheme,
+                "family": FAMILY[scheme], "pe": scheme,
                 "parameters": count_parameters(model)}
         recent: list[float] = []
 

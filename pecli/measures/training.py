@@ -14,6 +14,20 @@ Hugging Face format and load through `pecli.models.loading.load_model(<dir>)`:
   module registers it on import); loading an alibi checkpoint in a process that has not
   registered it fails loudly in transformers rather than silently running without
   positions.
+- `t5`: GPT-2 with zero frozen `wpe` and the attention function `T5_ATTENTION`: T5's
+  relative bias (Raffel et al. 2020), a learned scalar per head and distance bucket added to
+  the logits, buckets from transformers' own `T5Attention._relative_position_bucket`
+  (unidirectional, 32 buckets, exact up to distance 15, log-spaced to 128). T5 shares one
+  table across layers; here each layer has its own (`attn.relative_bias`, an Embedding of
+  [buckets, heads]). GPT-2 does not build that module, so `after_load` attaches it and reads
+  its weights when pecli loads such a checkpoint.
+- `randomized`: `rope` trained at randomised positions (Ruoss et al. 2023): each training
+  sequence of t tokens gets t distinct positions drawn from [0, size.positions) and sorted
+  (`random_position_ids`), so every position of the range, and long distances, are seen
+  while training on short sequences. Evaluation draws positions the same way (seeded).
+- `p-rope`: Llama whose rotary embedding turns only the highest 3/4 of the frequencies,
+  the lowest quarter set to zero (Barbero et al. 2024's 0.75-RoPE; transformers' own
+  `proportional` rope type with partial_rotary_factor 0.75, so it reloads from config.json).
 Every checkpoint records its scheme in `config.pecli_position`.
 """
 
@@ -37,7 +51,10 @@ from pecli.runs.errors import ConfigError
 
 # The architecture of each position encoding a model is trained with (the names of
 # pecli.runs.names.PE_SCHEMES, checked when a toy / train-lm options object is built).
-FAMILY = {"learned": "gpt2", "sinusoidal": "gpt2", "none": "gpt2", "rope": "llama", "alibi": "gpt2"}
+FAMILY = {"learned": "gpt2", "sinusoidal": "gpt2", "none": "gpt2", "rope": "llama", "alibi": "gpt2",
+          "t5": "gpt2", "randomized": "llama", "p-rope": "llama"}
+ROTARY = {"rope": 1.0, "randomized": 1.0, "p-rope": 0.75}  # fraction of frequencies turned
+T5_BUCKETS, T5_MAX_DISTANCE = 32, 128  # T5's defaults
 SCHEMES = tuple(name for name, _ in names.PE_SCHEMES.items())
 assert set(FAMILY) == set(SCHEMES), "every position encoding needs an architecture, and no more"
 
@@ -70,6 +87,93 @@ def alibi_attention_name() -> str:
 ALIBI_ATTENTION = alibi_attention_name()  # registered on import, so alibi checkpoints reload
 
 
+def t5_buckets(q_len: int, k_len: int) -> torch.Tensor:
+    """T5's unidirectional bucket of every (query, key) pair, queries the last q_len of k_len
+    positions: transformers' `T5Attention._relative_position_bucket(key - query)`. [q, k]."""
+    from transformers.models.t5.modeling_t5 import T5Attention
+
+    query = torch.arange(k_len - q_len, k_len)[:, None]
+    key = torch.arange(k_len)[None, :]
+    return T5Attention._relative_position_bucket(key - query, bidirectional=False,
+                                                 num_buckets=T5_BUCKETS,
+                                                 max_distance=T5_MAX_DISTANCE)
+
+
+def t5_bias_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
+                      **kwargs):
+    """Softmax attention with `module.relative_bias` (T5's bias) added to the logits, under
+    the model's boolean mask (the AttentionInterface signature: q [b, h, q, d], k/v
+    [b, h, k, d]; returns (output [b, q, h, d], probabilities [b, h, q, k]))."""
+    from pecli.positions.masks import _as_visible
+
+    if scaling is None:
+        scaling = query.shape[-1] ** -0.5
+    scores = (query @ key.transpose(-1, -2)) * scaling  # [b, h, q, k]
+    buckets = t5_buckets(query.shape[2], key.shape[2]).to(query.device)  # [q, k]
+    scores = scores + module.relative_bias(buckets).permute(2, 0, 1)[None]  # [1, h, q, k]
+    visible = _as_visible(attention_mask, module, query, key)  # [b, 1, q, k]
+    probs = torch.softmax(scores.masked_fill(~visible, -math.inf), dim=-1)
+    probs = torch.nn.functional.dropout(probs, p=dropout, training=module.training)
+    return (probs @ value).transpose(1, 2).contiguous(), probs
+
+
+def t5_attention_name() -> str:
+    """Register (once) and return the attention implementation of the `t5` scheme."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
+
+    from pecli.positions.masks import _boolean_mask_factory
+
+    name = "pecli_t5_relative_bias"
+    if name not in AttentionInterface():
+        AttentionInterface.register(name, t5_bias_attention)
+        AttentionMaskInterface.register(name, _boolean_mask_factory)
+    return name
+
+
+T5_ATTENTION = t5_attention_name()  # registered on import, so t5 checkpoints reload
+ATTENTION = {"alibi": ALIBI_ATTENTION, "t5": T5_ATTENTION}  # schemes with their own attention
+
+
+def attach_relative_bias(model) -> None:
+    """Give every attention layer of a GPT-2 its T5 bias table (zeros: no preference at first)."""
+    for block in model.transformer.h:
+        block.attn.relative_bias = torch.nn.Embedding(T5_BUCKETS, model.config.n_head)
+        torch.nn.init.zeros_(block.attn.relative_bias.weight)
+
+
+def after_load(model, path: Path) -> None:
+    """Complete a pecli-trained checkpoint that transformers loaded (pecli.models.loading
+    calls this by name): a `t5` model gets its relative-bias tables back from the weights
+    file, which transformers' GPT-2 does not read."""
+    if scheme_of(model) != "t5":
+        return
+    from safetensors.torch import load_file
+
+    attach_relative_bias(model)
+    weights = load_file(Path(path) / "model.safetensors")
+    for i, block in enumerate(model.transformer.h):
+        block.attn.relative_bias.weight.data.copy_(weights[f"transformer.h.{i}.attn.relative_bias.weight"])
+
+
+def random_position_ids(batch: int, length: int, positions: int,
+                        generator: torch.Generator) -> torch.Tensor:
+    """Ruoss et al.'s positions: per row, `length` distinct positions of [0, positions),
+    sorted. [batch, length] int64."""
+    if length > positions:
+        raise ConfigError(f"{length} tokens need at least {length} positions (have {positions})")
+    draws = torch.rand(batch, positions, generator=generator).argsort(-1)[:, :length]
+    return draws.sort(-1).values
+
+
+def with_random_positions(batches: Iterator[dict], positions: int, seed: int) -> Iterator[dict]:
+    """`batches` with Ruoss et al.'s `position_ids` added (the `randomized` scheme)."""
+    generator = torch.Generator().manual_seed(seed)
+    for batch in batches:
+        b, t = batch["input_ids"].shape
+        yield {**batch, "position_ids": random_position_ids(b, t, positions, generator)}
+
+
 # --- models ---------------------------------------------------------------------------
 
 
@@ -81,21 +185,26 @@ def build_model(scheme: str, vocab_size: int, size: ModelSize, *, pad_token_id: 
     scheme = names.parse(names.PE_SCHEMES, str(scheme)).name  # a Choice or its name
     ids = dict(vocab_size=vocab_size, pad_token_id=pad_token_id, bos_token_id=bos_token_id,
                eos_token_id=eos_token_id, tie_word_embeddings=True)
-    if scheme == "rope":
+    if scheme in ROTARY:
+        rope = {"rope_type": "default", "rope_theta": 10000.0}
+        if ROTARY[scheme] < 1:
+            rope = {**rope, "rope_type": "proportional", "partial_rotary_factor": ROTARY[scheme]}
         config = LlamaConfig(
             hidden_size=size.width, num_hidden_layers=size.layers,
             num_attention_heads=size.heads, num_key_value_heads=size.heads,
             # Llama's MLP has three matrices: 8d/3 keeps the parameter count of GPT-2's 4d.
             intermediate_size=int(8 * size.width / 3), max_position_embeddings=size.positions,
-            rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, **ids)
+            rope_parameters=rope, **ids)
     else:
         config = GPT2Config(n_embd=size.width, n_layer=size.layers, n_head=size.heads,
                             n_positions=size.positions, resid_pdrop=0.0, embd_pdrop=0.0,
                             attn_pdrop=0.0, **ids)
     config.pecli_position = scheme
     torch.manual_seed(seed)
-    kwargs = {"attn_implementation": ALIBI_ATTENTION} if scheme == "alibi" else {}
+    kwargs = {"attn_implementation": ATTENTION[scheme]} if scheme in ATTENTION else {}
     model = AutoModelForCausalLM.from_config(config, **kwargs)
+    if scheme == "t5":
+        attach_relative_bias(model)
     model.loss_type = "ForCausalLM"  # GPT2LMHeadModel's name does not tell transformers; same loss
     set_positions(model, scheme)
     return model
@@ -104,7 +213,7 @@ def build_model(scheme: str, vocab_size: int, size: ModelSize, *, pad_token_id: 
 def set_positions(model, scheme: str) -> None:
     """Fill and freeze the position table of the fixed-table schemes; leave the others."""
     spec = ARCHITECTURES.get(FAMILY[scheme])
-    if scheme in ("learned", "rope"):
+    if scheme == "learned" or scheme in ROTARY:
         return
     wpe = position_embedding(model, spec)
     with torch.no_grad():
@@ -116,7 +225,7 @@ def set_positions(model, scheme: str) -> None:
             scale = model.config.initializer_range * math.sqrt(2)
             model.config.pecli_sinusoid_scale = scale
             wpe.weight.copy_(sinusoid_table(*wpe.weight.shape) * scale)
-        else:  # none, alibi: no absolute positions at all
+        else:  # none, alibi, t5: no absolute positions at all
             wpe.weight.zero_()
     wpe.weight.requires_grad_(False)
 
@@ -139,11 +248,11 @@ def save_checkpoint(model, tokenizer, out_dir: Path, card: dict | None = None) -
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
-    if scheme_of(model) == "alibi":
+    if scheme_of(model) in ATTENTION:
         # transformers does not serialise attn_implementation; PretrainedConfig reads it back.
         path = out_dir / "config.json"
         config = json.loads(path.read_text(encoding="utf-8"))
-        config["attn_implementation"] = ALIBI_ATTENTION
+        config["attn_implementation"] = ATTENTION[scheme_of(model)]
         path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     if card:
         (out_dir / "pecli_training.json").write_text(json.dumps(card, indent=2, default=str) + "\n",

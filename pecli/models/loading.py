@@ -469,6 +469,8 @@ def _load_local(name: str, path: Path) -> LoadedModel:
             raise ModelError(f"{path} has a config.json but no weights (model.safetensors or "
                              "pytorch_model.bin): copy them beside it or save the checkpoint again")
         model = _auto_class(spec).from_pretrained(path)
+        if isinstance(raw, dict) and "pecli_position" in raw:  # e.g. a t5 model's bias tables
+            importlib.import_module("pecli.measures.training").after_load(model, path)
         tokenizer = AutoTokenizer.from_pretrained(path)
     except PecliError:
         raise

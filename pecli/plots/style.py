@@ -38,6 +38,9 @@ _FIXED = {
     "sinusoidal": "#E69F00",
     "rope": "#56B4E9",
     "alibi": "#882255",
+    "t5": "#117733",
+    "randomized": "#AA4499",
+    "p-rope": "#332288",
     "identity": "#D55E00",
     "unigram": "#888888",
 }

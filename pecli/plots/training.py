@@ -22,7 +22,9 @@ from pecli.plots.style import (  # noqa: E402
     wants_log,
 )
 
-SCHEME_ORDER = ("learned", "sinusoidal", "none", "rope", "alibi")
+SCHEME_ORDER = ("learned", "sinusoidal", "none", "rope", "alibi", "t5", "randomized", "p-rope")
+# Kazemnejad et al. 2023, mean reciprocal rank over their tasks (their Figure/Table of ranks)
+KAZEMNEJAD_MRR = {"none": 0.69, "t5": 0.55, "alibi": 0.50, "rope": 0.33, "learned": 0.22}
 
 
 def _ordered(schemes) -> list[str]:
@@ -159,6 +161,86 @@ def lm_perplexity(csv: Path, out: Path) -> Path:
                  fontsize=9)
     ax.grid(axis="y", color="0.9", lw=0.6)
     return save(fig, out)
+
+
+def toy_length(csv: Path, out: Path) -> Path:
+    """Exact match against test length, one panel per task: each scheme's mean over training
+    seeds with its interval as a band; the training lengths shaded, N marked."""
+    df = pd.read_csv(csv)
+    acc = df[df.metric == "exact_match"]
+    tasks = list(dict.fromkeys(acc.task))
+    schemes = _ordered(acc.pe)
+    cols = min(len(tasks), 2)
+    rows = -(-len(tasks) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(WIDTH * 1.25, 2.7 * rows + 1.0), squeeze=False,
+                             sharey=True, layout="constrained")
+    n_train = int(acc.train_length.iloc[0])
+    for ax, task in zip(axes.ravel(), tasks, strict=False):
+        sub = acc[acc.task == task]
+        for k, scheme in enumerate(schemes):
+            r = sub[sub.pe == scheme].sort_values("test_length")
+            ax.plot(r.test_length, r.value, marker=MARKERS[k % len(MARKERS)], ms=3.5,
+                    color=color_of(scheme), label=scheme, lw=1.3)
+            if "ci_low" in r and r.ci_low.notna().any():
+                ax.fill_between(r.test_length, r.ci_low.clip(0, 1), r.ci_high.clip(0, 1),
+                                color=color_of(scheme), alpha=0.12, lw=0)
+        ax.axvspan(0, n_train, color="0.93", zorder=0)
+        ax.axvline(n_train, color="0.4", ls="--", lw=0.9)
+        ax.text(n_train, 1.03, f" N = {n_train}", fontsize=7, color="0.3", va="bottom")
+        ax.set_xlim(0, sub.test_length.max() + 1)
+        ax.set_ylim(-0.03, 1.1)
+        ax.set_title(task, fontsize=9)
+        ax.set_xlabel("test length (digits per input)", fontsize=8)
+        ax.grid(color="0.92", lw=0.6)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("exact match (greedy)", fontsize=8)
+    for ax in axes.ravel()[len(tasks):]:
+        ax.axis("off")
+    handles, labels = axes.ravel()[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside right center", fontsize=8, title="scheme",
+               title_fontsize=8)
+    first = acc.iloc[0]
+    fig.suptitle(f"train short (lengths 1-{n_train}, shaded), test long: exact match by length\n"
+                 f"mean of {int(first['seeds'])} training seeds, band: 95 % t interval over seeds; "
+                 f"{int(first['layers'])} layers x {int(first['width'])}, {int(first['steps'])} steps, "
+                 f"{int(first['rows'])} test items per length", fontsize=9)
+    return save(fig, out)
+
+
+def toy_length_ranking(csv: Path, out: Path) -> Path:
+    """Mean reciprocal rank over tasks per scheme (interval: bootstrap over training seeds),
+    beside Kazemnejad et al. 2023's MRR for the schemes they trained."""
+    df = pd.read_csv(csv)
+    mrr = df[df.metric == "mrr"].set_index("pe")
+    schemes = list(mrr.sort_values("value", ascending=False).index)
+    fig, ax = plt.subplots(figsize=(WIDTH, 3.3), layout="constrained")
+    for i, scheme in enumerate(schemes):
+        points(ax, [i - 0.12], mrr.loc[[scheme]], color_of(scheme), None)
+        if scheme in KAZEMNEJAD_MRR:
+            ax.plot([i + 0.12], [KAZEMNEJAD_MRR[scheme]], "D", mfc="white", color=color_of(scheme))
+    ax.plot([], [], "o", color="0.3", label="here (95 % bootstrap over training seeds)")
+    ax.plot([], [], "D", mfc="white", color="0.3", label="Kazemnejad et al. 2023")
+    ax.set_xticks(range(len(schemes)), schemes, fontsize=8)
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel("mean reciprocal rank over tasks")
+    ax.set_xlabel("position scheme (ranked by this run)")
+    first = df.iloc[0]
+    ax.set_title(f"length generalisation ranking: tasks {first['tasks']}\n(each task ranks "
+                 f"the schemes by mean exact match past N = {int(first['train_length'])}; "
+                 f"{int(first['seeds'])} seeds)", fontsize=9)
+    ax.legend(fontsize=7, loc="upper right")
+    ax.grid(axis="y", color="0.9", lw=0.6)
+    return save(fig, out)
+
+
+def toy_length_figures(csv_paths: dict[str, Path], fig_dir: Path) -> list[Path]:
+    """toy-length's figures from its written tables (accuracy, ranking)."""
+    out = []
+    if "accuracy" in csv_paths:
+        out.append(toy_length(csv_paths["accuracy"], fig_dir / "toy_length.png"))
+    if "ranking" in csv_paths:
+        out.append(toy_length_ranking(csv_paths["ranking"], fig_dir / "toy_length_ranking.png"))
+    return out
 
 
 def toy_figures(csv_paths: dict[str, Path], fig_dir: Path) -> list[Path]:

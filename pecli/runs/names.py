@@ -189,6 +189,11 @@ PE_SCHEMES = _registry("position encoding", ConfigError, [
     Term("none", "no position information (NoPE; causal masking alone)"),
     Term("rope", "rotary embeddings in every attention (Llama)"),
     Term("alibi", "no table; a per-head linear bias on attention logits by distance"),
+    Term("t5", "no table; T5's learned relative bias, one per head and distance bucket (GPT-2)"),
+    Term("randomized", "rotary (Llama) at positions sampled, sorted, from the whole position "
+                       "range while training (Ruoss et al. 2023)"),
+    Term("p-rope", "rotary on the highest 3/4 of the frequencies only (Barbero et al.'s "
+                   "0.75-RoPE: transformers' proportional rope type)"),
 ])
 
 

@@ -785,6 +785,52 @@ class ToyOptions(Training):
                               f"with i, j < --max {self.max_n}")
 
 
+TOY_TASKS = ("copy", "reverse", "addition", "sort")
+
+
+@dataclass(frozen=True)
+class ToyLengthOptions(Training):
+    """`pecli toy length` and the `toy-length` experiment."""
+
+    pe: tuple[Choice, ...] = option(tuple(names.PE_SCHEMES), vocabulary=names.PE_SCHEMES, many=True)
+    task: tuple[str, ...] | str = ("copy", "reverse", "addition")  # of TOY_TASKS; "a,b" too
+    train_length: int = option(8, low=1)  # N: training instances have lengths 1..N
+    # test lengths (default N/2, N, 1.5N, 2N, 2.5N, 3N)
+    test_lengths: tuple[int, ...] | str = ()
+    seeds: int = option(3, low=1)  # training seeds seed, seed+1, ...
+    eval_items: int = option(64, low=1)  # test items per length
+    steps: int = option(1000, low=1)
+    layers: int = option(2, low=1)
+    width: int = option(64, low=1)
+    heads: int = option(4, low=1)
+    batch: int = option(64, low=1)
+    lr: float = option(3e-3, low=0.0)
+    threads: int | None = option(1, low=1)
+
+    def check(self) -> None:
+        super().check()
+        given = [self.task] if isinstance(self.task, str) else list(self.task)
+        tasks = [t for item in given for t in names.split_names(item)]
+        for task in tasks:
+            if task not in TOY_TASKS:
+                close = difflib.get_close_matches(str(task), TOY_TASKS, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise ConfigError(f"task (--task): unknown task {task!r}{hint}; use one or more of "
+                                  f"{', '.join(TOY_TASKS)}")
+        if not tasks:
+            raise ConfigError(f"task (--task): name at least one of {', '.join(TOY_TASKS)}")
+        object.__setattr__(self, "task", tuple(dict.fromkeys(tasks)))
+        if self.test_lengths in ((), ""):
+            n = self.train_length
+            lengths = sorted({max(1, n // 2), n, *(max(1, round(n * k / 2)) for k in range(3, 7))})
+        else:
+            lengths = _token_counts(self.test_lengths, "test lengths")
+        object.__setattr__(self, "test_lengths", tuple(lengths))
+        if max(self.test_lengths) < self.train_length:
+            raise ConfigError(f"test_lengths (--test-lengths): none reaches the training length "
+                              f"{self.train_length}; test at it and beyond")
+
+
 @dataclass(frozen=True)
 class TrainLmOptions(Training):
     """`pecli train lm` and the `train-lm` experiment."""

@@ -66,3 +66,33 @@ def test_train_lm_model_out_needs_one_scheme(tmp_path):
                               str(tmp_path / "m"), "--out", str(tmp_path)])
     assert res.exit_code == 1
     assert "exactly one --pe" in res.output
+
+
+def test_toy_length_writes_tables_with_intervals_over_seeds_and_figures(tmp_path):
+    out = tmp_path / "tl"
+    res = runner.invoke(app, ["toy", "length", "--task", "copy,sort,addition", "--pe", "none,t5",
+                              "--pe", "randomized", "--train-length", "2", "--steps", "2",
+                              "--seeds", "2", "--eval-items", "3", "--width", "16",
+                              "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    by_seed = pd.read_csv(out / "by_seed.csv")
+    acc = pd.read_csv(out / "accuracy.csv")
+    rank = pd.read_csv(out / "ranking.csv")
+    em = acc[acc.metric == "exact_match"]
+    assert set(em.test_length) == {1, 2, 3, 4, 5, 6}  # N/2 .. 3N
+    assert len(em) == 3 * 3 * 6 and (em.seeds == 2).all() and em.split_rule.str.contains("1-2").all()
+    assert (em.split == "length").all() and em.ci_low.notna().all()
+    seeds = by_seed[by_seed.metric == "exact_match"]
+    assert sorted(seeds.seed.unique()) == [0, 1] and (seeds.rows == 3).all()
+    mean = seeds.groupby(["task", "pe", "test_length"])["value"].mean()
+    assert (em.set_index(["task", "pe", "test_length"])["value"] - mean).abs().max() < 1e-12
+    assert set(rank[rank.metric == "mrr"].pe) == {"none", "t5", "randomized"}
+    for name in ("figures/toy_length.png", "figures/toy_length_ranking.png", "accuracy.json"):
+        assert (out / name).exists(), name
+    assert "mean reciprocal rank" in res.output
+
+
+def test_toy_length_refuses_bad_tasks_in_one_line(tmp_path):
+    res = runner.invoke(app, ["toy", "length", "--task", "copy,sortt", "--out", str(tmp_path)])
+    assert res.exit_code == 1 and "unknown task 'sortt'" in res.output
+    assert "Traceback" not in res.output

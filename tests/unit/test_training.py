@@ -15,6 +15,7 @@ from pecli.experiments.toy import (
     repeat_gaps,
 )
 from pecli.measures.training import (
+    FAMILY,
     SCHEMES,
     ModelSize,
     TrainConfig,
@@ -127,7 +128,7 @@ def test_loss_decreases(scheme):
     assert sum(losses[-5:]) / 5 < 0.8 * sum(losses[:5]) / 5
 
 
-@pytest.mark.parametrize("scheme", ["sinusoidal", "none", "alibi"])
+@pytest.mark.parametrize("scheme", ["sinusoidal", "none", "alibi", "t5"])
 def test_fixed_position_tables_stay_fixed(scheme):
     from pecli.models.architectures import ARCHITECTURES, position_embedding
 
@@ -151,7 +152,7 @@ def test_checkpoint_round_trips_through_load_model(scheme, tmp_path):
     save_checkpoint(model, tok, tmp_path / scheme)
     loaded = load_model(str(tmp_path / scheme), device="cpu")
     assert scheme_of(loaded.model) == scheme
-    assert loaded.spec.family == ("llama" if scheme == "rope" else "gpt2")
+    assert loaded.spec.family == FAMILY[scheme]
     assert loaded.model.config._attn_implementation == model.config._attn_implementation
     ids = torch.tensor([probe_ids(tok, "12+34=46")])
     with torch.inference_mode():
@@ -184,7 +185,10 @@ def test_unknown_scheme_is_a_config_error():
 
     assert pe("none, rope") == ["none", "rope"]
     assert pe(["learned", "learned,alibi"]) == ["learned", "alibi"]
-    assert set(SCHEMES) == {str(c) for c in ToyOptions().pe}  # every scheme, by default
+    from pecli.runs.options import ToyLengthOptions
+
+    assert set(SCHEMES) == {str(c) for c in ToyLengthOptions().pe}  # every scheme, by default
+    assert [str(c) for c in ToyOptions().pe] == list(SCHEMES[:5])  # arithmetic: the first five
     with pytest.raises(ConfigError, match="^t: .*unknown position encoding 'nope'"):
         TrainLmOptions.build({"pe": ["nope"]}, "t")
     with pytest.raises(ConfigError, match="unknown position encoding 'nope'"):

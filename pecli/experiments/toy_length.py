@@ -1,0 +1,326 @@
+"""Experiment "toy-length": train short, test long on algorithmic tasks, per scheme and seed.
+
+Kazemnejad et al. 2023's protocol at toy size: a small decoder-only Transformer is trained
+on instances of length 1..N (`train_length`) of one task and tested on fresh instances of
+lengths up to 3N (`test_lengths`), exact match of the whole answer under greedy decoding.
+Tasks (character level, digits 0-9, "<bos>prompt=answer<eos>", loss on answer and <eos>):
+- `copy`: "3141=3141"; `reverse`: "3141=1413"; `sort`: "3141=1134";
+- `addition`: two operands of L digits each, written least significant digit first, and
+  their sum, L + 1 digits, also least significant first ("21+21=" -> "420": 12 + 12 = 024);
+  the length of an instance is L, the digits per operand.
+Every training batch is drawn fresh (lengths uniform in 1..N, digits uniform), from a
+generator seeded by the training seed; the test items of a length come from a separate
+generator seeded by (seed of the run, length), the same for every scheme and training
+seed. One model per (task, scheme, training seed); seeds are seed, seed + 1, ...
+
+Tables: `by_seed` (exact match per training seed and test length, with the training
+loss and time), `accuracy` (mean over training seeds with a 95 % t interval over seeds,
+`seeds` the count) and `ranking` (Kazemnejad et al.'s mean reciprocal rank over tasks, from
+each task's mean exact match past the training length, with a bootstrap over seeds).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pandas as pd
+import torch
+
+from pecli.experiments import EXPERIMENTS, Experiment, lazy
+from pecli.experiments.toy import char_tokenizer
+from pecli.runs.options import ToyLengthOptions
+from pecli.runs.provenance import row_provenance
+from pecli.runs.tables import validate
+
+VERSION = 1
+DIGITS = "0123456789"
+
+
+# --- tasks ----------------------------------------------------------------------------
+
+
+def instance(task: str, length: int, rng: np.random.Generator) -> tuple[str, str]:
+    """(prompt ending in "=", answer) of one instance of `task` at `length`."""
+    digits = "".join(DIGITS[d] for d in rng.integers(0, 10, length))
+    if task == "copy":
+        return digits + "=", digits
+    if task == "reverse":
+        return digits + "=", digits[::-1]
+    if task == "sort":
+        return digits + "=", "".join(sorted(digits))
+    if task == "addition":
+        other = "".join(DIGITS[d] for d in rng.integers(0, 10, length))
+        total = int(digits[::-1]) + int(other[::-1])  # operands are written reversed
+        return f"{digits}+{other}=", str(total).zfill(length + 1)[::-1]
+    raise ValueError(f"unknown task {task!r}")
+
+
+def sequence_length(task: str, length: int) -> int:
+    """Tokens of "<bos>prompt=answer<eos>" at `length` (every instance of it has this many)."""
+    prompt, answer = instance(task, length, np.random.default_rng(0))
+    return len(prompt) + len(answer) + 2
+
+
+def split_rule(o: ToyLengthOptions) -> str:
+    return (f"train: fresh instances of lengths 1-{o.train_length} (uniform); test: "
+            f"{o.eval_items} fresh instances per length "
+            f"{', '.join(map(str, o.test_lengths))}")
+
+
+class Encoder:
+    """Characters to ids with the toy's tokenizer vocabulary, without its per-call overhead."""
+
+    def __init__(self, tokenizer):
+        self.vocab = tokenizer.get_vocab()
+        self.bos, self.eos, self.pad = tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id
+
+    def ids(self, text: str) -> list[int]:
+        return [self.vocab[c] for c in text]
+
+
+def training_batches(task: str, enc: Encoder, max_length: int, batch: int, seed: int):
+    """Endless batches of fresh instances of lengths 1..max_length, right-padded; labels are
+    -100 except on the answer and <eos>."""
+    rng = np.random.default_rng(seed)
+    while True:
+        rows = []
+        for length in rng.integers(1, max_length + 1, batch):
+            prompt, answer = instance(task, int(length), rng)
+            head = [enc.bos, *enc.ids(prompt)]
+            rows.append((head + enc.ids(answer) + [enc.eos], len(head)))
+        longest = max(len(ids) for ids, _ in rows)
+        input_ids = torch.full((batch, longest), enc.pad, dtype=torch.long)  # [b, t]
+        labels = torch.full((batch, longest), -100, dtype=torch.long)  # [b, t]
+        mask = torch.zeros((batch, longest), dtype=torch.long)  # [b, t]
+        for r, (ids, start) in enumerate(rows):
+            input_ids[r, : len(ids)] = torch.tensor(ids)
+            labels[r, start: len(ids)] = input_ids[r, start: len(ids)]
+            mask[r, : len(ids)] = 1
+        yield {"input_ids": input_ids, "attention_mask": mask, "labels": labels}
+
+
+def held_out_items(task: str, length: int, n: int, seed: int) -> list[tuple[str, str]]:
+    """`n` instances at `length`, the same for every scheme and training seed."""
+    rng = np.random.default_rng([seed, length, 1])
+    return [instance(task, length, rng) for _ in range(n)]
+
+
+@torch.inference_mode()
+def exact_match(model, enc: Encoder, items: list[tuple[str, str]],
+                position_ids: torch.Tensor | None = None) -> np.ndarray:
+    """Greedy decoding of every item (all of one length, so one batch without padding):
+    len(answer) + 1 tokens; right iff they are the answer then <eos>. `position_ids`
+    [n, prompt + answer + 1] (the `randomized` scheme) are cut to each step's length."""
+    ids = torch.tensor([[enc.bos, *enc.ids(p)] for p, _ in items])  # [n, t]
+    target = torch.tensor([[*enc.ids(a), enc.eos] for _, a in items])  # [n, a]
+    for _ in range(target.shape[1]):
+        kwargs = {} if position_ids is None else {"position_ids": position_ids[:, : ids.shape[1]]}
+        logits = model(input_ids=ids, attention_mask=torch.ones_like(ids), **kwargs).logits
+        ids = torch.cat([ids, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+    return (ids[:, -target.shape[1]:] == target).all(dim=1).numpy()
+
+
+# --- intervals over seeds and the ranking ---------------------------------------------------
+
+
+def seed_interval(values) -> tuple[float, float]:
+    """95 % Student t interval of the mean over training seeds (NaN with fewer than 2)."""
+    from scipy import stats
+
+    v = np.asarray(values, dtype=np.float64)
+    if len(v) < 2:
+        return float("nan"), float("nan")
+    half = stats.t.ppf(0.975, len(v) - 1) * v.std(ddof=1) / np.sqrt(len(v))
+    return float(v.mean() - half), float(v.mean() + half)
+
+
+SEED_METHOD = "95 % Student t interval of the mean over training seeds"
+
+
+def reciprocal_ranks(scores: dict[str, float]) -> dict[str, float]:
+    """1 / rank of each scheme by score, highest first; tied schemes share the best rank."""
+    return {k: 1.0 / (1 + sum(other > v for other in scores.values())) for k, v in scores.items()}
+
+
+def ranking(by_seed: pd.DataFrame, train_length: int, n_boot: int = 1000, seed: int = 0) -> pd.DataFrame:
+    """Per scheme: mean reciprocal rank over tasks (each task ranks the schemes by their mean
+    exact match over test lengths past `train_length`, averaged over seeds), and a percentile
+    bootstrap over training seeds (each (task, scheme)'s seeds resampled with replacement)."""
+    past = by_seed[(by_seed.metric == "exact_match") & (by_seed.test_length > train_length)]
+    per_seed = past.groupby(["task", "pe", "seed"], sort=False)["value"].mean()  # over lengths
+    tasks = list(dict.fromkeys(per_seed.index.get_level_values("task")))
+    schemes = list(dict.fromkeys(per_seed.index.get_level_values("pe")))
+    cells = {(t, s): per_seed.loc[(t, s)].to_numpy() for t in tasks for s in schemes}
+
+    def mrr(means: dict) -> dict[str, float]:
+        ranks = [reciprocal_ranks({s: means[(t, s)] for s in schemes}) for t in tasks]
+        return {s: float(np.mean([r[s] for r in ranks])) for s in schemes}
+
+    point = mrr({k: v.mean() for k, v in cells.items()})
+    rng = np.random.default_rng(seed)
+    boot = [mrr({k: rng.choice(v, len(v)).mean() for k, v in cells.items()}) for _ in range(n_boot)]
+    rows = []
+    for s in schemes:
+        draws = np.array([b[s] for b in boot])
+        accuracy = np.array([cells[(t, s)] for t in tasks]).mean(0)  # per seed, over tasks
+        low, high = seed_interval(accuracy)
+        rows.append({"pe": s, "metric": "mrr", "value": point[s],
+                     "ci_low": float(np.percentile(draws, 2.5)),
+                     "ci_high": float(np.percentile(draws, 97.5)),
+                     "interval": "95 % percentile bootstrap over training seeds (each task and "
+                                 f"scheme's seeds resampled, {n_boot} resamples)",
+                     "tasks": ",".join(tasks)})
+        rows.append({"pe": s, "metric": "exact_match_past_train_length",
+                     "value": float(accuracy.mean()), "ci_low": low, "ci_high": high,
+                     "interval": SEED_METHOD, "tasks": ",".join(tasks)})
+    return pd.DataFrame(rows)
+
+
+# --- the experiment -------------------------------------------------------------------
+
+
+def run(options: ToyLengthOptions, progress=None) -> dict[str, pd.DataFrame]:
+    """Train one model per (task, scheme, seed); tables `by_seed`, `accuracy`, `ranking`.
+
+    `progress(label, step, steps, loss)` after each step; `save_dir`: checkpoints go to
+    <save_dir>/<task>-<scheme>-seed<k>.
+    """
+    from pecli.measures.training import torch_threads
+
+    with torch_threads(options.threads):
+        return _run(options, progress)
+
+
+def train_one(task: str, scheme: str, seed: int, o: ToyLengthOptions, positions: int, progress=None):
+    """A model of `scheme` trained on `task` at lengths 1..train_length: (model, result)."""
+    from pecli.measures.training import (
+        ModelSize,
+        TrainConfig,
+        build_model,
+        train,
+        with_random_positions,
+    )
+
+    tok = char_tokenizer()
+    enc = Encoder(tok)
+    size = ModelSize(o.layers, o.width, o.heads, positions=positions)
+    model = build_model(scheme, len(tok), size, pad_token_id=enc.pad, bos_token_id=enc.bos,
+                        eos_token_id=enc.eos, seed=seed)
+    batches = training_batches(task, enc, o.train_length, o.batch, seed)
+    if scheme == "randomized":
+        batches = with_random_positions(batches, positions, seed)
+    hook = None if progress is None else (
+        lambda s, loss: progress(f"{task} {scheme} seed {seed}", s, o.steps, loss))
+    result = train(model, batches, TrainConfig(steps=o.steps, lr=o.lr), on_step=hook)
+    return model, result
+
+
+def _run(o: ToyLengthOptions, progress) -> dict[str, pd.DataFrame]:
+    from pathlib import Path
+
+    from pecli.measures.training import (
+        FAMILY,
+        count_parameters,
+        random_position_ids,
+        save_checkpoint,
+    )
+
+    enc = Encoder(char_tokenizer())
+    schemes = [c.name for c in o.pe]
+    seeds = [o.seed + k for k in range(o.seeds)]
+    # every model gets positions for the longest test sequence of any task (learned rows
+    # past the training length exist but are never trained, as in Kazemnejad et al.)
+    positions = max(sequence_length(t, max(o.test_lengths)) for t in o.task)
+    rule = split_rule(o)
+    rows = []
+    for task in o.task:
+        items = {n: held_out_items(task, n, o.eval_items, o.seed) for n in o.test_lengths}
+        for scheme in schemes:
+            for seed in seeds:
+                model, result = train_one(task, scheme, seed, o, positions, progress)
+                revision, model_id = f"seed:{seed}", f"toy-length:{task}:{scheme}"
+                if o.save_dir is not None:
+                    from pecli.models.loading import weights_sha256
+                    from pecli.runs.provenance import portable_model_id
+
+                    path = save_checkpoint(model, char_tokenizer(),
+                                           Path(o.save_dir) / f"{task}-{scheme}-seed{seed}",
+                                           card={"experiment": "toy-length", "task": task,
+                                                 "pe": scheme, "seed": seed,
+                                                 "train_length": o.train_length, "steps": o.steps})
+                    model_id, revision = portable_model_id(path), weights_sha256(path)
+                base = {"experiment": "toy-length", **row_provenance(), "seed": seed,
+                        "model": f"toy-{scheme}", "model_id": model_id, "model_revision": revision,
+                        "random_init": False, "device": "cpu", "dtype": "float32",
+                        "family": FAMILY[scheme], "pe": scheme, "task": task,
+                        "dataset": f"toy:{task}", "intervention": "none", "split": "length",
+                        "split_rule": rule, "train_length": o.train_length,
+                        "steps": o.steps, "batch": o.batch, "lr": o.lr, "layers": o.layers,
+                        "width": o.width, "heads": o.heads, "positions": positions,
+                        "parameters": count_parameters(model)}
+                generator = torch.Generator().manual_seed(seed)
+                start = time.perf_counter()
+                for n, its in items.items():
+                    pos = None
+                    if scheme == "randomized":  # Ruoss et al.: sampled positions at test too
+                        pos = random_position_ids(len(its), sequence_length(task, n) - 1,
+                                                  positions, generator)
+                    correct = exact_match(model, enc, its, pos)
+                    rows.append({**base, "metric": "exact_match", "test_length": n,
+                                 "in_training": n <= o.train_length, "value": float(correct.mean()),
+                                 "rows": len(its), "tokens": len(its) * sequence_length(task, n)})
+                eval_seconds = time.perf_counter() - start
+                for metric, value in (("final_train_loss", float(np.mean(result["losses"][-50:]))),
+                                      ("train_seconds", result["seconds"]),
+                                      ("eval_seconds", eval_seconds),
+                                      ("train_tokens_per_second", result["tokens"] / result["seconds"])):
+                    rows.append({**base, "metric": metric, "test_length": -1, "in_training": True,
+                                 "value": value, "rows": 0, "tokens": 0,
+                                 "train_tokens": result["tokens"]})
+    by_seed = pd.DataFrame(rows)
+    return {"by_seed": validate(by_seed), "accuracy": validate(summary(by_seed)),
+            "ranking": validate(_with(ranking(by_seed, o.train_length, seed=o.seed), by_seed))}
+
+
+def summary(by_seed: pd.DataFrame) -> pd.DataFrame:
+    """Every per-seed number as its mean over training seeds with a t interval over them."""
+    keys = ["task", "pe", "metric", "test_length"]
+    out = []
+    for _, group in by_seed.groupby(keys, sort=False):
+        low, high = seed_interval(group["value"])
+        first = group.iloc[0].to_dict()
+        first.update(value=float(group["value"].mean()), ci_low=low, ci_high=high,
+                     interval=SEED_METHOD, seeds=len(group),
+                     seed=int(group["seed"].min()),
+                     seed_list=",".join(map(str, group["seed"])),
+                     model_revision=",".join(map(str, group["model_revision"])),
+                     aggregation="mean over training seeds")
+        out.append(first)
+    return pd.DataFrame(out)
+
+
+def _with(ranking_rows: pd.DataFrame, by_seed: pd.DataFrame) -> pd.DataFrame:
+    """The ranking's rows with the provenance and sizes they were computed from."""
+    first = by_seed.iloc[0]
+    shared = {k: first[k] for k in ("experiment", "split", "split_rule", "train_length", "steps",
+                                    "layers", "width", "heads", "dtype", "device", "random_init",
+                                    "intervention")}
+    shared["dataset"] = "toy:" + ",".join(dict.fromkeys(by_seed["task"]))
+    prov = {k: first[k] for k in row_provenance()}
+    seeds = by_seed.groupby("pe")["seed"].nunique()
+    return ranking_rows.assign(**shared, **prov, seed=int(by_seed["seed"].min()),
+                               seeds=ranking_rows["pe"].map(seeds),
+                               model=ranking_rows["pe"].map(lambda s: f"toy-{s}"),
+                               model_id="toy-length", rows=0, tokens=0,
+                               model_revision="seeds:" + ",".join(map(str, sorted(by_seed["seed"].unique()))))
+
+
+figures = lazy("pecli.plots.training:toy_length_figures")
+
+
+EXPERIMENTS.add("toy-length", Experiment(
+    "toy-length", VERSION, run, figures,
+    "Train short, test long: copy / reverse / addition / sort per position scheme and training "
+    "seed; exact match by test length with intervals over seeds, MRR ranking",
+    options=ToyLengthOptions))

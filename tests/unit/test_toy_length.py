@@ -1,0 +1,272 @@
+"""Length-split toy tasks, the three newer schemes (t5, randomized, p-rope), intervals over
+seeds, the ranking, and deterministic training: each against a literal computation."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from pecli.experiments.toy import char_tokenizer
+from pecli.experiments.toy_length import (
+    Encoder,
+    exact_match,
+    held_out_items,
+    instance,
+    ranking,
+    reciprocal_ranks,
+    seed_interval,
+    sequence_length,
+    training_batches,
+)
+from pecli.measures.training import (
+    SCHEMES,
+    ModelSize,
+    TrainConfig,
+    build_model,
+    random_position_ids,
+    save_checkpoint,
+    t5_buckets,
+    train,
+    with_random_positions,
+)
+from pecli.runs.errors import ConfigError
+from pecli.runs.options import ToyLengthOptions
+
+ENC = Encoder(char_tokenizer())
+
+
+def tiny(scheme: str, seed: int = 0, positions: int = 32):
+    tok = char_tokenizer()
+    return build_model(scheme, len(tok), ModelSize(2, 16, 2, positions), pad_token_id=ENC.pad,
+                       bos_token_id=ENC.bos, eos_token_id=ENC.eos, seed=seed)
+
+
+# --- tasks and the split ------------------------------------------------------------------
+
+
+def test_tasks_by_their_definitions():
+    rng = np.random.default_rng(0)
+    for length in (1, 3, 7, 20):
+        prompt, answer = instance("copy", length, rng)
+        assert prompt == answer + "=" and len(answer) == length
+        prompt, answer = instance("reverse", length, rng)
+        assert answer == "".join(reversed(prompt[:-1]))
+        prompt, answer = instance("sort", length, rng)
+        assert list(answer) == sorted(prompt[:-1])
+        prompt, answer = instance("addition", length, rng)
+        a, b = prompt[:-1].split("+")
+        assert len(a) == len(b) == length and len(answer) == length + 1
+        # least significant digit first: the digits of the sum, one by one with carries
+        carry, digits = 0, []
+        for i in range(length):
+            carry, d = divmod(int(a[i]) + int(b[i]) + carry, 10)
+            digits.append(str(d))
+        assert answer == "".join(digits) + str(carry)
+    assert instance("addition", 2, np.random.default_rng(3))[0].count("+") == 1
+    assert sequence_length("addition", 4) == 1 + 4 + 1 + 4 + 1 + 5 + 1
+
+
+def test_training_batches_stay_within_the_training_lengths_and_label_the_answer_only():
+    batch = next(training_batches("reverse", ENC, 4, 64, seed=0))
+    ids, labels, mask = batch["input_ids"], batch["labels"], batch["attention_mask"]
+    eq = ENC.vocab["="]
+    for row in range(64):
+        n = int(mask[row].sum())
+        seq = ids[row, :n].tolist()
+        split = seq.index(eq)
+        digits = split - 1  # after <bos>
+        assert 1 <= digits <= 4 and seq[0] == ENC.bos and seq[-1] == ENC.eos
+        assert seq[split + 1: -1] == seq[1:split][::-1]
+        assert (labels[row, : split + 1] == -100).all() and (labels[row, n:] == -100).all()
+        assert labels[row, split + 1: n].tolist() == seq[split + 1:]
+    lengths = {int(m.sum()) for m in mask}
+    assert len(lengths) > 1  # mixed lengths in one batch
+    again = next(training_batches("reverse", ENC, 4, 64, seed=0))
+    assert torch.equal(again["input_ids"], ids)
+
+
+def test_test_items_are_shared_across_schemes_and_seeds_and_differ_by_length():
+    assert held_out_items("copy", 6, 5, seed=0) == held_out_items("copy", 6, 5, seed=0)
+    assert held_out_items("copy", 6, 5, seed=0) != held_out_items("copy", 6, 5, seed=1)
+    assert all(len(p) == 7 for p, _ in held_out_items("copy", 6, 5, seed=0))
+
+
+def test_options_default_to_three_n_and_check_tasks():
+    o = ToyLengthOptions()
+    assert o.test_lengths == (4, 8, 12, 16, 20, 24) and max(o.test_lengths) == 3 * o.train_length
+    assert o.seeds >= 3 and len(o.pe) == len(SCHEMES) >= 8
+    assert ToyLengthOptions.build({"task": ["copy,sort"]}, "t").task == ("copy", "sort")
+    with pytest.raises(ConfigError, match="unknown task 'cpy' .did you mean 'copy'"):
+        ToyLengthOptions.build({"task": "cpy"}, "t")
+    with pytest.raises(ConfigError, match="none reaches the training length"):
+        ToyLengthOptions.build({"train_length": 10, "test_lengths": "4,6"}, "t")
+
+
+# --- greedy exact match ------------------------------------------------------------------
+
+
+class Oracle(torch.nn.Module):
+    """Emits the answer of each item, then `tail` (eos when right); records position_ids."""
+
+    def __init__(self, items, tail):
+        super().__init__()
+        self.answers = {tuple([ENC.bos, *ENC.ids(p)]): ENC.ids(a) + tail for p, a in items}
+        self.seen = []
+
+    def forward(self, input_ids, attention_mask=None, position_ids=None):
+        self.seen.append(None if position_ids is None else position_ids.clone())
+        logits = torch.zeros(*input_ids.shape, len(ENC.vocab))
+        for r, row in enumerate(input_ids.tolist()):
+            for key, answer in self.answers.items():
+                if tuple(row[: len(key)]) == key:
+                    logits[r, -1, answer[len(row) - len(key)]] = 1.0
+        return type("Out", (), {"logits": logits})
+
+
+def test_exact_match_needs_the_answer_then_eos():
+    items = held_out_items("reverse", 5, 6, seed=0)
+    assert exact_match(Oracle(items, [ENC.eos]), ENC, items).all()
+    assert not exact_match(Oracle(items, [ENC.vocab["1"]]), ENC, items).any()
+    wrong = Oracle(items, [ENC.eos])
+    first = next(iter(wrong.answers))
+    wrong.answers[first] = [ENC.vocab["="]] + wrong.answers[first][1:]
+    assert exact_match(wrong, ENC, items).tolist() == [False] + [True] * 5
+    positions = random_position_ids(6, 1 + 6 + 6, 40, torch.Generator().manual_seed(0))
+    oracle = Oracle(items, [ENC.eos])
+    exact_match(oracle, ENC, items, positions)
+    assert [p.shape[1] for p in oracle.seen] == list(range(7, 13))
+    assert all(torch.equal(p, positions[:, : p.shape[1]]) for p in oracle.seen)
+
+
+# --- intervals over seeds, the ranking -----------------------------------------------------
+
+
+def test_seed_interval_is_students_t_by_hand():
+    values = [0.2, 0.4, 0.9]
+    mean = sum(values) / 3
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / 2)
+    half = 4.30265273 * sd / math.sqrt(3)  # t(0.975, 2 degrees of freedom)
+    assert seed_interval(values) == pytest.approx((mean - half, mean + half), abs=1e-8)
+    assert all(math.isnan(x) for x in seed_interval([0.5]))
+
+
+def test_mean_reciprocal_rank_by_hand():
+    assert reciprocal_ranks({"a": 0.9, "b": 0.5, "c": 0.5}) == {"a": 1.0, "b": 0.5, "c": 0.5}
+    rows = []
+    acc = {("copy", "none"): [0.8, 0.6], ("copy", "rope"): [0.1, 0.3],
+           ("sort", "none"): [0.2, 0.2], ("sort", "rope"): [0.5, 0.7]}
+    for (task, pe), values in acc.items():
+        for seed, v in enumerate(values):
+            rows.append({"task": task, "pe": pe, "seed": seed, "metric": "exact_match",
+                         "test_length": 8, "value": v})
+            rows.append({"task": task, "pe": pe, "seed": seed, "metric": "exact_match",
+                         "test_length": 4, "value": 1.0 - v})  # inside training: ignored
+    out = ranking(pd.DataFrame(rows), train_length=4, n_boot=200).set_index(["pe", "metric"])
+    # copy: none first (0.7 vs 0.2); sort: rope first (0.6 vs 0.2): MRR (1 + 1/2) / 2 each
+    assert out.loc[("none", "mrr"), "value"] == out.loc[("rope", "mrr"), "value"] == 0.75
+    assert out.loc[("none", "exact_match_past_train_length"), "value"] == pytest.approx(0.45)
+    low, high = out.loc[("none", "mrr"), ["ci_low", "ci_high"]]
+    assert 0.5 <= low <= 0.75 <= high <= 1.0
+
+
+# --- the three newer schemes against their definitions -------------------------------------
+
+
+def test_t5_buckets_are_t5s_unidirectional_buckets():
+    """Raffel et al.: distance d = query - key >= 0; buckets 0..15 exact, then 16 log-spaced
+    buckets up to distance 128, the last bucket for everything beyond."""
+    def by_hand(d: int) -> int:
+        if d < 16:
+            return d
+        return min(31, 16 + int(math.log(d / 16) / math.log(128 / 16) * 16))
+
+    b = t5_buckets(200, 200)
+    for q, k in [(0, 0), (5, 3), (40, 0), (199, 100), (199, 0), (150, 149)]:
+        assert b[q, k].item() == by_hand(q - k), (q, k)
+    assert t5_buckets(1, 7)[0].tolist() == [6, 5, 4, 3, 2, 1, 0]  # one new query at the end
+
+
+def test_t5_attention_adds_the_bias_to_the_logits():
+    """Layer-1 attention of a t5 model equals softmax(q k^T / sqrt(d) + bias[bucket(q - k)])
+    computed by hand from its own projections, causal."""
+    model = tiny("t5").eval()
+    attn = model.transformer.h[0].attn
+    torch.nn.init.normal_(attn.relative_bias.weight, std=2.0)
+    ids = torch.tensor([[ENC.bos, *ENC.ids("3141=")]])
+    with torch.inference_mode():
+        out = model(input_ids=ids, output_attentions=True)
+        x = model.transformer.h[0].ln_1(model.transformer.wte(ids))  # wpe is zero
+        q, k, _ = attn.c_attn(x).split(16, dim=-1)
+        q, k = (t.view(1, -1, 2, 8).transpose(1, 2) for t in (q, k))  # [1, h, t, d]
+        t = ids.shape[1]
+        logits = q @ k.transpose(-1, -2) / math.sqrt(8)
+        dist = torch.arange(t)[:, None] - torch.arange(t)[None, :]
+        logits = logits + attn.relative_bias.weight[dist.clamp(min=0)].permute(2, 0, 1)
+        logits = logits.masked_fill(dist < 0, -math.inf)
+        torch.testing.assert_close(out.attentions[0], logits.softmax(-1), rtol=0, atol=1e-6)
+
+
+def test_t5_checkpoint_reloads_its_bias_tables(tmp_path):
+    from pecli.models.loading import load_model
+
+    model = tiny("t5").eval()
+    for block in model.transformer.h:
+        torch.nn.init.normal_(block.attn.relative_bias.weight)
+    save_checkpoint(model, char_tokenizer(), tmp_path / "t5")
+    loaded = load_model(str(tmp_path / "t5"), device="cpu").model
+    for a, b in zip(model.transformer.h, loaded.transformer.h, strict=True):
+        assert torch.equal(a.attn.relative_bias.weight, b.attn.relative_bias.weight)
+    ids = torch.tensor([[ENC.bos, *ENC.ids("12=21")]])
+    with torch.inference_mode():
+        assert torch.equal(model(input_ids=ids).logits, loaded(input_ids=ids).logits)
+
+
+def test_p_rope_turns_the_highest_three_quarters_of_the_frequencies():
+    """Barbero et al.'s p-RoPE, p = 0.75: inv_freq_i = base^(-2i/d) for the first 3/4 of the
+    d/2 frequencies (the highest), 0 (no rotation) for the lowest quarter."""
+    model = build_model("p-rope", 20, ModelSize(1, 64, 2, 16), pad_token_id=0, bos_token_id=1,
+                        eos_token_id=2)  # head dim 32: 16 frequencies, 12 turned
+    expected = [10000 ** (-2 * i / 32) if i < 12 else 0.0 for i in range(16)]
+    torch.testing.assert_close(model.model.rotary_emb.inv_freq, torch.tensor(expected))
+    rope = build_model("rope", 20, ModelSize(1, 64, 2, 16), pad_token_id=0, bos_token_id=1,
+                       eos_token_id=2)
+    torch.testing.assert_close(rope.model.rotary_emb.inv_freq[:12], torch.tensor(expected[:12]))
+
+
+def test_randomized_positions_are_sorted_distinct_draws_that_reach_the_model():
+    gen = torch.Generator().manual_seed(0)
+    pos = random_position_ids(500, 12, 40, gen)
+    assert (pos.diff(dim=1) > 0).all() and pos.min() >= 0 and pos.max() < 40
+    assert pos[:, -1].max() == 39 and pos[:, 0].min() == 0  # the whole range is drawn
+    assert len({tuple(r) for r in pos.tolist()}) > 400
+    with pytest.raises(ConfigError):
+        random_position_ids(1, 41, 40, gen)
+    batches = with_random_positions(training_batches("copy", ENC, 4, 8, 0), 40, seed=0)
+    batch = next(batches)
+    assert batch["position_ids"].shape == batch["input_ids"].shape
+    model = tiny("randomized", positions=40).eval()
+    with torch.inference_mode():
+        plain = model(input_ids=batch["input_ids"]).logits
+        moved = model(input_ids=batch["input_ids"], position_ids=batch["position_ids"]).logits
+    assert (plain - moved).abs().max() > 1e-4
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_training_is_deterministic_per_seed(scheme):
+    """Train twice with one seed on CPU: bit-identical weights; another seed differs."""
+    def trained(seed):
+        model = tiny(scheme, seed=seed)
+        batches = training_batches("copy", ENC, 4, 8, seed)
+        if scheme == "randomized":
+            batches = with_random_positions(batches, 32, seed)
+        train(model, batches, TrainConfig(steps=4, warmup=2))
+        return model.state_dict()
+
+    first, again, other = trained(0), trained(0), trained(1)
+    assert first.keys() == again.keys()
+    assert all(torch.equal(first[k], again[k]) for k in first)
+    assert any(not torch.equal(first[k], other[k]) for k in first)
