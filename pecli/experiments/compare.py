@@ -94,6 +94,14 @@ HEADLINES = (
              axis="share of trials with the key retrieved"),
     Headline("exact_match", "toy arithmetic exact match", {"operation": "all"}, ("pe",), experiment="toy",
              interval="95 % percentile bootstrap over test examples"),
+    Headline("exact_match", "exact match by test length (toy length)",
+             {"aggregation": "mean over training seeds"}, ("pe",), experiment="toy-length",
+             name="toy_length_exact_match",
+             slot=lambda r: f"{r['task']}, length {int(r['test_length'])}",
+             interval="95 % Student t interval of the mean over training seeds"),
+    Headline("mrr", "mean reciprocal rank over tasks (toy length)", {}, ("pe",),
+             experiment="toy-length", name="toy_length_mrr",
+             interval="95 % percentile bootstrap over training seeds"),
     Headline("test_perplexity", "test perplexity of small causal LMs", {}, ("pe",), experiment="train-lm"),
     Headline("order_accuracy", "which-comes-first accuracy of position rows", {}, ("matrix",),
              experiment="pe-probe", reference=((0.5, "chance"),)),
@@ -101,7 +109,7 @@ HEADLINES = (
 # Every metric of `pecli lm-eval`'s table is a headline, named "<task>_<metric>"
 LM_EVAL = Headline("", "", {}, ("intervention", "mask", "mask_semantics", "rope_scaling"),
                    experiment="lm-eval", interval="as lm-eval's rows record it")
-READS = "ablate, perplexity, mc, lm-eval, length, passkey, toy, train lm and pe probe"
+READS = "ablate, perplexity, mc, lm-eval, length, passkey, toy, toy length, train lm and pe probe"
 
 
 def _headline(experiment: str, metric: str) -> Headline | None:

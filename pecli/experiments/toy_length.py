@@ -254,7 +254,7 @@ def _run(o: ToyLengthOptions, progress) -> dict[str, pd.DataFrame]:
                         "model": f"toy-{scheme}", "model_id": model_id, "model_revision": revision,
                         "random_init": False, "device": "cpu", "dtype": "float32",
                         "family": FAMILY[scheme], "pe": scheme, "task": task,
-                        "dataset": f"toy:{task}", "intervention": "none", "split": "length",
+                        "dataset": "toy:" + ",".join(o.task), "intervention": "none", "split": "length",
                         "split_rule": rule, "train_length": o.train_length,
                         "steps": o.steps, "batch": o.batch, "lr": o.lr, "layers": o.layers,
                         "width": o.width, "heads": o.heads, "positions": positions,
