@@ -95,6 +95,17 @@ def check_applies(loaded, name: str | Choice) -> Choice:
             f"{loaded.spec.position} positions): {why or 'it has no meaning there'}; it applies "
             f"to {', '.join(kinds)} positions"
         )
+    if choice.layers is not None and loaded.spec.position not in ("rotary", "partial rotary"):
+        raise InterventionError(
+            f"{choice}: per-layer surgery applies to rotary positions, which act inside every "
+            f"attention; {loaded.name} has {loaded.spec.position} positions, which enter once "
+            "(drop the @LAYERS)")
+    if choice.layers is not None or choice.name in ACTS_IN_ATTENTION:
+        from pecli.positions.remedies import check_causal, check_supported
+
+        if choice.name in REMEDIES:
+            check_causal(loaded, choice.name)
+        check_supported(loaded)
     n = getattr(loaded, "max_positions", None)  # known once weights load
     if choice.name == "shift" and loaded.spec.position == LEARNED and n \
             and abs(_shift_amount(choice.argument)) >= n:
@@ -138,6 +149,8 @@ def prepare(loaded, name: str | Choice, seed: int = 0) -> Callable[[], AbstractC
     iv, arg, spec = IMPLEMENTATIONS[choice.name], choice.argument, loaded.spec
     if choice.name == "learned":  # the baseline: nothing installed, nothing copied
         return nullcontext
+    if choice.layers is not None:
+        return _layered(loaded, choice, iv, seed)
     if spec.rotates:
         return lambda: iv.rotary(loaded, arg, seed)
     if spec.position == ALIBI:
@@ -163,6 +176,23 @@ def prepare(loaded, name: str | Choice, seed: int = 0) -> Callable[[], AbstractC
             yield
         finally:
             table.weight.data = own
+
+    return apply
+
+
+def _layered(loaded, choice: Choice, iv: Implementation, seed: int):
+    """Per-layer surgery: `choice` acting only in the attention layers it names."""
+    from pecli.positions import remedies
+
+    layers = names.layer_set(choice.layers, len(remedies.attention_modules(loaded)))
+    if choice.name in REMEDIES:
+        remedy = remedies.Remedy.of(choice.name, choice.argument)
+        return lambda: remedies.remedied(loaded, remedy, layers)
+
+    @contextmanager
+    def apply() -> Iterator[None]:
+        with iv.rotary(loaded, choice.argument, seed), remedies.only_in(loaded, layers):
+            yield
 
     return apply
 
@@ -378,6 +408,30 @@ def _alibi(kind: str):
     return edit
 
 
+# --- remedies and frequency bands (pecli.positions.remedies) ---------------------------
+
+REMEDIES = ("sinks", "lminfinite", "selfextend", "rerope")
+ACTS_IN_ATTENTION = (*REMEDIES, "droplow", "drophigh")
+
+
+def _remedy(name: str):
+    def install(loaded, arg, seed):
+        from pecli.positions.remedies import Remedy, remedied
+
+        return remedied(loaded, Remedy.of(name, arg))
+
+    return install
+
+
+def _bands(which: str):
+    def install(loaded, arg, seed):
+        from pecli.positions.remedies import bands_removed
+
+        return bands_removed(loaded, which, float(arg))
+
+    return install
+
+
 # Keyed by the names of pecli.runs.names.INTERVENTIONS (which says what each does and where it
 # applies); tests/unit/test_names.py checks the two agree (KIND_FIELDS: which field serves a kind).
 KIND_FIELDS = {"learned": "learned", "rotary": "rotary", "partial rotary": "rotary",
@@ -393,4 +447,7 @@ IMPLEMENTATIONS: dict[str, Implementation] = {
     "sinusoidal": Implementation(_learned_sinusoidal, None),
     "random": Implementation(_learned_random, None),
     "swap": Implementation(_learned_swap, None),
+    **{name: Implementation(None, _remedy(name)) for name in REMEDIES},
+    "droplow": Implementation(None, _bands("low")),
+    "drophigh": Implementation(None, _bands("high")),
 }

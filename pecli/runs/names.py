@@ -55,6 +55,7 @@ class Choice:
 
     term: Term
     argument: str | None = None
+    layers: str | None = None  # `zero@even`: the layer set it is restricted to (LAYER SETS)
 
     @property
     def name(self) -> str:
@@ -64,14 +65,23 @@ class Choice:
         return f"Choice({str(self)!r})"
 
     def __str__(self) -> str:
-        return f"{self.term.name}:{self.argument}" if self.argument else self.term.name
+        text = f"{self.term.name}:{self.argument}" if self.argument else self.term.name
+        return f"{text}@{self.layers}" if self.layers is not None else text
 
 
 def parse(registry: Registry[Term], text: str) -> Choice:
     """`shift:3` -> Choice; unknown names, a missing or a stray argument fail with a fix.
 
-    A mask may also be a file that `pecli mask fit` wrote (`mask_file`)."""
+    A mask may also be a file that `pecli mask fit` wrote (`mask_file`). An intervention may
+    end in `@LAYERS` (`zero@even`): per-layer surgery (layer_set)."""
     text = str(text).strip()
+    text, at, layers = text.partition("@") if registry.kind == "intervention" else (text, "", "")
+    if at:
+        if "layered" not in registry.get(text.partition(":")[0]).traits:
+            raise registry.error(f"{registry.kind} {text!r} cannot be restricted to layers "
+                                 f"(@{layers}): only position interventions that act inside "
+                                 "every attention can")
+        layer_set(layers, None)  # the syntax; the range once the model is known
     base, colon, arg = text.partition(":")
     if registry is MASKS and (base == MASK_FILE.name or (base not in registry and _is_file(text))):
         return mask_file(text)
@@ -83,7 +93,42 @@ def parse(registry: Registry[Term], text: str) -> Choice:
         raise registry.error(f"{registry.kind} {base!r} takes no argument; write {base!r}")
     if term.check and arg:
         term.check(arg)
-    return Choice(term, arg or None)
+    return Choice(term, arg or None, layers if at else None)
+
+
+# Per-layer surgery (`@LAYERS`): items joined by '+': N, N-M (inclusive), N- (to the last
+# layer), even, odd, everyK (0, K, 2K, ...), all, none (the empty set).
+LAYER_SETS = "N, N-M, N-, even, odd, everyK, all or none, joined by '+' (e.g. 0+2, 1-, every4)"
+
+
+def layer_set(text: str, layers: int | None) -> tuple[int, ...]:
+    """The layer indices `text` names among `layers` (None: check the syntax only)."""
+    def bad(why: str) -> InterventionError:
+        return InterventionError(f"layer set @{text}: {why}; write {LAYER_SETS}")
+
+    n = layers if layers is not None else 0  # None: keywords fill nothing (syntax only)
+    chosen: set[int] = set()
+    for item in text.split("+"):
+        item = item.strip()
+        if item == "none":
+            continue
+        if item == "all":
+            chosen.update(range(n))
+        elif item in ("even", "odd"):
+            chosen.update(range(item == "odd", n, 2))
+        elif item.startswith("every") and item[5:].isdigit() and int(item[5:]) > 0:
+            chosen.update(range(0, n, int(item[5:])))
+        else:
+            lo, dash, hi = item.partition("-")
+            if not lo.isdigit() or (hi and not hi.isdigit()):
+                raise bad(f"{item!r} is not a layer, a range or a keyword")
+            top = (int(hi) if hi else n - 1) if dash else int(lo)
+            if layers is not None and max(int(lo), top) >= layers:
+                raise bad(f"the model has {layers} layers (0-{layers - 1})")
+            if top < int(lo) and (hi or layers is not None):
+                raise bad(f"the range {item} is empty")
+            chosen.update(range(int(lo), top + 1))
+    return tuple(sorted(chosen))
 
 
 def split_names(value) -> list[str]:
@@ -113,28 +158,88 @@ def _registry(kind: str, error, terms: list[Term]) -> Registry[Term]:
     return registry
 
 
+def _fields(what: str, example: str, least: tuple[int, ...], optional: float | None = None):
+    """K:W-style arguments: len(least) integers, each >= its least value, then optionally one
+    more number >= 1 (lminfinite's cap D, leaky ReRoPE's k)."""
+    def check(arg: str) -> None:
+        parts = arg.split(":")
+        shape = ":".join(["N"] * len(least)) + (":x" if optional is not None else "")
+        if not len(least) <= len(parts) <= len(least) + (optional is not None):
+            raise InterventionError(f"{what} takes {shape}, got {arg!r}; e.g. {example}")
+        try:
+            values = [int(p) for p in parts[:len(least)]] + [float(p) for p in parts[len(least):]]
+        except ValueError:
+            raise InterventionError(f"{what} needs numbers, got {arg!r}; e.g. {example}") from None
+        for value, low in zip(values, (*least, 1), strict=False):
+            if value < low:
+                raise InterventionError(f"{what}:{arg}: {value:g} is below {low}; e.g. {example}")
+
+    return check
+
+
+def _fraction(what: str):
+    def check(arg: str) -> None:
+        try:
+            value = float(arg)
+        except ValueError:
+            value = -1.0
+        if not 0.0 <= value <= 1.0:
+            raise InterventionError(f"{what} needs a fraction between 0 and 1, got {arg!r}; "
+                                    f"e.g. {what}:0.25")
+
+    return check
+
+
 # Position kinds (pecli.models.architectures.POSITION_KINDS, spelled here without torch).
 _ROTARY = ("rotary", "partial rotary")
 _ALL = ("learned", *_ROTARY, "alibi", "relative bias")
+# traits: `layered` takes @LAYERS (per-layer surgery; rotary positions only, checked on the
+# model); `attention` replaces the model's attention function (so it excludes --mask).
+_LAYERED = frozenset({"layered"})
+_REMEDY = frozenset({"layered", "attention"})
 
 INTERVENTIONS = _registry("intervention", InterventionError, [
     Term("learned", "no change: the model's own positions (the baseline)", applies_to=_ALL),
     Term("zero", "no position information: zero rows (learned); identity rotation (rotary; "
                  "partial rotary: on the rotated dimensions only); every slope 0 (alibi); the "
-                 "bias removed (relative bias)", applies_to=_ALL),
+                 "bias removed (relative bias)", applies_to=_ALL, traits=_LAYERED),
     Term("shuffle", "position p gets position perm[p]'s rows / rotation (seeded); alibi: the "
                     "heads' slopes permuted; relative bias: the distance buckets permuted",
-         applies_to=_ALL),
+         applies_to=_ALL, traits=_LAYERED),
     Term("reverse", "position p gets position N-1-p's rows / rotation; alibi: the bias's sign "
-                    "flipped (farther keys weigh more)", applies_to=("learned", *_ROTARY, "alibi")),
+                    "flipped (farther keys weigh more)", applies_to=("learned", *_ROTARY, "alibi"),
+         traits=_LAYERED),
     Term("shift", "position p gets position p+K's rows / rotation", argument="K",
-         example="shift:3", check=_integer("shift", "shift:3"), applies_to=("learned", *_ROTARY)),
+         example="shift:3", check=_integer("shift", "shift:3"), applies_to=("learned", *_ROTARY),
+         traits=_LAYERED),
     Term("sinusoidal", "Vaswani sinusoids scaled to the learned rows' mean norm",
          applies_to=("learned",)),
     Term("random", "Gaussian rows matching the learned rows' mean and std (seeded)",
          applies_to=("learned",)),
     Term("swap", "another model's position rows of the same width (zero past its end)",
          argument="MODEL", example="swap:random:bert", applies_to=("learned",)),
+    # Training-free remedies past the context (pecli.positions.remedies; docs/remedies.md)
+    Term("sinks", "StreamingLLM (Xiao et al. 2023): each token sees the first K tokens and the W "
+                  "most recent (itself included), at positions inside that rolling cache; "
+                  "sinks:0:W is window attention", argument="K:W", example="sinks:4:1020",
+         check=_fields("sinks", "sinks:4:1020", (0, 1)), applies_to=_ROTARY, traits=_REMEDY),
+    Term("lminfinite", "LM-Infinite (Han et al. 2024): the first K tokens and the W most recent, "
+                       "distances capped at D (default W)", argument="K:W[:D]",
+         example="lminfinite:10:2048", check=_fields("lminfinite", "lminfinite:10:2048", (0, 1), 1),
+         applies_to=_ROTARY, traits=_REMEDY),
+    Term("selfextend", "Self-Extend (Jin et al. 2024): ordinary distances within W, grouped "
+                       "positions (floor division by G) beyond, merged before one softmax",
+         argument="G:W", example="selfextend:4:1024", check=_fields("selfextend", "selfextend:4:1024", (1, 1)),
+         applies_to=_ROTARY, traits=_REMEDY),
+    Term("rerope", "ReRoPE (Su 2023): every distance d becomes min(d, W); rerope:W:k is leaky "
+                   "ReRoPE, W + (d - W)/k past W", argument="W[:k]", example="rerope:1024",
+         check=_fields("rerope", "rerope:1024", (1,), 1.0), applies_to=_ROTARY, traits=_REMEDY),
+    Term("droplow", "remove the rotation of the lowest fraction F of the rotary frequency pairs "
+                    "(p-RoPE, Barbero et al. 2024, at inference)", argument="F",
+         example="droplow:0.25", check=_fraction("droplow"), applies_to=_ROTARY, traits=_LAYERED),
+    Term("drophigh", "remove the rotation of the highest fraction F of the rotary frequency pairs",
+         argument="F", example="drophigh:0.25", check=_fraction("drophigh"), applies_to=_ROTARY,
+         traits=_LAYERED),
 ])
 
 MASKS = _registry("mask", ConfigError, [

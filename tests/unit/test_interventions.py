@@ -19,14 +19,26 @@ FAMILIES = ARCHITECTURES.names()
 
 
 def _applicable(family: str) -> list[str]:
+    from pecli.positions.interventions import ACTS_IN_ATTENTION, REMEDIES
+
     spec = ARCHITECTURES.get(family)
     names = []
     for name in intervention_names():
-        iv = INTERVENTIONS.get(name.partition(":")[0])
+        base = name.partition(":")[0]
+        iv = INTERVENTIONS.get(base)
         if spec.position not in iv.applies_to:
             continue
-        names.append({"shift:K": "shift:3", "swap:MODEL": "swap:donor"}.get(name, name))
+        if base in ACTS_IN_ATTENTION and (spec.sincos or spec.own_attention or family == "modernbert"
+                                          or (base in REMEDIES and not spec.causal)):
+            continue  # refused (tests/unit/test_remedies.py)
+        names.append(ARGUMENTS.get(name, name))
     return names
+
+
+# 12-token batches: windows short enough that every remedy changes something
+ARGUMENTS = {"shift:K": "shift:3", "swap:MODEL": "swap:donor", "sinks:K:W": "sinks:1:4",
+             "lminfinite:K:W[:D]": "lminfinite:1:4", "selfextend:G:W": "selfextend:2:4",
+             "rerope:W[:k]": "rerope:4", "droplow:F": "droplow:1", "drophigh:F": "drophigh:1"}
 
 
 CASES = [(f, n) for f in FAMILIES for n in _applicable(f)]
