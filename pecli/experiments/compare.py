@@ -105,11 +105,14 @@ HEADLINES = (
     Headline("test_perplexity", "test perplexity of small causal LMs", {}, ("pe",), experiment="train-lm"),
     Headline("order_accuracy", "which-comes-first accuracy of position rows", {}, ("matrix",),
              experiment="pe-probe", reference=((0.5, "chance"),)),
+    Headline("sink_rate", "attention sink rate (Gu et al.'s Sink_1^eps: share of heads)",
+             {"scope": "model"}, ("intervention", "mask", "mask_semantics", "rope_scaling"),
+             experiment="attn", axis="share of heads whose mean attention to the first token > eps"),
 )
 # Every metric of `pecli lm-eval`'s table is a headline, named "<task>_<metric>"
 LM_EVAL = Headline("", "", {}, ("intervention", "mask", "mask_semantics", "rope_scaling"),
                    experiment="lm-eval", interval="as lm-eval's rows record it")
-READS = "ablate, perplexity, mc, lm-eval, length, passkey, toy, toy length, train lm and pe probe"
+READS = "ablate, perplexity, mc, lm-eval, length, passkey, toy, toy length, train lm, pe probe and attn"
 
 
 def _headline(experiment: str, metric: str) -> Headline | None:

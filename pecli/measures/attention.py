@@ -89,7 +89,7 @@ class Stats:
         self.q_norm: list[torch.Tensor | None] = [None] * L  # [H, pairs] summed over texts, tokens
         self.k_norm: list[torch.Tensor | None] = [None] * L
         self.hidden_norm: torch.Tensor | None = None  # [n, L+1, T]
-        self.hidden_sum: torch.Tensor | None = None  # [L+1, T, d] summed over texts
+        self.hidden_sum: torch.Tensor | None = None  # [L+1, T, d] summed over texts (float32)
         self.probe: torch.Tensor | None = None  # [n, P, L+1, d] at probe_at
         self.frequencies: torch.Tensor | None = None  # [pairs] radians per token
         self.seen_layers: set[int] = set()
@@ -97,28 +97,38 @@ class Stats:
     # --- attention ----------------------------------------------------------------------
 
     def add(self, layer: int, start: int, p: torch.Tensor) -> None:
-        """Weights of queries start..start+rows-1 of one layer, p [b, h, rows, keys]."""
+        """Weights of queries start..start+rows-1 of one layer, p [b, h, rows, keys]: a few
+        passes over the block in its own dtype, sums kept in float64."""
         b, h, rows, keys = p.shape
         sl = slice(self.offset, self.offset + b)
-        p = p.double()
-        q = torch.arange(start, start + rows, device=p.device)  # absolute query positions
-        k = torch.arange(keys, device=p.device)
+        p = p.float()
+        dev = p.device
+        q = torch.arange(start, start + rows, device=dev)  # absolute query positions
+        r = torch.arange(rows, device=dev)
         self.seen_layers.add(layer)
-        self.first[sl, layer] += p[..., 0].sum(-1)
-        rowsum = p.sum(-1, keepdim=True)
-        pn = p / rowsum.clamp_min(1e-300)  # rows renormalised (a no-op for a softmax)
-        ent = -torch.special.xlogy(pn, pn).sum(-1)  # [b, h, rows]
+        self.first[sl, layer] += p[..., 0].double().sum(-1)
+        s = p.sum(-1)  # [b, h, rows]: 1 for a softmax; a scaled mask's rows are renormalised
+        ent = (torch.log(s) - torch.special.xlogy(p, p).sum(-1) / s).double()  # H of p / s
         self.entropy[sl, layer] += ent.sum(-1)
         self.entropy_text[sl, layer, start:start + rows] += ent.mean(1)
-        dist = (q[:, None] - k[None, :]).abs().double()  # [rows, keys]
-        self.distance[sl, layer] += (p * dist).sum((-1, -2))
-        diag = p[..., torch.arange(rows, device=p.device), q.clamp_max(keys - 1)]  # [b, h, rows]
-        self.diagonal[sl, layer] += (diag * (q < keys)).sum(-1)
-        has_prev = (q >= 1) & (q - 1 < keys)
-        prev = p[..., torch.arange(rows, device=p.device), (q - 1).clamp(0, keys - 1)]
-        self.previous[sl, layer] += (prev * has_prev).sum(-1)
-        # histogram from a cumulative sum over keys: mass on keys [lo, hi) = C[hi] - C[lo]
+        kpos = torch.arange(keys, device=dev, dtype=p.dtype)
+        pk = p @ kpos  # [b, h, rows]: sum_k p k
         c = torch.nn.functional.pad(p.cumsum(-1), (1, 0))  # [b, h, rows, keys + 1]
+        if self.causal:  # sum_k p (q - k) over the keys up to q
+            dist = q.to(p.dtype) * s - pk
+        else:  # |q - k|: keys left of q, q(mass) - sum p k, and right of q, sum p k - q(mass)
+            at = q.clamp_max(keys).expand(b, h, rows).unsqueeze(-1)
+            left_mass = c.gather(-1, at).squeeze(-1)  # sum_{k < q} p
+            left_pk = torch.nn.functional.pad((p * kpos).cumsum(-1), (1, 0)).gather(-1, at).squeeze(-1)
+            qf = q.to(p.dtype)
+            dist = (qf * left_mass - left_pk) + ((pk - left_pk) - qf * (s - left_mass))
+        self.distance[sl, layer] += dist.double().sum(-1)
+        diag = p[..., r, q.clamp_max(keys - 1)]  # [b, h, rows]
+        self.diagonal[sl, layer] += (diag * (q < keys)).double().sum(-1)
+        has_prev = (q >= 1) & (q - 1 < keys)
+        prev = p[..., r, (q - 1).clamp(0, keys - 1)]
+        self.previous[sl, layer] += (prev * has_prev).double().sum(-1)
+        # histogram: mass on keys [lo, hi) = C[hi] - C[lo]
         bounds = self.edges + [self.length]
         for j in range(len(self.edges)):
             lo_d, hi_d = bounds[j], bounds[j + 1]
@@ -126,7 +136,7 @@ class Stats:
             mass = _range_mass(c, q - hi_d + 1, q - lo_d + 1, keys)
             if not self.causal:  # right keys: q + max(lo_d, 1) <= k < q + hi_d
                 mass = mass + _range_mass(c, q + max(lo_d, 1), q + hi_d, keys)
-            self.histogram[layer, :, j] += mass.sum((0, -1))
+            self.histogram[layer, :, j] += mass.double().sum((0, -1))
 
     def add_qk(self, layer: int, query: torch.Tensor, key: torch.Tensor, pairs: int) -> None:
         """Rotary frequency usage: query [b, h, T, d], key [b, h_kv, T, d], the first 2*pairs
@@ -143,14 +153,14 @@ class Stats:
     def add_hidden(self, layer: int, h: torch.Tensor, total_layers: int) -> None:
         """Hidden states [b, T, d] of `layer` (0: embeddings)."""
         b, T, d = h.shape
-        h = h.double()
+        h = h.float()
         if self.hidden_sum is None:
             z = functools.partial(torch.zeros, dtype=torch.float64, device=self.device)
             self.hidden_norm = z(self.texts, total_layers, T)
-            self.hidden_sum = z(total_layers, T, d)
+            self.hidden_sum = torch.zeros(total_layers, T, d, device=self.device)
             self.probe = torch.zeros(self.texts, len(self.probe_at), total_layers, d)
         sl = slice(self.offset, self.offset + b)
-        self.hidden_norm[sl, layer] = h.norm(dim=-1)
+        self.hidden_norm[sl, layer] = h.norm(dim=-1).double()
         self.hidden_sum[layer] += h.sum(0)
         if self.probe_at:
             self.probe[sl, :, layer] = h[:, list(self.probe_at)].float().cpu()
@@ -187,7 +197,7 @@ class Stats:
 
     def positional_vectors(self) -> np.ndarray:
         """[L+1, T, d]: the per-position mean over texts minus its mean over positions."""
-        mean = self.hidden_sum / self.texts
+        mean = self.hidden_sum.double() / self.texts
         return (mean - mean.mean(1, keepdim=True)).cpu().numpy()
 
 

@@ -41,6 +41,8 @@ def test_attn_writes_every_table_and_figure(use_tiny, docs, tmp_path, invoke):
         assert (out / "figures" / f"{fig}.png").stat().st_size > 10_000, fig
     config = json.loads((out / "attn.json").read_text())["config"]
     assert config["length"] == 24 and config["epsilon"] == 0.3
+    compared = invoke("compare", str(out), "--out", str(tmp_path / "cmp"))
+    assert compared.exit_code == 0 and "sink_rate" in compared.output, compared.output
 
 
 def test_masks_on_positions_removed(use_tiny, docs, tmp_path, invoke):
