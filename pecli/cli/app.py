@@ -104,7 +104,7 @@ def _root(version: bool = typer.Option(False, "--version", is_eager=True, callba
 
 
 COMMAND_MODULES = ("listing", "reproduce", "ablate", "perplexity", "mc", "pe", "toy", "train", "compare",
-                   "length", "passkey", "lm_eval", "mask", "attn")
+                   "length", "passkey", "lm_eval", "mask", "attn", "finetune")
 
 for _name in COMMAND_MODULES:
     importlib.import_module(f"pecli.cli.{_name}").register(app)

@@ -54,7 +54,7 @@ EXPERIMENTS: Registry[Experiment] = Registry("experiment", ConfigError)
 
 # Modules that register experiments, imported on first use.
 EXPERIMENT_MODULES: tuple[str, ...] = ("ablate", "perplexity", "mc", "pe", "recover", "toy", "toy_length",
-                                       "train_lm", "length", "passkey", "mask_fit", "attn")
+                                       "train_lm", "length", "passkey", "mask_fit", "attn", "finetune")
 
 
 def check_before_loading(model: str, interventions=(), *, causal: bool = False,

@@ -630,6 +630,32 @@ class MaskFitOptions(Running):
 
 
 @dataclass(frozen=True)
+class FinetuneOptions(Running):
+    """`pecli finetune` and the `finetune` experiment: a model trained after its positions are
+    removed. An encoder learns IMDB sentiment (a linear head on its mean-pooled features); a
+    causal LM relearns next-token prediction on IMDB train texts, its held-out perplexity
+    measured as it trains. Which, the model's config decides."""
+
+    model: str = "minilm"
+    # default: encoder learned, zero, shuffle; causal LM learned (the control) and zero
+    intervention: tuple[Choice, ...] | None = option(None, vocabulary=names.INTERVENTIONS, many=True)
+    mask: Choice | None = option(None, vocabulary=names.MASKS)  # causal LM: also zero + this mask
+    seeds: int = option(3, low=1)  # training seeds seed, seed+1, ...
+    train_limit: int = option(512, low=4)  # IMDB train texts
+    limit: int | None = option(None, low=4)  # IMDB test texts; default 400 (encoder), 48 (LM)
+    max_length: int = option(128, low=2)
+    batch: int | None = option(None, low=1)  # texts per step; default 16 (encoder), 8 (LM)
+    lr: float = option(1e-4, low=0.0)
+    head_lr: float = option(1e-3, low=0.0)  # encoder: the classification head
+    epochs: int = option(1, low=1)  # encoder
+    train_layers: int | None = option(None, low=1)  # encoder: None = full fine-tuning
+    steps: int = option(60, low=1)  # causal LM
+    eval_every: int = option(10, low=1)  # causal LM
+    bootstrap: int = option(1000, low=0, high=MAX_RESAMPLES)
+    model_out: str | None = option(None, location=True)  # a checkpoint per condition (first seed)
+
+
+@dataclass(frozen=True)
 class LmEvalOptions(Running, RopeScaled):
     """`pecli lm-eval` and the lm-eval model `pecli` (pecli.integrations.lm_eval): the tasks of
     lm-evaluation-harness, scored by lm-eval itself, under each condition of pecli's grid."""

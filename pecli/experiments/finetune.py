@@ -1,0 +1,287 @@
+"""`pecli finetune`: what training makes of a model without positions (the study's open
+questions 1 and 3).
+
+The model's config decides the task:
+
+- an encoder (MiniLM by default, any BERT-family model) learns IMDB sentiment under each
+  condition (intact, zero, shuffle): a linear head on the mean-pooled final hidden state,
+  with full fine-tuning (or the last `train_layers` layers), the position table frozen.
+  Several seeds; test accuracy per seed (Wilson interval over test texts) and its mean with a
+  Student-t interval over seeds, beside pecli's frozen-feature probe (logistic regression on
+  the same features of the same texts, untrained encoder). Table `finetune`.
+- a causal LM is fine-tuned on IMDB train texts after its positions are removed (zero), and
+  from the intact model as the control (what the same training does with positions), and
+  from zero + a fitted mask (`--mask FILE`, pecli mask fit). Held-out corpus perplexity on
+  IMDB test texts at step 0 and every `eval_every` steps: the recovery curve, its mean over
+  seeds with a Student-t interval, and the steps until it comes within 10 % of the intact
+  model's (untrained) perplexity. Table `recovery`.
+
+`model_out`: the first seed's model of each condition saved as <model_out>/<condition>, which
+every pecli command loads (its revision is the weights' sha256); a learned table is saved as
+trained (zero stays zero), a rotary model's removed rotation is not part of a checkpoint, so
+evaluate those with `--intervention zero` (pecli_training.json says so).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from contextlib import ExitStack
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from pecli.experiments import EXPERIMENTS, Experiment, check_before_loading, lazy, load
+from pecli.runs import names
+from pecli.runs.errors import ConfigError
+from pecli.runs.options import FinetuneOptions
+from pecli.runs.provenance import row_provenance
+from pecli.runs.tables import validate
+
+ENCODER_CONDITIONS = ("learned", "zero", "shuffle")
+LM_CONDITIONS = ("learned", "zero")
+WITHIN = 0.10  # "within 10 % of intact"
+DEFAULT_LIMIT = {"encoder": 400, "lm": 48}
+DEFAULT_BATCH = {"encoder": 16, "lm": 8}
+
+
+def run(options: FinetuneOptions, announce: Callable[[str], None] | None = None,
+        loaded=None) -> dict[str, pd.DataFrame]:
+    from pecli.models.loading import peek
+
+    o = options
+    say = announce or (lambda msg: None)
+    ref = peek(o.model)
+    interventions = list(o.intervention or ())
+    if loaded is None:
+        if ref is not None and not ref.spec.causal and o.mask is not None:
+            raise ConfigError(f"--mask applies to a causal LM; {o.model} is an encoder")
+        check_before_loading(o.model, interventions, masked=o.mask is not None)
+    loaded = loaded or load(o.model, o)
+    task = "lm" if loaded.spec.causal else "encoder"
+    if task == "encoder" and o.mask is not None:
+        raise ConfigError(f"--mask applies to a causal LM; {o.model} is an encoder")
+    conds = [names.parse(names.INTERVENTIONS, c) for c in
+             (interventions or (LM_CONDITIONS if task == "lm" else ENCODER_CONDITIONS))]
+    initial = {k: v.detach().clone() for k, v in loaded.model.state_dict().items()}
+    flags = {p: p.requires_grad for p in loaded.model.parameters()}
+    try:
+        if task == "encoder":
+            return {"finetune": _encoder(o, loaded, conds, say)}
+        return {"recovery": _lm(o, loaded, conds, say)}
+    finally:
+        loaded.model.load_state_dict(initial)
+        for p, flag in flags.items():
+            p.requires_grad_(flag)
+        loaded.model.eval()
+
+
+def _seeds(o: FinetuneOptions) -> list[int]:
+    return [o.seed + k for k in range(o.seeds)]
+
+
+def _common(o, loaded, data, task: str) -> dict:
+    return {"experiment": "finetune", "task": task, **row_provenance(), **loaded.provenance(),
+            **data.provenance(), "max_length": o.max_length, "train_limit": o.train_limit,
+            "lr": o.lr, "seeds": o.seeds, "seed": o.seed}
+
+
+def _save(o, loaded, label: str, card: dict, head=None) -> str:
+    from pecli.measures.training import save_checkpoint
+    from pecli.models.loading import weights_sha256
+
+    out = Path(o.model_out) / re.sub(r"[^\w.+=-]", "_", label)
+    save_checkpoint(loaded.model, loaded.tokenizer, out, card)
+    if head is not None:
+        from safetensors.torch import save_file
+
+        save_file({k: v.detach().cpu().contiguous() for k, v in head.state_dict().items()},
+                  str(out / "pecli_head.safetensors"))
+    return weights_sha256(out)
+
+
+# --- encoder: IMDB sentiment --------------------------------------------------------------
+
+
+def _encoder(o: FinetuneOptions, loaded, conds, say) -> pd.DataFrame:
+    from pecli.data.datasets import load_data
+    from pecli.measures.finetuning import (
+        features,
+        predict,
+        probe_accuracy,
+        seed_interval,
+        train_classifier,
+    )
+    from pecli.measures.intervals import wilson
+    from pecli.positions.interventions import check_applies, intervene
+    from pecli.runs.batching import encode
+
+    for c in conds:
+        check_applies(loaded, c)
+    train = load_data("imdb", "train", data_dir_=o.data_dir, limit=o.train_limit, seed=o.seed)
+    test = load_data("imdb", "test", data_dir_=o.data_dir, limit=o.limit or DEFAULT_LIMIT["encoder"],
+                     seed=o.seed)
+    length = min(o.max_length, loaded.max_positions)
+    tr = encode(loaded.tokenizer, train.texts(), max_length=length)
+    te = encode(loaded.tokenizer, test.texts(), max_length=length)
+    ytr, yte = np.asarray(train.labels()), np.asarray(test.labels())
+    batch = o.batch or DEFAULT_BATCH["encoder"]
+    method = "full fine-tuning" if o.train_layers is None else f"last {o.train_layers} layers"
+    common = {**_common(o, loaded, test, "sentiment"), "tokens": sum(map(len, te.ids)),
+              "train_rows": len(tr.ids), "test_rows": len(te.ids),
+              "train_truncated": tr.truncated, "test_truncated": te.truncated,
+              "classifier": "linear head on the mean-pooled final hidden state",
+              "fine_tuning": method, "position_table": "frozen", "epochs": o.epochs,
+              "batch": batch, "head_lr": o.head_lr}
+    initial = {k: v.detach().clone() for k, v in loaded.model.state_dict().items()}
+    rows = []
+    for cond in conds:
+        with intervene(loaded, cond, o.seed):
+            say(f"{cond}: frozen-feature probe")
+            right = probe_accuracy(features(loaded, tr.ids), ytr, features(loaded, te.ids), yte)
+        rows.append({**common, "intervention": str(cond), "metric": "probe_accuracy",
+                     "value": right.mean(), **_wilson(right, wilson), "seed_run": np.nan,
+                     "interval": "Wilson over test texts", "checkpoint_revision": ""})
+        accs = []
+        for k, s in enumerate(_seeds(o)):
+            loaded.model.load_state_dict(initial)
+            with intervene(loaded, cond, o.seed):
+                head = train_classifier(
+                    loaded, tr.ids, ytr.tolist(), epochs=o.epochs, batch=batch, lr=o.lr,
+                    head_lr=o.head_lr, seed=s, train_layers=o.train_layers,
+                    progress=lambda step, n, loss, c=cond, s=s: say(
+                        f"{c}, seed {s}: step {step}/{n}, loss {loss:.3f}") if step % 8 == 0 else None)
+                right = (predict(loaded, head, te.ids) == yte).astype(float)
+                revision = ""
+                if o.model_out and k == 0:
+                    revision = _save(o, loaded, str(cond), {
+                        "trained_by": "pecli finetune", "task": "IMDB sentiment",
+                        "intervention": str(cond), "seed": s, "fine_tuning": method,
+                        "note": "the encoder; the head is pecli_head.safetensors (linear, on the "
+                                "mean-pooled final hidden state); a learned table is saved as "
+                                "trained under the intervention"}, head)
+            accs.append(right.mean())
+            rows.append({**common, "intervention": str(cond), "metric": "finetune_accuracy",
+                         "value": right.mean(), **_wilson(right, wilson), "seed_run": s,
+                         "interval": "Wilson over test texts", "checkpoint_revision": revision})
+        mean, low, high = seed_interval(accs)
+        rows.append({**common, "intervention": str(cond), "metric": "finetune_accuracy_mean",
+                     "value": mean, "ci_low": low, "ci_high": high, "seed_run": np.nan,
+                     "interval": f"Student t over {len(accs)} seeds", "checkpoint_revision": ""})
+    return validate(pd.DataFrame(rows))
+
+
+def _wilson(right: np.ndarray, wilson) -> dict:
+    low, high = wilson(int(right.sum()), len(right))
+    return {"ci_low": low, "ci_high": high}
+
+
+# --- causal LM: the recovery curve ------------------------------------------------------
+
+
+def _lm(o: FinetuneOptions, loaded, conds, say) -> pd.DataFrame:
+    from pecli.data.datasets import load_data
+    from pecli.experiments.perplexity import intervals
+    from pecli.measures.finetuning import seed_interval, steps_to_within, train_lm
+    from pecli.measures.lm_scoring import check_causal, score_windows, windows_for
+    from pecli.measures.mask_fitting import sequences
+    from pecli.positions.interventions import check_applies, intervene
+    from pecli.positions.masks import check_maskable, masked_attention
+    from pecli.runs.batching import encode
+
+    check_causal(loaded)
+    for c in conds:
+        check_applies(loaded, c)
+    starts = [(c, None) for c in conds]
+    if o.mask is not None:
+        check_maskable(loaded)
+        starts.append((names.parse(names.INTERVENTIONS, "zero"), o.mask))
+    bos = loaded.tokenizer.bos_token_id
+    length = min(o.max_length, loaded.max_positions)
+    train = load_data("imdb", "train", data_dir_=o.data_dir, limit=o.train_limit, seed=o.seed)
+    test = load_data("imdb", "test", data_dir_=o.data_dir, limit=o.limit or DEFAULT_LIMIT["lm"],
+                     seed=o.seed)
+    seqs = sequences(loaded.tokenizer, train.texts(), length, bos)
+    ids = encode(loaded.tokenizer, test.texts(), max_length=10**12, add_special_tokens=False).ids
+    prepared = windows_for(ids, length, bos, "truncate")
+    batch = o.batch or DEFAULT_BATCH["lm"]
+
+    def held_out() -> list[torch.Tensor]:
+        with torch.inference_mode():
+            return score_windows(loaded, prepared.windows)
+
+    def corpus(nlls) -> float:
+        return float(np.exp(torch.cat(nlls).double().mean().item()))
+
+    common = {**_common(o, loaded, test, "language modelling"), "tokens": prepared.tokens,
+              "train_rows": len(seqs), "truncated": prepared.truncated, "steps": o.steps,
+              "batch": batch, "fine_tuning": "full fine-tuning (position table frozen)",
+              "start_token": prepared.start_token}
+    intact = held_out()
+    intact_ppl = corpus(intact)
+    low, high = intervals(intact, o.bootstrap, o.seed)["corpus"]
+    target = (1 + WITHIN) * intact_ppl
+    rows = [{**common, "intervention": "learned", "mask": "default", "condition": "intact, untrained",
+             "metric": "intact_perplexity", "step": 0, "value": intact_ppl, "ci_low": low,
+             "ci_high": high, "seed_run": np.nan, "interval": "bootstrap over texts"}]
+    initial = {k: v.detach().clone() for k, v in loaded.model.state_dict().items()}
+    for cond, mask in starts:
+        label = str(cond) + (f" + {mask}" if mask is not None else "")
+        base = {**common, "intervention": str(cond), "mask": str(mask or "default"),
+                "mask_semantics": "log-bias" if mask is not None else "", "condition": label}
+        curves, reached = {}, []
+        for k, s in enumerate(_seeds(o)):
+            loaded.model.load_state_dict(initial)
+            with ExitStack() as stack:
+                stack.enter_context(intervene(loaded, cond, o.seed))
+                if mask is not None:
+                    stack.enter_context(masked_attention(loaded.model, str(mask), "log-bias"))
+                curve = train_lm(loaded, seqs, steps=o.steps, batch=batch, lr=o.lr, seed=s,
+                                 eval_every=o.eval_every, evaluate=lambda: corpus(held_out()),
+                                 progress=lambda step, loss, lb=label, s=s: say(
+                                     f"{lb}, seed {s}: step {step}/{o.steps}, loss {loss:.3f}")
+                                 if step % 10 == 0 else None)
+                revision = ""
+                if o.model_out and k == 0:
+                    revision = _save(o, loaded, label, {
+                        "trained_by": "pecli finetune", "task": "language modelling (IMDB train)",
+                        "intervention": str(cond), "mask": str(mask or "default"), "seed": s,
+                        "steps": o.steps, "note": "trained with this intervention (and mask, "
+                        "log-bias): evaluate it under the same (a learned table is saved as "
+                        "trained; a rotary model's rotation is not in the checkpoint: give "
+                        "--intervention zero)"})
+            curves[s] = curve
+            hit = steps_to_within([(st, v) for st, _, v in curve], target)
+            reached.append(hit)
+            for st, loss, v in curve:
+                rows.append({**base, "metric": "perplexity", "step": st, "value": v,
+                             "train_loss": loss, "ci_low": np.nan, "ci_high": np.nan,
+                             "seed_run": s, "interval": "", "checkpoint_revision": revision})
+            rows.append({**base, "metric": "steps_to_within_10pct", "step": np.nan, "value": hit,
+                         "ci_low": np.nan, "ci_high": np.nan, "seed_run": s, "interval": "",
+                         "target_perplexity": target, "checkpoint_revision": revision})
+        for i, (st, _, _) in enumerate(next(iter(curves.values()))):
+            mean, low, high = seed_interval([c[i][2] for c in curves.values()])
+            rows.append({**base, "metric": "perplexity_mean", "step": st, "value": mean,
+                         "ci_low": low, "ci_high": high, "seed_run": np.nan,
+                         "interval": f"Student t over {len(curves)} seeds"})
+        done = [r for r in reached if r == r]
+        rows.append({**base, "metric": "seeds_within_10pct", "step": np.nan,
+                     "value": float(len(done)), "ci_low": np.nan, "ci_high": np.nan,
+                     "seed_run": np.nan, "target_perplexity": target,
+                     "interval": f"of {len(reached)} seeds",
+                     "steps_mean": float(np.mean(done)) if done else np.nan})
+    return validate(pd.DataFrame(rows))
+
+
+EXPERIMENTS.add("finetune", Experiment(
+    name="finetune",
+    version=1,
+    run=run,
+    figures=lazy("pecli.plots.finetune:figures"),
+    description="Fine-tuning after positions are removed: an encoder on IMDB sentiment (with the "
+                "frozen-feature probe beside), a causal LM's recovery curve of held-out perplexity",
+    options=FinetuneOptions,
+))

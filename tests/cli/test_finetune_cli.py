@@ -1,0 +1,68 @@
+"""`pecli finetune` end to end: the causal LM's recovery curve and a saved checkpoint that
+`pecli perplexity` and `pecli ablate` load with its hash as revision (and the same number);
+the encoder's sentiment table beside the frozen-feature probe."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+TINY = "models/tiny-gpt2-imdb"
+
+
+def test_lm_recovery_and_its_checkpoint(invoke, shared_data, tmp_path):
+    out, models = tmp_path / "ft", tmp_path / "models"
+    r = invoke("finetune", TINY, "--intervention", "zero", "--steps", "4", "--eval-every", "2",
+               "--seeds", "2", "--train-limit", "16", "--limit", "6", "--batch", "4",
+               "--lr", "1e-3", "--model-out", str(models), "--out", str(out))
+    assert r.exit_code == 0, r.output
+    df = pd.read_csv(out / "recovery.csv")
+    curve = df[(df["metric"] == "perplexity") & (df["seed_run"] == 0)].sort_values("step")
+    assert curve["step"].tolist() == [0, 2, 4]
+    intact = df[df["metric"] == "intact_perplexity"]["value"].item()
+    within = df[df["metric"] == "steps_to_within_10pct"]
+    for _, row in within.iterrows():  # the first evaluated step at or below 1.1 x intact
+        seed = df[(df["metric"] == "perplexity") & (df["seed_run"] == row["seed_run"])]
+        hits = seed[seed["value"] <= 1.1 * intact]["step"]
+        assert (row["value"] == hits.min()) if len(hits) else row["value"] != row["value"]
+    mean = df[(df["metric"] == "perplexity_mean") & (df["step"] == 4)]["value"].item()
+    assert mean == pytest.approx(df[(df["metric"] == "perplexity") & (df["step"] == 4)]["value"].mean())
+
+    ckpt = models / "zero"
+    card = json.loads((ckpt / "pecli_training.json").read_text())
+    assert card["intervention"] == "zero" and card["seed"] == 0
+    revision = curve["checkpoint_revision"].iloc[0]
+    assert revision.startswith("sha256:")
+    # loaded back as a plain model: its (zero, trained) table is in the checkpoint, so its own
+    # perplexity on the same held-out texts is the curve's last point
+    r = invoke("perplexity", str(ckpt), "--dataset", "imdb", "--split", "test", "--limit", "6",
+               "--out", str(tmp_path / "ppl"))
+    assert r.exit_code == 0, r.output
+    ppl = pd.read_csv(tmp_path / "ppl" / "perplexity.csv")
+    row = ppl[ppl["aggregation"] == "corpus"].iloc[0]
+    assert row["model_revision"] == revision
+    assert row["value"] == pytest.approx(curve["value"].iloc[-1], rel=1e-5)
+    r = invoke("ablate", str(ckpt), "--limit", "4", "--out", str(tmp_path / "ab"))
+    assert r.exit_code == 0, r.output
+    assert (pd.read_csv(tmp_path / "ab" / "ablate.csv")["model_revision"] == revision).all()
+
+
+def test_encoder_sentiment_beside_the_probe(invoke, shared_data, tmp_path, minilm):
+    out = tmp_path / "ft"
+    r = invoke("finetune", "minilm", "--intervention", "learned,zero", "--seeds", "2",
+               "--train-limit", "16", "--limit", "8", "--max-length", "32", "--batch", "8",
+               "--out", str(out))
+    assert r.exit_code == 0, r.output
+    df = pd.read_csv(out / "finetune.csv")
+    assert set(df["intervention"]) == {"learned", "zero"}
+    for _, part in df.groupby("intervention"):
+        seeds = part[part["metric"] == "finetune_accuracy"]
+        assert seeds["seed_run"].tolist() == [0, 1]
+        mean = part[part["metric"] == "finetune_accuracy_mean"].iloc[0]
+        assert mean["value"] == pytest.approx(seeds["value"].mean())
+        assert mean["interval"] == "Student t over 2 seeds" and mean["ci_low"] <= mean["value"]
+        assert len(part[part["metric"] == "probe_accuracy"]) == 1
+    assert (df["fine_tuning"] == "full fine-tuning").all() and (df["test_rows"] == 8).all()
+    assert (out / "figures" / "finetune.png").exists()

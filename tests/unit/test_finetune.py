@@ -1,0 +1,90 @@
+"""Fine-tuning with positions removed (`pecli finetune`): deterministic per seed, the position
+table kept as the condition set it, intervals over seeds as written."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from pecli.measures.finetuning import (
+    seed_interval,
+    steps_to_within,
+    train_classifier,
+    train_lm,
+)
+from pecli.models.architectures import position_embedding
+from pecli.positions.interventions import intervene
+
+TEXTS = [[101, 7, 8, 9, 10, 102], [101, 11, 12, 102], [101, 13, 14, 15, 16, 17, 102],
+         [101, 18, 19, 102], [101, 20, 21, 22, 102], [101, 23, 24, 25, 26, 102]]
+LABELS = [0, 1, 0, 1, 0, 1]
+
+
+def _weights(model):
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def _classify(loaded, seed):
+    return train_classifier(loaded, TEXTS, LABELS, epochs=2, batch=2, lr=1e-3, head_lr=1e-2,
+                            seed=seed, train_layers=None)
+
+
+def test_the_encoder_trains_the_same_twice_for_a_seed_and_keeps_zero_zero(tiny):
+    runs = []
+    for _ in range(2):
+        loaded = tiny("bert")  # the same initial weights (seeded)
+        table = position_embedding(loaded.model, loaded.spec)
+        own = table.weight.detach().clone()
+        with intervene(loaded, "zero"):
+            head = _classify(loaded, seed=3)
+            assert torch.equal(table.weight, torch.zeros_like(table.weight))  # zero stayed zero
+        assert torch.equal(table.weight, own)  # and the model's own table is back, untrained
+        runs.append((_weights(loaded.model), _weights(head)))
+    (w1, h1), (w2, h2) = runs
+    assert all(torch.equal(w1[k], w2[k]) for k in w1) and all(torch.equal(h1[k], h2[k]) for k in h1)
+    loaded = tiny("bert")
+    before = _weights(loaded.model)
+    with intervene(loaded, "zero"):
+        other = _weights(_classify(loaded, seed=4))
+    assert any(not torch.equal(other[k], h1[k]) for k in other)  # another seed, another head
+    moved = [k for k in before if not torch.equal(before[k], loaded.model.state_dict()[k])]
+    assert "embeddings.word_embeddings.weight" in moved  # full fine-tuning
+    assert "embeddings.position_embeddings.weight" not in moved
+
+
+def test_last_layers_fine_tuning_trains_only_them(tiny):
+    loaded = tiny("bert")
+    before = _weights(loaded.model)
+    train_classifier(loaded, TEXTS, LABELS, epochs=1, batch=2, lr=1e-3, head_lr=1e-2, seed=0,
+                     train_layers=1)
+    moved = {k for k in before if not torch.equal(before[k], loaded.model.state_dict()[k])}
+    assert moved and all(k.startswith("encoder.layer.1.") for k in moved)
+
+
+def test_the_causal_lm_trains_the_same_twice_for_a_seed(tiny):
+    seqs = [list(range(3, 3 + n)) for n in (12, 9, 15, 7, 11, 8)]
+    results = []
+    for _ in range(2):
+        loaded = tiny("llama")
+        evals = iter(range(100))
+        with intervene(loaded, "zero"):
+            curve = train_lm(loaded, seqs, steps=4, batch=3, lr=1e-3, seed=5, eval_every=2,
+                             evaluate=lambda it=evals: float(next(it)))
+        results.append((_weights(loaded.model), curve))
+    (w1, c1), (w2, c2) = results
+    assert all(torch.equal(w1[k], w2[k]) for k in w1)
+    assert [s for s, _, _ in c1] == [0, 2, 4] and math.isnan(c1[0][1])
+    assert [x[1] for x in c1[1:]] == [x[1] for x in c2[1:]]  # the same training losses
+
+
+def test_intervals_over_seeds_are_student_t():
+    mean, low, high = seed_interval([0.80, 0.83, 0.86])
+    sd = math.sqrt(((0.80 - 0.83) ** 2 + 0.0 + (0.86 - 0.83) ** 2) / 2)  # 0.03
+    half = 4.302652729911275 * sd / math.sqrt(3)  # t(0.975, 2 degrees of freedom)
+    assert mean == pytest.approx(0.83) and low == pytest.approx(0.83 - half)
+    assert high == pytest.approx(0.83 + half)
+    assert math.isnan(seed_interval([0.5])[1])
+    assert steps_to_within([(0, 300.0), (10, 120.0), (20, 108.0), (30, 100.0)], 110.0) == 20.0
+    assert math.isnan(steps_to_within([(0, 300.0)], 110.0))
