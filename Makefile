@@ -2,9 +2,8 @@
 VENV    ?= .venv
 PY      := $(VENV)/bin/python
 PECLI   := $(VENV)/bin/pecli
-# The real datasets (shared/data layout); override with PECLI_DATA_DIR=... or the hub (unset).
-PECLI_DATA_DIR ?= $(abspath ../shared/data)
-export PECLI_DATA_DIR
+# The datasets: pecli itself looks in ../shared/data (make or not); PECLI_DATA_DIR=DIR elsewhere,
+# PECLI_DATA_DIR= (empty) the hub.
 
 .PHONY: setup test test-fast demo reproduce smoke lint bench docs golden
 

@@ -28,7 +28,7 @@ from pecli.cli.flags import (
     build,
     intervention_option,
 )
-from pecli.cli.shared import ci_text, run_and_write
+from pecli.cli.shared import ci_text, decimals, run_and_write
 from pecli.cli.shared import console as wide_console
 from pecli.runs import parallel
 from pecli.runs.options import AblateOptions
@@ -118,15 +118,30 @@ def _summary(tables: dict, elapsed: float) -> None:
         table.add_column(col, justify="left" if col == "intervention" else "right")
     if probe is not None:
         table.add_column("probe acc. [95 % CI]", justify="right")
-    for name, group in final[final["intervention"] != "learned"].groupby("intervention", sort=False):
+    shown = final[final["intervention"] != "learned"]
+    inc_all = shown[shown["special_tokens"] == "included"]
+
+    def digits(metric: str, rows=inc_all) -> int:  # one count of decimals per column
+        part = rows[rows["metric"] == metric]
+        return decimals(part["value"], part["ci_low"], part["ci_high"])
+
+    d = {m: digits(m) for m in ("cosine_mean", "cosine_std", "cosine_median", "between_baselines")}
+    d["excluded"] = digits("cosine_mean", shown[shown["special_tokens"] == "excluded"])
+    outside = []
+    for name, group in shown.groupby("intervention", sort=False):
         inc = group[group["special_tokens"] == "included"].set_index("metric")
         exc = group[group["special_tokens"] == "excluded"].set_index("metric")["value"]
         v = inc["value"]
-        row = [name, f"{v['cosine_mean']:.4f}" + ci_text(inc.loc["cosine_mean"]),
-               f"{v['cosine_std']:.4f}", f"{v['cosine_median']:.4f}", f"{int(v['token_count'])}",
-               f"{exc['cosine_mean']:.4f}", f"{v['z_score']:.1f}", f"{v['percentile']:.2f}"]
+        cos = d["cosine_mean"]
+        row = [name, f"{v['cosine_mean']:.{cos}f}" + ci_text(inc.loc["cosine_mean"], f".{cos}f"),
+               f"{v['cosine_std']:.{d['cosine_std']}f}", f"{v['cosine_median']:.{d['cosine_median']}f}",
+               f"{int(v['token_count'])}", f"{exc['cosine_mean']:.{d['excluded']}f}", f"{v['z_score']:.1f}",
+               f"{v['percentile']:.2f}"]
         if between:
-            row.append(f"{v['between_baselines']:.2f}")
+            row.append(f"{v['between_baselines']:.{d['between_baselines']}f}"
+                       + ("" if 0 <= v["between_baselines"] <= 1 else " (!)"))
+            if not 0 <= v["between_baselines"] <= 1:
+                outside.append((name, v["between_baselines"]))
         if probe is not None:
             acc = probe.set_index(["intervention", "metric"])
             row.append(f"{acc.loc[(name, 'probe_accuracy'), 'value']:.3f}"
@@ -135,6 +150,13 @@ def _summary(tables: dict, elapsed: float) -> None:
         table.add_row(*row)
     console = wide_console()
     console.print(table)
+    for name, value in outside:
+        console.print(f"(!) {name}: {value:.{d['between_baselines']}f} lies outside the 0-1 scale of the "
+                      "in-model baselines: " + (
+                          "it moved tokens less than putting the same token in another text does"
+                          if value > 1 else "it moved tokens further than another token lies")
+                      + "; the scale's ends are measured, so a value past them is a finding, not an error",
+                      soft_wrap=True)
     own = final[final["intervention"] == "learned"].set_index("metric")
     if "token_pair_cosine_mean" in own.index and "self_similarity_mean" in own.index:
         tp, ss = own.loc["token_pair_cosine_mean"], own.loc["self_similarity_mean"]

@@ -23,7 +23,8 @@ LimitOpt = Annotated[int | None, typer.Option(
     min=1, help="Use a seeded random subset of N rows (stratified by label where there is one).")]
 DataDirOpt = Annotated[Path | None, typer.Option(
     envvar="PECLI_DATA_DIR",
-    help="Local data directory (layout of shared/data); default: the HF hub.")]
+    help="Local data directory (layout of shared/data); default: PECLI_DATA_DIR, else "
+         "../shared/data beside the project if it exists, else the HF hub.")]
 DatasetOpt = Annotated[str, typer.Option(
     help="imdb, truthfulqa, truthfulqa-mc, or a CSV/JSONL/parquet file with a text column.")]
 SplitOpt = Annotated[str | None, typer.Option(help="Dataset split (default: the dataset's first).")]

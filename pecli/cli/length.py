@@ -25,8 +25,8 @@ from pecli.cli.flags import (
     build,
     intervention_option,
 )
+from pecli.cli.shared import ci_text, decimals, number, run_and_write
 from pecli.cli.shared import console as wide_console
-from pecli.cli.shared import run_and_write
 from pecli.runs import parallel
 from pecli.runs.options import LengthOptions
 
@@ -113,10 +113,11 @@ def length(
                           f"{first['stream_tokens']} stream tokens, {first['window_protocol']} windows)")
     for col in ("model", "condition", "length", "perplexity [95 % CI]", "tokens", "windows", "dropped"):
         summary.add_column(col, justify="right" if col in ("length", "tokens", "windows", "dropped") else "left")
+    digits = decimals(whole["perplexity"], whole["ci_low"], whole["ci_high"])
     for _, row in whole.iterrows():
         condition = condition_label(row)
-        value = row["note"] or (f"{row['perplexity']:.4g}" + ("" if row["ci_low"] != row["ci_low"] else
-                                f" [{row['ci_low']:.4g}, {row['ci_high']:.4g}]"))
+        value = row["note"] or (number(row["perplexity"], digits) + ("" if row["ci_low"] != row["ci_low"] else
+                                ci_text(row, lambda x: number(x, digits))))
         summary.add_row(str(row["model"]), condition, str(row["length"]), value, str(row["tokens"]),
                         str(row["windows"]), str(row["dropped_tokens"]))
     console.print(summary)

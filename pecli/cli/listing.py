@@ -77,6 +77,9 @@ def datasets(data_dir: DataDirOpt = None) -> None:
         hub = spec.hub_id + (f" ({spec.hub_config})" if spec.hub_config else "")
         table.add_row(name, hub, ", ".join(spec.splits), spec.text_field, status, fix)
     wide_console().print(table)
+    typer.echo(f"data directory: {root} (--data-dir, PECLI_DATA_DIR, else ../shared/data beside the "
+               "project)" if root else "data directory: none found, so the HF hub (set "
+               "PECLI_DATA_DIR=DIR or pass --data-dir DIR for local files)")
     typer.echo("A CSV/JSONL/parquet file with a text column is also a dataset: pass its path.")
 
 

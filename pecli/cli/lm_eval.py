@@ -18,11 +18,10 @@ from pecli.cli.flags import (
     OutOpt,
     ProtocolOpt,
     RopeScalingOpt,
-    SeedOpt,
     build,
     intervention_option,
 )
-from pecli.cli.shared import ci_text, console, run_and_write
+from pecli.cli.shared import ci_text, console, decimals, run_and_write, short_method
 from pecli.runs.errors import ConfigError
 from pecli.runs.options import LmEvalOptions
 
@@ -57,7 +56,30 @@ def lm_eval(
     bootstrap: Annotated[int, typer.Option(
         help="Resamples of the 95 % intervals over documents (and lm-eval's bootstrap_iters): "
              "0 (none) or 100 to 100000.")] = 1000,
-    seed: SeedOpt = 0,
+    log_samples: Annotated[bool, typer.Option(
+        "--log_samples", "-s", help="Also write each document's samples JSONL beside lm-eval's "
+                                    "results, as lm-eval does (pecli reads them either way: its "
+                                    "intervals and paired differences are over documents).")] = False,
+    apply_chat_template: Annotated[bool, typer.Option(
+        "--apply_chat_template", help="Format every prompt with the tokenizer's chat template, "
+                                      "as lm-eval does (its SHA-256 in every row; a named "
+                                      "template of a dict is not supported).")] = False,
+    fewshot_as_multiturn: Annotated[bool | None, typer.Option(
+        "--fewshot_as_multiturn/--no_fewshot_as_multiturn",
+        help="Few-shot examples as chat turns (lm-eval's; default: on with "
+             "--apply_chat_template, which it needs).")] = None,
+    system_instruction: Annotated[str | None, typer.Option(
+        "--system_instruction", help="A system instruction before every prompt (lm-eval's).")] = None,
+    gen_kwargs: Annotated[str, typer.Option(
+        "--gen_kwargs", help="Generation arguments of generate_until tasks, as lm-eval reads "
+                             "them: key=value,... e.g. temperature=0,max_gen_toks=64.")] = "",
+    predict_only: Annotated[bool, typer.Option(
+        "--predict_only", "-x", help="Refused: pecli lm-eval compares conditions by lm-eval's "
+                                     "metrics, which predict_only skips.")] = False,
+    seed: Annotated[str | None, typer.Option(
+        help="lm-eval's seeds: N for all four (python, numpy, torch, few-shot) or four values "
+             "a,b,c,d ('None' leaves one unset); default lm-eval's 0,1234,1234,1234. The first "
+             "also seeds pecli (shuffles, random models, bootstrap; 0 when None).")] = None,
     device: DeviceOpt = "auto",
     dtype: DtypeOpt = "float32",
     data_dir: DataDirOpt = None,
@@ -79,6 +101,11 @@ def lm_eval(
     """
     from pecli.integrations.lm_eval import split_model_args
 
+    if predict_only:
+        raise ConfigError("--predict_only: pecli lm-eval compares conditions by lm-eval's metrics, "
+                          "which predict_only skips; run lm-eval itself for predictions alone "
+                          "(README: lm-eval)")
+    pecli_seed, lm_eval_seed = seeds(seed)
     if out is not None and output_path is not None and out != output_path:
         raise ConfigError("--out and --output_path name the output folder; give one")
     pecli_args, hflm_args = split_model_args(model_args)
@@ -92,8 +119,11 @@ def lm_eval(
     hflm = ",".join(f"{k}={v}" for k, v in {"batch_size": batch_size, **hflm_args}.items())
     options = build(LmEvalOptions, "pecli lm-eval", **flags, model=pecli_args.get("pretrained"),
                     tasks=tasks, num_fewshot=num_fewshot, limit=limit, include_path=include_path,
-                    model_args=hflm, metadata=metadata, bootstrap=bootstrap, seed=seed, device=device, dtype=dtype,
-                    data_dir=data_dir)
+                    model_args=hflm, metadata=metadata, bootstrap=bootstrap, seed=pecli_seed,
+                    lm_eval_seed=lm_eval_seed, device=device, dtype=dtype, data_dir=data_dir,
+                    log_samples=log_samples, apply_chat_template=apply_chat_template,
+                    fewshot_as_multiturn=fewshot_as_multiturn, system_instruction=system_instruction,
+                    gen_kwargs=gen_kwargs)
     from pecli.integrations.lm_eval import run
 
     show = console()
@@ -103,18 +133,41 @@ def lm_eval(
     df = tables["lm_eval"]
     summary = Table(title=f"lm-eval through pecli: {df['model'].iloc[0]}")
     numbers = ("value [95 % CI]", "stderr", "minus intact, same documents [95 % CI]")
-    for col in ("task", "metric", "condition", *numbers):
+    for col in ("task", "metric", "condition", *numbers, "interval"):
         summary.add_column(col, justify="right" if col in numbers else "left")
+    digits = decimals(df["value"], df["ci_low"], df["ci_high"])
+    paired_digits = decimals(df["diff_vs_intact"], df["diff_ci_low"], df["diff_ci_high"])
     for _, r in df.iterrows():
         cond = f"{r['intervention']}, {r['mask']}/{r['mask_semantics']}, rope {r['rope_scaling']}"
         diff = r["diff_vs_intact"]
-        paired = "" if diff != diff else f"{diff:+.4f}" + ci_text(
-            {"ci_low": r["diff_ci_low"], "ci_high": r["diff_ci_high"]}, "+.4f")
-        summary.add_row(r["dataset"], r["metric"], cond, f"{r['value']:.4f}{ci_text(r)}",
-                        f"{r['stderr']:.4f}", paired)
+        paired = "" if diff != diff else f"{diff:+.{paired_digits}f}" + ci_text(
+            {"ci_low": r["diff_ci_low"], "ci_high": r["diff_ci_high"]}, f"+.{paired_digits}f")
+        summary.add_row(r["dataset"], r["metric"], cond, f"{r['value']:.{digits}f}{ci_text(r, f'.{digits}f')}",
+                        f"{r['stderr']:.{digits}f}", paired, short_method(r["interval_method"]))
     show.print(summary)
+    if options.apply_chat_template:
+        show.print(f"prompts in {df['model'].iloc[0]}'s chat template (sha256 "
+                   f"{df['chat_template_sha256'].iloc[0]}), few-shot as turns: "
+                   f"{options.fewshot_as_multiturn}", soft_wrap=True)
     for p in [*paths.values(), *pngs]:
         show.print(f"wrote {p}")
+
+
+def seeds(text: str | None) -> tuple[int, tuple[int | None, ...] | None]:
+    """--seed as lm-eval reads it -> (pecli's seed, lm-eval's four seeds or None for its
+    default): "42" -> (42, (42, 42, 42, 42)); "0,None,8,52" -> (0, (0, None, 8, 52))."""
+    if text is None:
+        return 0, None
+    items = [t.strip() for t in text.split(",")]
+    try:
+        values = [None if t == "None" else int(t) for t in items]
+    except ValueError:
+        values = []
+    if len(values) not in (1, 4) or any(v is not None and v < 0 for v in values):
+        raise ConfigError(f"--seed: {text!r} is not a seed or four comma-separated seeds (python, "
+                          "numpy, torch, few-shot; None leaves one unset), e.g. 42 or 0,1234,1234,1234")
+    four = tuple(values * 4) if len(values) == 1 else tuple(values)
+    return (four[0] if four[0] is not None else 0), four
 
 
 def register(app: typer.Typer) -> None:

@@ -84,15 +84,20 @@ def passkey(
         return
     console = wide_console()
     df = tables["passkey"]
-    whole = df[df["depth"].astype(str) == "all"]
-    summary = Table(title=f"passkey: {options.trials} trials per (length, depth), depths "
-                          f"{', '.join(f'{d:g}' for d in options.depths)}")
-    for col in ("model", "condition", "length", "accuracy [95 % CI]", "right/trials"):
-        summary.add_column(col, justify="right" if col in ("length", "right/trials") else "left")
-    for _, row in whole.iterrows():
-        value = row["note"] or f"{row['value']:.0%} [{row['ci_low']:.0%}, {row['ci_high']:.0%}]"
-        summary.add_row(str(row["model"]), condition_label({**row, "mask": "default"}),
-                        str(row["length"]), value, f"{row['correct']}/{row['trials']}")
+    depths = [d for d in dict.fromkeys(df["depth"].astype(str)) if d != "all"]
+    summary = Table(title=f"passkey: right/trials per length and depth of the key (0 = start "
+                          f"of the filler, 1 = end); {options.trials} trials per cell")
+    for col in ("model", "condition", "length", *(f"depth {d}" for d in depths), "all depths [95 % CI]"):
+        summary.add_column(col, justify="left" if col in ("model", "condition") else "right")
+    for (model, *_, length), cells in df.groupby(["model", "intervention", "rope_scaling", "length"],
+                                                 sort=False, dropna=False):
+        by_depth = cells.set_index(cells["depth"].astype(str))
+        row = by_depth.loc["all"]
+        shown = [f"{by_depth.loc[d, 'correct']}/{by_depth.loc[d, 'trials']}" if d in by_depth.index
+                 else "-" for d in depths]
+        whole = row["note"] if isinstance(row["note"], str) and row["note"] else (
+            f"{row['correct']}/{row['trials']} = {row['value']:.0%} [{row['ci_low']:.0%}, {row['ci_high']:.0%}]")
+        summary.add_row(str(model), condition_label({**row, "mask": "default"}), f"{length:,}", *shown, whole)
     console.print(summary)
     for p in [*paths.values(), *pngs]:
         console.print(f"wrote {p}")

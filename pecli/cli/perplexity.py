@@ -30,7 +30,7 @@ from pecli.cli.flags import (
     build,
     intervention_option,
 )
-from pecli.cli.shared import ci_text, run_and_write
+from pecli.cli.shared import ci_text, decimals, number, run_and_write
 from pecli.cli.shared import console as wide_console
 from pecli.runs import parallel
 from pecli.runs.options import PerplexityOptions
@@ -124,16 +124,20 @@ def perplexity(
         summary.add_column("study (gpt2)", justify="right")
     summary.add_column("computed as")
     shown = set()
+    aggregations = ("corpus", "mean_per_text", "median_per_text", "mean_per_token")
+    digits = {a: decimals(part["value"], part["ci_low"], part["ci_high"])
+              for a, part in df.groupby("aggregation")}  # one count per column
     for _, group in df.groupby(["intervention", "mask", "mask_semantics", "protocol"], sort=False):
         by = group.set_index("aggregation")
         row = group.iloc[0]
         if condition_label(row) in shown:  # the default mask is one model under every semantics
             continue
         shown.add(condition_label(row))
-        cells = [_with_ci(by.loc[a]) if a == HEADLINE else _num(by.loc[a, "value"])
-                 for a in ("corpus", "mean_per_text", "median_per_text", "mean_per_token")]
+        cells = [number(by.loc[a, "value"], digits[a]) + (ci_text(by.loc[a], lambda x, a=a: number(x, digits[a]))
+                                                           if a == HEADLINE else "")
+                 for a in aggregations]
         if study:
-            cells.append("" if row["study_value"] != row["study_value"] else _num(row["study_value"]))
+            cells.append("" if row["study_value"] != row["study_value"] else f"{row['study_value']:,}")
         summary.add_row(condition_label(row), *cells, f"{row['computation']}, {row['passes']}")
     console.print(summary)
     console.print(f"* headline: {HEADLINE} = exp(token-weighted mean NLL); mean_per_text is "
@@ -143,15 +147,6 @@ def perplexity(
                      if study else ""))
     for p in [*paths.values(), *pngs]:
         console.print(f"wrote {p}")
-
-
-def _with_ci(row) -> str:
-    """`111.24 [98.70, 125.1]`: the value and its interval, compactly."""
-    return _num(row["value"]) + ci_text(row, _num)
-
-
-def _num(x: float) -> str:
-    return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.4g}"
 
 
 def masks() -> None:

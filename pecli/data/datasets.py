@@ -150,11 +150,19 @@ for _d in [
     DATASETS.add(_d.name, _d)
 
 
+# Where the datasets are when nothing says otherwise: shared/data beside the project folder,
+# the same whether pecli is started by make or directly (a pip-installed pecli has none).
+DEFAULT_DATA_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+
+
 def data_dir(explicit: str | Path | None = None) -> Path | None:
-    """The local data directory: the flag, else PECLI_DATA_DIR, else None (use the hub)."""
-    chosen = explicit or os.environ.get("PECLI_DATA_DIR")
+    """The local data directory: the flag, else PECLI_DATA_DIR, else DEFAULT_DATA_DIR
+    (../shared/data beside the project) if it exists, else None: the hub. PECLI_DATA_DIR set
+    empty asks for the hub."""
+    env = os.environ.get("PECLI_DATA_DIR")
+    chosen = explicit or env
     if not chosen:
-        return None
+        return DEFAULT_DATA_DIR if env is None and DEFAULT_DATA_DIR.is_dir() else None
     path = Path(chosen).expanduser()
     if not path.is_dir():
         raise DataError(f"data directory {path} does not exist; point --data-dir or PECLI_DATA_DIR at it")

@@ -195,12 +195,16 @@ def run(options: LmEvalOptions, progress=None) -> dict[str, pd.DataFrame]:
     logging.getLogger("lm_eval").setLevel(logging.ERROR)
     # lm-eval hands the model's name to tasks as metadata (passkey sizes prompts in its tokens)
     metadata = {"pretrained": o.model, **(json.loads(o.metadata) if o.metadata else {})}
+    gen_kwargs = generation_kwargs(o.gen_kwargs)
     manager = TaskManager(include_path=o.include_path, metadata=metadata)
     unknown = [t for t in o.tasks if t not in manager.all_tasks]
     if unknown:
         raise ConfigError(f"unknown lm-eval task {', '.join(unknown)}; see `python -m lm_eval "
                           "ls tasks`, or give --include_path DIR for your own task YAMLs")
     loaded = load(o.model, first)
+    if o.apply_chat_template and not getattr(loaded.tokenizer, "chat_template", None):
+        raise ConfigError(f"apply_chat_template (--apply_chat_template): {o.model}'s tokenizer has "
+                          "no chat template; drop the flag (a base model reads plain prompts)")
     _check_rope(loaded.name, loaded.spec, o)  # before any condition is scored
     check_scalings(loaded.model.config, [params for _, params in o.rope_conditions()])
     rows, per_doc = [], []  # per condition: {(task, metric, filter): {doc_id: value}}
@@ -209,23 +213,29 @@ def run(options: LmEvalOptions, progress=None) -> dict[str, pd.DataFrame]:
         args = ",".join(f"{k}={v}" for k, v in {**single, **cond, **hflm}.items() if v is not None)
         tracker = EvaluationTracker(output_path=str(Path(o.save_dir) / condition_dir(cond))
                                     if o.save_dir else None)
+        python_seed, numpy_seed, torch_seed, fewshot_seed = o.lm_eval_seed
         try:
-            results = lm_eval.simple_evaluate(
-                model=lm, model_args=f"model=pecli,{args}", tasks=list(o.tasks),
-                num_fewshot=o.num_fewshot, limit=o.limit, task_manager=manager, log_samples=True,
-                evaluation_tracker=tracker, random_seed=o.seed, numpy_random_seed=o.seed,
-                torch_random_seed=o.seed, fewshot_random_seed=o.seed,
-                bootstrap_iters=o.bootstrap)
+            with quiet_git():
+                results = lm_eval.simple_evaluate(
+                    model=lm, model_args=f"model=pecli,{args}", tasks=list(o.tasks),
+                    num_fewshot=o.num_fewshot, limit=o.limit, task_manager=manager,
+                    log_samples=True,  # always: the intervals and paired differences need them
+                    evaluation_tracker=tracker, random_seed=python_seed,
+                    numpy_random_seed=numpy_seed, torch_random_seed=torch_seed,
+                    fewshot_random_seed=fewshot_seed, bootstrap_iters=o.bootstrap,
+                    apply_chat_template=o.apply_chat_template,
+                    fewshot_as_multiturn=o.fewshot_as_multiturn,
+                    system_instruction=o.system_instruction, gen_kwargs=gen_kwargs or None)
         finally:
             lm.close()
         samples = results.pop("samples")
-        if o.save_dir:  # as lm-eval's own command line saves them
-            tracker.save_results_aggregated(results=results, samples=samples)
-            for task in results["configs"]:
+        if o.save_dir:  # as lm-eval's own command line saves them: samples with --log_samples
+            tracker.save_results_aggregated(results=results, samples=samples if o.log_samples else None)
+            for task in results["configs"] if o.log_samples else ():
                 tracker.save_results_samples(task_name=task, samples=samples[task])
         common = {**lm.loaded.provenance(), **lm.condition_columns(), "tokens": lm.tokens,
                   "seed": o.seed, "num_fewshot": o.num_fewshot, "limit": o.limit,
-                  "lm_eval_version": lm_eval.__version__}
+                  "lm_eval_version": lm_eval.__version__, **prompt_columns(lm, o, gen_kwargs)}
         per_doc.append(documents(samples))
         rows += [{**row, "condition_index": i}
                  for row in task_rows(results, per_doc[-1], common, o.bootstrap, o.seed)]
@@ -235,6 +245,60 @@ def run(options: LmEvalOptions, progress=None) -> dict[str, pd.DataFrame]:
 
     table = paired_with_intact(pd.DataFrame(rows), per_doc, o.bootstrap, o.seed)
     return {"lm_eval": validate(table.assign(experiment="lm-eval", **row_provenance()))}
+
+
+def generation_kwargs(text: str) -> dict[str, Any]:
+    """--gen_kwargs as lm-eval parses it (`temperature=0,max_gen_toks=64`), checked before
+    the model loads: one line where lm-eval's parser fails."""
+    if not text:
+        return {}
+    from lm_eval.utils import simple_parse_args_string
+
+    try:
+        parsed = simple_parse_args_string(text)
+    except (ValueError, SyntaxError) as err:
+        raise ConfigError(f"gen_kwargs (--gen_kwargs): {text!r} is not key=value,... as lm-eval "
+                          f"reads it ({err}); e.g. temperature=0,max_gen_toks=64") from None
+    if not isinstance(parsed, dict) or not parsed or "" in parsed.values():
+        raise ConfigError(f"gen_kwargs (--gen_kwargs): {text!r} is not key=value,...; e.g. "
+                          "temperature=0,max_gen_toks=64")
+    return parsed
+
+
+def prompt_columns(lm: PecliLM, o: LmEvalOptions, gen_kwargs: dict) -> dict[str, Any]:
+    """How the prompts were built, for every row: the chat template lm-eval applied (its
+    SHA-256; lm-eval's results JSON keeps the text), the system instruction, few-shot turns,
+    generation arguments and lm-eval's four seeds."""
+    import hashlib
+
+    template = lm.chat_template(True) if o.apply_chat_template else None
+    return {"apply_chat_template": o.apply_chat_template,
+            "chat_template_sha256": hashlib.sha256(template.encode()).hexdigest()[:16] if template else "",
+            "fewshot_as_multiturn": o.fewshot_as_multiturn,
+            "system_instruction": o.system_instruction or "",
+            "gen_kwargs": json.dumps(gen_kwargs, sort_keys=True) if gen_kwargs else "",
+            "lm_eval_seed": ",".join(str(s) for s in o.lm_eval_seed)}
+
+
+def quiet_git():
+    """lm-eval records the git commit of the current directory by running `git describe`,
+    which prints `fatal: not a git repository` outside a checkout: the same lookup, silent."""
+    import subprocess
+    from unittest import mock
+
+    from lm_eval.loggers.utils import get_commit_from_path
+
+    def commit() -> str | None:
+        try:
+            done = subprocess.run(["git", "describe", "--always"], capture_output=True, text=True,
+                                  timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            done = None
+        if done is not None and done.returncode == 0:
+            return done.stdout.strip()
+        return get_commit_from_path(os.getcwd())
+
+    return mock.patch("lm_eval.evaluator.get_git_commit_hash", commit)
 
 
 def documents(samples: dict) -> dict[tuple, dict[int, float]]:

@@ -673,10 +673,28 @@ class LmEvalOptions(Running, RopeScaled):
     metadata: str = ""  # JSON for the tasks (lm-eval's --metadata), e.g. passkey's sizes
     bootstrap: int = option(1000, low=0, high=MAX_RESAMPLES)  # over documents, and lm-eval's
     save_dir: str | None = option(None, location=True)  # lm-eval's results JSON per condition
+    # lm-eval's own options, as its command line takes them (pecli.integrations.lm_eval.run)
+    log_samples: bool = False  # write each document's samples JSONL (pecli reads them anyway)
+    apply_chat_template: bool = False  # the tokenizer's chat template, as lm-eval applies it
+    fewshot_as_multiturn: bool | None = None  # None: as apply_chat_template (lm-eval's default)
+    system_instruction: str | None = None
+    gen_kwargs: str = ""  # generation arguments of generate_until tasks, key=value,...
+    # lm-eval's four seeds (python, numpy, torch, few-shot; null leaves one unset): its default
+    lm_eval_seed: tuple[int | None, ...] = (0, 1234, 1234, 1234)
 
     def check(self) -> None:
         super().check()
         object.__setattr__(self, "tasks", tuple(names.split_names(self.tasks)))
+        if self.fewshot_as_multiturn is None:
+            object.__setattr__(self, "fewshot_as_multiturn", self.apply_chat_template)
+        elif self.fewshot_as_multiturn and not self.apply_chat_template:
+            raise ConfigError("fewshot_as_multiturn (--fewshot_as_multiturn): few-shot examples "
+                              "become chat turns only under a chat template; add "
+                              "--apply_chat_template (as lm-eval requires)")
+        seeds = self.lm_eval_seed
+        if len(seeds) != 4 or any(s is not None and not 0 <= s <= SEED_MAX for s in seeds):
+            raise ConfigError(f"lm_eval_seed (--seed): {list(seeds)} is not four seeds (python, "
+                              "numpy, torch, few-shot), each 0 to 2^32 - 1 or null")
         try:
             meta = json.loads(self.metadata) if self.metadata else {}
         except ValueError:

@@ -23,7 +23,7 @@ def test_two_conditions_write_lm_evals_json_a_table_and_a_figure(tmp_path, share
     result = runner.invoke(app, [
         "lm-eval", "--model_args", "pretrained=models/tiny-gpt2-imdb", "--intervention", "zero",
         "--tasks", "truthfulqa_mc1,truthfulqa_mc2", "--include_path", CONFIGS, "--limit", "4",
-        "--device", "cpu", "--bootstrap", "200", "--out", str(out),
+        "--device", "cpu", "--bootstrap", "200", "--out", str(out), "--log_samples",
         "--data-dir", str(shared_data)])
     assert result.exit_code == 0, result.output
     df = pd.read_csv(out / "lm_eval.csv")
@@ -80,6 +80,11 @@ def test_two_conditions_write_lm_evals_json_a_table_and_a_figure(tmp_path, share
       "--intervention", "shuffle"], "both set the condition"),
     (["--tasks", "truthfulqa_mc1", "--protocol", "study"], "relative"),
     (["--tasks", "truthfulqa_mc1", "--model_args", "pretrained=random:bert"], "encoder"),
+    (["--tasks", "truthfulqa_mc1", "--predict_only"], "predict_only skips"),
+    (["--tasks", "truthfulqa_mc1", "--fewshot_as_multiturn"], "add --apply_chat_template"),
+    (["--tasks", "truthfulqa_mc1", "--seed", "1,2"], "four comma-separated seeds"),
+    (["--tasks", "truthfulqa_mc1", "--seed", "-3"], "not a seed"),
+    (["--tasks", "passkey", "--gen_kwargs", "temperature"], "gen_kwargs"),
 ])
 def test_bad_input_is_one_line(tmp_path, monkeypatch, args, words):
     def never(*a, **k):
@@ -91,3 +96,72 @@ def test_bad_input_is_one_line(tmp_path, monkeypatch, args, words):
     assert result.exit_code == 1 and not isinstance(result.exception, AssertionError), result.output
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error:") and words in lines[0], result.output
+
+
+def _chat_model(tmp_path: Path) -> Path:
+    """The committed tiny GPT-2 with a chat template (a ChatML one, as SmolLM2's)."""
+    import shutil
+
+    root = Path(__file__).resolve().parents[2]
+    model = tmp_path / "chat-gpt2"
+    shutil.copytree(root / "models" / "tiny-gpt2-imdb", model)
+    config = json.loads((model / "tokenizer_config.json").read_text())
+    config["chat_template"] = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}"
+                               "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>"
+                               "assistant\n{% endif %}")
+    (model / "tokenizer_config.json").write_text(json.dumps(config))
+    return model
+
+
+def _requests(arguments) -> list[tuple]:
+    """A sample's requests as (context, continuation): logged JSONL and in-memory alike."""
+    if isinstance(arguments, dict):
+        return [tuple(arguments[f"gen_args_{i}"].values()) for i in range(len(arguments))]
+    return [tuple(a) for a in arguments]
+
+
+def test_chat_template_system_instruction_and_seeds_act_as_in_lm_eval(tmp_path, shared_data, monkeypatch,
+                                                                       capfd):
+    """--apply_chat_template --system_instruction --log_samples --seed: the prompts pecli's
+    run sent are those lm-eval's own HFLM builds with the same options (every document's
+    request, literally), the template's hash and the seeds are in every row, and nothing
+    from git reaches stderr outside a checkout."""
+    import lm_eval
+    from lm_eval.models.huggingface import HFLM
+    from lm_eval.tasks import TaskManager
+
+    model = _chat_model(tmp_path)
+    monkeypatch.chdir(tmp_path)  # not a git checkout
+    out = tmp_path / "run"
+    result = runner.invoke(app, [
+        "lm-eval", "--model_args", f"pretrained={model}", "--tasks", "truthfulqa_mc1",
+        "--include_path", CONFIGS, "--limit", "3", "--device", "cpu", "--bootstrap", "0",
+        "--apply_chat_template", "--system_instruction", "Answer truthfully.", "--log_samples",
+        "--seed", "7", "--out", str(out), "--data-dir", str(shared_data)])
+    assert result.exit_code == 0, result.output
+    assert "not a git repository" not in capfd.readouterr().err  # git writes to fd 2 itself
+    df = pd.read_csv(out / "lm_eval.csv")
+    template = json.loads((model / "tokenizer_config.json").read_text())["chat_template"]
+    import hashlib
+
+    assert (df["chat_template_sha256"] == hashlib.sha256(template.encode()).hexdigest()[:16]).all()
+    assert df["apply_chat_template"].all() and df["fewshot_as_multiturn"].all()
+    assert (df["system_instruction"] == "Answer truthfully.").all() and (df["lm_eval_seed"] == "7,7,7,7").all()
+    (path,) = (out / "lm_eval").rglob("samples_truthfulqa_mc1_*.jsonl")
+    ours = [_requests(json.loads(line)["arguments"]) for line in path.read_text().splitlines()]
+    assert ours[0][0][0].startswith("<|im_start|>system\nAnswer truthfully.<|im_end|>\n<|im_start|>user\nQ:")
+    monkeypatch.setenv("PECLI_DATA_DIR", str(shared_data))
+    theirs = lm_eval.simple_evaluate(
+        model=HFLM(pretrained=str(model), device="cpu"), tasks=["truthfulqa_mc1"], limit=3,
+        task_manager=TaskManager(include_path=CONFIGS), apply_chat_template=True,
+        fewshot_as_multiturn=True, system_instruction="Answer truthfully.", log_samples=True,
+        bootstrap_iters=0)
+    assert [_requests(s["arguments"]) for s in theirs["samples"]["truthfulqa_mc1"]] == ours
+    assert "not a git repository" in capfd.readouterr().err  # lm-eval's own run, for contrast
+    plain = Path(__file__).resolve().parents[2] / "models" / "tiny-gpt2-imdb"
+    refused = runner.invoke(app, ["lm-eval", "--model_args", f"pretrained={plain}",
+                                  "--tasks", "truthfulqa_mc1", "--include_path", CONFIGS, "--limit", "2",
+                                  "--device", "cpu", "--apply_chat_template", "--out", str(tmp_path / "r"),
+                                  "--data-dir", str(shared_data)])
+    lines = [line for line in refused.output.splitlines() if line.strip()]
+    assert refused.exit_code == 1 and lines == [lines[0]] and "has no chat template" in lines[0], refused.output

@@ -24,6 +24,13 @@ def test_passkey_writes_tables_figure_and_sidecar(use_tiny, tmp_path, invoke):
     assert (out / "figures" / "passkey.png").stat().st_size > 10_000
     assert json.loads((out / "passkey.json").read_text())["config"]["depths"] == [0.0, 1.0]
     assert "intact" in result.output and "zero, linear:2" in result.output
+    # the summary shows every depth: right/trials per (condition, length, depth), as the table
+    assert "depth 0.0" in result.output and "depth 1.0" in result.output
+    for (_, _, length), cells in acc.groupby(["intervention", "rope_scaling", "length"], sort=False):
+        by = cells.set_index(cells["depth"].astype(str))
+        cell = f"{by.loc['0.0', 'correct']}/2 " if "0.0" in by.index else None
+        assert cell is not None and any(line.count(f"{length:,}") and cell.strip() in line
+                                        for line in result.output.splitlines())
 
 
 @pytest.mark.parametrize("args, words", [

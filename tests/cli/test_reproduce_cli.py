@@ -21,7 +21,7 @@ def test_presets_validate(name):
 
 
 def test_study_preset_fails_fast_without_hub(tmp_path, monkeypatch):
-    monkeypatch.delenv("PECLI_DATA_DIR", raising=False)
+    monkeypatch.setenv("PECLI_DATA_DIR", "")  # empty: the hub, not ../shared/data
     start = time.perf_counter()
     result = runner.invoke(app, ["reproduce", "--preset", "study", "--out", str(tmp_path)])
     assert result.exit_code == 1 and time.perf_counter() - start < 20

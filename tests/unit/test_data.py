@@ -87,3 +87,27 @@ def test_custom_file_and_wrong_column(tmp_path):
 def test_subset_without_label_is_permutation():
     frame = pd.DataFrame({"text": list("abcdef")})
     assert sorted(subset(frame, 6, 0, None, "x")["text"]) == list("abcdef")
+
+
+def test_the_data_directory_is_found_the_same_way_with_or_without_make(monkeypatch, tmp_path):
+    """--data-dir, else PECLI_DATA_DIR, else ../shared/data beside the project, else the hub:
+    pecli decides it, so `make demo` and a plain `pecli` read the same files."""
+    from pecli.data import datasets
+
+    beside = tmp_path / "shared" / "data"
+    beside.mkdir(parents=True)
+    monkeypatch.setattr(datasets, "DEFAULT_DATA_DIR", beside)
+    monkeypatch.delenv("PECLI_DATA_DIR", raising=False)
+    assert datasets.data_dir() == beside
+    assert datasets.DEFAULT_DATA_DIR.parent.parent == tmp_path  # (the real one: beside the project)
+    monkeypatch.setenv("PECLI_DATA_DIR", str(tmp_path))
+    assert datasets.data_dir() == tmp_path and datasets.data_dir(beside) == beside
+    monkeypatch.setenv("PECLI_DATA_DIR", "")  # empty: the hub
+    assert datasets.data_dir() is None
+    monkeypatch.delenv("PECLI_DATA_DIR")
+    monkeypatch.setattr(datasets, "DEFAULT_DATA_DIR", tmp_path / "nowhere")
+    assert datasets.data_dir() is None
+    from pathlib import Path
+
+    root = Path(datasets.__file__).resolve().parents[2]
+    assert (root / "Makefile").exists() and "PECLI_DATA_DIR ?=" not in (root / "Makefile").read_text()

@@ -125,7 +125,7 @@ def test_bad_presets(fake_experiment, tmp_path):
 
 
 def test_preflight_names_every_missing_thing(fake_experiment, tmp_path, monkeypatch):
-    monkeypatch.delenv("PECLI_DATA_DIR", raising=False)
+    monkeypatch.setenv("PECLI_DATA_DIR", "")  # empty: the hub, not ../shared/data
     text = PRESET.replace("options: {limit: 4}", "options: {limit: 4, model: gpt2}")
     preset = load_preset(_write(tmp_path, text))
     with pytest.raises(ConfigError, match=r"missing: model 'gpt2' \(hf download gpt2"):
