@@ -93,7 +93,7 @@ def lm_eval(
     lm_eval.csv (task, metric, value, stderr, interval, condition, provenance; each
     condition's difference from the intact model on the same documents, with a paired
     bootstrap interval) that `pecli compare` reads, and a figure. lm-eval's own command line does not import plugin models,
-    hence this command (README: lm-eval).
+    hence this command (docs/lm-eval.md).
 
     Examples:
         pecli lm-eval --model_args pretrained=smollm2 --intervention zero --tasks truthfulqa_mc1,truthfulqa_mc2 --include_path configs/lm_eval --limit 20
@@ -104,7 +104,7 @@ def lm_eval(
     if predict_only:
         raise ConfigError("--predict_only: pecli lm-eval compares conditions by lm-eval's metrics, "
                           "which predict_only skips; run lm-eval itself for predictions alone "
-                          "(README: lm-eval)")
+                          "(docs/lm-eval.md)")
     pecli_seed, lm_eval_seed = seeds(seed)
     if out is not None and output_path is not None and out != output_path:
         raise ConfigError("--out and --output_path name the output folder; give one")

@@ -35,7 +35,7 @@ CUDA_BYTES_PER_TOKEN = 256 * 1024  # rough activation memory per padded token (a
 
 # Padded tokens per pass on CPU. A linear layer's rows are the batch's padded tokens; on a
 # 2-core CPU, 256-1024 rows ran at 130-150 GFLOP/s (the activations stay in cache: 512 x 1536
-# floats are 3 MB) and 2048-4096 rows at 100-125, with more padding too (README, Speed).
+# floats are 3 MB) and 2048-4096 rows at 100-125, with more padding too (docs/speed.md).
 CPU_TOKEN_BUDGET = 4096  # LM scoring: SmolLM2's perplexity and mc were 0-10 % slower at 512
 CPU_HIDDEN_STATE_BUDGET = 512  # hidden-state loops: ablate on IMDB 1.02-1.08x its speed at 4096
 

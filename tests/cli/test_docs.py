@@ -35,3 +35,20 @@ def test_local_links_resolve():
             if "://" not in target and not (page.parent / target).exists():
                 broken.append(f"{page.relative_to(ROOT)} -> {target}")
     assert not broken, broken
+
+
+def test_readme_is_a_front_page():
+    """Under 12 k characters; the one-minute offline command with its figure (committed);
+    a table of commands naming every command of the app."""
+    from pecli.cli.app import app
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(text) < 12_000, len(text)
+    assert "pecli ablate minilm --limit 20 --out runs/first" in text
+    assert (ROOT / "docs" / "figures" / "first-run-ablate-layers.png").stat().st_size > 10_000
+    table = text[text.index("## Commands"):text.index("## What a run writes")]
+    names = [c.name or c.callback.__name__ for c in app.registered_commands]
+    names += [g.name for g in app.registered_groups]
+    listed = {"models", "datasets", "cache", "presets", "interventions", "masks"}
+    missing = [n for n in names if f"pecli {n}" not in table and n not in listed]
+    assert not missing, f"commands missing from the README's table: {missing}"
