@@ -263,30 +263,50 @@ def write_report(preset: Preset, out: Path, results: list[EntryResult]) -> Path:
     if preset.choices:
         lines += ["## Choices the study left open, and what this preset takes", ""]
         lines += [f"- {c}" for c in preset.choices] + [""]
-    rel = lambda p: os.path.relpath(p, out)  # noqa: E731
-    for res in results:
-        e, rec = res.entry, recorded[res.entry.id]
-        commit = ", ".join(rec["commits"]) + (" with uncommitted changes" if rec["dirty"] else "")
-        lines += [f"## {e.title}", "",
-                  f"`{e.experiment}` with `{json.dumps(e.shown_options(), sort_keys=True)}`: "
-                  f"computed at commit {commit} in {res.seconds:.0f} s.", ""]
-        if e.study_notes:
-            lines += [e.study_notes.strip(), ""]
-        if e.report:
-            lines += ["| quantity | study (its model) | pecli (this section's model) [95 % interval, where computed] |",
-                      "|---|---|---|"]
-            for line in e.report:
-                csv = res.tables.get(line.table)
-                value = _lookup(csv, line.where, line.format) if csv else "— (no table)"
-                study = "—" if line.study is None else str(line.study)
-                cells = (line.label, study, value)
-                lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
-            lines.append("")
-        lines.append("Tables: " + ", ".join(f"[{n}]({rel(p)})" for n, p in res.tables.items()))
-        lines.append("")
-        lines += [f"![{Path(f).stem}]({rel(f)})" for f in _images(res.figures)] + [""]
+    findings = [r for r in results if not r.entry.appendix]
+    checks = [r for r in results if r.entry.appendix]
+    if checks:
+        lines += [f"Findings first; the {len(checks)} code-path checks on random weights follow in "
+                  "the appendix.", ""]
+    for res in findings:
+        lines += _section(res, recorded[res.entry.id], out, "##")
+    if checks:
+        lines += ["## Appendix: code-path checks on random weights", "",
+                  "Random initialisations of each family's published config: each section checks "
+                  "that a code path runs and writes its tables and figures. Their numbers say "
+                  "nothing about how a trained model uses position.", ""]
+        for res in checks:
+            lines += _section(res, recorded[res.entry.id], out, "###")
     path = out / "REPORT.md"
     text = "\n".join(lines)
     if path.exists() and path.read_text(encoding="utf-8") == text:
         return path  # nothing new: leave the file (and its time stamp) alone
     return write_text(text, path)  # atomic, as every table
+
+
+def _section(res: EntryResult, rec: dict, out: Path, level: str) -> list[str]:
+    """One entry's part of REPORT.md: title, options and commit, notes, the report lines,
+    its tables and figures (an appendix entry says first what it checks)."""
+    rel = lambda p: os.path.relpath(p, out)  # noqa: E731
+    e = res.entry
+    commit = ", ".join(rec["commits"]) + (" with uncommitted changes" if rec["dirty"] else "")
+    lines = [f"{level} {e.title}", ""]
+    if e.appendix:
+        lines += [f"What it checks: {e.appendix}.", ""]
+    lines += [f"`{e.experiment}` with `{json.dumps(e.shown_options(), sort_keys=True)}`: "
+              f"computed at commit {commit} in {res.seconds:.0f} s.", ""]
+    if e.study_notes:
+        lines += [e.study_notes.strip(), ""]
+    if e.report:
+        lines += ["| quantity | study (its model) | pecli (this section's model) [95 % interval, where computed] |",
+                  "|---|---|---|"]
+        for line in e.report:
+            csv = res.tables.get(line.table)
+            value = _lookup(csv, line.where, line.format) if csv else "— (no table)"
+            study = "—" if line.study is None else str(line.study)
+            cells = (line.label, study, value)
+            lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+        lines.append("")
+    lines.append("Tables: " + ", ".join(f"[{n}]({rel(p)})" for n, p in res.tables.items()))
+    lines.append("")
+    return lines + [f"![{Path(f).stem}]({rel(f)})" for f in _images(res.figures)] + [""]

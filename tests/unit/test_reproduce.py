@@ -257,3 +257,27 @@ def test_a_presets_format_draws_done_entries_again_and_the_flag_wins(tmp_path, m
             load_preset(_write(tmp_path, "format: gif\n" + text))
     finally:
         EXPERIMENTS._entries.pop("fakefig")
+
+
+def test_report_puts_findings_first_and_code_path_checks_in_an_appendix(fake_experiment, tmp_path):
+    text = PRESET + """  - id: check
+    experiment: fake
+    title: "Code path: fake on random weights"
+    appendix: "that the fake experiment runs; its numbers say nothing"
+    options: {limit: 3}
+  - id: two
+    experiment: fake
+    title: "E9: a second finding"
+    options: {limit: 5}
+"""
+    preset = load_preset(_write(tmp_path, text))
+    assert [e.appendix for e in preset.entries] == ["", "that the fake experiment runs; its numbers say nothing", ""]
+    assert preset.entries[1].key(1) == dataclasses.replace(preset.entries[1], appendix="").key(1)  # not in the key
+    out = tmp_path / "out"
+    run_preset(preset, out, announce=lambda s: None)
+    report = (out / "REPORT.md").read_text()
+    order = [report.index(s) for s in ("## E0: fake", "## E9: a second finding",
+                                       "## Appendix: code-path checks on random weights",
+                                       "### Code path: fake on random weights",
+                                       "What it checks: that the fake experiment runs")]
+    assert order == sorted(order) and "Findings first; the 1 code-path checks" in report
