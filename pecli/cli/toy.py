@@ -64,7 +64,7 @@ L = ToyLengthOptions  # the defaults shown in --help
 def length(
     task: Annotated[list[str] | None, typer.Option(
         help=f"Task(s): {', '.join(TOY_TASKS)} (repeat or comma-separate; default: "
-             "copy, reverse, addition).")] = None,
+             "copy, reverse, sort).")] = None,
     pe: Annotated[list[str] | None, typer.Option(
         "--pe", help="Position encoding(s) to train with: learned, sinusoidal, none, rope, alibi, "
                      "t5, randomized, p-rope (repeat or comma-separate; default: all eight).")] = None,

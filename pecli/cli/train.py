@@ -104,15 +104,26 @@ def _summary(console: Console, experiment: str, tables: dict) -> None:
                           f"{key_gap.get(pe, float('nan')):.2g}")
     else:
         df = tables["perplexity"]
-        table = Table(title="train-lm: IMDB test perplexity (corpus)")
-        for col in ("model", "params", "test ppl", "train s", "train tok/s"):
+        removed = tables.get("positions")
+        zero = {} if removed is None else removed[removed.intervention.astype(str) == "zero"].set_index("model")
+        intact = {} if removed is None else removed[removed.intervention.astype(str) != "zero"].set_index("model")
+        seeds = int(df["seeds"].max()) if "seeds" in df and df["seeds"].notna().any() else 1
+        table = Table(title=f"train-lm: IMDB test perplexity (corpus); mean of {seeds} training "
+                            "seeds [95 % t interval over seeds]; pecli perplexity intact vs zero")
+        for col in ("model", "params", "test ppl", "intact", "positions removed", "train s",
+                    "train tok/s"):
             table.add_column(col, justify="right")
         for model, sub in df.groupby("model", sort=False):
-            vals = sub.set_index("metric")["value"]
+            vals = sub.set_index("metric")
+            ppl = vals.loc["test_perplexity"]
+            def cell(frame, key=model):
+                return "" if key not in getattr(frame, "index", ()) else \
+                    f"{frame.loc[key, 'value']:.1f}{ci_text(frame.loc[key], '.1f')}"
             table.add_row(model, f"{int(sub['parameters'].iloc[0]):,}",
-                          f"{vals['test_perplexity']:.1f}",
-                          f"{vals.get('train_seconds', float('nan')):.0f}",
-                          f"{vals.get('train_tokens_per_second', float('nan')):.0f}")
+                          f"{ppl['value']:.1f}" + (ci_text(ppl, ".1f") if model.startswith("lm-") else ""),
+                          cell(intact), cell(zero),
+                          f"{vals['value'].get('train_seconds', float('nan')):.0f}",
+                          f"{vals['value'].get('train_tokens_per_second', float('nan')):.0f}")
     console.print(table)
 
 
@@ -137,6 +148,12 @@ def lm(
         help="IMDB train reviews (seeded, label-balanced subset).")] = D.limit,
     eval_limit: Annotated[int | None, typer.Option(help="IMDB test reviews scored.")] = D.eval_limit,
     eval_every: Annotated[int, typer.Option(help="Steps between learning-curve points.")] = D.eval_every,
+    seeds: Annotated[int, typer.Option(
+        help="Training seeds per scheme (--seed, --seed + 1, ...): every perplexity is their "
+             "mean with a 95 % t interval over them.")] = D.seeds,
+    positions_removed: Annotated[bool, typer.Option(
+        help="pecli perplexity --intervention zero on each checkpoint with a position table or "
+             "rotation (positions.csv).")] = D.positions_removed,
     threads: Annotated[int | None, typer.Option(help="torch threads (default: torch's).")] = None,
     model_out: Annotated[Path | None, typer.Option(
         help="Save the checkpoint exactly here (one --pe), e.g. models/tiny-gpt2-imdb.")] = None,
@@ -158,7 +175,7 @@ def lm(
     70-95 s per scheme, longer on a busy machine.
 
     Examples:
-        pecli train lm --pe learned --model-out models/tiny-gpt2-imdb
+        pecli train lm --pe learned --seeds 1 --model-out models/tiny-gpt2-imdb
         pecli train lm --pe learned --pe none --pe rope --pe alibi --pe sinusoidal --steps 150
         pecli train lm --tokenizer gpt2 --steps 20 --limit 500 --eval-limit 50
         pecli train lm --pe learned,sinusoidal,none,rope,alibi --context 128 --test-lengths 128,256,512,1024
@@ -166,6 +183,7 @@ def lm(
     options = build(TrainLmOptions, "pecli train lm", pe=pe, steps=steps, tokenizer=tokenizer,
                     vocab=vocab, layers=layers, width=width, heads=heads, context=context,
                     batch=batch, limit=limit, eval_limit=eval_limit, eval_every=eval_every,
+                    seeds=seeds, positions_removed=positions_removed,
                     threads=threads, seed=seed, data_dir=data_dir, model_out=model_out,
                     test_lengths=test_lengths or ())
     run_with_progress("train-lm", options, out, force=force)

@@ -103,6 +103,9 @@ HEADLINES = (
              experiment="toy-length", name="toy_length_mrr",
              interval="95 % percentile bootstrap over training seeds"),
     Headline("test_perplexity", "test perplexity of small causal LMs", {}, ("pe",), experiment="train-lm"),
+    Headline("checkpoint_perplexity", "pecli perplexity on each trained checkpoint, intact and "
+             "with positions removed", {}, ("pe", "intervention"), experiment="train-lm",
+             interval="95 % Student t interval of the mean over training seeds"),
     Headline("order_accuracy", "which-comes-first accuracy of position rows", {}, ("matrix",),
              experiment="pe-probe", reference=((0.5, "chance"),)),
     Headline("sink_rate", "attention sink rate (Gu et al.'s Sink_1^eps: share of heads)",
@@ -285,6 +288,8 @@ def gather(run_dirs, allow_mixed: bool = False) -> pd.DataFrame:
     frames, skipped = [], []
     by_run: dict[str, list[Path]] = {}
     for run, path in table_files(run_dirs):
+        if path.name.split(".")[0].endswith("_by_seed"):
+            continue  # one number per training seed: its table without the suffix is the headline
         by_run.setdefault(run, []).append(path)
     for run, paths in by_run.items():
         found = [headline_rows(read_table(p), _sidecar_interval(p)).assign(run=run, table=p.name.split(".")[0])

@@ -29,11 +29,13 @@ import torch
 
 from pecli.experiments import EXPERIMENTS, Experiment, lazy
 from pecli.experiments.toy import char_tokenizer
+from pecli.measures.training import SEED_METHOD, over_seeds, seed_interval
 from pecli.runs.options import ToyLengthOptions
 from pecli.runs.provenance import row_provenance
 from pecli.runs.tables import validate
 
 VERSION = 1
+ATTENTION_ITEMS = 16  # test items at the longest length whose attention is profiled
 DIGITS = "0123456789"
 
 
@@ -121,21 +123,41 @@ def exact_match(model, enc: Encoder, items: list[tuple[str, str]],
     return (ids[:, -target.shape[1]:] == target).all(dim=1).numpy()
 
 
+# --- how far the models attend (issue 35's statistics) ------------------------------------
+
+
+@torch.inference_mode()
+def attention_profile(model, enc: Encoder, items: list[tuple[str, str]],
+                      position_ids: torch.Tensor | None = None) -> dict[str, np.ndarray]:
+    """pecli.measures.attention's statistics (`Stats`, the maps transformers' output_attentions
+    gives, as `pecli attn` reads families with their own attention code) over the whole
+    sequences "<bos>prompt=answer<eos>" of `items` (teacher-forced, all of one length):
+    per layer, the mean attention distance (head mean, in tokens) and the mass on keys at
+    distance 8 or more."""
+    from pecli.measures.attention import Stats
+
+    ids = torch.tensor([[enc.bos, *enc.ids(p), *enc.ids(a), enc.eos] for p, a in items])  # [n, t]
+    current = model.config._attn_implementation
+    swap = current in ("sdpa", None)  # sdpa returns no probabilities; registered functions do
+    if swap:
+        model.set_attn_implementation("eager")
+    try:
+        kwargs = {} if position_ids is None else {"position_ids": position_ids[:, : ids.shape[1]]}
+        maps = model(input_ids=ids, attention_mask=torch.ones_like(ids), output_attentions=True,
+                     **kwargs).attentions
+    finally:
+        if swap:
+            model.set_attn_implementation(current)
+    stats = Stats(texts=len(items), layers=len(maps), heads=maps[0].shape[1], length=ids.shape[1],
+                  causal=True)
+    for layer, p in enumerate(maps):
+        stats.add(layer, 0, p)
+    far = [j for j, edge in enumerate(stats.edges) if edge >= 8]
+    return {"attention_mean_distance": stats.per_text()["mean_distance"].mean((0, 2)),  # [layers]
+            "attention_far_mass": stats.distance_histogram()[:, :, far].sum(-1).mean(-1)}
+
+
 # --- intervals over seeds and the ranking ---------------------------------------------------
-
-
-def seed_interval(values) -> tuple[float, float]:
-    """95 % Student t interval of the mean over training seeds (NaN with fewer than 2)."""
-    from scipy import stats
-
-    v = np.asarray(values, dtype=np.float64)
-    if len(v) < 2:
-        return float("nan"), float("nan")
-    half = stats.t.ppf(0.975, len(v) - 1) * v.std(ddof=1) / np.sqrt(len(v))
-    return float(v.mean() - half), float(v.mean() + half)
-
-
-SEED_METHOD = "95 % Student t interval of the mean over training seeds"
 
 
 def reciprocal_ranks(scores: dict[str, float]) -> dict[str, float]:
@@ -271,6 +293,16 @@ def _run(o: ToyLengthOptions, progress) -> dict[str, pd.DataFrame]:
                                  "in_training": n <= o.train_length, "value": float(correct.mean()),
                                  "rows": len(its), "tokens": len(its) * sequence_length(task, n)})
                 eval_seconds = time.perf_counter() - start
+                longest = max(o.test_lengths)
+                its = items[longest][:ATTENTION_ITEMS]
+                pos = None if scheme != "randomized" else random_position_ids(
+                    len(its), sequence_length(task, longest), positions, generator)
+                for metric, per_layer in attention_profile(model, enc, its, pos).items():
+                    for layer, value in enumerate(per_layer, 1):  # 0 = the embedding output
+                        rows.append({**base, "metric": metric, "test_length": longest,
+                                     "in_training": longest <= o.train_length, "layer": layer,
+                                     "value": float(value), "rows": len(its),
+                                     "tokens": len(its) * sequence_length(task, longest)})
                 for metric, value in (("final_train_loss", float(np.mean(result["losses"][-50:]))),
                                       ("train_seconds", result["seconds"]),
                                       ("eval_seconds", eval_seconds),
@@ -279,25 +311,14 @@ def _run(o: ToyLengthOptions, progress) -> dict[str, pd.DataFrame]:
                                  "value": value, "rows": 0, "tokens": 0,
                                  "train_tokens": result["tokens"]})
     by_seed = pd.DataFrame(rows)
+    by_seed["layer"] = by_seed["layer"].fillna(-1).astype(int)  # -1: not a per-layer number
     return {"by_seed": validate(by_seed), "accuracy": validate(summary(by_seed)),
             "ranking": validate(_with(ranking(by_seed, o.train_length, seed=o.seed), by_seed))}
 
 
 def summary(by_seed: pd.DataFrame) -> pd.DataFrame:
     """Every per-seed number as its mean over training seeds with a t interval over them."""
-    keys = ["task", "pe", "metric", "test_length"]
-    out = []
-    for _, group in by_seed.groupby(keys, sort=False):
-        low, high = seed_interval(group["value"])
-        first = group.iloc[0].to_dict()
-        first.update(value=float(group["value"].mean()), ci_low=low, ci_high=high,
-                     interval=SEED_METHOD, seeds=len(group),
-                     seed=int(group["seed"].min()),
-                     seed_list=",".join(map(str, group["seed"])),
-                     model_revision=",".join(map(str, group["model_revision"])),
-                     aggregation="mean over training seeds")
-        out.append(first)
-    return pd.DataFrame(out)
+    return over_seeds(by_seed, ["task", "pe", "metric", "test_length", "layer"])
 
 
 def _with(ranking_rows: pd.DataFrame, by_seed: pd.DataFrame) -> pd.DataFrame:

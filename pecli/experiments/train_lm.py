@@ -17,6 +17,7 @@ in the table measures both ways), and it alone would break the 20 MB checkpoint 
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +30,7 @@ from pecli.runs.options import TrainLmOptions
 from pecli.runs.provenance import row_provenance
 from pecli.runs.tables import validate
 
-VERSION = 2  # 2: train_tokens apart from (evaluation) tokens; portable model ids
+VERSION = 3  # 2: train_tokens apart from (evaluation) tokens; portable model ids; 3: seeds, bigram, positions removed
 EOT = "<|endoftext|>"
 TOKENIZER_TEXTS = 5000  # train reviews the BPE is learned from (seeded subset)
 
@@ -124,15 +125,55 @@ def unigram_nll(train_stream: torch.Tensor, windows: torch.Tensor, vocab_size: i
     return float(-logp[targets].sum()), targets.numel()
 
 
+def bigram_nll(train_stream: torch.Tensor, windows: torch.Tensor, vocab_size: int,
+               held_out: float = 0.1) -> tuple[float, int, float]:
+    """An interpolated bigram, scored on the targets `window_nll` scores (each window's first
+    token is context only): P(w | v) = lam * c(v, w) / c(v) + (1 - lam) * P_uni(w), P_uni the
+    add-one unigram; lam (grid 0.05..0.95) is chosen on the last `held_out` of the train
+    stream with counts from the rest, then the counts are taken from the whole stream.
+    Returns (summed NLL, scored tokens, lam)."""
+    def fit(stream):
+        pairs = stream[:-1] * vocab_size + stream[1:]
+        keys, counts = torch.unique(pairs, return_counts=True)
+        context = torch.bincount(stream[:-1], minlength=vocab_size).double()
+        uni = torch.bincount(stream, minlength=vocab_size).double() + 1.0
+        return keys, counts.double(), context, uni / uni.sum()
+
+    def probs(model, prev, nxt, lam):
+        keys, counts, context, uni = model
+        q = prev * vocab_size + nxt
+        at = torch.searchsorted(keys, q).clamp_max(len(keys) - 1)
+        pair = torch.where(keys[at] == q, counts[at], torch.zeros_like(counts[at]))
+        seen = context[prev] > 0
+        cond = torch.where(seen, pair / context[prev].clamp_min(1), uni[nxt])
+        return lam * cond + (1 - lam) * uni[nxt]
+
+    cut = int(len(train_stream) * (1 - held_out))
+    head, tail = fit(train_stream[:cut]), train_stream[cut:]
+    grid = [round(0.05 * k, 2) for k in range(1, 20)]
+    lam = min(grid, key=lambda x: float(-torch.log(probs(head, tail[:-1], tail[1:], x)).sum()))
+    full = fit(train_stream)
+    prev, nxt = windows[:, :-1].reshape(-1), windows[:, 1:].reshape(-1)
+    return float(-torch.log(probs(full, prev, nxt, lam)).sum()), nxt.numel(), lam
+
+
 # --- the experiment -------------------------------------------------------------------
+
+# schemes whose positions `pecli perplexity --intervention zero` removes (a table or rotation)
+ZEROABLE = ("learned", "sinusoidal", "rope", "randomized", "p-rope")
 
 
 def run(options: TrainLmOptions, progress=None) -> dict[str, pd.DataFrame]:
-    """Train one LM per scheme; tables `perplexity` (final numbers) and `curve` (learning curve).
+    """Train one LM per scheme and training seed; tables `perplexity` (per scheme: the mean
+    over seeds with a t interval over them; the unigram and bigram baselines),
+    `perplexity_by_seed`, `curve` (learning curve per seed), `positions` (`pecli perplexity`
+    on each checkpoint, intact and with positions removed, over seeds; and `_by_seed`),
+    `length` (train short, test long, over seeds; and `_by_seed`).
 
     `limit` / `eval_limit`: seeded, label-balanced subsets of IMDB train / test reviews.
-    `save_dir`: checkpoints go to <save_dir>/<scheme>; `model_out`: the checkpoint
-    directory itself (one scheme only). `progress(scheme, step, steps, loss)` after each step.
+    `save_dir`: checkpoints go to <save_dir>/<scheme> (seed k > first: <scheme>-seed<k>);
+    `model_out`: the checkpoint directory itself (one scheme, one seed).
+    `progress(label, step, steps, loss)` after each step.
     """
     from pecli.measures.training import torch_threads
 
@@ -140,7 +181,7 @@ def run(options: TrainLmOptions, progress=None) -> dict[str, pd.DataFrame]:
     opts = dict(steps=o.steps, layers=o.layers, width=o.width, heads=o.heads, context=o.context,
                 batch=o.batch, lr=o.lr, tokenizer=o.tokenizer, vocab=o.vocab, limit=o.limit,
                 eval_limit=o.eval_limit, eval_every=o.eval_every, seed=o.seed,
-                test_lengths=o.test_lengths)
+                test_lengths=o.test_lengths, seeds=o.seeds, positions_removed=o.positions_removed)
     with torch_threads(o.threads) as n_threads:
         return _run([c.name for c in o.pe], opts, o.data_dir, o.save_dir, o.model_out, progress,
                     n_threads)
@@ -148,17 +189,7 @@ def run(options: TrainLmOptions, progress=None) -> dict[str, pd.DataFrame]:
 
 def _run(schemes, o, data_dir, save_dir, model_out, progress, n_threads) -> dict[str, pd.DataFrame]:
     from pecli.data.datasets import load_data
-    from pecli.measures.training import (
-        FAMILY,
-        ModelSize,
-        TrainConfig,
-        build_model,
-        count_parameters,
-        save_checkpoint,
-        train,
-    )
-    from pecli.models.loading import weights_sha256
-    from pecli.runs.provenance import portable_model_id
+    from pecli.measures.training import over_seeds
 
     train_data = load_data("imdb", "train", data_dir_=data_dir, limit=o["limit"], seed=o["seed"])
     test_data = load_data("imdb", "test", data_dir_=data_dir, limit=o["eval_limit"], seed=o["seed"])
@@ -171,9 +202,7 @@ def _run(schemes, o, data_dir, save_dir, model_out, progress, n_threads) -> dict
     tokenizer_seconds = time.perf_counter() - start
     train_stream = token_stream(tok, train_texts)  # [n_train]
     windows = eval_windows(token_stream(tok, test_data.texts()), o["context"])  # [n, t]
-    curve_windows = windows[:32]  # the learning curve's fixed slice of the test windows
     vocab_size = len(tok)
-    size = ModelSize(o["layers"], o["width"], o["heads"], o["context"])
     common = {"experiment": "train-lm", "seed": o["seed"], **row_provenance(),
               "device": "cpu", "dtype": "float32", "intervention": "none",
               "tokenizer": o["tokenizer"], "vocab_size": vocab_size, "context": o["context"],
@@ -182,75 +211,133 @@ def _run(schemes, o, data_dir, save_dir, model_out, progress, n_threads) -> dict
               "train_tokens_available": len(train_stream), "train_reviews": len(train_texts),
               "tokenizer_seconds": tokenizer_seconds}
     test_prov = {**test_data.provenance(), "split": "test"}
+    baseline = {**common, **test_prov, "model_revision": train_data.provenance()["data_revision"],
+                "random_init": False, "family": "-", "pe": "-", "metric": "test_perplexity",
+                "aggregation": "corpus"}
     nll, n = unigram_nll(train_stream, windows, vocab_size)
-    ppl_rows = [{**common, **test_prov, "model": "unigram", "model_id": "unigram(train, add-one)",
-                 "model_revision": train_data.provenance()["data_revision"], "random_init": False,
-                 "family": "-", "pe": "-", "parameters": vocab_size, "metric": "test_perplexity",
-                 "aggregation": "corpus", "value": float(np.exp(nll / n)), "tokens": n}]
-    curve_rows, length_rows = [], []
+    ppl_rows = [{**baseline, "model": "unigram", "model_id": "unigram(train, add-one)",
+                 "parameters": vocab_size, "value": float(np.exp(nll / n)), "tokens": n}]
+    nll, n, lam = bigram_nll(train_stream, windows, vocab_size)
+    ppl_rows.append({**baseline, "model": "bigram",
+                     "model_id": f"bigram(train, interpolated with the unigram, lambda={lam})",
+                     "parameters": vocab_size * vocab_size, "value": float(np.exp(nll / n)),
+                     "tokens": n, "bigram_lambda": lam})
+    seeds = [o["seed"] + k for k in range(o["seeds"])]
+    by_seed, curve_rows, length_rows, position_rows = [], [], [], []
     for scheme in schemes:
-        model = build_model(scheme, vocab_size, size, pad_token_id=tok.pad_token_id,
-                            bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-                            seed=o["seed"])
-        base = {**common, "model": f"lm-{scheme}", "model_id": f"train-lm:{scheme}",
-                "model_revision": f"seed:{o['seed']}", "random_init": False,
-                "family": FAMILY[scheme], "pe": scheme,
-                "parameters": count_parameters(model)}
-        recent: list[float] = []
-
-        def on_step(step: int, loss: float, scheme=scheme, model=model, base=base, recent=recent):
-            recent.append(loss)
-            if progress is not None:
-                progress(scheme, step, o["steps"], loss)
-            if (step + 1) % o["eval_every"] == 0 or step + 1 == o["steps"]:
-                model.eval()
-                c_nll, c_n = window_nll(model, curve_windows)
-                model.train()
-                row = {**base, **test_prov, "step": step + 1, "tokens": c_n}
-                curve_rows.append({**row, "metric": "train_loss", "value": float(np.mean(recent)),
-                                   "split": "train", "tokens": None,  # not an evaluation
-                                   "train_tokens": len(recent) * o["batch"] * o["context"]})
-                curve_rows.append({**row, "metric": "eval_loss", "value": c_nll / c_n,
-                                   "curve_windows": len(curve_windows)})
-                recent.clear()
-
-        batches = window_batches(train_stream, o["context"], o["batch"], o["seed"])
-        result = train(model, batches, TrainConfig(steps=o["steps"], lr=o["lr"]), on_step=on_step)
-        start = time.perf_counter()
-        nll, n = window_nll(model, windows)
-        eval_seconds = time.perf_counter() - start
-        out_dir = Path(model_out) if model_out else (Path(save_dir) / scheme if save_dir else None)
-        if out_dir is not None:
-            card = {"experiment": "train-lm", "pe": scheme, **o, "test_perplexity": float(np.exp(nll / n)),
-                    "train_seconds": result["seconds"], "train_tokens": result["tokens"]}
-            save_checkpoint(model, tok, out_dir, card=card)
-            base.update(model_id=portable_model_id(out_dir), model_revision=weights_sha256(out_dir))
-        row = {**base, **test_prov, "aggregation": "corpus", "tokens": n}
-        ppl_rows.append({**row, "metric": "test_perplexity", "value": float(np.exp(nll / n))})
-        ppl_rows.append({**row, "metric": "test_nll", "value": nll / n})
-        for metric, value in (("train_seconds", result["seconds"]),
-                              ("train_tokens", result["tokens"]),
-                              ("train_tokens_per_second", result["tokens"] / result["seconds"]),
-                              ("eval_seconds", eval_seconds),
-                              ("eval_tokens_per_second", n / eval_seconds)):
-            ppl_rows.append({**row, "metric": metric, "value": float(value), "aggregation": "-"})
-        if o["test_lengths"]:
-            length_rows.append(_test_long(model, tok, out_dir, scheme, o, data_dir))
-    tables = {"perplexity": validate(pd.DataFrame(ppl_rows)), "curve": validate(pd.DataFrame(curve_rows))}
+        for seed in seeds:
+            rows = _train_one(scheme, seed, o, tok, train_stream, windows, common, test_prov,
+                              save_dir, model_out, data_dir, progress)
+            by_seed += rows["perplexity"]
+            curve_rows += rows["curve"]
+            length_rows += rows["length"]
+            position_rows += rows["positions"]
+    by_seed_df = pd.DataFrame(by_seed)
+    tables = {"perplexity": validate(pd.concat([pd.DataFrame(ppl_rows),
+                                                over_seeds(by_seed_df, ["model", "metric"])],
+                                               ignore_index=True)),
+              "perplexity_by_seed": validate(by_seed_df),
+              "curve": validate(pd.DataFrame(curve_rows))}
     if length_rows:
-        tables["length"] = validate(pd.concat(length_rows, ignore_index=True))
+        table = pd.concat(length_rows, ignore_index=True)
+        keys = ["model", "metric", "length", "window_start", "all_positions"]
+        tables["length"] = validate(over_seeds(table, keys))
+        tables["length_by_seed"] = validate(table)
+    if position_rows:
+        table = pd.concat(position_rows, ignore_index=True)
+        tables["positions"] = validate(over_seeds(table, ["model", "intervention", "metric"]))
+        tables["positions_by_seed"] = validate(table)
     return tables
 
 
-def _test_long(model, tok, out_dir, scheme: str, o: dict, data_dir) -> pd.DataFrame:
-    """`pecli length` on the trained model (loaded back from its checkpoint, as a user's
-    `pecli length DIR` loads it) over the test reviews, at every test length."""
+def _train_one(scheme, seed, o, tok, train_stream, windows, common, test_prov, save_dir,
+               model_out, data_dir, progress) -> dict[str, list]:
+    """One model of `scheme` trained with `seed`: its rows."""
+    from pecli.measures.training import (
+        FAMILY,
+        ModelSize,
+        TrainConfig,
+        build_model,
+        count_parameters,
+        save_checkpoint,
+        train,
+        with_random_positions,
+    )
+    from pecli.models.loading import weights_sha256
+    from pecli.runs.provenance import portable_model_id
+
+    positions = max([o["context"], *o["test_lengths"]])
+    size = ModelSize(o["layers"], o["width"], o["heads"], o["context"])
+    curve_windows = windows[:32]  # the learning curve's fixed slice of the test windows
+    model = build_model(scheme, len(tok), size, pad_token_id=tok.pad_token_id,
+                        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, seed=seed)
+    base = {**common, "seed": seed, "model": f"lm-{scheme}", "model_id": f"train-lm:{scheme}",
+            "model_revision": f"seed:{seed}", "random_init": False, "family": FAMILY[scheme],
+            "pe": scheme, "parameters": count_parameters(model)}
+    recent: list[float] = []
+    curve = []
+    label = scheme if o["seeds"] == 1 else f"{scheme} seed {seed}"
+
+    def on_step(step: int, loss: float):
+        recent.append(loss)
+        if progress is not None:
+            progress(label, step, o["steps"], loss)
+        if (step + 1) % o["eval_every"] == 0 or step + 1 == o["steps"]:
+            model.eval()
+            c_nll, c_n = window_nll(model, curve_windows)
+            model.train()
+            row = {**base, **test_prov, "step": step + 1, "tokens": c_n}
+            curve.append({**row, "metric": "train_loss", "value": float(np.mean(recent)),
+                          "split": "train", "tokens": None,  # not an evaluation
+                          "train_tokens": len(recent) * o["batch"] * o["context"]})
+            curve.append({**row, "metric": "eval_loss", "value": c_nll / c_n,
+                          "curve_windows": len(curve_windows)})
+            recent.clear()
+
+    batches = window_batches(train_stream, o["context"], o["batch"], seed)
+    if scheme == "randomized":
+        batches = with_random_positions(batches, positions, seed)
+    result = train(model, batches, TrainConfig(steps=o["steps"], lr=o["lr"]), on_step=on_step)
+    start = time.perf_counter()
+    nll, n = window_nll(model, windows)
+    eval_seconds = time.perf_counter() - start
+    name = scheme if seed == o["seed"] else f"{scheme}-seed{seed}"
+    out_dir = Path(model_out) if model_out else (Path(save_dir) / name if save_dir else None)
+    if out_dir is not None:
+        card = {"experiment": "train-lm", "pe": scheme, **o, "seed": seed,
+                "test_perplexity": float(np.exp(nll / n)), "train_seconds": result["seconds"],
+                "train_tokens": result["tokens"]}
+        save_checkpoint(model, tok, out_dir, card=card)
+        base.update(model_id=portable_model_id(out_dir), model_revision=weights_sha256(out_dir))
+    row = {**base, **test_prov, "aggregation": "corpus", "tokens": n}
+    ppl = [{**row, "metric": "test_perplexity", "value": float(np.exp(nll / n))},
+           {**row, "metric": "test_nll", "value": nll / n}]
+    for metric, value in (("train_seconds", result["seconds"]),
+                          ("train_tokens", result["tokens"]),
+                          ("train_tokens_per_second", result["tokens"] / result["seconds"]),
+                          ("eval_seconds", eval_seconds),
+                          ("eval_tokens_per_second", n / eval_seconds)):
+        ppl.append({**row, "metric": metric, "value": float(value), "aggregation": "-"})
+    length, removed = [], []
+    if o["test_lengths"] or (o["positions_removed"] and scheme in ZEROABLE):
+        with _checkpoint(model, tok, out_dir, scheme) as loaded:
+            if o["test_lengths"]:
+                length.append(_test_long(loaded, scheme, seed, o, data_dir).assign(
+                    model_revision=base["model_revision"]))
+            if o["positions_removed"] and scheme in ZEROABLE:
+                removed.append(_positions_removed(loaded, scheme, seed, o, data_dir).assign(
+                    model_revision=base["model_revision"]))
+    return {"perplexity": ppl, "curve": curve, "length": length, "positions": removed}
+
+
+@contextmanager
+def _checkpoint(model, tok, out_dir, scheme: str):
+    """The trained model loaded back from its checkpoint, as a user's `pecli length DIR` or
+    `pecli perplexity DIR` loads it (saved to a temporary folder when none is kept)."""
     import tempfile
 
-    from pecli.experiments.length import run as length_run
     from pecli.measures.training import save_checkpoint
     from pecli.models.loading import load_model
-    from pecli.runs.options import LengthOptions
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = out_dir or Path(tmp) / scheme
@@ -258,12 +345,36 @@ def _test_long(model, tok, out_dir, scheme: str, o: dict, data_dir) -> pd.DataFr
             save_checkpoint(model, tok, folder, card={"experiment": "train-lm", "pe": scheme})
         loaded = load_model(str(folder), device="cpu")
         loaded.name = f"lm-{scheme}"
-        options = LengthOptions.build({"model": [loaded.name], "dataset": "imdb", "split": "test",
-                                       "limit": o["eval_limit"], "lengths": list(o["test_lengths"]),
+        yield loaded
+
+
+def _test_long(loaded, scheme: str, seed: int, o: dict, data_dir) -> pd.DataFrame:
+    """`pecli length` on the trained model over the test reviews, at every test length."""
+    from pecli.experiments.length import run as length_run
+    from pecli.runs.options import LengthOptions
+
+    options = LengthOptions.build({"model": [loaded.name], "dataset": "imdb", "split": "test",
+                                   "limit": o["eval_limit"], "lengths": list(o["test_lengths"]),
+                                   "seed": o["seed"], "device": "cpu", "data_dir": data_dir},
+                                  "train-lm: test_lengths")
+    table = length_run(options, loaded=loaded)["length"]
+    return table.assign(experiment="train-lm", pe=scheme, model_id=f"train-lm:{scheme}", seed=seed)
+
+
+def _positions_removed(loaded, scheme: str, seed: int, o: dict, data_dir) -> pd.DataFrame:
+    """`pecli perplexity DIR --intervention zero` on the trained model (the intact model
+    first), IMDB test reviews truncated to the training context: corpus perplexity rows."""
+    from pecli.experiments.perplexity import run as perplexity_run
+    from pecli.runs.options import PerplexityOptions
+
+    options = PerplexityOptions.build({"model": loaded.name, "dataset": "imdb", "split": "test",
+                                       "limit": o["eval_limit"], "intervention": ["zero"],
                                        "seed": o["seed"], "device": "cpu", "data_dir": data_dir},
-                                      "train-lm: test_lengths")
-        table = length_run(options, loaded=loaded)["length"]
-    return table.assign(experiment="train-lm", pe=scheme, model_id=f"train-lm:{scheme}")
+                                      "train-lm: positions_removed")
+    table = perplexity_run(options, loaded=loaded)["perplexity"]
+    table = table[table.aggregation == "corpus"]
+    return table.assign(experiment="train-lm", pe=scheme, model_id=f"train-lm:{scheme}",
+                        seed=seed, metric="checkpoint_perplexity")
 
 
 figures = lazy("pecli.plots.training:train_lm_figures")

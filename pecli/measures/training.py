@@ -263,6 +263,41 @@ def save_checkpoint(model, tokenizer, out_dir: Path, card: dict | None = None) -
     return out_dir
 
 
+# --- intervals over training seeds ----------------------------------------------------------
+
+SEED_METHOD = "95 % Student t interval of the mean over training seeds"
+OVER_SEEDS = "mean over training seeds"
+
+
+def seed_interval(values) -> tuple[float, float]:
+    """95 % Student t interval of the mean over training seeds (NaN with fewer than 2)."""
+    from scipy import stats
+
+    v = np.asarray(values, dtype=np.float64)
+    if len(v) < 2:
+        return float("nan"), float("nan")
+    half = stats.t.ppf(0.975, len(v) - 1) * v.std(ddof=1) / np.sqrt(len(v))
+    return float(v.mean() - half), float(v.mean() + half)
+
+
+def over_seeds(by_seed, keys: list[str]):
+    """One row per `keys` group of a per-seed table: the mean over its training seeds with
+    `seed_interval` (ci_low, ci_high), `seeds` the count, their revisions joined."""
+    import pandas as pd
+
+    out = []
+    for _, group in by_seed.groupby(keys, sort=False, dropna=False):
+        low, high = seed_interval(group["value"])
+        row = group.iloc[0].to_dict()
+        row.update(value=float(group["value"].mean()), ci_low=low, ci_high=high,
+                   interval=SEED_METHOD, seeds=int(group["seed"].nunique()),
+                   seed=int(group["seed"].min()), seed_list=",".join(map(str, group["seed"])),
+                   model_revision=",".join(map(str, group["model_revision"])),
+                   aggregation=OVER_SEEDS)
+        out.append(row)
+    return pd.DataFrame(out)
+
+
 # --- the loop -------------------------------------------------------------------------
 
 

@@ -106,18 +106,19 @@ def lm_curve(csv: Path, out: Path, perplexity_csv: Path | None = None) -> Path:
     df = pd.read_csv(csv)
     fig, ax = plt.subplots(figsize=(WIDTH, 3.8), layout="constrained")
     for scheme in _ordered(df.pe):
-        sub = df[df.pe == scheme]
-        ev = sub[sub.metric == "eval_loss"]
+        sub = df[df.pe == scheme].groupby(["metric", "step"], as_index=False)["value"].mean()
+        ev = sub[sub.metric == "eval_loss"]  # mean over training seeds
         tr = sub[sub.metric == "train_loss"]
         ax.plot(ev.step, ev.value, marker=".", color=color_of(scheme), label=f"{scheme}: held-out")
         ax.plot(tr.step, tr.value, ls=":", marker="x", ms=3, color=color_of(scheme),
                 label=f"{scheme}: train")
     if perplexity_csv is not None and Path(perplexity_csv).exists():
         ppl = pd.read_csv(perplexity_csv)
-        uni = ppl[(ppl.model == "unigram") & (ppl.metric == "test_perplexity")]
-        if len(uni):
-            ax.axhline(math.log(uni.value.iloc[0]), color=color_of("unigram"), ls="--",
-                       label="unigram (test)")
+        for base, ls in (("unigram", "--"), ("bigram", "-.")):
+            row = ppl[(ppl.model == base) & (ppl.metric == "test_perplexity")]
+            if len(row):
+                ax.axhline(math.log(row.value.iloc[0]), color=color_of(base), ls=ls,
+                           label=f"{base} (test)")
     steps = sorted(df.step.unique())
     if len(steps) == 1:  # one point: an axis around it, not from step - 1 to step + 1
         ax.set_xlim(0, steps[0] * 1.15)
@@ -139,7 +140,8 @@ def lm_perplexity(csv: Path, out: Path) -> Path:
     values are of one order of magnitude), interval bars when the table has them."""
     df = pd.read_csv(csv)
     ppl = df[df.metric == "test_perplexity"]
-    names = ["unigram"] + [f"lm-{s}" for s in _ordered(ppl[ppl.model != "unigram"].pe)]
+    baselines = [b for b in ("unigram", "bigram") if b in set(ppl.model)]
+    names = baselines + [f"lm-{s}" for s in _ordered(ppl[~ppl.model.isin(baselines)].pe)]
     vals = ppl.set_index("model").reindex(names)
     fig, ax = plt.subplots(figsize=(WIDTH, 3.2), layout="constrained")
     for i, name in enumerate(names):
@@ -152,8 +154,8 @@ def lm_perplexity(csv: Path, out: Path) -> Path:
     else:
         ax.set_ylim(0, vals["value"].max() * 1.12)
     ax.set_ylabel("test perplexity")
-    ax.set_xlabel("position scheme (unigram: counts only, no context)")
-    first = ppl[ppl.model != "unigram"].iloc[0]
+    ax.set_xlabel("position scheme (unigram, bigram: counts only)")
+    first = ppl[~ppl.model.isin(baselines)].iloc[0]
     ax.set_title(f"small causal LMs: test perplexity per position scheme\n{first['dataset']}/"
                  f"{first['split']}, {int(first['rows'])} reviews, {int(first['tokens']):,} "
                  f"scored tokens; {int(first['steps'])} steps" + (f"; {interval_note(ppl)}"
@@ -233,14 +235,77 @@ def toy_length_ranking(csv: Path, out: Path) -> Path:
     return save(fig, out)
 
 
+def toy_length_attention(csv: Path, out: Path) -> Path:
+    """Mean attention distance per scheme and layer at the longest test length, one panel per
+    task (pecli.measures.attention's statistic; interval over training seeds)."""
+    df = pd.read_csv(csv)
+    att = df[df.metric == "attention_mean_distance"]
+    tasks = list(dict.fromkeys(att.task))
+    schemes = _ordered(att.pe)
+    layers = sorted(att.layer.unique())
+    fig, axes = plt.subplots(1, len(tasks), figsize=(WIDTH * 1.25, 3.3), squeeze=False,
+                             sharey=True, layout="constrained")
+    for ax, task in zip(axes[0], tasks, strict=True):
+        sub = att[att.task == task]
+        for k, layer in enumerate(layers):
+            for i, scheme in enumerate(schemes):
+                r = sub[(sub.pe == scheme) & (sub.layer == layer)]
+                if len(r):
+                    points(ax, [i + (k - (len(layers) - 1) / 2) * 0.25], r, color_of(scheme), None,
+                           marker=MARKERS[k % len(MARKERS)])
+        ax.set_xticks(range(len(schemes)), schemes, rotation=60, fontsize=7)
+        ax.set_title(task, fontsize=9)
+        ax.grid(axis="y", color="0.9", lw=0.6)
+    for k, layer in enumerate(layers):
+        axes[0, 0].plot([], [], MARKERS[k % len(MARKERS)], color="0.3", label=f"layer {layer}")
+    axes[0, 0].legend(fontsize=7)
+    axes[0, 0].set_ylabel("mean attention distance (tokens)", fontsize=8)
+    first = att.iloc[0]
+    fig.suptitle(f"how far the trained models attend, at test length {int(first['test_length'])} "
+                 f"(trained on 1-{int(first['train_length'])})\nhead mean over {int(first['rows'])} "
+                 f"test sequences; mean of {int(first['seeds'])} training seeds, 95 % t interval",
+                 fontsize=9)
+    return save(fig, out)
+
+
 def toy_length_figures(csv_paths: dict[str, Path], fig_dir: Path) -> list[Path]:
     """toy-length's figures from its written tables (accuracy, ranking)."""
     out = []
     if "accuracy" in csv_paths:
         out.append(toy_length(csv_paths["accuracy"], fig_dir / "toy_length.png"))
+        out.append(toy_length_attention(csv_paths["accuracy"], fig_dir / "toy_length_attention.png"))
     if "ranking" in csv_paths:
         out.append(toy_length_ranking(csv_paths["ranking"], fig_dir / "toy_length_ranking.png"))
     return out
+
+
+def lm_positions(csv: Path, out: Path) -> Path:
+    """`pecli perplexity` on each trained checkpoint: intact against positions removed (zero),
+    mean over training seeds with its interval."""
+    df = pd.read_csv(csv)
+    schemes = _ordered(df.pe)
+    fig, ax = plt.subplots(figsize=(WIDTH, 3.2), layout="constrained")
+    for i, scheme in enumerate(schemes):
+        sub = df[df.pe == scheme]
+        for k, (cond, shift) in enumerate((("intact", -0.12), ("zero", 0.12))):
+            rows = sub[(sub.intervention.astype(str) == "zero") == (cond == "zero")]
+            if len(rows):
+                points(ax, [i + shift], rows.iloc[[0]], color_of(scheme), None, marker=MARKERS[k],
+                       mfc="white" if cond == "zero" else None)
+    ax.plot([], [], MARKERS[0], color="0.3", label="intact")
+    ax.plot([], [], MARKERS[1], mfc="white", color="0.3", label="positions removed (zero)")
+    ax.set_xticks(range(len(schemes)), schemes)
+    if wants_log(df["value"]):
+        ax.set_yscale("log")
+    ax.set_ylabel("IMDB test perplexity (corpus)")
+    ax.set_xlabel("position scheme the model was trained with")
+    first = df.iloc[0]
+    ax.set_title("does the model use its positions? pecli perplexity, intact vs zero\n"
+                 f"{int(first['rows'])} test reviews, each truncated to the positions trained; "
+                 f"mean of {int(first['seeds'])} training seeds, 95 % t interval", fontsize=9)
+    ax.legend(fontsize=8)
+    ax.grid(axis="y", color="0.9", lw=0.6)
+    return save(fig, out)
 
 
 def toy_figures(csv_paths: dict[str, Path], fig_dir: Path) -> list[Path]:
@@ -261,6 +326,8 @@ def train_lm_figures(csv_paths: dict[str, Path], fig_dir: Path) -> list[Path]:
                             csv_paths.get("perplexity")))
     if "perplexity" in csv_paths:
         out.append(lm_perplexity(csv_paths["perplexity"], fig_dir / "train_lm_perplexity.png"))
+    if "positions" in csv_paths:
+        out.append(lm_positions(csv_paths["positions"], fig_dir / "train_lm_positions.png"))
     if "length" in csv_paths:  # train short, test long
         from pecli.plots.length import figures as length_figures
 

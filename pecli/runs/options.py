@@ -837,18 +837,18 @@ class ToyLengthOptions(Training):
     """`pecli toy length` and the `toy-length` experiment."""
 
     pe: tuple[Choice, ...] = option(tuple(names.PE_SCHEMES), vocabulary=names.PE_SCHEMES, many=True)
-    task: tuple[str, ...] | str = ("copy", "reverse", "addition")  # of TOY_TASKS; "a,b" too
-    train_length: int = option(8, low=1)  # N: training instances have lengths 1..N
+    task: tuple[str, ...] | str = ("copy", "reverse", "sort")  # of TOY_TASKS; "a,b" too
+    train_length: int = option(4, low=1)  # N: training instances have lengths 1..N
     # test lengths (default N/2, N, 1.5N, 2N, 2.5N, 3N)
     test_lengths: tuple[int, ...] | str = ()
     seeds: int = option(3, low=1)  # training seeds seed, seed+1, ...
     eval_items: int = option(64, low=1)  # test items per length
-    steps: int = option(1000, low=1)
+    steps: int = option(300, low=1)
     layers: int = option(2, low=1)
     width: int = option(64, low=1)
     heads: int = option(4, low=1)
-    batch: int = option(64, low=1)
-    lr: float = option(3e-3, low=0.0)
+    batch: int = option(32, low=1)
+    lr: float = option(1e-2, low=0.0)
     threads: int | None = option(1, low=1)
 
     def check(self) -> None:
@@ -890,14 +890,17 @@ class TrainLmOptions(Training):
     # "Train short, test long": after training, `pecli length` on the test reviews at these
     # window lengths (any multiple of `context`); () skips it
     test_lengths: tuple[int, ...] | str = ()
+    seeds: int = option(3, low=1)  # training seeds per scheme: seed, seed + 1, ...
+    # `pecli perplexity --intervention zero` on each checkpoint whose positions zero removes
+    positions_removed: bool = True
 
     def check(self) -> None:
         super().check()
         if self.test_lengths not in ((), ""):
             object.__setattr__(self, "test_lengths", _token_counts(self.test_lengths, "window lengths"))
-        if self.model_out is not None and len(self.pe) != 1:
+        if self.model_out is not None and (len(self.pe) != 1 or self.seeds != 1):
             raise ConfigError("model_out (--model-out) names one checkpoint directory: give "
-                              "exactly one --pe")
+                              "exactly one --pe and --seeds 1")
         if self.tokenizer == "bpe" and self.vocab < 300:
             raise ConfigError(f"vocab (--vocab): {self.vocab} is too small for a byte-level BPE; "
                               "use at least 300 (256 bytes + merges)")

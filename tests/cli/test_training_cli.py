@@ -45,17 +45,31 @@ def test_train_lm_tiny(tmp_path, shared_data):
     res = runner.invoke(app, [
         "train", "lm", "--pe", "learned,alibi", "--steps", "2", "--limit", "20", "--eval-limit", "4",
         "--vocab", "300", "--context", "32", "--batch", "2", "--layers", "1", "--width", "16",
-        "--heads", "2", "--eval-every", "1", "--data-dir", str(shared_data), "--out", str(out)])
+        "--heads", "2", "--eval-every", "1", "--seeds", "2", "--data-dir", str(shared_data),
+        "--out", str(out)])
     assert res.exit_code == 0, res.output
     ppl = pd.read_csv(out / "perplexity.csv")
     test_ppl = ppl[ppl.metric == "test_perplexity"].set_index("model")["value"]
-    assert set(test_ppl.index) == {"unigram", "lm-learned", "lm-alibi"}
+    assert set(test_ppl.index) == {"unigram", "bigram", "lm-learned", "lm-alibi"}
+    by_seed = pd.read_csv(out / "perplexity_by_seed.csv")
+    seeds = by_seed[by_seed.metric == "test_perplexity"].groupby("model")["value"]
+    assert (seeds.count() == 2).all()
+    assert (seeds.mean() - test_ppl[seeds.mean().index]).abs().max() < 1e-9
+    summary = ppl[ppl.model.str.startswith("lm-") & (ppl.metric == "test_perplexity")]
+    assert (summary.seeds == 2).all() and summary.ci_low.notna().all()
+    # pecli perplexity on the learned checkpoints, intact and with positions zeroed (alibi:
+    # zero would act on a table it does not have, so it is not asked)
+    positions = pd.read_csv(out / "positions.csv")
+    assert set(positions.pe) == {"learned"} and set(positions.intervention) == {"learned", "zero"}
+    assert (positions.seeds == 2).all()
+    assert (out / "figures" / "train_lm_positions.png").exists()
     tokens = ppl[ppl.metric == "test_perplexity"]["tokens"]
     assert tokens.nunique() == 1  # the unigram is scored on the same tokens
     curve = pd.read_csv(out / "curve.csv")
     assert sorted(curve[curve.pe == "learned"].step.unique()) == [1, 2]
     assert (out / "figures" / "train_lm_curve.png").exists()
     assert (out / "figures" / "train_lm_perplexity.png").exists()
+    assert (out / "models" / "learned-seed1" / "config.json").exists()
     loaded = load_model(str(out / "models" / "learned"), device="cpu")
     assert loaded.spec.family == "gpt2" and loaded.max_positions == 32
     assert len(loaded.tokenizer) == 300

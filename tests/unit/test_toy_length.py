@@ -97,7 +97,7 @@ def test_test_items_are_shared_across_schemes_and_seeds_and_differ_by_length():
 
 def test_options_default_to_three_n_and_check_tasks():
     o = ToyLengthOptions()
-    assert o.test_lengths == (4, 8, 12, 16, 20, 24) and max(o.test_lengths) == 3 * o.train_length
+    assert o.test_lengths == (2, 4, 6, 8, 10, 12) and max(o.test_lengths) == 3 * o.train_length
     assert o.seeds >= 3 and len(o.pe) == len(SCHEMES) >= 8
     assert ToyLengthOptions.build({"task": ["copy,sort"]}, "t").task == ("copy", "sort")
     with pytest.raises(ConfigError, match="unknown task 'cpy' .did you mean 'copy'"):

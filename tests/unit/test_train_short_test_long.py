@@ -11,13 +11,15 @@ from pecli.runs.errors import ConfigError
 from pecli.runs.options import LengthOptions, TrainLmOptions
 
 TINY = {"steps": 3, "layers": 1, "width": 32, "heads": 2, "context": 16, "batch": 2, "vocab": 300,
-        "limit": 40, "eval_limit": 8, "eval_every": 3}
+        "limit": 40, "eval_limit": 8, "eval_every": 3, "seeds": 1, "positions_removed": False}
 
 
 def test_test_lengths_equal_pecli_length_on_the_saved_checkpoints(shared_data, tmp_path):
     o = TrainLmOptions.build({**TINY, "pe": "learned,sinusoidal", "test_lengths": "16,32",
                               "save_dir": str(tmp_path / "models"), "data_dir": str(shared_data)}, "t")
-    table = train_run(o)["length"]
+    tables = train_run(o)
+    table = tables["length_by_seed"]
+    assert (tables["length"]["seeds"] == 1).all()
     whole = table[table["all_positions"]].set_index(["model", "length"])
     assert whole.loc[("lm-learned", 32), "note"] == "not applicable: 16 learned positions"
     assert whole.loc[("lm-sinusoidal", 32), "tokens"] > 0  # the sinusoid extends past training

@@ -84,3 +84,39 @@ def test_bpe_round_trips_text():
     ids = tok("Not bad, terrible film", add_special_tokens=False)["input_ids"]
     assert tok.decode(ids) == "Not bad, terrible film"
     assert tok.eos_token == "<|endoftext|>"
+
+
+def test_bigram_nll_by_hand():
+    """The interpolated bigram, written out with dictionaries: lambda picked on the last 10 %
+    of the train stream with counts from the first 90 %, then counts from the whole stream."""
+    import math
+    from collections import Counter
+
+    from pecli.experiments.train_lm import bigram_nll
+
+    rng = torch.Generator().manual_seed(0)
+    train = torch.randint(0, 7, (400,), generator=rng)
+    train[::5] = 3  # some structure: 3 every fifth token
+    windows = torch.randint(0, 7, (4, 6), generator=rng)
+    v = 8  # one id never seen: add-one keeps it finite
+
+    def model(stream):
+        s = stream.tolist()
+        pairs, ctx, uni = Counter(zip(s[:-1], s[1:], strict=True)), Counter(s[:-1]), Counter(s)
+        total = len(s) + v
+
+        def p(a, b, lam):
+            pu = (uni[b] + 1) / total
+            cond = pairs[(a, b)] / ctx[a] if ctx[a] else pu
+            return lam * cond + (1 - lam) * pu
+        return p
+
+    cut = int(400 * 0.9)
+    head, tail = model(train[:cut]), train[cut:].tolist()
+    grid = [round(0.05 * k, 2) for k in range(1, 20)]
+    lam = min(grid, key=lambda x: -sum(math.log(head(a, b, x)) for a, b in zip(tail[:-1], tail[1:], strict=True)))
+    full = model(train)
+    expected = -sum(math.log(full(a, b, lam)) for w in windows.tolist() for a, b in zip(w[:-1], w[1:], strict=True))
+    nll, n, got_lam = bigram_nll(train, windows, v)
+    assert got_lam == lam and n == 4 * 5
+    assert nll == pytest.approx(expected, rel=1e-12)
