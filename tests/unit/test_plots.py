@@ -171,3 +171,41 @@ def test_figure_output_cli_over_preset_and_bad_formats_refused():
     for bad in ("jpg", "", "png,eps"):
         with pytest.raises(ConfigError, match="not a figure format"):
             style.parse_formats(bad)
+
+
+def test_every_figure_is_written_through_the_one_saver():
+    """No module draws around pecli.plots.style.save, so every figure honours --format and
+    --short-titles (a new plotting module included)."""
+    from pathlib import Path
+
+    root = Path(style.__file__).resolve().parents[1]
+    around = [str(p.relative_to(root)) for p in root.rglob("*.py")
+              if p.name != "style.py" and ".savefig(" in p.read_text(encoding="utf-8")]
+    assert not around, f"figures saved around style.save: {around}"
+
+
+@pytest.mark.slow
+def test_every_committed_experiments_figures_can_be_written_as_pdf(tmp_path):
+    """One section per experiment of the committed offline results, drawn again as PDF (and
+    SVG) alone: every figure function writes what --format asks."""
+    import json
+    from pathlib import Path
+
+    from pecli.experiments import load_all
+    from pecli.experiments.reproduce import load_preset
+
+    root = Path(style.__file__).resolve().parents[2] / "results" / "offline"
+    experiments, seen = load_all(), set()
+    for entry in load_preset("offline").entries:
+        if entry.experiment in seen or not (root / entry.id / "done.json").exists():
+            continue
+        seen.add(entry.experiment)
+        done = json.loads((root / entry.id / "done.json").read_text())
+        tables = {name: root / entry.id / file for name, file in done["tables"].items()}
+        with style.figure_output("pdf,svg"):
+            drawn = experiments.get(entry.experiment).figures(tables, tmp_path / entry.id)
+        assert drawn, entry.id
+        for fig in drawn:
+            assert fig.suffix == ".pdf" and fig.read_bytes()[:5] == b"%PDF-", fig
+            assert fig.with_suffix(".svg").exists() and not fig.with_suffix(".png").exists()
+    assert {"ablate", "perplexity", "mc", "length", "passkey", "toy", "train-lm"} <= seen
