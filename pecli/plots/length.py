@@ -10,7 +10,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from pecli.plots.style import WIDTH, color_of, save
+from pecli.plots.style import WIDTH, color_of, data_label, save
 
 
 def condition_label(row) -> str:
@@ -40,8 +40,9 @@ def _lines(ax, rows: pd.DataFrame, label: str, color: str) -> None:
         main = length == longest
         ax.plot(x, at["nll_mean"], "-o" if main else ":", color=color, ms=3, lw=1.6 if main else 0.9,
                 alpha=1 if main else 0.6, label=label if main else None)
-        if main and at["ci_low"].notna().any():
-            ax.fill_between(x, np.log(at["ci_low"]), np.log(at["ci_high"]), color=color, alpha=0.15, lw=0)
+        if at["ci_low"].notna().any():  # every window length its band, the shorter ones fainter
+            ax.fill_between(x, np.log(at["ci_low"]), np.log(at["ci_high"]), color=color,
+                            alpha=0.15 if main else 0.06, lw=0)
     for _, r in rows[rows["note"].fillna("").astype(bool)].drop_duplicates("length").iterrows():
         ax.plot([], [], " ", label=f"{label} @ {r['length']}: {r['note']}")
 
@@ -60,7 +61,10 @@ def _context(ax, part: pd.DataFrame) -> None:
                         textcoords="offset points", fontsize=7, color="0.3")
 
 
-def _finish(ax, title: str) -> None:
+def _finish(ax, title: str, shorter: bool = False) -> None:
+    if shorter:  # what the dotted lines are, in the legend itself
+        ax.plot([], [], ":", color="0.35", lw=0.9, label="dotted: a shorter window (fainter band)")
+    ax.fill_between([], [], [], color="0.5", alpha=0.15, lw=0, label="band: 95 % bootstrap over windows")
     ax.set_xlabel("position in the window (tokens; bucket midpoints)")
     ax.set_ylabel("mean NLL (nats)")
     ax.set_title(title, fontsize=9)
@@ -74,7 +78,7 @@ def _panel(ax, part: pd.DataFrame) -> None:
     for condition, rows in part.groupby("condition", sort=False):
         _lines(ax, rows, condition, color_of(condition))
     _context(ax, part)
-    _finish(ax, short_name(part["model"].iloc[0]))
+    _finish(ax, short_name(part["model"].iloc[0]), part["length"].nunique() > 1)
 
 
 def _overlay(ax, df: pd.DataFrame) -> None:
@@ -83,7 +87,7 @@ def _overlay(ax, df: pd.DataFrame) -> None:
     for model, rows in df.groupby("model", sort=False):
         _lines(ax, rows, short_name(model), color_of(short_name(model)))
     _context(ax, df)
-    _finish(ax, f"{condition_label(df.iloc[0])}, one line per model")
+    _finish(ax, f"{condition_label(df.iloc[0])}, one line per model", df["length"].nunique() > 1)
 
 
 def nll_by_position(df: pd.DataFrame, path: Path) -> Path:
@@ -104,9 +108,7 @@ def nll_by_position(df: pd.DataFrame, path: Path) -> Path:
     first = df.iloc[0]
     lengths = ", ".join(str(n) for n in sorted(df["length"].unique()))
     fig.suptitle(f"NLL by position, {first['window_protocol']} windows of {lengths} tokens\n"
-                 f"{first['dataset']}/{first['split']}, {first['rows']} documents, "
-                 f"{first['stream_tokens']:,} stream tokens\n"
-                 "solid: the longest window; dotted: shorter ones; band: 95 % bootstrap over windows",
+                 f"{data_label(first, 'document')}, {first['stream_tokens']:,} stream tokens",
                  fontsize=8.5, y=1.0)
     fig.tight_layout()
     return save(fig, path)

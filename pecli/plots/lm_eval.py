@@ -61,13 +61,22 @@ def by_condition(df: pd.DataFrame, path: Path) -> Path:
         ax.grid(axis="y", alpha=0.3)
     for ax in axes.flat[len(panels):]:
         ax.axis("off")
-    axes[0, 0].set_ylabel("lm-eval's value")
+    for ax, (_, metric, _) in zip(axes.flat, panels, strict=False):
+        ax.set_ylabel(METRIC_WORDS.get(metric, metric.replace("_", " ")), fontsize=8)
     first = df.iloc[0]
-    fig.suptitle(f"lm-evaluation-harness through pecli: {first['model']}, {int(first['rows'])} "
-                 f"documents per task\nbars: 95 % interval over documents; dotted: the intact model; "
+    fig.suptitle(f"lm-eval's scores under each condition, per task and metric\n{first['model']}, "
+                 f"{int(first['rows'])} documents per task\n"
+                 f"bars: 95 % interval over documents; dotted: the intact model;\n"
                  f"beside a point: minus intact on the same documents [paired bootstrap]",
                  fontsize=9)
     return save(fig, path)
+
+
+# lm-eval's metric names in words, for axis labels
+METRIC_WORDS = {"acc": "accuracy", "acc_norm": "accuracy, length-normalised", "exact_match": "exact match",
+                "word_perplexity": "word perplexity", "byte_perplexity": "byte perplexity",
+                "bits_per_byte": "bits per byte", "f1": "F1", "mcc": "Matthews correlation",
+                "perplexity": "perplexity", "bleu": "BLEU"}
 
 
 def figures(csv_paths: dict[str, Path], fig_dir: Path) -> list[Path]:

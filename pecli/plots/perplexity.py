@@ -125,7 +125,8 @@ def aggregation_figure(df: pd.DataFrame, path: Path) -> Path:
     fig.legend(*handles, loc="outside lower center", ncol=min(len(handles[1]), 4), fontsize=8,
                title=interval_note(df) or None, title_fontsize=8)
     tokens = int(df["tokens"].iloc[0])
-    fig.suptitle(title(df, f"perplexity with and without positions, graded masks "
+    masked = ", graded masks" if (df["mask"].astype(str) != "default").any() else ""
+    fig.suptitle(title(df, f"perplexity with and without positions{masked} "
                            f"({tokens:,} scored tokens)"), fontsize=10)
     return save(fig, path)
 

@@ -72,15 +72,25 @@ def model_name(df: pd.DataFrame) -> str:
     return name
 
 
+def data_label(row, word: str = "text") -> str:
+    """`imdb/test, 20 texts`; a file by its name, without the split a file does not have
+    (`mydoc.csv, 1 document`)."""
+    dataset = str(row.get("dataset", "") or "")
+    split = row.get("split")
+    is_file = "/" in dataset or "." in Path(dataset).name
+    where = Path(dataset).name if is_file else dataset
+    if isinstance(split, str) and split and not (is_file and split in ("file", "train")):
+        where += f"/{split}"
+    rows = row.get("rows")
+    if rows is None or not pd.notna(rows):
+        return where
+    n = int(rows)
+    return f"{where}, {n:,} {word if n == 1 else word + 's'}"
+
+
 def title(df: pd.DataFrame, quantity: str, rows_word: str = "texts") -> str:
-    """`QUANTITY\\nMODEL, DATASET/SPLIT, N texts`: what is plotted, of what, on what."""
-    first = df.iloc[0]
-    where = str(first.get("dataset", ""))
-    if isinstance(first.get("split"), str) and first["split"]:
-        where += f"/{first['split']}"
-    rows = first.get("rows")
-    sized = f", {int(rows):,} {rows_word}" if rows is not None and pd.notna(rows) else ""
-    return f"{quantity}\n{model_name(df)}, {where}{sized}"
+    """`QUANTITY\nMODEL, DATASET/SPLIT, N texts`: what is plotted, of what, on what."""
+    return f"{quantity}\n{model_name(df)}, {data_label(df.iloc[0], rows_word.removesuffix('s'))}"
 
 
 def wants_log(values) -> bool:

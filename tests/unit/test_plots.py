@@ -209,3 +209,11 @@ def test_every_committed_experiments_figures_can_be_written_as_pdf(tmp_path):
             assert fig.suffix == ".pdf" and fig.read_bytes()[:5] == b"%PDF-", fig
             assert fig.with_suffix(".svg").exists() and not fig.with_suffix(".png").exists()
     assert {"ablate", "perplexity", "mc", "length", "passkey", "toy", "train-lm"} <= seen
+
+
+def test_titles_name_a_file_by_its_name_and_count_in_words():
+    rows = pd.DataFrame({"model": ["m"], "dataset": ["/home/u/mydoc.csv"], "split": ["file"], "rows": [1]})
+    assert style.title(rows, "NLL") == "NLL\nm, mydoc.csv, 1 text"
+    rows = rows.assign(dataset="imdb", split="test", rows=20)
+    assert style.title(rows, "cosine") == "cosine\nm, imdb/test, 20 texts"
+    assert style.data_label(rows.iloc[0], "document") == "imdb/test, 20 documents"
