@@ -45,12 +45,23 @@ BASELINES = (("self_similarity_mean", "--", "baseline: the same token in another
              ("token_pair_cosine_mean", "-.", "baseline: two different tokens (anisotropy floor)"))
 
 
+FEW_TEXTS = 4  # per-position means over fewer texts are drawn dotted (no interval from so few)
+
+
 def cosine_by_position(pos: pd.DataFrame, path: Path) -> Path:
     """Mean final-layer cosine at each position index; token counts shaded on a second axis."""
     fig, ax = plt.subplots(figsize=(WIDTH, 3.8), layout="constrained")
+    few = False
     for name, group in pos.groupby("intervention", sort=False):
         g = group.sort_values("position")
-        ax.plot(g["position"], g["value"], lw=1, color=color_of(name), label=f"{name}: mean cosine")
+        solid = g["tokens"] >= FEW_TEXTS  # a mean over 1-3 texts: faint, and said so
+        ax.plot(g["position"], g["value"].where(solid), lw=1, color=color_of(name), label=f"{name}: mean cosine")
+        if (~solid).any():
+            few = True
+            ax.plot(g["position"], g["value"].where(~solid | solid.shift(-1, fill_value=False)), lw=0.8,
+                    ls=":", alpha=0.6, color=color_of(name))
+    if few:
+        ax.plot([], [], ":", color="0.4", lw=0.8, label=f"fewer than {FEW_TEXTS} texts reach it: dotted")
     counts = pos.drop_duplicates("position").sort_values("position")
     twin = ax.twinx()
     twin.fill_between(counts["position"], counts["tokens"], color="grey", alpha=0.15, step="mid",
