@@ -30,8 +30,11 @@ from pecli.cli.flags import (
 )
 from pecli.cli.shared import ci_text, decimals, run_and_write
 from pecli.cli.shared import console as wide_console
+from pecli.positions.labels import INTACT, OLD_INTACT
 from pecli.runs import parallel
 from pecli.runs.options import AblateOptions
+
+INTACT_NAMES = (INTACT, *OLD_INTACT)
 
 InterventionOpt = intervention_option(
     "compared with the model's own positions: zero (default), shuffle, reverse, shift:K, "
@@ -118,7 +121,7 @@ def _summary(tables: dict, elapsed: float) -> None:
         table.add_column(col, justify="left" if col == "intervention" else "right")
     if probe is not None:
         table.add_column("probe acc. [95 % CI]", justify="right")
-    shown = final[final["intervention"] != "learned"]
+    shown = final[~final["intervention"].isin(INTACT_NAMES)]
     inc_all = shown[shown["special_tokens"] == "included"]
 
     def digits(metric: str, rows=inc_all) -> int:  # one count of decimals per column
@@ -144,9 +147,10 @@ def _summary(tables: dict, elapsed: float) -> None:
                 outside.append((name, v["between_baselines"]))
         if probe is not None:
             acc = probe.set_index(["intervention", "metric"])
+            intact = next(n for n in INTACT_NAMES if (n, "probe_accuracy") in acc.index)
             row.append(f"{acc.loc[(name, 'probe_accuracy'), 'value']:.3f}"
-                       + ci_text(acc.loc[(name, 'probe_accuracy')]) + " (learned "
-                       f"{acc.loc[('learned', 'probe_accuracy'), 'value']:.3f})")
+                       + ci_text(acc.loc[(name, 'probe_accuracy')]) + " (intact "
+                       f"{acc.loc[(intact, 'probe_accuracy'), 'value']:.3f})")
         table.add_row(*row)
     console = wide_console()
     console.print(table)
@@ -157,7 +161,7 @@ def _summary(tables: dict, elapsed: float) -> None:
                           if value > 1 else "it moved tokens further than another token lies")
                       + "; the scale's ends are measured, so a value past them is a finding, not an error",
                       soft_wrap=True)
-    own = final[final["intervention"] == "learned"].set_index("metric")
+    own = final[final["intervention"].isin(INTACT_NAMES)].set_index("metric")
     if "token_pair_cosine_mean" in own.index and "self_similarity_mean" in own.index:
         tp, ss = own.loc["token_pair_cosine_mean"], own.loc["self_similarity_mean"]
         console.print(f"in-model baselines (final layer, own positions, special tokens excluded): "

@@ -33,7 +33,7 @@ from pecli.runs.options import LengthOptions
 ModelsArg = Annotated[list[str], typer.Argument(
     help="One or more causal LMs: smollm2, random:llama, random:gpt2, a checkpoint directory "
          "(e.g. from pecli train lm), a hub id.")]
-InterventionOpt = intervention_option("learned (the model's own; default), zero, ..., crossed with --mask")
+InterventionOpt = intervention_option("intact (the model unchanged; default), zero, ..., crossed with --mask")
 
 
 def length(
@@ -91,7 +91,7 @@ def length(
 
     from pecli.experiments.length import run
     from pecli.measures.intervals import METHOD
-    from pecli.plots.length import condition_label
+    from pecli.positions.labels import label as condition_label
     from pecli.runs.progress import progress_bar
 
     with progress_bar("scoring", BarColumn(), MofNCompleteColumn(), "tokens", TimeElapsedColumn(),

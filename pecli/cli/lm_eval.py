@@ -25,7 +25,7 @@ from pecli.cli.shared import ci_text, console, decimals, run_and_write, short_me
 from pecli.runs.errors import ConfigError
 from pecli.runs.options import LmEvalOptions
 
-InterventionOpt = intervention_option("learned (the model's own; default), zero, ..., crossed "
+InterventionOpt = intervention_option("intact (the model unchanged; default), zero, ..., crossed "
                                       "with --mask and --rope-scaling")
 
 

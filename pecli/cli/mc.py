@@ -30,7 +30,7 @@ from pecli.runs import parallel
 from pecli.runs.options import McOptions
 
 InterventionOpt = intervention_option(
-    "learned (the model's own; default), zero, ..., crossed with --mask")
+    "intact (the model unchanged; default), zero, ..., crossed with --mask")
 
 
 def mc(
@@ -76,7 +76,7 @@ def mc(
 
     from pecli.experiments.mc import run
     from pecli.measures.intervals import METHOD
-    from pecli.plots.mc import condition_label
+    from pecli.positions.labels import label as condition_label
 
     console = wide_console()
     with Progress("scoring", BarColumn(), MofNCompleteColumn(), "items x conditions",

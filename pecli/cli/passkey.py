@@ -26,7 +26,7 @@ from pecli.runs.options import PasskeyOptions
 ModelsArg = Annotated[list[str], typer.Argument(
     help="One or more causal LMs: smollm2, random:llama, random:gpt2, a checkpoint directory "
          "(e.g. from pecli train lm), a hub id.")]
-InterventionOpt = intervention_option("learned (the model's own; default), zero, ...; the intact model always runs first")
+InterventionOpt = intervention_option("intact (the model unchanged; default), zero, ...; the intact model always runs first")
 
 
 def passkey(
@@ -67,7 +67,7 @@ def passkey(
     from rich.progress import BarColumn, MofNCompleteColumn, TimeElapsedColumn
 
     from pecli.experiments.passkey import run
-    from pecli.plots.length import condition_label
+    from pecli.positions.labels import label as condition_label
     from pecli.runs.progress import progress_bar
 
     with progress_bar("decoding", BarColumn(), MofNCompleteColumn(), "trials", TimeElapsedColumn(),
@@ -97,7 +97,7 @@ def passkey(
                  else "-" for d in depths]
         whole = row["note"] if isinstance(row["note"], str) and row["note"] else (
             f"{row['correct']}/{row['trials']} = {row['value']:.0%} [{row['ci_low']:.0%}, {row['ci_high']:.0%}]")
-        summary.add_row(str(model), condition_label({**row, "mask": "default"}), f"{length:,}", *shown, whole)
+        summary.add_row(str(model), condition_label(row), f"{length:,}", *shown, whole)
     console.print(summary)
     for p in [*paths.values(), *pngs]:
         console.print(f"wrote {p}")

@@ -39,7 +39,7 @@ ModelsArg = Annotated[list[str], typer.Argument(
     help="One or more models: minilm, smollm2, random:gpt2, random:bert, a hub id or a directory.")]
 IntervOpt = Annotated[list[str] | None, typer.Option(
     "--intervention",
-    help="Conditions of the hidden-state probe, repeatable (default: learned and zero).")]
+    help="Conditions of the hidden-state probe, repeatable (default: intact and zero).")]
 
 
 def _paths(console: Console, tables: dict, figures: list[Path]) -> None:
@@ -123,7 +123,7 @@ def probe(
     Examples:
         pecli pe probe minilm random:gpt2 --limit 16
         pecli pe probe smollm2 --dataset truthfulqa --limit 32
-        pecli pe probe minilm --intervention learned --intervention shuffle --out /tmp/probe
+        pecli pe probe minilm --intervention intact --intervention shuffle --out /tmp/probe
     """
     options = build(ProbeOptions, "pecli pe probe", models=models, dataset=dataset, split=split,
                     limit=limit, max_length=max_length, folds=folds, pairs=pairs,

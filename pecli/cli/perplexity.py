@@ -36,8 +36,8 @@ from pecli.runs import parallel
 from pecli.runs.options import PerplexityOptions
 
 InterventionOpt = intervention_option(
-    "learned (the model's own), zero, ..., crossed with --mask. Default: the study's E2/E3: "
-    "learned, and with a --mask shape also zero + default and zero + that shape")
+    "intact (the model unchanged), zero, ..., crossed with --mask. Default: the study's E2/E3: "
+    "intact, and with a --mask shape also zero + default and zero + that shape")
 
 
 def perplexity(
@@ -82,7 +82,7 @@ def perplexity(
     Examples:
         pecli perplexity gpt2 --mask linear
         pecli perplexity smollm2 --mask linear --mask-semantics log-bias --limit 100
-        pecli perplexity smollm2 --intervention learned,zero --mask default,linear --protocol relative,study --limit 50
+        pecli perplexity smollm2 --intervention intact,zero --mask default,linear --protocol relative,study --limit 50
     """
     options = build(PerplexityOptions, "pecli perplexity", model=model, intervention=intervention,
                     pe=pe, mask=mask, mask_semantics=mask_semantics, protocol=protocol,
@@ -94,7 +94,7 @@ def perplexity(
 
     from pecli.experiments.perplexity import HEADLINE, run
     from pecli.measures.intervals import METHOD
-    from pecli.plots.perplexity import condition_label
+    from pecli.positions.labels import label as condition_label
     from pecli.runs.progress import progress_bar
 
     console = wide_console()

@@ -57,26 +57,15 @@ EXPERIMENT_MODULES: tuple[str, ...] = ("ablate", "perplexity", "mc", "pe", "reco
                                        "train_lm", "length", "passkey", "mask_fit", "attn", "finetune")
 
 
-def check_before_loading(model: str, interventions=(), *, causal: bool = False,
-                         masked: bool = False) -> None:
-    """What `model`'s config alone decides, checked before data and weights load: that it is
-    a causal LM (if asked), that each intervention applies to its positions (`swap:` also
-    against the donor's config) and, if some condition installs a mask (`masked`), that
-    masks reach its attention. Nothing is checked where only loading would tell."""
-    from pecli.measures.lm_scoring import check_causal
-    from pecli.models.loading import peek
-    from pecli.positions.interventions import check_applies
-    from pecli.positions.masks import check_maskable
+def check_before_loading(model: str, grid=(), *, causal: bool = False) -> None:
+    """What `model`'s config alone decides, checked before data and weights load: each
+    condition of `grid` (Conditions, or intervention names for a grid of interventions) by
+    `pecli.positions.conditions.check_all`, the one check, which runs again once the model
+    has loaded. Nothing is checked where only loading would tell."""
+    from pecli.positions.conditions import Condition, check_all, plan
 
-    ref = peek(model)
-    if ref is None:
-        return
-    if causal and not ref.spec.causal:
-        check_causal(ref)
-    for choice in interventions:
-        check_applies(ref, choice)
-    if masked:
-        check_maskable(ref)
+    check_all([c if isinstance(c, Condition) else plan(intervention=c) for c in grid], model,
+              causal=causal)
 
 
 def load(name: str, options: Options):

@@ -1,7 +1,7 @@
 """E1 / E2's cosine: how much do a model's features change under a position intervention?
 
 For every real token, the cosine similarity between its hidden state with the model's own
-positions (`learned`, the baseline) and under each intervention, at every layer. The texts
+positions (`intact`, the baseline) and under each intervention, at every layer. The texts
 are tokenised once; both passes run on the same length-bucketed batches.
 
 Tables (long, one measurement per row, provenance on each):
@@ -15,7 +15,7 @@ Tables (long, one measurement per row, provenance on each):
   mean-pooled final features, with the model's positions and with each intervention.
 
 Is a cosine high? Besides random Gaussian vectors (the study's baseline), two in-model
-baselines per layer, with the model's own positions (intervention `learned`) on the same
+baselines per layer, with the model's own positions (intervention `intact`) on the same
 texts: `token_pair_cosine` (two different real tokens of different texts: the model's
 anisotropy floor, Ethayarajh 2019) and `self_similarity` (the same token id in two different
 texts). Their pairs are drawn, seeded, over all evaluated texts, and the states come from
@@ -37,8 +37,9 @@ import numpy as np
 import pandas as pd
 
 from pecli.experiments import EXPERIMENTS, Experiment, check_before_loading, lazy, load
+from pecli.positions.conditions import labelled
 from pecli.runs import parallel
-from pecli.runs.names import Choice
+from pecli.runs.names import INTACT, Choice
 from pecli.runs.options import AblateOptions
 
 NAME = "ablate"
@@ -71,7 +72,7 @@ def measure(loaded, texts: list[str], interventions: Sequence[str | Choice], *, 
             batch_size: int | None = None, layers: bool = True, pooled: bool = False,
             progress: bool = False, checkpoint_every: float | None = 60.0,
             baseline_pairs: int = BASELINE_PAIRS) -> Measured:
-    """Hidden states with `learned` and each intervention on the same batches; cosine per token.
+    """Hidden states with `intact` (the model unchanged) and each intervention on the same batches; cosine per token.
 
     Args:
         loaded: a LoadedModel.
@@ -196,7 +197,7 @@ def measure(loaded, texts: list[str], interventions: Sequence[str | Choice], *, 
         position=parts.joined("position"), special=parts.joined("special"),
         cosine={name: parts.joined(f"cos{k}") for k, name in enumerate(names)},
         pooled={name: parts.joined(f"pool{k}")[back]
-                for k, name in enumerate(["learned", *names] if pooled else [])},
+                for k, name in enumerate([INTACT, *names] if pooled else [])},
         baselines=_pair_cosines(pairs, [(t, p) for b in batches for t in b for p in kept.get(t, ())],
                                 parts.joined("states")),
         plan=plan_summary(padded_tokens(batches, lengths), batch_size),
@@ -447,7 +448,7 @@ def check_probe_labels(labels) -> np.ndarray:
 def probe_accuracy(features: dict[str, np.ndarray], labels, seed: int = 0,
                    bootstrap: int = 1000) -> list[dict]:
     """Held-out accuracy of logistic regression on each condition's features, one seeded,
-    stratified split shared by all; also the `learned` probe applied to each condition."""
+    stratified split shared by all; also the `intact` probe applied to each condition."""
     from sklearn.linear_model import LogisticRegression
     from sklearn.model_selection import train_test_split
     from sklearn.pipeline import make_pipeline
@@ -466,10 +467,10 @@ def probe_accuracy(features: dict[str, np.ndarray], labels, seed: int = 0,
         rows.append({"intervention": cond, "probe_trained_on": cond, "metric": "probe_accuracy",
                      **_accuracy(clf.predict(x[test]) == y[test], bootstrap, seed)})
     for cond, x in features.items():
-        if cond != "learned":
-            rows.append({"intervention": cond, "probe_trained_on": "learned",
+        if cond != INTACT:
+            rows.append({"intervention": cond, "probe_trained_on": INTACT,
                          "metric": "probe_accuracy_transfer",
-                         **_accuracy(fitted["learned"].predict(x[test]) == y[test], bootstrap, seed)})
+                         **_accuracy(fitted[INTACT].predict(x[test]) == y[test], bootstrap, seed)})
     for r in rows:
         r.update(train_rows=len(train), test_rows=len(test), probe="logistic_regression",
                  probe_features="mean-pooled final hidden state (real tokens)")
@@ -555,7 +556,7 @@ def tables(m: Measured, provenance: dict, *, seed: int, baseline_pairs: int,
     if probe_rows:
         out[f"{NAME}_probe"] = validate(pd.DataFrame(
             [{**common, "layer": final, "tokens": m.tokens, **r} for r in probe_rows]))
-    return out
+    return {name: labelled(df) for name, df in out.items()}
 
 
 def _baseline_rows(baselines: dict[str, tuple[np.ndarray, np.ndarray]], rows: list[dict],
@@ -571,7 +572,7 @@ def _baseline_rows(baselines: dict[str, tuple[np.ndarray, np.ndarray]], rows: li
     out, means, stats = [], {}, {}
     for name, (cos, pair_texts) in baselines.items():  # cos [l, pairs], pair_texts [pairs, 2]
         for layer in range(cos.shape[0]):
-            base = {"intervention": "learned", "layer": layer, "final_layer": layer == final,
+            base = {"intervention": INTACT, "layer": layer, "final_layer": layer == final,
                     "special_tokens": "excluded", "tokens": 2 * cos.shape[1],
                     "pairs": cos.shape[1], "baseline": name,
                     "aggregation": f"over {cos.shape[1]} seeded pairs of {what[name]} drawn over "
@@ -610,16 +611,16 @@ def _baseline_rows(baselines: dict[str, tuple[np.ndarray, np.ndarray]], rows: li
 def run(options: AblateOptions, progress: bool = False) -> dict[str, pd.DataFrame]:
     """Load the model and data, measure, and return the tables (see the module docstring)."""
     from pecli.data.datasets import load_data
-    from pecli.positions.interventions import check_applies
+    from pecli.positions.conditions import check_all, grid
 
     o = options
-    check_before_loading(o.model, o.intervention)
+    conditions = grid(o)  # the intact model (the baseline), then each intervention
+    check_before_loading(o.model, conditions)
     data = load_data(o.dataset, o.split, data_dir_=o.data_dir, limit=o.limit, seed=o.seed,
                      text_field=o.text_field, at_most=o.limit_at_most)
     labels = check_probe_labels(data.labels()) if o.probe else None
     loaded = load(o.model, o)
-    for choice in o.intervention:
-        check_applies(loaded, choice)
+    check_all(conditions, loaded)
     m = measure(loaded, data.texts(), o.intervention, seed=o.seed, batch_size=o.batch_size,
                 layers=o.layers, pooled=o.probe, progress=progress)
     if not parallel.is_main():

@@ -35,7 +35,6 @@ import pandas as pd
 import torch
 
 from pecli.experiments import EXPERIMENTS, Experiment, check_before_loading, lazy, load
-from pecli.experiments.length import _masked, conditions  # the same grid: intact first, then x rope
 from pecli.runs.errors import DataError, ModelError
 from pecli.runs.options import AttnOptions
 from pecli.runs.provenance import row_provenance
@@ -101,17 +100,12 @@ def run(options: AttnOptions, progress: Callable[[int, int], None] | None = None
         loaded=None) -> dict[str, pd.DataFrame]:
     """The attn tables (module doc); `loaded` replaces loading the one model (tests)."""
     from pecli.data.datasets import load_data
-    from pecli.experiments.length import _check_rope
-    from pecli.models.loading import peek
+    from pecli.positions.conditions import grid as conditions
 
     o = options
-    grid = conditions(o)
-    interventions = list(dict.fromkeys(how.intervention for how, _, _ in grid))
+    grid = conditions(o)  # the intact model first, then intervention x mask x rope scaling
     for name in o.model if loaded is None else ():
-        check_before_loading(name, interventions, masked=_masked(grid))
-        ref = peek(name)
-        if ref is not None:
-            _check_rope(name, ref.spec, o)
+        check_before_loading(name, grid)
     data = load_data(o.dataset, o.split, data_dir_=o.data_dir, seed=o.seed, text_field=o.text_field)
     tables: dict[str, list] = {}
     for name in o.model:
@@ -124,20 +118,12 @@ def run(options: AttnOptions, progress: Callable[[int, int], None] | None = None
 
 
 def _tables_for(loaded, data, grid, o: AttnOptions, progress) -> dict[str, list[dict]]:
-    from pecli.experiments.length import _check_rope
     from pecli.measures.attention import Stats, capture, heads_of, rotary_pairs, run_batch
-    from pecli.measures.lm_scoring import installed
-    from pecli.positions.extension import extended, not_applicable
-    from pecli.positions.interventions import check_applies, intervene
-    from pecli.positions.masks import check_maskable
+    from pecli.positions.conditions import check_all
+    from pecli.positions.extension import extended
     from pecli.positions.rope_scaling import provenance as rope_columns
-    from pecli.positions.rope_scaling import rope_scaled
 
-    _check_rope(loaded.name, loaded.spec, o)
-    for how, _, _ in grid:
-        check_applies(loaded, how.intervention)
-    if _masked(grid):
-        check_maskable(loaded)
+    check_all(grid, loaded)
     ids, how_texts = select_texts(loaded.tokenizer, data.texts(), o.length, o.limit, o.seed, o.join)
     n = len(ids)
     layers = len(_blocks(loaded))
@@ -154,33 +140,29 @@ def _tables_for(loaded, data, grid, o: AttnOptions, progress) -> dict[str, list[
     out: dict[str, list[dict]] = {k: [] for k in ("attn", "attn_positions", "attn_distance",
                                                  "attn_frequency", "attn_positional", "attn_probe")}
     total = len(grid) * n
-    skip = not_applicable(loaded, o.length)
-    for how, rope_name, params in grid:
-        cond = {**how.names, "computation": how.computation}
-        rope = rope_columns(rope_name, params, None)
-        why = skip
-        if why is None and how.intervention.name == "shuffle" and o.length > context:
-            why = (f"not applicable: shuffle permutes the model's {context} positions, fewer "
-                   "than the text's")
+    for how in grid:
+        cond = {"condition": how.label, **how.names, "computation": how.computation}
+        rope = rope_columns(str(how.rope or "none"), how.rope and how.rope.parameters, None)
+        why = how.reason(loaded, o.length, "the text's")
         if why is not None:
             out["attn"].append({**common, **cond, **rope, "scope": "model", "layer": -1, "head": -1,
                                 "metric": "sink_rate", "value": float("nan"), "ci_low": float("nan"),
                                 "ci_high": float("nan"), "role": "", "note": why})
             continue
         stats = Stats(n, layers, heads, o.length, loaded.spec.causal, o.block, probe_at, loaded.device)
-        with torch.inference_mode(), extended(loaded, o.length), rope_scaled(loaded.model, params) as resolved, \
-                intervene(loaded, how.intervention, o.seed), installed(loaded, how), \
+        with torch.inference_mode(), extended(loaded, o.length), how.applied(loaded, o.seed), \
                 capture(loaded, stats, hidden=o.hidden):
             for start in range(0, n, batch):
                 stats.offset = start
                 run_batch(loaded, stats, ids[start:start + batch])
                 if progress:
                     progress(min(batch, n - start), total)
-            columns = rope_columns(rope_name, resolved, loaded.model.config)
         if len(stats.seen_layers) != layers:
             raise ModelError(f"{loaded.name}: attention statistics reached {len(stats.seen_layers)} "
                              f"of its {layers} layers; its attention bypassed the capture")
-        row = {**common, **cond, **columns, "note": ""}
+        columns = how.columns(loaded)
+        row = {**common, **cond, **{k: columns[k] for k in ("rope_scaling", "rope_parameters")},
+               "note": ""}
         out["attn"] += head_rows(stats, row, o)
         out["attn_positions"] += position_rows(stats, row, o, context)
         out["attn_distance"] += distance_rows(stats, row)

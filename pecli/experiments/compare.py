@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from pecli.positions import labels
 from pecli.runs.errors import DataError
 
 # What must agree for two rows of one metric to be compared.
@@ -193,7 +194,7 @@ def read_table(path: Path) -> pd.DataFrame:
                                 f"(row {int(bad.idxmax()) + 2}); the table was edited or damaged: "
                                 "remove it or rerun the run that wrote it")
             df[col] = numbers
-    return df
+    return labels.upgraded(df)  # written before 0.2: the intact model's old name, no condition column
 
 
 def _label(run: Path, table: Path) -> str:
@@ -245,20 +246,16 @@ def _interval_of(rows: pd.DataFrame, fallback: str) -> list[str]:
 
 
 def _condition(row, h: Headline) -> str:
-    """`zero`, `zero + linear/legacy (study)`, `learned rope yarn:2`, `alibi`: the condition's
-    columns in words (the default mask is one computation under every semantics and protocol,
-    so it is named once; an unscaled model's `none` is left out)."""
-    values = {c: str(row[c]) for c in h.condition if c in row.index and pd.notna(row[c])}
-    parts = []
-    for col, value in values.items():
-        if col == "mask" and value != "default":
-            parts.append(f"+ {value}/{values.get('mask_semantics', '?')}"
-                         + (f" ({values['protocol']})" if "protocol" in values else ""))
-        elif col == "rope_scaling" and value != "none":
-            parts.append(f"rope {value}")
-        elif col not in ("mask", "mask_semantics", "protocol", "rope_scaling"):
-            parts.append(value)
-    return " ".join(parts) or "intact"
+    """A model's condition: `pecli.positions.conditions.label` (the tables' `condition`
+    column: `intact`, `zero`, `zero + linear/legacy (study)`, `yarn:2`) where the headline's
+    condition columns are a model's condition; else those columns in words (`alibi`, a
+    trained scheme)."""
+    named = ("intervention", "mask", "mask_semantics", "protocol", "rope_scaling")
+    values = [str(row[c]) for c in h.condition
+              if c not in named and c in row.index and pd.notna(row[c])]
+    if set(named) & set(h.condition):
+        values.append(labels.label(row))
+    return " ".join(values) or "intact"
 
 
 def _sidecar_interval(path: Path) -> str:

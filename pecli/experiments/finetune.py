@@ -40,8 +40,8 @@ from pecli.runs.options import FinetuneOptions
 from pecli.runs.provenance import row_provenance
 from pecli.runs.tables import validate
 
-ENCODER_CONDITIONS = ("learned", "zero", "shuffle")
-LM_CONDITIONS = ("learned", "zero")
+ENCODER_CONDITIONS = (names.INTACT, "zero", "shuffle")
+LM_CONDITIONS = (names.INTACT, "zero")
 WITHIN = 0.10  # "within 10 % of intact"
 DEFAULT_LIMIT = {"encoder": 400, "lm": 48}
 DEFAULT_BATCH = {"encoder": 16, "lm": 8}
@@ -58,7 +58,10 @@ def run(options: FinetuneOptions, announce: Callable[[str], None] | None = None,
     if loaded is None:
         if ref is not None and not ref.spec.causal and o.mask is not None:
             raise ConfigError(f"--mask applies to a causal LM; {o.model} is an encoder")
-        check_before_loading(o.model, interventions, masked=o.mask is not None)
+        from pecli.positions.conditions import plan
+
+        masked = [plan(o.mask, "log-bias", "relative", "zero")] if o.mask is not None else []
+        check_before_loading(o.model, [*interventions, *masked])
     loaded = loaded or load(o.model, o)
     task = "lm" if loaded.spec.causal else "encoder"
     if task == "encoder" and o.mask is not None:
@@ -223,7 +226,7 @@ def _lm(o: FinetuneOptions, loaded, conds, say) -> pd.DataFrame:
     intact_ppl = corpus(intact)
     low, high = intervals(intact, o.bootstrap, o.seed)["corpus"]
     target = (1 + WITHIN) * intact_ppl
-    rows = [{**common, "intervention": "learned", "mask": "default", "condition": "intact, untrained",
+    rows = [{**common, "intervention": names.INTACT, "mask": "default", "condition": "intact, untrained",
              "metric": "intact_perplexity", "step": 0, "value": intact_ppl, "ci_low": low,
              "ci_high": high, "seed_run": np.nan, "interval": "bootstrap over texts"}]
     initial = {k: v.detach().clone() for k, v in loaded.model.state_dict().items()}

@@ -18,28 +18,19 @@ import torch
 
 from pecli.experiments import EXPERIMENTS, Experiment, check_before_loading, lazy, load
 from pecli.experiments.perplexity import _resumed, _saved  # NLLs per key as an .npz, and back
-from pecli.runs import names, parallel
-from pecli.runs.errors import DataError, ModelError
+from pecli.runs import parallel
+from pecli.runs.errors import DataError
 from pecli.runs.options import LengthOptions
 from pecli.runs.provenance import row_provenance
 from pecli.runs.tables import validate
 
-RELATIVE = names.parse(names.PROTOCOLS, "relative")
 
+def conditions(options: LengthOptions) -> list:
+    """The run's conditions (pecli.positions.conditions.grid): the intact, unscaled model
+    first, then every intervention x mask x semantics, each crossed with every rope scaling."""
+    from pecli.positions.conditions import grid
 
-def conditions(options: LengthOptions) -> list[tuple]:
-    """(plan, rope name, rope parameters) per condition: the intact, unscaled model first, then
-    every plan (pecli.measures.lm_scoring.plan_grid) crossed with every rope scaling."""
-    from pecli.measures.lm_scoring import plan_grid
-
-    pairs = [(p, m) for p in options.intervention for m in options.mask]
-    plans = plan_grid(pairs, options.mask_semantics, (RELATIVE,), default_once=True)
-    return [(how, name, params) for how in plans for name, params in options.rope_conditions()]
-
-
-def _masked(grid) -> bool:
-    """Whether some condition installs a mask."""
-    return any(how.attention is not None for how, _, _ in grid)
+    return grid(options)
 
 
 def stream_of(tokenizer, texts: list[str]) -> list[int]:
@@ -56,35 +47,17 @@ def stream_of(tokenizer, texts: list[str]) -> list[int]:
     return stream
 
 
-def _check_rope(name: str, spec, options: LengthOptions) -> None:
-    """--rope-scaling needs a rotary module that transformers rebuilds from rope_parameters;
-    GPT-J keeps fixed sin/cos tables in its blocks instead (spec.sincos)."""
-    if not options.rope_scaling:
-        return
-    if spec.position not in ("rotary", "partial rotary"):
-        raise ModelError(f"{name} has {spec.position} positions; --rope-scaling applies to rotary "
-                         "models (e.g. smollm2, random:llama): drop it or the model")
-    if spec.sincos:
-        raise ModelError(f"{name} ({spec.family}) keeps its rotation as fixed sin/cos tables, "
-                         "with no rope_parameters to scale; drop --rope-scaling or the model")
-
-
 def run(options: LengthOptions, progress: Callable[[int, int], None] | None = None,
         loaded=None) -> dict[str, pd.DataFrame]:
     """The `length` table: one row per (model, condition, length, position bucket), the
     all-positions row last in each group. `loaded` (a LoadedModel) replaces loading the one
     model (tests, benchmarks); `progress(advance, total)` counts scored tokens."""
     from pecli.data.datasets import load_data
-    from pecli.models.loading import peek
 
     o = options
     grid = conditions(o)
-    interventions = list(dict.fromkeys(how.intervention for how, _, _ in grid))
     for name in o.model if loaded is None else ():
-        check_before_loading(name, interventions, causal=True, masked=_masked(grid))
-        ref = peek(name)
-        if ref is not None:
-            _check_rope(name, ref.spec, o)
+        check_before_loading(name, grid, causal=True)
     data = load_data(o.dataset, o.split, data_dir_=o.data_dir, limit=o.limit, seed=o.seed,
                      text_field=o.text_field, at_most=True)
     data.frame = data.frame.sort_values("text_id", kind="stable").reset_index(drop=True)  # source order
@@ -98,20 +71,12 @@ def run(options: LengthOptions, progress: Callable[[int, int], None] | None = No
 
 def _rows_for(loaded, data, grid, o: LengthOptions, progress) -> list[dict]:
     from pecli.measures.length_scoring import band_applies, cut, score_band, summarise
-    from pecli.measures.lm_scoring import check_causal, installed, score_windows
+    from pecli.measures.lm_scoring import score_windows
+    from pecli.positions.conditions import check_all
     from pecli.positions.extension import extended, not_applicable, table_kind
-    from pecli.positions.interventions import check_applies, intervene
-    from pecli.positions.masks import check_maskable
-    from pecli.positions.rope_scaling import check_scalings, rope_scaled
     from pecli.positions.rope_scaling import provenance as rope_columns
 
-    check_causal(loaded)
-    _check_rope(loaded.name, loaded.spec, o)
-    check_scalings(loaded.model.config, [params for _, _, params in grid])
-    for how, _, _ in grid:
-        check_applies(loaded, how.intervention)
-    if _masked(grid):
-        check_maskable(loaded)
+    check_all(grid, loaded, causal=True)
     bos = None
     if o.start_token:
         bos = loaded.tokenizer.bos_token_id
@@ -137,26 +102,24 @@ def _rows_for(loaded, data, grid, o: LengthOptions, progress) -> list[dict]:
     for length, windows in cuts.items():
         skip = not_applicable(loaded, length)
         with extended(loaded, length) if skip is None else nullcontext():
-            for how, rope_name, params in grid:
-                rope = params["rope_type"] if params else None
-                why = skip or (band_applies(loaded, rope, how) if o.windows == "band" else None)
-                if why is None and how.intervention.name == "shuffle" and length > loaded.max_positions:
-                    why = (f"not applicable: shuffle permutes the model's {loaded.max_positions} "
-                           "positions, fewer than the window's")
-                cond = {**how.names, "computation": how.computation, "length": length,
-                        "dropped_tokens": windows.dropped_tokens}
+            for how in grid:
+                rope = how.rope.type if how.rope else None
+                why = how.reason(loaded, length)
+                if why is None and o.windows == "band":
+                    why = band_applies(loaded, rope, how)
+                cond = {"condition": how.label, **how.names, "computation": how.computation,
+                        "length": length, "dropped_tokens": windows.dropped_tokens}
                 if why is not None or not len(windows):
                     note = why or f"no window: the stream has {len(stream)} tokens"
-                    rows.append({**common, **cond, **rope_columns(rope_name, params, None),
+                    rows.append({**common, **cond, **rope_columns(str(how.rope or "none"),
+                                                               how.rope and how.rope.parameters),
                                  "window_start": 0, "window_end": length, "all_positions": True,
                                  "metric": "perplexity", "value": float("nan"), "tokens": 0,
                                  "windows": 0, "note": note})
                     continue
-                key = (str(how.intervention), how.computation, rope_name, length)
+                key = (str(how.intervention), how.computation, str(how.rope or "none"), length)
                 passes = "band pass" if o.windows == "band" else "one pass per window"
-                # rope scaling first: the rotary interventions hook the module it replaces
-                with torch.inference_mode(), rope_scaled(loaded.model, params) as resolved, \
-                        intervene(loaded, how.intervention, o.seed), installed(loaded, how):
+                with torch.inference_mode(), how.applied(loaded, o.seed):
                     if key in done:
                         if tick:
                             tick(windows.tokens)
@@ -165,7 +128,8 @@ def _rows_for(loaded, data, grid, o: LengthOptions, progress) -> list[dict]:
                     else:
                         done[key] = score_windows(loaded, windows.windows(stream),
                                                   batch_size=o.batch_size, progress=tick)
-                    columns = rope_columns(rope_name, resolved, loaded.model.config)
+                columns = how.columns(loaded)
+                columns = {k: columns[k] for k in ("rope_scaling", "rope_parameters")}
                 checkpoint.save(lambda: _saved(done), force=True)
                 nlls = done[key]
                 for row in summarise(nlls, windows, o.buckets, o.bootstrap, o.seed):

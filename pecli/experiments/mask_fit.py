@@ -26,6 +26,7 @@ import torch
 
 from pecli.experiments import EXPERIMENTS, Experiment, check_before_loading, lazy, load
 from pecli.runs.errors import DataError
+from pecli.runs.names import INTACT
 from pecli.runs.options import MaskFitOptions
 from pecli.runs.provenance import row_provenance
 from pecli.runs.tables import validate
@@ -39,7 +40,7 @@ def conditions(intervention, fitted: str) -> list[tuple[str, object]]:
     from pecli.measures.lm_scoring import plan
 
     zero = str(intervention)
-    out = [("intact", plan("default", "legacy", "relative", "learned")),
+    out = [("intact", plan("default", "legacy", "relative", INTACT)),
            ("no positions", plan("default", "legacy", "relative", zero))]
     out += [(f"linear ({s})", plan("linear", s, "relative", zero)) for s in COMPARED_SEMANTICS]
     out += [("alibi (log-bias)", plan("alibi", "log-bias", "relative", zero)),
@@ -50,20 +51,17 @@ def conditions(intervention, fitted: str) -> list[tuple[str, object]]:
 def run(options: MaskFitOptions, announce: Callable[[str], None] | None = None,
         loaded=None) -> dict[str, pd.DataFrame]:
     from pecli.data.datasets import load_data
-    from pecli.measures.lm_scoring import check_causal
     from pecli.measures.mask_fitting import fit, sequences
-    from pecli.positions.interventions import check_applies
-    from pecli.positions.masks import check_maskable
+    from pecli.positions.conditions import check_all
 
     o = options
     say = announce or (lambda msg: None)
+    judged = [how for _, how in conditions(o.intervention, "linear")]  # a mask on the intervention
     if loaded is None:
-        check_before_loading(o.model, [o.intervention], causal=True, masked=True)
+        check_before_loading(o.model, judged, causal=True)
     train = load_data("imdb", "train", data_dir_=o.data_dir, limit=o.train_limit, seed=o.seed)
     loaded = loaded or load(o.model, o)
-    check_causal(loaded)
-    check_applies(loaded, o.intervention)
-    check_maskable(loaded)
+    check_all(judged, loaded, causal=True)
     bos = loaded.tokenizer.bos_token_id
     max_length = min(o.max_length, loaded.max_positions)
     seqs = sequences(loaded.tokenizer, train.texts(), max_length, bos)

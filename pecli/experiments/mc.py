@@ -22,17 +22,13 @@ TASK_VERSIONS = "truthfulqa_mc1 v2.0, truthfulqa_mc2 v2.0 (lm-evaluation-harness
 
 
 def conditions(options: McOptions) -> list:
-    """The run's plans (pecli.measures.lm_scoring.Plan): the intact condition (learned, default,
-    legacy, relative) first, then every (intervention, mask, semantics, protocol) asked for.
+    """The run's conditions (pecli.positions.conditions.grid): the intact model (intact,
+    default, legacy, relative) first, then every (intervention, mask, semantics, protocol)
+    asked for; the default mask, the unchanged model under every semantics and protocol,
+    gives one condition per intervention (named legacy, relative)."""
+    from pecli.positions.conditions import grid
 
-    The default mask is the unchanged model under every semantics and protocol, so each
-    intervention has one default-mask row (named legacy, relative).
-    """
-    from pecli.measures.lm_scoring import plan_grid
-
-    o = options
-    pairs = [(p, m) for p in o.intervention for m in o.mask]
-    return plan_grid(pairs, o.mask_semantics, o.protocol, default_once=True)
+    return grid(options)
 
 
 def summarise(values: np.ndarray, n_boot: int, seed: int) -> dict:
@@ -62,23 +58,15 @@ def run(options: McOptions, progress: Callable[[int, int], None] | None = None,
     items).
     """
     from pecli.measures import mc_scoring as mc
-    from pecli.measures.lm_scoring import check_causal
-    from pecli.positions.interventions import check_applies, intervene
-    from pecli.positions.masks import check_maskable
+    from pecli.positions.conditions import check_all
 
     o = options
     conds = conditions(o)
-    interventions = list(dict.fromkeys(c.intervention for c in conds))
-    masked = any(c.attention is not None for c in conds)
     if loaded is None:
-        check_before_loading(o.model, interventions, causal=True, masked=masked)
+        check_before_loading(o.model, conds, causal=True)
     items, data = mc.load_items(o.dataset, o.data_dir, o.limit, o.seed)
     loaded = loaded or load(o.model, o)
-    check_causal(loaded)
-    for choice in interventions:
-        check_applies(loaded, choice)
-    if masked:
-        check_maskable(loaded)
+    check_all(conds, loaded, causal=True)
     reqs = mc.requests(loaded.tokenizer, items)
     pairs = [(r.context, c) for r in reqs for c in r.continuations]
     common = {"experiment": "mc", "seed": o.seed, **row_provenance(), **loaded.provenance(),
@@ -92,12 +80,12 @@ def run(options: McOptions, progress: Callable[[int, int], None] | None = None,
     for plan in conds:
         key = (str(plan.intervention), plan.computation)
         if key not in done:
-            with intervene(loaded, plan.intervention, o.seed):
+            with plan.applied(loaded, o.seed):
                 done[key] = mc.score(loaded, reqs, plan, batch_size=o.batch_size)
         if progress:
             progress(len(items), len(items) * len(conds))
         lls, how = done[key]
-        cond = {**plan.names, "computation": how.computation, "passes": how.passes,
+        cond = {"condition": plan.label, **plan.names, "computation": how.computation, "passes": how.passes,
                 **mc.batch_plan(loaded, reqs, how.passes, o.batch_size),
                 "intact": plan == conds[0]}
         scored = [mc.item_scores(it, ll) for it, ll in zip(items, lls, strict=True)]

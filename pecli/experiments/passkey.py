@@ -15,20 +15,19 @@ from collections.abc import Callable
 import pandas as pd
 
 from pecli.experiments import EXPERIMENTS, Experiment, check_before_loading, lazy, load
-from pecli.experiments.length import _check_rope  # --rope-scaling only on rotary models
-from pecli.runs import names
 from pecli.runs.options import PasskeyOptions
 from pecli.runs.provenance import row_provenance
 from pecli.runs.tables import validate
 
-INTACT = names.parse(names.INTERVENTIONS, "learned")
 TEMPLATE = "mohtashami-jaggi-2023 (as YaRN's passkey evaluation)"
 
 
-def conditions(o: PasskeyOptions) -> list[tuple]:
-    """(intervention, rope name, rope parameters): the intact, unscaled model first."""
-    interventions = list(dict.fromkeys([INTACT, *o.intervention]))
-    return [(i, name, params) for i in interventions for name, params in o.rope_conditions()]
+def conditions(o: PasskeyOptions) -> list:
+    """The run's conditions (pecli.positions.conditions.grid): the intact, unscaled model
+    first, then every intervention crossed with every rope scaling."""
+    from pecli.positions.conditions import grid
+
+    return grid(o)
 
 
 def run(options: PasskeyOptions, progress: Callable[[int, int], None] | None = None,
@@ -37,15 +36,10 @@ def run(options: PasskeyOptions, progress: Callable[[int, int], None] | None = N
     and per length over all depths) and `passkey_trials` (every trial: k, depth, length, the
     prompt's tokens, the decoded text, whether it was right). `loaded` replaces loading the
     one model (tests, benchmarks); `progress(advance, total)` counts trials."""
-    from pecli.models.loading import peek
-
     o = options
     grid = conditions(o)
     for name in o.model if loaded is None else ():
-        check_before_loading(name, [i for i, _, _ in grid], causal=True)
-        ref = peek(name)
-        if ref is not None:
-            _check_rope(name, ref.spec, o)
+        check_before_loading(name, grid, causal=True)
     trials, summary = [], []
     for name in o.model:
         model = loaded or load(name, o)
@@ -59,18 +53,10 @@ def run(options: PasskeyOptions, progress: Callable[[int, int], None] | None = N
 
 
 def _trials_for(loaded, grid, o: PasskeyOptions, progress) -> list[dict]:
-    from pecli.measures.lm_scoring import check_causal
     from pecli.measures.passkey import NEW_TOKENS, answer, decode, fit, keys
-    from pecli.positions.extension import not_applicable
-    from pecli.positions.interventions import check_applies, intervene
-    from pecli.positions.rope_scaling import check_scalings, rope_scaled
-    from pecli.positions.rope_scaling import provenance as rope_columns
+    from pecli.positions.conditions import check_all
 
-    check_causal(loaded)
-    _check_rope(loaded.name, loaded.spec, o)
-    check_scalings(loaded.model.config, [params for _, _, params in grid])
-    for choice, _, _ in grid:
-        check_applies(loaded, choice)
+    check_all(grid, loaded, causal=True)
     cells = {(n, d): [fit(loaded.tokenizer, k, n, d) for k in keys(o.seed, n, d, o.trials)]
              for n in o.lengths for d in o.depths}
     total = len(grid) * sum(len(ts) for ts in cells.values())
@@ -80,18 +66,16 @@ def _trials_for(loaded, grid, o: PasskeyOptions, progress) -> list[dict]:
               "decoding": "greedy, KV cache; correct when the first integer equals the key",
               "context": loaded.max_positions}
     rows = []
-    for choice, rope_name, params in grid:
-        with rope_scaled(loaded.model, params) as resolved, intervene(loaded, choice, o.seed):
-            columns = rope_columns(rope_name, resolved, loaded.model.config)
+    for how in grid:
+        columns = how.columns(loaded)
+        columns = {k: columns[k] for k in ("condition", "intervention", "rope_scaling",
+                                           "rope_parameters")}
+        with how.applied(loaded, o.seed):
             for (length, depth), fitted in cells.items():
-                why = not_applicable(loaded, length + NEW_TOKENS)
-                if why is None and choice.name == "shuffle" and length + NEW_TOKENS > loaded.max_positions:
-                    why = (f"not applicable: shuffle permutes the model's {loaded.max_positions} "
-                           "positions, fewer than the prompt and its answer")
+                why = how.reason(loaded, length + NEW_TOKENS, "the prompt and its answer")
                 if why is None and any(t is None for t in fitted):
                     why = f"not applicable: the template alone is longer than {length} tokens"
-                base = {**common, "intervention": str(choice), **columns, "length": length,
-                        "depth": depth}
+                base = {**common, **columns, "length": length, "depth": depth}
                 if why is not None:
                     rows += [{**base, "trial": j, "k": k, "tokens": 0, "output": "", "answer": None,
                               "metric": "correct", "value": float("nan"), "rows": 1, "note": why}

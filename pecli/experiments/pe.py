@@ -14,6 +14,7 @@ import pandas as pd
 from pecli.experiments import EXPERIMENTS, Experiment, check_before_loading, lazy, load
 from pecli.measures import pe_analysis as pa
 from pecli.runs import parallel
+from pecli.runs.names import INTACT
 from pecli.runs.options import ProbeOptions, SinusoidOptions
 from pecli.runs.provenance import row_provenance
 from pecli.runs.tables import validate
@@ -215,12 +216,13 @@ def run_probe(options: ProbeOptions, announce=None) -> dict[str, pd.DataFrame]:
     of the batches; the main process fits every probe and alone gets tables ({} elsewhere).
     """
     from pecli.data.datasets import load_data
-    from pecli.positions.interventions import check_applies
+    from pecli.positions.conditions import check_all, labelled, plan
 
     o = options
     preflight(o.models)
+    conditions = [plan(intervention=c) for c in o.intervention]  # as asked, in order
     for name in o.models:  # an intervention that does not fit a later model fails now, not after the first
-        check_before_loading(name, o.intervention)
+        check_before_loading(name, conditions)
     say = announce or (lambda _msg: None)
     data = load_data(o.dataset, o.split, data_dir_=o.data_dir, limit=o.limit, seed=o.seed,
                      text_field=o.text_field)
@@ -228,9 +230,8 @@ def run_probe(options: ProbeOptions, announce=None) -> dict[str, pd.DataFrame]:
     matrix_rows, similarity_rows, hidden_rows = [], [], []
     for name in o.models:
         loaded = load(name, o)
-        for iv in o.intervention:
-            check_applies(loaded, iv)
-        model_cols = {**loaded.provenance(), "intervention": "learned"}
+        check_all(conditions, loaded)
+        model_cols = {**loaded.provenance(), "intervention": INTACT}
         if loaded.spec.position == "learned" and parallel.is_main():  # no batches to share out
             own = _embedding_rows(loaded)  # [N, d]
             for kind, matrix in [("learned", own), ("sinusoidal", pa.sinusoid_like(*own.shape))]:
@@ -257,7 +258,7 @@ def run_probe(options: ProbeOptions, announce=None) -> dict[str, pd.DataFrame]:
         tables["matrix"] = validate(_frame(matrix_rows, "pe-probe", o.seed), model_rows=False)
         tables["similarity"] = validate(_frame(similarity_rows, "pe-probe", o.seed), model_rows=False)
     tables["hidden"] = validate(_frame(hidden_rows, "pe-probe", o.seed))
-    return tables
+    return {name: labelled(df) for name, df in tables.items()}
 
 
 EXPERIMENTS.add("pe-probe", Experiment(

@@ -28,26 +28,26 @@ DEFAULT_MASK = names.parse(names.MASKS, "default")
 # The study's E2/E3 perplexities of gpt2 on TruthfulQA (transformers 4.x: legacy semantics;
 # which aggregation it used is not stated), shown beside ours when the model is gpt2.
 STUDY_MODEL, STUDY_DATASET = "gpt2", "truthfulqa"
-STUDY_VALUES = {("learned", "default"): 111.2409, ("zero", "default"): 712014.3125,
+STUDY_VALUES = {("intact", "default"): 111.2409, ("zero", "default"): 712014.3125,
                 ("zero", "linear"): 11897.4824}
 
 
 def conditions(options: PerplexityOptions) -> list:
-    """The run's plans (pecli.measures.lm_scoring.Plan), the intact baseline (learned, default) first.
+    """The run's conditions (pecli.positions.conditions.grid), the intact model first.
 
-    intervention None is the study's E2/E3: (learned, default), and for any other mask shape
+    intervention None is the study's E2/E3: (intact, default), and for any other mask shape
     also (zero, default) and (zero, shape); an explicit intervention list is crossed with
-    the masks. Each pair is crossed with every semantics and protocol.
+    the masks. Each pair is crossed with every semantics and protocol (the default mask
+    named under each).
     """
-    from pecli.measures.lm_scoring import plan_grid
+    from pecli.positions.conditions import grid
 
     o = options
+    pairs = None
     if o.intervention is None:
         shapes = [m for m in o.mask if m.name != "default"]
         pairs = [(NO_POSITIONS, DEFAULT_MASK), *((NO_POSITIONS, m) for m in shapes)] if shapes else []
-    else:
-        pairs = [(p, m) for p in o.intervention for m in o.mask]
-    return plan_grid(pairs, o.mask_semantics, o.protocol)
+    return grid(o, pairs=pairs, default_once=False)
 
 
 def run(options: PerplexityOptions, progress: Callable[[int, int], None] | None = None,
@@ -61,25 +61,18 @@ def run(options: PerplexityOptions, progress: Callable[[int, int], None] | None 
     every scored batch.
     """
     from pecli.data.datasets import load_data
-    from pecli.measures.lm_scoring import batch_plan, check_causal, score, windows_for
-    from pecli.positions.interventions import check_applies, intervene
-    from pecli.positions.masks import check_maskable
+    from pecli.measures.lm_scoring import batch_plan, score, windows_for
+    from pecli.positions.conditions import check_all
     from pecli.runs.batching import encode
 
     o = options
     plans = conditions(o)
-    interventions = list(dict.fromkeys(p.intervention for p in plans))
-    masked = any(p.attention is not None for p in plans)
     if loaded is None:
-        check_before_loading(o.model, interventions, causal=True, masked=masked)
+        check_before_loading(o.model, plans, causal=True)
     data = load_data(o.dataset, o.split, data_dir_=o.data_dir, limit=o.limit, seed=o.seed,
                      text_field=o.text_field)
     loaded = loaded or load(o.model, o)
-    check_causal(loaded)
-    for choice in interventions:
-        check_applies(loaded, choice)
-    if masked:
-        check_maskable(loaded)
+    check_all(plans, loaded, causal=True)
     bos = None
     if o.start_token:
         bos = loaded.tokenizer.bos_token_id
@@ -105,7 +98,7 @@ def run(options: PerplexityOptions, progress: Callable[[int, int], None] | None 
     for how in plans:
         key = (str(how.intervention), how.computation, how.passes)
         if key not in done:
-            with intervene(loaded, how.intervention, o.seed):
+            with how.applied(loaded, o.seed):
                 done[key] = score(loaded, prepared, how, batch_size=o.batch_size,
                                   side=o.padding_side,
                                   progress=(lambda n: progress(n, total)) if progress else None)[0]
@@ -113,7 +106,7 @@ def run(options: PerplexityOptions, progress: Callable[[int, int], None] | None 
         elif progress:
             progress(prepared.tokens, total)
         nlls = done[key]
-        cond = {**how.names, "computation": how.computation, "passes": how.passes,
+        cond = {"condition": how.label, **how.names, "computation": how.computation, "passes": how.passes,
                 **batch_plan(loaded, prepared.windows, how.passes, o.batch_size),
                 "texts_scored": sum(x.numel() > 0 for x in nlls)}
         study = _study_value(loaded.model_id, data.dataset, how)

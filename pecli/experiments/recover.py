@@ -29,6 +29,7 @@ from pecli.experiments import EXPERIMENTS, Experiment, lazy, load
 from pecli.experiments.pe import _frame, hidden_states, model_texts, preflight
 from pecli.measures import recovery as rc
 from pecli.measures.intervals import ratio_interval
+from pecli.runs.names import INTACT
 from pecli.runs.options import RecoverOptions
 from pecli.runs.tables import validate
 
@@ -179,7 +180,7 @@ def input_level(loaded, tokens: int, folds: int, seed: int, n_boot: int, say) ->
     for name, xs, cands, token_rows, rows in cases:
         say(f"{loaded.name}: decoding ({name})")
         a, b = _condition(name, xs, cands, token_rows, rows, sample, folds, seed, n_boot)
-        iv = {"learned": "learned", "random": "random", "sinusoidal": "none (synthetic control)"}[name]
+        iv = {"learned": INTACT, "random": "random", "sinusoidal": "none (synthetic control)"}[name]
         by_position += [{**r, **common, "intervention": iv} for r in a]
         summary += [{**r, **common, "intervention": iv} for r in b]
     # The ceiling per position: the same decoding without positions (one value for all p).
@@ -195,16 +196,16 @@ def input_level(loaded, tokens: int, folds: int, seed: int, n_boot: int, say) ->
     summary.append({**common, "metric": "raw_sum_max_abs_error", "value": exact,
                     "condition": "learned", "condition_meaning": "E_tok[v] + E_pos[p] in float64 "
                     "from the float32 tables, minus E_tok[v], against E_pos[p]",
-                    "intervention": "learned", "ci_low": np.nan, "ci_high": np.nan})
+                    "intervention": INTACT, "ci_low": np.nan, "ci_high": np.nan})
     return by_position, summary
 
 
 def hidden_level(loaded, ids: list[list[int]], top_k: int, folds: int, seed: int, n_boot: int,
                  batch_size: int | None, say) -> list[dict]:
-    """Per-layer token-identity probe over the top-K frequent real tokens, learned and zero."""
+    """Per-layer token-identity probe over the top-K frequent real tokens, intact and zero."""
     real = set(real_vocabulary(loaded.tokenizer, loaded.model.get_input_embeddings().num_embeddings))
     rows = []
-    for iv in ("learned", "zero"):
+    for iv in (INTACT, "zero"):
         say(f"{loaded.name}: hidden-state token probe ({iv})")
         states, positions, texts = hidden_states(loaded, ids, iv, seed, batch_size)
         labels = np.array([ids[t][q] for t, q in zip(texts, positions, strict=True)])
@@ -285,7 +286,9 @@ def run_recover(options: RecoverOptions, announce=None) -> dict[str, pd.DataFram
     if by_position:
         tables["by_position"] = validate(_frame(by_position, "pe-recover", o.seed))
         tables["hidden"] = validate(_frame(hidden, "pe-recover", o.seed))
-    return tables
+    from pecli.positions.conditions import labelled
+
+    return {name: labelled(df) for name, df in tables.items()}  # summary has its own `condition`
 
 
 EXPERIMENTS.add("pe-recover", Experiment(

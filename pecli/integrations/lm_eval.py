@@ -69,11 +69,11 @@ def condition_options(args: dict[str, Any], where: str = "pecli model_args") -> 
 
 
 def plan_of(options: LmEvalOptions):
-    """The condition's Plan (pecli.measures.lm_scoring): which attention computes it."""
-    from pecli.measures.lm_scoring import plan
+    """The one condition of single-valued options (pecli.positions.conditions.Condition)."""
+    from pecli.positions.conditions import plan
 
     return plan(options.mask[0], options.mask_semantics[0], options.protocol[0],
-                options.intervention[0])
+                options.intervention[0], rope=(options.rope_scaling or (None,))[0])
 
 
 @register_model("pecli")
@@ -84,14 +84,11 @@ class PecliLM(HFLM):
     condition. Other keyword arguments are HFLM's (batch_size, max_length, ...).
     """
 
-    def __init__(self, pretrained: str = "random:gpt2", intervention: str = "learned",
+    def __init__(self, pretrained: str = "random:gpt2", intervention: str = "intact",
                  mask: str = "default", mask_semantics: str = "legacy",
                  protocol: str = "relative", rope_scaling: str | None = None, seed: int = 0,
                  device: str = "auto", dtype: str = "float32", loaded=None, **kwargs) -> None:
-        from pecli.measures.lm_scoring import check_causal, installed
-        from pecli.positions.interventions import check_applies, intervene
-        from pecli.positions.masks import check_maskable
-        from pecli.positions.rope_scaling import rope_scaled
+        from pecli.positions.conditions import check_all
 
         args = dict(pretrained=pretrained, intervention=intervention, mask=mask,
                     mask_semantics=mask_semantics, protocol=protocol, rope_scaling=rope_scaling,
@@ -99,22 +96,15 @@ class PecliLM(HFLM):
         options = condition_options(args)
         how = plan_of(options)
         if loaded is None:
-            check_before_loading(options.model, options.intervention, causal=True,
-                                 masked=how.attention is not None)
+            check_before_loading(options.model, [how], causal=True)
             loaded = load(options.model, options)
-        check_causal(loaded)
-        check_applies(loaded, how.intervention)
-        if how.attention is not None:
-            check_maskable(loaded)
-        (rope_name, params), = options.rope_conditions()[-1:]
-        self.loaded, self.options, self.plan, self.rope_name = loaded, options, how, rope_name
+        check_all([how], loaded, causal=True)
+        self.loaded, self.options, self.plan = loaded, options, how
         self.tokens = 0  # input positions the model computed (padding included)
         super().__init__(pretrained=loaded.model, tokenizer=loaded.tokenizer, **kwargs)
+        self._columns = how.columns(loaded)  # the unscaled model's own rope_parameters
         self._condition = ExitStack()
-        # rope scaling first: the rotary interventions hook the module it rebuilds
-        self.rope_parameters = self._condition.enter_context(rope_scaled(loaded.model, params))
-        self._condition.enter_context(intervene(loaded, how.intervention, options.seed))
-        self._condition.enter_context(installed(loaded, how))
+        self._condition.enter_context(how.applied(loaded, options.seed))
 
     def _model_call(self, inps, attn_mask=None, labels=None):
         self.tokens += inps.numel()
@@ -129,10 +119,10 @@ class PecliLM(HFLM):
         self._condition.close()
 
     def condition_columns(self) -> dict[str, Any]:
-        from pecli.positions.rope_scaling import provenance as rope_columns
-
-        return {**self.plan.names, "computation": self.plan.computation,
-                **rope_columns(self.rope_name, self.rope_parameters, self.loaded.model.config)}
+        c = self._columns
+        return {"condition": c["condition"], **self.plan.names,
+                "computation": self.plan.computation,
+                **{k: c[k] for k in ("rope_scaling", "rope_parameters")}}
 
 
 # --- `pecli lm-eval`: every condition, lm-eval's own evaluator ----------------------------------
@@ -141,12 +131,9 @@ class PecliLM(HFLM):
 def conditions(options: LmEvalOptions) -> list[dict[str, Any]]:
     """model_args of each condition: the intact, unscaled model first, then every intervention
     x mask x semantics crossed with every rope scaling (as `pecli length` crosses them)."""
-    from pecli.measures.lm_scoring import plan_grid
+    from pecli.positions.conditions import grid
 
-    pairs = [(p, m) for p in options.intervention for m in options.mask]
-    plans = plan_grid(pairs, options.mask_semantics, options.protocol, default_once=True)
-    return [{**p.names, "rope_scaling": None if name == "none" else name}
-            for p in plans for name, _ in options.rope_conditions()]
+    return [{**c.names, "rope_scaling": str(c.rope) if c.rope else None} for c in grid(options)]
 
 
 def _hflm_args(text: str) -> dict[str, Any]:
@@ -169,9 +156,7 @@ def run(options: LmEvalOptions, progress=None) -> dict[str, pd.DataFrame]:
     from lm_eval.loggers import EvaluationTracker
     from lm_eval.tasks import TaskManager
 
-    from pecli.experiments.length import _check_rope  # --rope-scaling only on rotary models
-    from pecli.models.loading import peek
-    from pecli.positions.rope_scaling import check_scalings
+    from pecli.positions.conditions import check_all
     from pecli.runs.provenance import row_provenance
 
     o = options
@@ -182,13 +167,8 @@ def run(options: LmEvalOptions, progress=None) -> dict[str, pd.DataFrame]:
     grid = conditions(o)
     single = {"pretrained": o.model, "seed": o.seed, "device": o.device, "dtype": o.dtype}
     first = condition_options({**single, **grid[0]}, "pecli lm-eval")
-    for cond in grid:  # every condition checked before the model loads
-        how = plan_of(condition_options({**single, **cond}, "pecli lm-eval"))
-        check_before_loading(o.model, [how.intervention], causal=True,
-                             masked=how.attention is not None)
-    ref = peek(o.model)
-    if ref is not None:
-        _check_rope(o.model, ref.spec, o)
+    conditions_ = [plan_of(condition_options({**single, **cond}, "pecli lm-eval")) for cond in grid]
+    check_before_loading(o.model, conditions_, causal=True)  # before the model loads
     if o.data_dir:  # the local task YAMLs (configs/lm_eval) read it from the environment
         os.environ["PECLI_DATA_DIR"] = o.data_dir
     # lm-eval's notes (a local task overriding its own, truncation) stay out of pecli's output
@@ -205,8 +185,7 @@ def run(options: LmEvalOptions, progress=None) -> dict[str, pd.DataFrame]:
     if o.apply_chat_template and not getattr(loaded.tokenizer, "chat_template", None):
         raise ConfigError(f"apply_chat_template (--apply_chat_template): {o.model}'s tokenizer has "
                           "no chat template; drop the flag (a base model reads plain prompts)")
-    _check_rope(loaded.name, loaded.spec, o)  # before any condition is scored
-    check_scalings(loaded.model.config, [params for _, params in o.rope_conditions()])
+    check_all(conditions_, loaded, causal=True)  # again, before any condition is scored
     rows, per_doc = [], []  # per condition: {(task, metric, filter): {doc_id: value}}
     for i, cond in enumerate(grid):
         lm = PecliLM(**single, **cond, loaded=loaded, **hflm)

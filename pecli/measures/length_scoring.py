@@ -36,6 +36,7 @@ import torch
 from pecli.measures.intervals import ratio_interval
 from pecli.measures.lm_scoring import HEAD_CHUNK, Window
 from pecli.measures.metrics import target_nll
+from pecli.runs import names
 from pecli.runs.errors import ConfigError
 
 BAND_TOKENS = 4096  # stream tokens of queries per band-pass chunk (its keys reach L-2 further back)
@@ -124,7 +125,7 @@ def band_applies(loaded, rope_type: str | None, plan) -> str | None:
     if rope_type in ("dynamic", "longrope"):
         return (f"not applicable: {rope_type} rope scaling sets its frequencies from the sequence "
                 "length, so one pass over the stream is not a window; use --windows sliding")
-    if plan.intervention.name != "learned" or plan.attention is not None:
+    if plan.intervention.name != names.INTACT or plan.attention is not None:
         return ("not applicable: the band pass runs the model's own positions under the default "
                 "mask; use --windows sliding for interventions and masks")
     return None

@@ -24,13 +24,15 @@ every shortcut; the tests check each shortcut against it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 import torch
 
 from pecli.measures.metrics import target_nll
-from pecli.positions.masks import masked_attention
+
+# a condition and how it is computed (its plan) are pecli.positions.conditions'
+from pecli.positions.conditions import Condition as Plan
+from pecli.positions.conditions import check_causal, installed, plan
 from pecli.runs import names, parallel
 from pecli.runs.batching import (
     default_token_budget,
@@ -41,12 +43,9 @@ from pecli.runs.batching import (
     plan_summary,
     tight_batches,
 )
-from pecli.runs.errors import ConfigError, ModelError
-from pecli.runs.names import Choice
+from pecli.runs.errors import ConfigError
 
 HEAD_CHUNK = 256  # scored rows per LM-head matmul: [256, vocab] logits at a time
-# the intact model: its own positions, the default mask (every grid starts with it)
-INTACT = (names.parse(names.INTERVENTIONS, "learned"), names.parse(names.MASKS, "default"))
 
 
 @dataclass(frozen=True)
@@ -124,15 +123,6 @@ def windows_for(ids: list[list[int]], max_positions: int, bos_id: int | None,
                 break
     return Prepared(windows, len(ids), truncated, dropped, "none" if bos_id is None else "bos",
                     long_text, stride if long_text == "window" else None)
-
-
-def check_causal(loaded) -> None:
-    """Perplexity needs next-token predictions: a causal LM with an output head."""
-    if not loaded.spec.causal or loaded.model.get_output_embeddings() is None:
-        raise ModelError(
-            f"not applicable: {loaded.name} is a {loaded.spec.family} encoder without a language-model "
-            "head: perplexity needs a causal LM (e.g. smollm2, random:gpt2, random:llama, gpt2)"
-        )
 
 
 def _position_ids(mask: torch.Tensor) -> torch.Tensor:
@@ -234,101 +224,6 @@ def score_prefixes(loaded, windows: list[Window], *, batch_size: int | None = No
     return list(nll.split(counts))
 
 
-@dataclass(frozen=True)
-class Attention:
-    """A masked attention to install (pecli.positions.masks.masked_attention): what it computes."""
-
-    mask: Choice
-    semantics: Choice
-    mode: str  # pecli.positions.masks.MODES: relative (each row its own prefix) or keys (one 1-D mask)
-
-    def __str__(self) -> str:
-        return f"{self.mask}/{self.semantics}/{self.mode}"
-
-
-@dataclass(frozen=True)
-class Plan:
-    """One condition and how it is computed, decided once (`plan`) and handed down.
-
-    The condition: intervention, mask, mask_semantics, protocol (parsed names). How: the
-    attention to install (None: the model unchanged), the passes ("one-pass" or
-    "prefix-by-prefix"), whether every shortcut is skipped (`literal`, plan(fast=False)),
-    and why a shortcut is exact. `computation` names the attention in rows and keys.
-    """
-
-    intervention: Choice
-    mask: Choice
-    mask_semantics: Choice
-    protocol: Choice
-    attention: Attention | None
-    passes: str
-    literal: bool = False
-    why: str = ""
-
-    @property
-    def computation(self) -> str:
-        return "model" if self.attention is None else str(self.attention)
-
-    @property
-    def names(self) -> dict[str, str]:
-        """The condition as row columns."""
-        return {"intervention": str(self.intervention), "mask": str(self.mask),
-                "mask_semantics": str(self.mask_semantics), "protocol": str(self.protocol)}
-
-
-def _choice(registry, value: str | Choice) -> Choice:
-    return value if isinstance(value, Choice) else names.parse(registry, value)
-
-
-def plan(mask: str | Choice = "default", semantics: str | Choice = "legacy",
-         protocol: str | Choice = "relative", intervention: str | Choice = "learned",
-         fast: bool = True) -> Plan:
-    """Which attention and which passes compute this condition: the one place that decides.
-
-    Names may be given as text (tests, benchmarks) or as the Choices an options object parsed.
-    `fast=False` is the literal route: no shortcut, one pass per prefix under both protocols.
-    """
-    mask, semantics = _choice(names.MASKS, mask), _choice(names.MASK_SEMANTICS, semantics)
-    protocol = _choice(names.PROTOCOLS, protocol)
-    condition = (_choice(names.INTERVENTIONS, intervention), mask, semantics, protocol)
-    traits = mask.term.traits
-    if fast and mask.name == "default":
-        return Plan(*condition, None, "one-pass", why="m = 1 is the identity: the unchanged model")
-    if fast and semantics.name == "boolean" and "positive" in traits:
-        return Plan(*condition, None, "one-pass",
-                    why="boolean + a mask > 0 everywhere: the default mask (exact)")
-    if protocol.name == "relative":
-        return Plan(*condition, Attention(mask, semantics, "relative"),
-                    "one-pass" if fast else "prefix-by-prefix", literal=not fast)
-    if fast and semantics.name == "legacy" and "rises_to_newest" in traits:
-        self_only = Attention(_choice(names.MASKS, "self"), _choice(names.MASK_SEMANTICS, "boolean"),
-                              "relative")
-        return Plan(*condition, self_only, "one-pass",
-                    why="legacy + rising mask: every row attends only to itself (exact)")
-    return Plan(*condition, Attention(mask, semantics, "keys"), "prefix-by-prefix", literal=not fast)
-
-
-def plan_grid(pairs, semantics, protocols, *, default_once: bool = False) -> list[Plan]:
-    """The plans of a run: the intact model (INTACT: own positions, default mask) first, then
-    every (intervention, mask) pair, each crossed with every semantics and protocol, in
-    order, repeats dropped. Perplexity and mc both build their grid here.
-
-    `default_once`: the default mask (the unchanged model under every semantics and
-    protocol) gives one condition per intervention, named with the first semantics and
-    protocol of the vocabulary (legacy, relative).
-    """
-    first_semantics, first_protocol = (_choice(r, r.names()[0]) for r in
-                                       (names.MASK_SEMANTICS, names.PROTOCOLS))
-    out = []
-    for intervention, mask in [INTACT, *(p for p in pairs if p != INTACT)]:
-        for s in semantics:
-            for pr in protocols:
-                if default_once and mask.name == "default":
-                    s, pr = first_semantics, first_protocol
-                out.append(plan(mask, s, pr, intervention))
-    return list(dict.fromkeys(out))
-
-
 def score(loaded, prepared: Prepared, how: Plan | str = "default", semantics: str = "legacy",
           protocol: str = "relative", *, fast: bool = True, batch_size: int | None = None,
           side: str = "right", progress: Callable[[int], None] | None = None
@@ -353,10 +248,3 @@ def score(loaded, prepared: Prepared, how: Plan | str = "default", semantics: st
     for w, nll in zip(prepared.windows, per_window, strict=True):
         per_text[w.text].append(nll)
     return [torch.cat(parts) if parts else torch.empty(0) for parts in per_text], how
-
-
-def installed(loaded, how: Plan) -> AbstractContextManager:
-    """The plan's attention installed in `loaded.model` for the block (nothing for the model)."""
-    a = how.attention
-    return nullcontext() if a is None else masked_attention(loaded.model, str(a.mask),
-                                                            a.semantics.name, a.mode)

@@ -11,17 +11,7 @@ import numpy as np
 import pandas as pd
 
 from pecli.plots.style import WIDTH, color_of, data_label, save
-
-
-def condition_label(row) -> str:
-    """`zero + linear/log-bias, yarn:2`: intervention, mask (if any), rope scaling (if any)."""
-    label = str(row["intervention"])
-    if row["mask"] != "default":
-        label += f" + {row['mask']}/{row['mask_semantics']}"
-    rope = row.get("rope_scaling")
-    if isinstance(rope, str) and rope != "none":
-        return rope if label == "learned" else f"{label}, {rope}"
-    return "intact" if label == "learned" else label
+from pecli.positions.labels import label as condition_label
 
 
 def short_name(model: str) -> str:

@@ -10,18 +10,7 @@ import numpy as np
 import pandas as pd
 
 from pecli.plots.style import WIDTH, color_of, points, save
-
-
-def condition_label(row) -> str:
-    """`zero`, `zero + linear/log-bias`, `learned (intact)`, with `, yarn:2` when rope-scaled."""
-    label = row["intervention"]
-    if row["mask"] != "default":
-        label += f" + {row['mask']}/{row['mask_semantics']}"
-    if str(row.get("rope_scaling", "none")) not in ("none", "nan", ""):
-        label += f", {row['rope_scaling']}"
-    if label == "learned":
-        label += " (intact)"
-    return label
+from pecli.positions.labels import label as condition_label
 
 
 def by_condition(df: pd.DataFrame, path: Path) -> Path:

@@ -9,19 +9,10 @@ import numpy as np
 import pandas as pd
 
 from pecli.plots.style import color_of, save
+from pecli.positions.labels import label as condition_label
 
 PANELS = (("mc1", "MC1 accuracy"), ("mc2", "MC2 (true probability mass)"),
           ("mc1_norm", "MC1, length-normalised"))
-
-
-def condition_label(row) -> str:
-    """`zero + linear/log-bias (relative)`; the intact condition is `learned (intact)`."""
-    label = row["intervention"]
-    if row["mask"] != "default":
-        label += f" + {row['mask']}/{row['mask_semantics']} ({row['protocol']})"
-    elif row["intervention"] == "learned":
-        label += " (intact)"
-    return label
 
 
 def accuracy_bars(df: pd.DataFrame, path: Path) -> Path:

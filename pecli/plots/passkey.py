@@ -10,8 +10,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from pecli.plots.length import condition_label, short_name
+from pecli.plots.length import short_name
 from pecli.plots.style import WIDTH, save
+from pecli.positions.labels import label as condition_label
 
 
 def _panel(ax, part: pd.DataFrame, first_column: bool, bottom_row: bool):
@@ -42,7 +43,7 @@ def _panel(ax, part: pd.DataFrame, first_column: bool, bottom_row: bool):
 
 
 def heatmap(df: pd.DataFrame, path: Path) -> Path:
-    df = df.assign(condition=[condition_label({**r, "mask": "default"}) for _, r in df.iterrows()])
+    df = df.assign(condition=[condition_label(r) for _, r in df.iterrows()])
     groups = list(df.groupby(["model", "condition"], sort=False))
     cols = min(len(groups), 3)
     rows = -(-len(groups) // cols)

@@ -32,13 +32,6 @@ AGG_LABEL = {"corpus": "corpus perplexity exp(total NLL / tokens)",
 NO_MASK = "no mask"
 
 
-def condition_label(row) -> str:
-    """`zero + linear/log-bias (study)`: the short name of one condition."""
-    label = row["intervention"]
-    if row["mask"] != "default":
-        label += f" + {row['mask']}/{row['mask_semantics']} ({row['protocol']})"
-    return label
-
 
 def _variants(df: pd.DataFrame) -> pd.DataFrame:
     """Rows with `variant` (the x category: 'no mask' or mask/semantics) and the default

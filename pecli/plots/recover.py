@@ -75,8 +75,9 @@ def hidden_probe(df: pd.DataFrame, out: Path) -> Path:
     fig, axes = _panels(len(models))
     for ax, model in zip(axes, models, strict=True):
         rows = df[df["model"] == model]
-        for iv, label in [("learned", "with the model's positions"), ("zero", "position rows zeroed")]:
-            r = rows[(rows["intervention"] == iv) & (rows["metric"] == "token_probe_accuracy")]
+        for iv, label in [("intact", "with the model's positions"), ("zero", "position rows zeroed")]:
+            r = rows[(rows["intervention"].replace({"learned": "intact"}) == iv)
+                     & (rows["metric"] == "token_probe_accuracy")]
             r = r.sort_values("layer")
             ax.errorbar(r["layer"], r["value"], yerr=[r["value"] - r["ci_low"], r["ci_high"] - r["value"]],
                         color=color_of(iv), marker="o", ms=4, capsize=3, label=label)

@@ -147,7 +147,7 @@ def prepare(loaded, name: str | Choice, seed: int = 0) -> Callable[[], AbstractC
     """
     choice = check_applies(loaded, name)
     iv, arg, spec = IMPLEMENTATIONS[choice.name], choice.argument, loaded.spec
-    if choice.name == "learned":  # the baseline: nothing installed, nothing copied
+    if choice.name == names.INTACT:  # the baseline: nothing installed, nothing copied
         return nullcontext
     if choice.layers is not None:
         return _layered(loaded, choice, iv, seed)
@@ -253,7 +253,7 @@ def _learned_swap(loaded, rows, arg, seed):
 def _learned(kind: str):
     def edit(loaded, rows, arg, seed):
         n = len(rows)
-        if kind == "learned":
+        if kind == names.INTACT:
             return None
         if kind == "zero":
             return torch.zeros_like(rows)
@@ -325,7 +325,7 @@ def _sincos_tables(loaded, kind: str, arg, seed) -> Iterator[None]:
 def _rotary(kind: str):
     @contextmanager
     def install(loaded, arg, seed):
-        if kind == "learned":
+        if kind == names.INTACT:
             yield
             return
         if loaded.spec.sincos:
@@ -394,7 +394,7 @@ def _alibi_hooks(loaded, edit, arg, seed) -> Iterator[None]:
 
 def _alibi(kind: str):
     def edit(bias, heads, arg, seed):
-        if kind == "learned":
+        if kind == names.INTACT:
             return bias
         if kind == "zero":  # every slope 0
             return torch.zeros_like(bias)
@@ -437,8 +437,8 @@ def _bands(which: str):
 KIND_FIELDS = {"learned": "learned", "rotary": "rotary", "partial rotary": "rotary",
                "alibi": "alibi", "relative bias": "relative"}
 IMPLEMENTATIONS: dict[str, Implementation] = {
-    "learned": Implementation(_learned("learned"), _rotary("learned"), _alibi("learned"),
-                              _learned("learned")),
+    "intact": Implementation(_learned("intact"), _rotary("intact"), _alibi("intact"),
+                             _learned("intact")),
     "zero": Implementation(_learned("zero"), _rotary("zero"), _alibi("zero"), _learned("zero")),
     "shuffle": Implementation(_learned("shuffle"), _rotary("shuffle"), _alibi("shuffle"),
                               _learned("shuffle")),

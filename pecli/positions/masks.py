@@ -237,6 +237,7 @@ def check_maskable(ref) -> None:
 @contextmanager
 def masked_attention(model, mask: str, semantics: str, mode: str = "relative") -> Iterator[str]:
     """Run `model` with (mask, semantics, mode) in every attention layer; always restore.
+    Entered again inside itself, it changes nothing.
 
     Yields the attention implementation name in use.
     """
@@ -261,6 +262,9 @@ def _installed(model, register: Callable[[], str]) -> Iterator[str]:
                          "own code, outside transformers' attention registry")
     name = register()
     old = model.config._attn_implementation
+    if old == name:  # already installed (a condition's whole stack, then its scoring): as is
+        yield name
+        return
     model.set_attn_implementation(name)
     try:
         yield name

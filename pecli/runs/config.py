@@ -63,14 +63,19 @@ class Entry:
     built: Options | None = None  # the experiment's options object, checked
     appendix: str = ""  # a code-path check, not a finding: what it checks (REPORT's appendix)
 
-    def key(self, version: int, spelling: dict[str, str] | None = None) -> str:
+    def key(self, version: int, spelling: dict[str, str] | None = None,
+            old_values: bool = False) -> str:
         """Hash of everything that determines the numbers: reruns with the same key are skipped.
 
         Where the data directory is does not count (the rows record the files' hashes).
         `spelling` renames keys first: the experiment's `KEYED_AS` gives the key that results
-        computed before a renaming were saved under.
+        computed before a renaming were saved under; `old_values` spells renamed names (a
+        registry's `renamed`, e.g. intervention `intact`, once `learned`) as they were.
         """
-        shown = {(spelling or {}).get(k, k): v for k, v in self.shown_options().items()}
+        options = self.shown_options()
+        if old_values and self.built is not None:
+            options = _old_values(options, type(self.built))
+        shown = {(spelling or {}).get(k, k): v for k, v in options.items()}
         blob = json.dumps({"experiment": self.experiment, "version": version,
                            "options": shown}, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
@@ -78,11 +83,37 @@ class Entry:
     def keys(self, version: int) -> tuple[str, ...]:
         """This entry's key, then its key before the options' renaming (if it differs)."""
         spelling = type(self.built).KEYED_AS if self.built is not None else {}
-        return tuple(dict.fromkeys([self.key(version), self.key(version, spelling)]))
+        return tuple(dict.fromkeys([self.key(version), self.key(version, spelling),
+                                    self.key(version, old_values=True),
+                                    self.key(version, spelling, old_values=True)]))
 
 
     def shown_options(self) -> dict:
         return {k: v for k, v in self.options.items() if k not in LOCATION_OPTIONS}
+
+
+def _old_values(options: dict, cls: type[Options]) -> dict:
+    """`options` with each renamed name (its field's vocabulary's `renamed`) spelled as it was."""
+    out = dict(options)
+    for f in dataclasses.fields(cls):
+        registry = f.metadata.get("names")
+        if registry is not None and registry.renamed and f.name in out:
+            old = {new: was for was, new in registry.renamed.items()}
+            value = out[f.name]
+            out[f.name] = ([_spelled(v, old) for v in value] if isinstance(value, list)
+                           else _spelled(value, old))
+    return out
+
+
+def _spelled(value, old: dict[str, str]):
+    """"intact,zero" -> "learned,zero" (old: new name -> old name); not a string: as is."""
+    if not isinstance(value, str):
+        return value
+    items = []
+    for item in value.split(","):
+        base, colon, arg = item.partition(":")
+        items.append(old.get(base.strip(), base) + colon + arg)
+    return ",".join(items)
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ The vocabulary (docs/cli.md has the table):
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -70,7 +71,8 @@ class Choice:
 
 
 def parse(registry: Registry[Term], text: str) -> Choice:
-    """`shift:3` -> Choice; unknown names, a missing or a stray argument fail with a fix.
+    """`shift:3` -> Choice; unknown names, a missing or a stray argument fail with a fix; a
+    deprecated name (`registry.renamed`) is read as its name now, with a FutureWarning.
 
     A mask may also be a file that `pecli mask fit` wrote (`mask_file`). An intervention may
     end in `@LAYERS` (`zero@even`): per-layer surgery (layer_set)."""
@@ -83,6 +85,11 @@ def parse(registry: Registry[Term], text: str) -> Choice:
                                  "every attention can")
         layer_set(layers, None)  # the syntax; the range once the model is known
     base, colon, arg = text.partition(":")
+    if base in registry.renamed:
+        new = registry.renamed[base]
+        warnings.warn(f"{registry.kind} {base!r} is deprecated; use {new!r} (the same: "
+                      f"{registry.get(new).description})", FutureWarning, stacklevel=2)
+        base = new
     if registry is MASKS and (base == MASK_FILE.name or (base not in registry and _is_file(text))):
         return mask_file(text)
     term = registry.get(base)
@@ -199,7 +206,8 @@ _LAYERED = frozenset({"layered"})
 _REMEDY = frozenset({"layered", "attention"})
 
 INTERVENTIONS = _registry("intervention", InterventionError, [
-    Term("learned", "no change: the model's own positions (the baseline)", applies_to=_ALL),
+    Term("intact", "no change: the model's own positions, whatever their kind (the baseline)",
+         applies_to=_ALL),
     Term("zero", "no position information: zero rows (learned); identity rotation (rotary; "
                  "partial rotary: on the rotated dimensions only); every slope 0 (alibi); the "
                  "bias removed (relative bias)", applies_to=_ALL, traits=_LAYERED),
@@ -241,6 +249,9 @@ INTERVENTIONS = _registry("intervention", InterventionError, [
          argument="F", example="drophigh:0.25", check=_fraction("drophigh"), applies_to=_ROTARY,
          traits=_LAYERED),
 ])
+
+INTERVENTIONS.rename("learned", "intact")  # its name until 0.2: read "learned absolute positions"
+INTACT = "intact"  # the unmodified model, in every table, summary and figure
 
 MASKS = _registry("mask", ConfigError, [
     Term("default", "1 for every visible key: the model's own mask", traits=frozenset({"positive"})),

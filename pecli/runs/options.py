@@ -198,7 +198,7 @@ def _label(key: str) -> str:
 
 
 def _plain(value):
-    if isinstance(value, Choice):
+    if isinstance(value, Choice | Rope):
         return str(value)
     if isinstance(value, tuple | list):
         return [_plain(v) for v in value]
@@ -347,22 +347,45 @@ def check_rope_parameters(params: dict[str, Any]) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
+class Rope:
+    """One --rope-scaling item, parsed once: the text as typed (its name in rows and labels),
+    transformers' rope type and the rope_parameters it sets (`parameters`, a dict; kept here
+    as sorted JSON so that the value is frozen and hashable)."""
+
+    text: str
+    type: str
+    params: str  # json.dumps(parameters, sort_keys=True)
+
+    @classmethod
+    def parse(cls, text: str) -> Rope:
+        parameters = rope_parameters(text)
+        return cls(text, parameters["rope_type"], json.dumps(parameters, sort_keys=True))
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        return json.loads(self.params)
+
+    def __str__(self) -> str:
+        return self.text
+
+
+@dataclass(frozen=True)
 class RopeScaled(Options):
     """Options of an experiment on a causal LM that `--rope-scaling` can stretch (length,
     passkey, lm-eval): each item a condition after the unscaled model."""
 
-    rope_scaling: tuple[str | dict, ...] | str | None = None  # "yarn:2,dynamic:2", a list, JSON dicts
+    rope_scaling: tuple[Rope | str | dict, ...] | str | None = None  # "yarn:2,dynamic:2", a list, JSON dicts
 
     def check(self) -> None:
         super().check()
-        items = split_rope_scalings(self.rope_scaling)
-        for item in items:
-            rope_parameters(item)
-        object.__setattr__(self, "rope_scaling", tuple(items))
+        items = self.rope_scaling
+        if not (isinstance(items, tuple) and all(isinstance(r, Rope) for r in items)):
+            items = tuple(Rope.parse(item) for item in split_rope_scalings(items))
+        object.__setattr__(self, "rope_scaling", items)
 
     def rope_conditions(self) -> list[tuple[str, dict[str, Any] | None]]:
         """(name, rope_parameters) per condition, the unscaled model ("none", None) first."""
-        return [("none", None), *((s, rope_parameters(s)) for s in self.rope_scaling)]
+        return [("none", None), *((r.text, r.parameters) for r in self.rope_scaling)]
 
 
 # --- the experiments' options --------------------------------------------------------------
@@ -423,8 +446,8 @@ class AblateOptions(OnData):
 
     def check(self) -> None:
         super().check()
-        if any(c.name == "learned" for c in self.intervention):
-            raise ConfigError("intervention: `learned` is the baseline every intervention "
+        if any(c.name == names.INTACT for c in self.intervention):
+            raise ConfigError("intervention: `intact` is the baseline every intervention "
                               "is compared with; pass another (zero, shuffle, ...)")
 
 
@@ -479,7 +502,7 @@ class LengthOptions(MaskGrid, RopeScaled):
     """
 
     model: tuple[str, ...] | str = ("random:llama",)  # one or more: "a,b" or a list
-    intervention: tuple[Choice, ...] = option(("learned",), vocabulary=names.INTERVENTIONS, many=True)
+    intervention: tuple[Choice, ...] = option(("intact",), vocabulary=names.INTERVENTIONS, many=True)
     dataset: str = "imdb"
     limit: int | None = option(64, low=1)  # documents; fewer in the data: all of them
     lengths: tuple[int, ...] | str = (128, 256, 512)
@@ -563,7 +586,7 @@ class PasskeyOptions(Running, RopeScaled):
     greedy decoding, by prompt length and depth (pecli.measures.passkey)."""
 
     model: tuple[str, ...] | str = ("random:llama",)  # one or more: "a,b" or a list
-    intervention: tuple[Choice, ...] = option(("learned",), vocabulary=names.INTERVENTIONS, many=True)
+    intervention: tuple[Choice, ...] = option(("intact",), vocabulary=names.INTERVENTIONS, many=True)
     lengths: tuple[int, ...] | str = (256, 512)  # prompt lengths in tokens
     depths: tuple[float, ...] | str = (0.0, 0.5, 1.0)  # fraction of the filler before the key
     trials: int = option(5, low=1, high=10_000)  # per (length, depth)
@@ -587,7 +610,7 @@ class PasskeyOptions(Running, RopeScaled):
 class McOptions(MaskGrid):
     """`pecli mc` and the `mc` experiment (TruthfulQA multiple choice)."""
 
-    intervention: tuple[Choice, ...] = option(("learned",), vocabulary=names.INTERVENTIONS, many=True)
+    intervention: tuple[Choice, ...] = option(("intact",), vocabulary=names.INTERVENTIONS, many=True)
     dataset: str = "truthfulqa-mc"
 
     def check(self) -> None:
@@ -661,7 +684,7 @@ class LmEvalOptions(Running, RopeScaled):
     lm-evaluation-harness, scored by lm-eval itself, under each condition of pecli's grid."""
 
     model: str = "random:gpt2"  # lm-eval's model_args pretrained=
-    intervention: tuple[Choice, ...] = option(("learned",), vocabulary=names.INTERVENTIONS, many=True)
+    intervention: tuple[Choice, ...] = option(("intact",), vocabulary=names.INTERVENTIONS, many=True)
     mask: tuple[Choice, ...] = option(("default",), vocabulary=names.MASKS, many=True)
     mask_semantics: tuple[Choice, ...] = option(("legacy",), vocabulary=names.MASK_SEMANTICS, many=True)
     protocol: tuple[Choice, ...] = option(("relative",), vocabulary=names.PROTOCOLS, many=True)
@@ -739,7 +762,7 @@ class ProbeOptions(OnModels):
     KEYED_AS: ClassVar[dict[str, str]] = {**OnModels.KEYED_AS, "intervention": "interventions"}
 
     pairs: int = option(1000, low=1)
-    intervention: tuple[Choice, ...] = option(("learned", "zero"), vocabulary=names.INTERVENTIONS,
+    intervention: tuple[Choice, ...] = option(("intact", "zero"), vocabulary=names.INTERVENTIONS,
                                               many=True)
 
 
@@ -939,6 +962,9 @@ def vocabulary_markdown() -> str:
         for old, new in cls.RENAMED.items():
             if old not in inherited:
                 lines.append(f"| {cls.__doc__.strip().splitlines()[0]} | `{old}` | `{new}` |")
+    for name, _, vocabulary in CONCEPTS:
+        for old, new in (vocabulary.renamed.items() if vocabulary else ()):
+            lines.append(f"| a value of `{name}` (`--{name.replace('_', '-')}`) | `{old}` | `{new}` |")
     return "\n".join(lines) + "\n"
 
 

@@ -23,11 +23,17 @@ class Registry(Generic[T]):
         self.kind = kind
         self.error = error
         self._entries: dict[str, T] = {}
+        self.renamed: dict[str, str] = {}  # a deprecated name -> its name now (kept one release)
 
     def add(self, name: str, obj: T) -> None:
         if name in self._entries:
             raise ValueError(f"{self.kind} {name!r} is registered twice")
         self._entries[name] = obj
+
+    def rename(self, old: str, new: str) -> None:
+        """Keep accepting `old` (pecli.runs.names.parse warns and reads it as `new`)."""
+        self.get(new)
+        self.renamed[old] = new
 
     def get(self, name: str) -> T:
         try:

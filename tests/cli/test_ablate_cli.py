@@ -44,8 +44,8 @@ def test_ablate_writes_tables_figures_and_summary(assets, tmp_path):
     for png in ("ablate_layers", "ablate_positions", "ablate_random_baseline"):
         assert (out / "figures" / f"{png}.png").stat().st_size > 1000
     main = pd.read_csv(out / "ablate.csv")
-    assert set(main.intervention) == {"learned", "zero", "shift:2"}  # learned: the in-model baselines
-    own = main[main.intervention == "learned"]
+    assert set(main.intervention) == {"intact", "zero", "shift:2"}  # intact: the in-model baselines
+    own = main[main.intervention == "intact"]
     assert set(own.metric) == {"token_pair_cosine_mean", "token_pair_cosine_std",
                                "self_similarity_mean", "self_similarity_std"}
     assert "in-model baselines" in result.output and "[" in result.output  # intervals shown
@@ -61,7 +61,7 @@ def test_ablate_writes_tables_figures_and_summary(assets, tmp_path):
 
 @pytest.mark.parametrize("args,message", [
     (["--intervention", "zeros"], "unknown intervention 'zeros' (did you mean 'zero'"),
-    (["--intervention", "learned"], "`learned` is the baseline"),
+    (["--intervention", "intact"], "`intact` is the baseline"),
     (["--intervention", "shift"], "needs an argument"),
     (["--limit", "0"], "limit (--limit): 0 is out of range (at least 1)"),
     (["--intervention", "zero", "--pe", "shuffle"], "'pe' and 'intervention' are the same option"),
@@ -90,7 +90,7 @@ def test_probe_needs_labels(assets, tmp_path):
 def test_interventions_listing():
     result = runner.invoke(app, ["interventions"])
     assert result.exit_code == 0
-    for name in ("learned", "zero", "shuffle", "reverse", "shift:K", "sinusoidal", "random",
+    for name in ("intact", "zero", "shuffle", "reverse", "shift:K", "sinusoidal", "random",
                  "swap:MODEL", "perm[p]"):
         assert name in result.output
 

@@ -26,7 +26,7 @@ def test_attn_writes_every_table_and_figure(use_tiny, docs, tmp_path, invoke):
     assert result.exit_code == 0, result.output
     df = pd.read_csv(out / "attn.csv")
     sink = df[(df["metric"] == "sink_rate") & (df["scope"] == "model")]
-    assert list(sink["intervention"]) == ["learned", "zero"]  # the intact model first
+    assert list(sink["intervention"]) == ["intact", "zero"]  # the intact model first
     assert sink["value"].between(0, 1).all() and sink["ci_low"].notna().all()
     assert (df["rows"] == 3).all() and (df["skipped_short"] == 1).all()  # "short one" skipped
     heads = df[(df["scope"] == "head") & (df["metric"] == "entropy")]
@@ -54,7 +54,7 @@ def test_masks_on_positions_removed(use_tiny, docs, tmp_path, invoke):
     df = pd.read_csv(out / "attn.csv")
     whole = df[(df["scope"] == "model") & (df["metric"] == "mean_distance")]
     assert list(zip(whole["intervention"], whole["mask"], strict=True)) == [
-        ("learned", "default"), ("zero", "default"), ("zero", "linear"), ("zero", "alibi")]
+        ("intact", "default"), ("zero", "default"), ("zero", "linear"), ("zero", "alibi")]
     assert whole.iloc[3]["value"] < whole.iloc[1]["value"]  # alibi pulls attention near
     assert not (out / "attn_probe.csv").exists()
 

@@ -27,11 +27,11 @@ def test_two_conditions_write_lm_evals_json_a_table_and_a_figure(tmp_path, share
         "--data-dir", str(shared_data)])
     assert result.exit_code == 0, result.output
     df = pd.read_csv(out / "lm_eval.csv")
-    assert list(dict.fromkeys(df["intervention"])) == ["learned", "zero"]  # intact first
+    assert list(dict.fromkeys(df["intervention"])) == ["intact", "zero"]  # intact first
     assert set(df["task"]) == {"truthfulqa_mc1", "truthfulqa_mc2"} and (df["rows"] == 4).all()
     assert df[["model_revision", "lm_eval_version", "task_version", "tokens"]].notna().all().all()
     assert (df["ci_low"] <= df["value"]).all() and (df["value"] <= df["ci_high"]).all()
-    for condition in ("learned-default-legacy", "zero-default-legacy"):
+    for condition in ("intact-default-legacy", "zero-default-legacy"):
         (results,) = (out / "lm_eval" / condition).rglob("results_*.json")
         saved = json.loads(results.read_text())
         row = df[(df["intervention"] == condition.split("-")[0]) & (df["task"] == "truthfulqa_mc2")]
@@ -39,16 +39,16 @@ def test_two_conditions_write_lm_evals_json_a_table_and_a_figure(tmp_path, share
         assert f"intervention={condition.split('-')[0]}" in saved["config"]["model_args"]
     # each condition minus intact on the same documents, from lm-eval's own logged samples
     accs = {}
-    for condition in ("learned", "zero"):
+    for condition in ("intact", "zero"):
         for task in ("truthfulqa_mc1", "truthfulqa_mc2"):
             (path,) = (out / "lm_eval" / f"{condition}-default-legacy").rglob(f"samples_{task}_*.jsonl")
             lines = [json.loads(line) for line in path.read_text().splitlines()]
             accs[condition, task] = {s["doc_id"]: s["acc"] for s in lines}
     for task in ("truthfulqa_mc1", "truthfulqa_mc2"):
-        by_hand = sum(accs["zero", task][d] - accs["learned", task][d] for d in range(4)) / 4
+        by_hand = sum(accs["zero", task][d] - accs["intact", task][d] for d in range(4)) / 4
         rows = df[df["task"] == task].set_index("intervention")
         assert rows.loc["zero", "diff_vs_intact"] == pytest.approx(by_hand, abs=1e-12)
-        assert rows.loc["learned", ["diff_vs_intact", "diff_ci_low"]].isna().all()
+        assert rows.loc["intact", ["diff_vs_intact", "diff_ci_low"]].isna().all()
         assert rows.loc["zero", "diff_ci_low"] <= rows.loc["zero", "diff_ci_high"]
     assert "minus intact" in result.output
     assert (out / "figures" / "lm_eval.png").stat().st_size > 0

@@ -29,7 +29,7 @@ def test_mc_writes_tables_figure_and_provenance(use_tiny, items_file, tmp_path, 
     assert result.exit_code == 0, result.output
     df = pd.read_csv(out / "mc.csv")
     conditions = df[["intervention", "mask"]].drop_duplicates().values.tolist()
-    assert conditions == [["learned", "default"], ["zero", "linear"]]  # the intact row first
+    assert conditions == [["intact", "default"], ["zero", "linear"]]  # the intact row first
     assert set(df["metric"]) == {"mc1", "mc2", "mc1_norm"}
     assert df[["value", "stderr", "ci_low", "ci_high"]].notna().all().all()
     assert (df["rows"] == 2).all() and (df["dataset"] == "items.jsonl").all()
@@ -39,7 +39,7 @@ def test_mc_writes_tables_figure_and_provenance(use_tiny, items_file, tmp_path, 
     meta = json.loads((out / "mc.json").read_text())
     assert "bootstrap" in meta["config"]["interval_method"]
     assert (out / "figures" / "mc.png").stat().st_size > 10_000
-    assert "TruthfulQA MC" in result.output and "learned (intact)" in result.output
+    assert "TruthfulQA MC" in result.output and "intact" in result.output
 
 
 def test_mc_bad_item_is_one_line_error(use_tiny, tmp_path, invoke):

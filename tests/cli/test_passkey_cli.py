@@ -16,7 +16,7 @@ def test_passkey_writes_tables_figure_and_sidecar(use_tiny, tmp_path, invoke):
     acc = pd.read_csv(out / "passkey.csv")
     trials = pd.read_csv(out / "passkey_trials.csv")
     conditions = list(dict.fromkeys(zip(acc["intervention"], acc["rope_scaling"], strict=True)))
-    assert conditions == [("learned", "none"), ("learned", "linear:2"), ("zero", "none"), ("zero", "linear:2")]
+    assert conditions == [("intact", "none"), ("intact", "linear:2"), ("zero", "none"), ("zero", "linear:2")]
     assert len(acc) == 4 * 2 * 3  # conditions x lengths x (2 depths + all)
     assert len(trials) == 4 * 2 * 2 * 2 and set(trials["tokens"]) == {72, 96}
     for col in ("value", "ci_low", "ci_high", "correct", "trials", "model_revision", "rope_parameters"):

@@ -69,7 +69,7 @@ def test_probe_learned_and_rotary(assets, tmp_path):
     matrix = pd.read_csv(tmp_path / "matrix.csv")
     assert set(matrix["family"]) == {"gpt2"}  # the rotary model has no table
     hidden = pd.read_csv(tmp_path / "hidden.csv")
-    assert set(hidden["family"]) == {"gpt2", "llama"} and set(hidden["intervention"]) == {"learned", "zero"}
+    assert set(hidden["family"]) == {"gpt2", "llama"} and set(hidden["intervention"]) == {"intact", "zero"}
     assert hidden.loc[hidden.family == "llama", "note"].str.contains("rotary").all()
     assert "hidden-state probe only" in result.output
     mae = matrix[(matrix.matrix == "learned") & (matrix.metric == "regression_mae")]["value"].iloc[0]

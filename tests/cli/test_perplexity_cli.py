@@ -20,7 +20,7 @@ def toy_csv(tmp_path):
 
 def test_perplexity_writes_tables_with_provenance(use_tiny, toy_csv, tmp_path, invoke):
     out = tmp_path / "run"
-    result = invoke("perplexity", "gpt2", "--intervention", "learned", "--intervention", "zero",
+    result = invoke("perplexity", "gpt2", "--intervention", "intact", "--intervention", "zero",
                     "--mask", "default,linear", "--mask-semantics", "log-bias", "--protocol",
                     "relative", "--protocol", "study", "--dataset", str(toy_csv), "--text-field",
                     "question", "--out", str(out))
@@ -37,7 +37,7 @@ def test_perplexity_writes_tables_with_provenance(use_tiny, toy_csv, tmp_path, i
     texts = pd.read_csv(out / "texts.csv")
     assert len(texts) == 2 * 2 * 2 * len(TEXTS)
     config = json.loads((out / "perplexity.json").read_text())["config"]
-    assert config["mask"] == ["default", "linear"] and config["intervention"] == ["learned", "zero"]
+    assert config["mask"] == ["default", "linear"] and config["intervention"] == ["intact", "zero"]
     assert (out / "figures" / "perplexity.png").stat().st_size > 0
     assert "zero + linear/log-bias (study)" in result.output and "wrote" in result.output
 
@@ -48,7 +48,7 @@ def test_deprecated_pe_and_text_still_work_with_a_warning(use_tiny, toy_csv, tmp
                         str(toy_csv), "--bootstrap", "0", "--out", str(tmp_path / "o"))
     assert result.exit_code == 0, result.output
     df = pd.read_csv(tmp_path / "o" / "perplexity.csv")
-    assert list(dict.fromkeys(df["intervention"])) == ["learned", "zero"]
+    assert list(dict.fromkeys(df["intervention"])) == ["intact", "zero"]
     assert (df["text_field"] == "question").all()
 
 
@@ -106,13 +106,13 @@ def test_mask_without_pe_runs_the_studys_e3(shared_data, tmp_path, invoke):
     df = pd.read_csv(out / "perplexity.csv")
     corpus = df[df["aggregation"] == "corpus"]
     assert list(zip(corpus["intervention"], corpus["mask"], strict=True)) == [
-        ("learned", "default"), ("zero", "default"), ("zero", "linear")]
+        ("intact", "default"), ("zero", "default"), ("zero", "linear")]
     assert (corpus["mask_semantics"] == "legacy").all() and (df["rows"] == 8).all()
     assert ((df["ci_low"] <= df["value"]) & (df["value"] <= df["ci_high"])).all()
     assert df["study_value"].isna().all()  # random weights: not the study's model
     assert "intervals" in json.loads((out / "perplexity.json").read_text())["config"]
     lines = [line for line in result.output.splitlines() if line.startswith("│ ")]
-    assert lines[0].split()[1] == "learned" and "[" in lines[0]  # baseline first, with its interval
+    assert lines[0].split()[1] == "intact" and "[" in lines[0]  # baseline first, with its interval
 
 
 @pytest.mark.parametrize("args,message", [

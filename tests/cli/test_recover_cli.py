@@ -44,7 +44,7 @@ def test_recover_learned_and_rotary(assets, tmp_path):
     assert len(by_position[by_position.condition == "learned"]) == 64  # every position
     assert (by_position["ci_low"] <= by_position["value"] + 1e-12).all()
     hidden = pd.read_csv(tmp_path / "hidden.csv")
-    assert set(hidden["intervention"]) == {"learned", "zero"} and hidden["layer"].max() == 2
+    assert set(hidden["intervention"]) == {"intact", "zero"} and hidden["layer"].max() == 2
 
 
 @pytest.mark.parametrize("args,message", [

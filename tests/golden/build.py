@@ -30,7 +30,7 @@ TEXTS = [
     "She wrote three letters before the rain stopped.",
     "Numbers like seven and twelve appear in many old stories.",
 ]
-KEYS = ["experiment", "matrix", "intervention", "mask", "mask_semantics", "protocol", "computation",
+KEYS = ["experiment", "matrix", "condition", "intervention", "mask", "mask_semantics", "protocol", "computation",
         "metric", "aggregation", "special_tokens", "baseline", "layer", "position", "text_id"]
 NUMBERS = ["value", "ci_low", "ci_high"]
 

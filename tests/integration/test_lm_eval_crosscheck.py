@@ -67,7 +67,7 @@ def _agree(ours: pd.DataFrame, theirs: dict) -> None:
         assert mean == pytest.approx(theirs["results"][f"truthfulqa_{task}"]["acc,none"], abs=1e-4)
 
 
-@pytest.mark.parametrize("intervention", ["learned", "zero"])
+@pytest.mark.parametrize("intervention", ["intact", "zero"])
 def test_tiny_gpt2_through_the_registry_agrees_with_pecli_mc(first_items, shared_data,
                                                              monkeypatch, intervention):
     """model="pecli" by name, as a user's simple_evaluate call: the plugin loads the model."""
@@ -86,7 +86,7 @@ def test_tiny_gpt2_through_the_registry_agrees_with_pecli_mc(first_items, shared
     _agree(ours, theirs)
 
 
-@pytest.mark.parametrize("intervention", ["learned", "zero"])
+@pytest.mark.parametrize("intervention", ["intact", "zero"])
 def test_smollm2_agrees_with_pecli_mc(smollm2, first_items, shared_data, monkeypatch, intervention):
     from pecli.integrations.lm_eval import PecliLM
 

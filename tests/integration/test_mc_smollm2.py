@@ -28,7 +28,7 @@ def test_smollm2_with_and_without_positions(smollm2, shared_data):
     items, _ = mc.load_items("truthfulqa-mc", str(shared_data), limit=2, seed=0)
     reqs = mc.requests(smollm2.tokenizer, items)
     got = tables["mc_items"]
-    for pe in ("learned", "zero"):
+    for pe in ("intact", "zero"):
         with intervene(smollm2, pe):
             for item, req in zip(items, reqs, strict=True):
                 want = {c: _plain_loglik(smollm2, req.context, ids)
@@ -37,8 +37,8 @@ def test_smollm2_with_and_without_positions(smollm2, shared_data):
                 for _, r in rows.iterrows():
                     assert r["value"] == pytest.approx(want[r["choice"]], abs=2e-3), (pe, r["choice"])
     df = tables["mc"]
-    assert df.iloc[0]["intervention"] == "learned" and set(df["intervention"]) == {"learned", "zero"}
+    assert df.iloc[0]["intervention"] == "intact" and set(df["intervention"]) == {"intact", "zero"}
     assert df["value"].between(0, 1).all()
     assert (df["truncated_pairs"] == 0).all() and (df["passes"] == "shared-context").all()
     lls = got.pivot_table(index=["text_id", "task", "choice_index"], columns="intervention", values="value")
-    assert np.abs(lls["learned"] - lls["zero"]).min() > 0.01  # the identity rotation changes every choice
+    assert np.abs(lls["intact"] - lls["zero"]).min() > 0.01  # the identity rotation changes every choice

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.slow
 def test_smollm2_batched_decoding_equals_the_greedy_loop(smollm2):
     trials = [pk.fit(smollm2.tokenizer, k, 192, 0.5) for k in pk.keys(0, 192, 0.5, 3)]
     assert len(pk.batches(trials)) == 1  # three prompts of 192 tokens: one batch
-    for intervention in ("learned", "zero"):
+    for intervention in ("intact", "zero"):
         with intervene(smollm2, intervention, 0):
             assert pk.decode(smollm2, trials) == [pk.greedy_without_cache(smollm2, t.ids) for t in trials]
 
@@ -26,5 +26,5 @@ def test_smollm2_passkey_table(smollm2):
                               "trials": 3, "intervention": "zero"}, "t")
     acc = run(o, loaded=smollm2)["passkey"].set_index(["intervention", "depth"])
     # measured: intact 6/6 at 256 tokens; the identity rotation (no positions) drops it
-    assert acc.loc[("learned", "all"), "correct"] >= 5
-    assert acc.loc[("zero", "all"), "correct"] < acc.loc[("learned", "all"), "correct"]
+    assert acc.loc[("intact", "all"), "correct"] >= 5
+    assert acc.loc[("zero", "all"), "correct"] < acc.loc[("intact", "all"), "correct"]

@@ -44,7 +44,7 @@ def test_minilm_and_random_gpt2(minilm, shared_data, monkeypatch):
     chance = _by(hidden, model="minilm", metric="probe_chance_mae").set_index(["intervention", "layer"])["value"]
     # With positions the embedding output carries them; without, a bidirectional encoder
     # is permutation-equivariant and stays near chance at every layer.
-    assert mae["learned", 0] < 0.5 * chance["learned", 0]
+    assert mae["intact", 0] < 0.5 * chance["intact", 0]
     assert (mae["zero"] > 0.8 * chance["zero"]).all()
 
 
@@ -58,7 +58,7 @@ def test_smollm2_hidden_state_probe_only(smollm2, shared_data, monkeypatch):
     assert len(hidden) == 31 * 2 * 2  # layers (embeddings + 30) x interventions x (mae, chance)
     mae = _by(hidden, metric="probe_mae").set_index(["intervention", "layer"])["value"]
     chance = _by(hidden, metric="probe_chance_mae")["value"].iloc[0]
-    assert mae["learned"].min() < 0.7 * chance  # some layer carries position
-    assert (mae["learned"] != mae["zero"]).any()  # the identity rotation changed the states
+    assert mae["intact"].min() < 0.7 * chance  # some layer carries position
+    assert (mae["intact"] != mae["zero"]).any()  # the identity rotation changed the states
     # the token embeddings carry no position, with or without rotary
-    assert mae["learned", 0] == mae["zero", 0]
+    assert mae["intact", 0] == mae["zero", 0]

@@ -33,10 +33,10 @@ def _by_token(m, name):
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_learned_vs_learned_is_one_for_every_token(family, tiny):
-    m = measure(tiny(family), TEXTS, ["learned"])
-    assert m.cosine["learned"].shape == (3, m.tokens)  # embeddings + 2 layers
-    np.testing.assert_allclose(m.cosine["learned"], 1.0, atol=1e-6)
+def test_intact_vs_intact_is_one_for_every_token(family, tiny):
+    m = measure(tiny(family), TEXTS, ["intact"])
+    assert m.cosine["intact"].shape == (3, m.tokens)  # embeddings + 2 layers
+    np.testing.assert_allclose(m.cosine["intact"], 1.0, atol=1e-6)
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -173,7 +173,7 @@ def test_an_interrupted_run_resumes_to_the_same_numbers(tiny, tmp_path, monkeypa
         np.testing.assert_array_equal(getattr(resumed, attr), getattr(full, attr))
     for name in names:
         np.testing.assert_array_equal(resumed.cosine[name], full.cosine[name])
-    for name in ["learned", *names]:
+    for name in ["intact", *names]:
         np.testing.assert_array_equal(resumed.pooled[name], full.pooled[name])
     assert (resumed.layers, resumed.width, resumed.tokens) == (full.layers, full.width, full.tokens)
 
@@ -244,14 +244,14 @@ def test_tables_carry_baselines_and_intervals(tiny):
     tp_cos, tp_texts = m.baselines["token_pair"]
     ss_cos, ss_texts = m.baselines["self_similarity"]
     for layer in range(3):
-        tp = rows.loc[("learned", layer, "excluded", "token_pair_cosine_mean")]
-        ss = rows.loc[("learned", layer, "excluded", "self_similarity_mean")]
+        tp = rows.loc[("intact", layer, "excluded", "token_pair_cosine_mean")]
+        ss = rows.loc[("intact", layer, "excluded", "self_similarity_mean")]
         assert tp["value"] == pytest.approx(tp_cos[layer].mean())
         assert ss["value"] == pytest.approx(ss_cos[layer].mean())
         assert (tp["ci_low"], tp["ci_high"]) == pytest.approx(
             pair_interval(tp_cos[layer], *tp_texts.T, 21, n_boot=300, seed=0))
         assert tp["ci_low"] < tp["value"] < tp["ci_high"]
-        assert rows.loc[("learned", layer, "excluded", "self_similarity_std"), "value"] == \
+        assert rows.loc[("intact", layer, "excluded", "self_similarity_std"), "value"] == \
             pytest.approx(ss_cos[layer].std())
         cos = rows.loc[("zero", layer, "included", "cosine_mean")]
         # the interval resamples texts: per-text sums and counts, computed here by hand
@@ -282,7 +282,7 @@ def test_probe_accuracy_interval_contains_the_accuracy():
     rng = np.random.default_rng(0)
     y = np.repeat([0, 1], 40)
     x = y[:, None] + rng.standard_normal((80, 5))
-    rows = probe_accuracy({"learned": x, "zero": rng.standard_normal((80, 5))}, y, seed=0, bootstrap=500)
+    rows = probe_accuracy({"intact": x, "zero": rng.standard_normal((80, 5))}, y, seed=0, bootstrap=500)
     for r in rows:
         assert r["ci_low"] <= r["value"] <= r["ci_high"] and r["ci_high"] - r["ci_low"] > 0
 

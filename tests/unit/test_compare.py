@@ -86,7 +86,7 @@ def test_perplexity_rows_name_the_default_mask_once():
         "intervention": ["learned", "learned", "zero", "zero"], "aggregation": "corpus",
         "mask": ["default", "default", "default", "linear"],
         "mask_semantics": ["legacy", "log-bias", "legacy", "legacy"], "protocol": "study"})
-    assert headline_rows(rows)["condition"].tolist() == ["learned", "zero", "zero + linear/legacy (study)"]
+    assert headline_rows(rows)["condition"].tolist() == ["intact", "zero", "zero + linear/legacy (study)"]  # learned: before 0.2
 
 
 def test_not_a_run_folder(tmp_path):
@@ -117,7 +117,7 @@ def test_length_passkey_and_mc_runs_give_their_numbers_per_length_bucket_and_dep
     length = pd.read_csv(OFFLINE / "length-smollm2" / "length.csv")
     got = table[table["metric"] == "length_perplexity"]
     assert len(got) == len(length.dropna(subset=["value"])) == 36  # 4 conditions x (8 buckets + all)
-    row = got[(got["condition"] == "learned rope yarn:2")
+    row = got[(got["condition"] == "yarn:2")
               & (got["slot"] == "16,384 tokens, positions 14,336-16,384")].iloc[0]
     want = length[(length["rope_scaling"] == "yarn:2") & (length["window_start"] == 14336)
                   & ~length["all_positions"]].iloc[0]
@@ -125,7 +125,7 @@ def test_length_passkey_and_mc_runs_give_their_numbers_per_length_bucket_and_dep
     passkey = table[table["metric"] == "passkey_accuracy"]
     assert sorted(set(passkey["slot"])) == ["10,240 tokens, depth 0.5", "10,240 tokens, depth all",
                                             "4,096 tokens, depth 0.5", "4,096 tokens, depth all"]
-    assert passkey.set_index(["condition", "slot"]).loc[("learned", "10,240 tokens, depth 0.5"), "value"] == 0.5
+    assert passkey.set_index(["condition", "slot"]).loc[("intact", "10,240 tokens, depth 0.5"), "value"] == 0.5
     methods = table.groupby("metric")["interval"].unique()
     assert list(methods["passkey_accuracy"]) == ["95 % Wilson score interval over trials"]
     assert list(methods["length_perplexity"]) == ["95 % percentile bootstrap over windows"]
@@ -152,7 +152,7 @@ def test_the_interval_method_comes_from_the_rows_then_the_sidecar(tmp_path):
                          "interval_method": ["Wilson score interval over documents", "bootstrap over documents"]})
     got = headline_rows(rows)
     assert got["interval"].tolist() == ["Wilson score interval over documents", "bootstrap over documents"]
-    assert got["metric"].tolist() == ["t_acc", "t_acc"] and got["condition"].tolist() == ["learned", "zero"]
+    assert got["metric"].tolist() == ["t_acc", "t_acc"] and got["condition"].tolist() == ["intact", "zero"]
     plain = rows.drop(columns=["interval_method", "task"]).assign(experiment="mc", metric="mc1")
     assert headline_rows(plain, "95 % sidecar method")["interval"].tolist() == ["95 % sidecar method"] * 2
     assert headline_rows(plain)["interval"].tolist() == ["95 % percentile bootstrap over items"] * 2

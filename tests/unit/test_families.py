@@ -1,6 +1,6 @@
 """Every family's position scheme, exactly, on a tiny config of its real transformers class.
 
-- intact (`learned`) is bit-identical to the unmodified model;
+- `intact` is bit-identical to the unmodified model;
 - `zero` equals a model built independently without positions (transformers' own config
   switch where it has one: partial_rotary_factor 0; else a copy with the position weights
   or frequencies zeroed by their names in the state, not through pecli's ArchSpec paths);
@@ -98,7 +98,7 @@ def without_positions(loaded, monkeypatch):
 def test_intact_is_bit_identical_to_the_unmodified_model(family, tiny):
     loaded, fresh = tiny(family), tiny(family)
     ids, mask = _batch()
-    with intervene(loaded, "learned"):
+    with intervene(loaded, "intact"):
         inside = _hidden(loaded.model, ids, mask)
     assert torch.equal(inside, _hidden(fresh.model, ids, mask))
 
@@ -284,7 +284,7 @@ def test_rotary_model_types_through_the_llama_path(model_type):
     ids, mask = _batch()
     plain = _hidden(loaded.model, ids, mask)
     own_attention = loaded.model.config._attn_implementation
-    with intervene(loaded, "learned"):  # intact
+    with intervene(loaded, "intact"):  # intact
         assert torch.equal(_hidden(loaded.model, ids, mask), plain)
     reference = _hidden(_zero_named(loaded.model, ("inv_freq",)), ids, mask)
     assert (plain - reference).abs().max() > 1e-5

@@ -175,9 +175,9 @@ def test_stream_joins_documents_by_eos_in_order(tiny):
 
 
 def test_conditions_intact_first_then_crossed():
-    o = LengthOptions.build({"intervention": "learned,zero", "rope_scaling": "yarn:2"}, "t")
-    got = [(str(how.intervention), name) for how, name, _ in conditions(o)]
-    assert got == [("learned", "none"), ("learned", "yarn:2"), ("zero", "none"), ("zero", "yarn:2")]
+    o = LengthOptions.build({"intervention": "intact,zero", "rope_scaling": "yarn:2"}, "t")
+    got = [(str(c.intervention), str(c.rope or "none")) for c in conditions(o)]
+    assert got == [("intact", "none"), ("intact", "yarn:2"), ("zero", "none"), ("zero", "yarn:2")]
 
 
 def _run_on(loaded, options, docs):
@@ -271,25 +271,25 @@ def test_rotary_interventions_act_on_the_scaled_model(tiny, docs):
     """zero replaces the rotary output by cos = 1, sin = 0, so yarn (which scales cos and sin)
     changes nothing under it; were the intervention hooked to the replaced module, it would."""
     loaded = tiny("llama")
-    o = LengthOptions.build({"model": "llama", "lengths": "48,128", "intervention": "learned,zero,shuffle",
+    o = LengthOptions.build({"model": "llama", "lengths": "48,128", "intervention": "intact,zero,shuffle",
                              "rope_scaling": "yarn:2", "bootstrap": 0, "buckets": 1}, "t")
     df = _run_on(loaded, o, docs)
     whole = df[df["all_positions"] & (df["length"] == 48)].set_index(["intervention", "rope_scaling"])
     assert whole.loc[("zero", "yarn:2"), "nll_mean"] == whole.loc[("zero", "none"), "nll_mean"]
-    assert whole.loc[("learned", "yarn:2"), "nll_mean"] != whole.loc[("learned", "none"), "nll_mean"]
+    assert whole.loc[("intact", "yarn:2"), "nll_mean"] != whole.loc[("intact", "none"), "nll_mean"]
     past = df[(df["length"] == 128) & (df["intervention"] == "shuffle")]
     assert past["note"].str.startswith("not applicable: shuffle permutes the model's 64").all()
 
 
 def test_band_rows_that_do_not_apply_say_why(tiny, docs):
-    o = LengthOptions.build({"model": "llama", "lengths": "32", "intervention": "learned,zero",
+    o = LengthOptions.build({"model": "llama", "lengths": "32", "intervention": "intact,zero",
                              "mask_semantics": "legacy,log-bias", "rope_scaling": "dynamic:2",
                              "windows": "band", "bootstrap": 0, "buckets": 1}, "t")
     df = _run_on(tiny("llama"), o, docs)
     whole = df[df["all_positions"]]
     assert len(whole) == 4  # the default mask once per intervention, not once per semantics
     done = whole[whole["note"].fillna("") == ""]
-    assert list(zip(done["intervention"], done["rope_scaling"], strict=True)) == [("learned", "none")]
+    assert list(zip(done["intervention"], done["rope_scaling"], strict=True)) == [("intact", "none")]
     assert (done["passes"] == "band pass").all()
     notes = whole[whole["note"].fillna("") != ""]["note"]
     assert notes.str.startswith("not applicable: ").all() and notes.str.contains("dynamic").any()

@@ -115,7 +115,7 @@ def test_conditions_put_the_intact_model_first_and_cross_rope_scaling():
                                    "intervention": ["zero"], "rope_scaling": "yarn:2"}, "test")
     grid = plugin.conditions(options)
     assert [(c["intervention"], c["rope_scaling"]) for c in grid] == [
-        ("learned", None), ("learned", "yarn:2"), ("zero", None), ("zero", "yarn:2")]
+        ("intact", None), ("intact", "yarn:2"), ("zero", None), ("zero", "yarn:2")]
     assert plugin.condition_dir(grid[-1]) == "zero-default-legacy-yarn_2"
 
 

@@ -193,8 +193,8 @@ def test_intact_condition_first_and_interval_columns(tiny, items_file):
     tables = run(intervention="zero", dataset=str(items_file), loaded=_lm(tiny, "gpt2"), bootstrap=200)
     df = tables["mc"]
     first = df.iloc[0]
-    assert (first["intervention"], first["mask"], bool(first["intact"])) == ("learned", "default", True)
-    assert list(dict.fromkeys(df["intervention"])) == ["learned", "zero"]
+    assert (first["intervention"], first["mask"], bool(first["intact"])) == ("intact", "default", True)
+    assert list(dict.fromkeys(df["intervention"])) == ["intact", "zero"]
     mc2 = df[(df.metric == "mc2") & (df.intervention == "zero")].iloc[0]
     assert mc2["ci_low"] <= mc2["value"] <= mc2["ci_high"]
     values = tables["mc_items"].query("intervention == 'zero' and task == 'mc2'").drop_duplicates(

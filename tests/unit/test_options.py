@@ -37,7 +37,7 @@ def test_options_are_frozen():
     ({"intervention": "shift"}, InterventionError, "needs an argument: write shift:K"),
     ({"intervention": "shift:x"}, InterventionError, "shift needs an integer, got 'x'"),
     ({"intervention": "zero:1"}, InterventionError, "takes no argument"),
-    ({"intervention": "learned"}, ConfigError, "`learned` is the baseline"),
+    ({"intervention": "intact"}, ConfigError, "`intact` is the baseline"),
     ({"intervention": 3}, ConfigError, "not a name or a list of names"),
     ({"limit": "four"}, ConfigError, "limit (--limit): 'four' is not an integer or null"),
     ({"limit": 0}, ConfigError, "limit (--limit): 0 is out of range (at least 1)"),
@@ -75,7 +75,7 @@ def test_deprecated_names_still_work_with_a_warning():
     with pytest.warns(FutureWarning, match="'pe' is deprecated; use 'intervention'"):
         old = PerplexityOptions.build({"pe": "learned,zero", "masks": "linear",
                                        "semantics": "log-bias"}, "t")
-    new = PerplexityOptions.build({"intervention": ["learned", "zero"], "mask": ["linear"],
+    new = PerplexityOptions.build({"intervention": ["intact", "zero"], "mask": ["linear"],
                                    "mask_semantics": ["log-bias"]}, "t")
     assert old == new
 

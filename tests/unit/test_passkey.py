@@ -71,7 +71,7 @@ def test_decoding_rule_is_the_first_integer(text, expected):
     assert pk.answer(text) == expected
 
 
-@pytest.mark.parametrize("family, intervention", [("llama", "learned"), ("llama", "zero"),
+@pytest.mark.parametrize("family, intervention", [("llama", "intact"), ("llama", "zero"),
                                                   ("llama", "shuffle"), ("gpt2", "zero")])
 def test_batched_cached_decoding_equals_the_literal_greedy_loop(tiny, family, intervention):
     """Batches of equal-length prompts with the KV cache = one prompt at a time, every step a
@@ -105,8 +105,8 @@ def test_options_refuse_bad_values():
 
 def test_conditions_intact_first_crossed_with_rope_scaling():
     o = PasskeyOptions.build({"intervention": "zero", "rope_scaling": "yarn:2"}, "t")
-    got = [(str(i), r) for i, r, _ in conditions(o)]
-    assert got == [("learned", "none"), ("learned", "yarn:2"), ("zero", "none"), ("zero", "yarn:2")]
+    got = [(str(c.intervention), str(c.rope or "none")) for c in conditions(o)]
+    assert got == [("intact", "none"), ("intact", "yarn:2"), ("zero", "none"), ("zero", "yarn:2")]
 
 
 def test_tables_and_not_applicable_rows(tiny, tmp_path):
@@ -118,12 +118,12 @@ def test_tables_and_not_applicable_rows(tiny, tmp_path):
                               "trials": 2, "intervention": "zero"}, "t")
     tables = run(o, loaded=loaded)
     trials, acc = tables["passkey_trials"], tables["passkey"]
-    assert list(dict.fromkeys(trials["intervention"])) == ["learned", "zero"]
+    assert list(dict.fromkeys(trials["intervention"])) == ["intact", "zero"]
     assert len(trials) == 2 * 3 * 2 * 2
     at = trials.set_index(["intervention", "length"])["note"]
-    assert at.loc[("learned", 128)].str.startswith("not applicable: 96 learned positions").all()
-    assert at.loc[("learned", 20)].str.contains("template alone is longer").all()
-    assert (at.loc[("learned", 80)] == "").all()
+    assert at.loc[("intact", 128)].str.startswith("not applicable: 96 learned positions").all()
+    assert at.loc[("intact", 20)].str.contains("template alone is longer").all()
+    assert (at.loc[("intact", 80)] == "").all()
     scored = trials[trials["note"] == ""]
     assert (scored["tokens"] == 80).all() and scored["value"].isin([0.0, 1.0]).all()
     assert set(scored["k"]) == set(pk.keys(0, 80, 0.0, 2) + pk.keys(0, 80, 1.0, 2))
@@ -140,7 +140,7 @@ def test_tables_and_not_applicable_rows(tiny, tmp_path):
 def test_accuracy_counts_and_intervals_from_trials():
     from pecli.experiments.passkey import _accuracy
 
-    base = {"model": "m", "intervention": "learned", "rope_scaling": "none", "length": 64, "note": "",
+    base = {"model": "m", "intervention": "intact", "rope_scaling": "none", "length": 64, "note": "",
             "trial": 0, "k": 1, "tokens": 64, "output": "", "answer": None, "metric": "correct"}
     rows = [{**base, "depth": d, "value": v} for d, v in [(0.0, 1.0), (0.0, 1.0), (0.0, 0.0),
                                                            (1.0, 0.0), (1.0, 0.0), (1.0, 1.0)]]

@@ -73,7 +73,7 @@ def test_run_probe_tables(family, reviews, monkeypatch):
     out = pe_exp.run_probe(ProbeOptions(models=["tiny"], dataset=str(reviews), limit=None,
                                         max_length=16, folds=4, pairs=100, device="cpu"))
     hidden = out["hidden"]
-    assert set(hidden["intervention"]) == {"learned", "zero"}
+    assert set(hidden["intervention"]) == {"intact", "zero"}
     assert len(hidden) == 2 * 3 * 2  # interventions x layers x (mae, chance)
     assert hidden["value"].ge(0).all() and (hidden["tokens"] == hidden["tokens"].iloc[0]).all()
     spec = make_tiny(family).spec
@@ -107,7 +107,7 @@ def test_zero_positions_in_an_encoder_leave_the_probe_at_chance():
     for layer in range(3):
         mae = {r["metric"]: r["value"] for r in rows if r["layer"] == layer}
         assert mae["probe_mae"] == pytest.approx(mae["probe_chance_mae"], abs=0.5)
-    with_pe = pe_exp.hidden_probe(loaded, ids, "learned", folds=5, seed=0)
+    with_pe = pe_exp.hidden_probe(loaded, ids, "intact", folds=5, seed=0)
     first = {r["metric"]: r["value"] for r in with_pe if r["layer"] == 0}
     assert first["probe_mae"] < 0.5 * first["probe_chance_mae"]
 
@@ -151,4 +151,4 @@ def test_deprecated_probe_and_recover_keys_build_the_same_options():
     assert old == ProbeOptions(models=("a", "b"), intervention="zero", text_field="x")
     with pytest.warns(FutureWarning, match="'n_boot' is deprecated; use 'bootstrap'"):
         assert RecoverOptions.build({"n_boot": 700}, "t") == RecoverOptions(bootstrap=700)
-    assert ProbeOptions().as_dict()["intervention"] == ["learned", "zero"]
+    assert ProbeOptions().as_dict()["intervention"] == ["intact", "zero"]

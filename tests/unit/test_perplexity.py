@@ -239,9 +239,9 @@ def test_an_interrupted_grid_resumes_its_finished_computations(tiny, tmp_path, m
     loaded = tiny("gpt2")
     pd.DataFrame({"text": TEXTS}).to_csv(tmp_path / "t.csv", index=False)
     grid = exp.PerplexityOptions.build(dict(
-        dataset=str(tmp_path / "t.csv"), intervention=["learned", "zero"], mask="linear",
+        dataset=str(tmp_path / "t.csv"), intervention=["intact", "zero"], mask="linear",
         mask_semantics="log-bias", protocol=["relative", "study"]), "test")
-    full = exp.run(grid, loaded=loaded)  # 5 computations: the intact baseline (learned, default) + 2 x 2
+    full = exp.run(grid, loaded=loaded)  # 5 computations: the intact baseline (intact, default) + 2 x 2
     real, calls = pecli.measures.lm_scoring.score, []
 
     def interrupted_in_the_third(*args, **kwargs):
@@ -274,12 +274,12 @@ def test_conditions_put_the_intact_baseline_first_and_read_e3_without_pe():
                                                mask_semantics=semantics, protocol=protocol), "t")
         return [(str(p.intervention), str(p.mask)) for p in conditions(options)]
 
-    assert pairs(None, "default") == [("learned", "default")]
-    assert pairs(None, "linear") == [("learned", "default"), ("zero", "default"), ("zero", "linear")]
+    assert pairs(None, "default") == [("intact", "default")]
+    assert pairs(None, "linear") == [("intact", "default"), ("zero", "default"), ("zero", "linear")]
     # an explicit intervention keeps its meaning, after the baseline
-    assert pairs("zero", "linear") == [("learned", "default"), ("zero", "linear")]
-    assert pairs(["learned", "zero"], ["default", "linear"]) == [
-        ("learned", "default"), ("learned", "linear"), ("zero", "default"), ("zero", "linear")]
+    assert pairs("zero", "linear") == [("intact", "default"), ("zero", "linear")]
+    assert pairs(["intact", "zero"], ["default", "linear"]) == [
+        ("intact", "default"), ("intact", "linear"), ("zero", "default"), ("zero", "linear")]
     assert len(pairs(None, "linear", "legacy,log-bias", "study")) == 6
 
 
@@ -315,8 +315,8 @@ def test_study_values_only_for_the_studys_model_and_data():
     def value(model, data, pe, mask, semantics):
         return _study_value(model, data, plan(mask, semantics, "study", pe))
 
-    assert value("gpt2", "truthfulqa", "learned", "default", "boolean") == 111.2409
+    assert value("gpt2", "truthfulqa", "intact", "default", "boolean") == 111.2409
     assert value("gpt2", "truthfulqa", "zero", "linear", "legacy") == 11897.4824
     assert np.isnan(value("gpt2", "truthfulqa", "zero", "linear", "log-bias"))
-    assert np.isnan(value("random:gpt2", "truthfulqa", "learned", "default", "legacy"))
-    assert np.isnan(value("gpt2", "imdb", "learned", "default", "legacy"))
+    assert np.isnan(value("random:gpt2", "truthfulqa", "intact", "default", "legacy"))
+    assert np.isnan(value("gpt2", "imdb", "intact", "default", "legacy"))

@@ -79,7 +79,7 @@ def test_a_condition_has_one_colour_in_every_ablate_figure(captured, tmp_path):
 def _perplexity_table(huge: float):
     rows = []
     for iv, (mask, sem, proto), agg in itertools.product(
-            ["learned", "zero"],
+            ["intact", "zero"],
             [("default", "legacy", "study"), ("default", "legacy", "relative"),
              ("linear", "legacy", "study"), ("linear", "legacy", "relative"),
              ("linear", "log-bias", "study"), ("linear", "log-bias", "relative")],

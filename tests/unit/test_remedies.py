@@ -256,14 +256,14 @@ def test_sinks_equal_the_streaming_decode(model, k, w):
     streamed = _streaming_nll(model, ids, k, w)
     ours = _one_pass_nll(model, ids, f"sinks:{k}:{w}")
     assert torch.allclose(ours, streamed, atol=1e-4), (ours - streamed).abs().max()
-    intact = _one_pass_nll(model, ids, "learned")
+    intact = _one_pass_nll(model, ids, "intact")
     assert (ours - intact).abs().max() > 1e-3
 
 
 def test_streaming_reference_is_the_plain_model_when_nothing_is_evicted(model):
     """The reference itself: with a cache that never fills, it is ordinary causal decoding."""
     ids = _ids(model, n=20)
-    assert torch.allclose(_streaming_nll(model, ids, 4, 16), _one_pass_nll(model, ids, "learned"),
+    assert torch.allclose(_streaming_nll(model, ids, 4, 16), _one_pass_nll(model, ids, "intact"),
                           atol=1e-4)
 
 

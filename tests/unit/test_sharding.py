@@ -28,7 +28,7 @@ def _nlls(loaded, pe: str, shape: str, semantics: str, protocol: str) -> list[to
         return score(loaded, prepared, shape, semantics, protocol)[0]
 
 
-CONDITIONS = [("learned", "default", "legacy", "relative"), ("zero", "linear", "log-bias", "relative"),
+CONDITIONS = [("intact", "default", "legacy", "relative"), ("zero", "linear", "log-bias", "relative"),
               ("shuffle", "linear", "log-bias", "study"), ("shift:2", "exponential", "scale", "relative")]
 
 

@@ -1,0 +1,79 @@
+"""Results written before 0.2, rewritten as 0.2 writes them, every number untouched.
+
+0.2 calls the unmodified model `intact` (it was `learned`, also for rotary, ALiBi and
+relative-bias models) and gives every table a `condition` column
+(pecli.positions.conditions.label). `migrate(folder)` rewrites each results table under a
+folder that way (pecli.positions.conditions.upgraded), reading and writing every cell as
+text so that no other byte of a row changes, then records it in the table's sidecar: the new
+`table_sha256`, and `migrated` (what changed, from which sha256, by what). A preset's cache
+keys stay valid: an entry's key also matches its options with `intact` spelled `learned`
+(pecli.runs.config.Entry.keys), so `pecli reproduce` skips the migrated sections.
+
+    python -m pecli.experiments.migrate results/offline
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from pecli.positions.conditions import upgraded
+from pecli.runs.io import write_csv, write_json
+from pecli.runs.provenance import file_sha256
+
+NOTE = ("0.2 (issue 33): the unmodified model renamed learned -> intact (intervention, "
+        "probe_trained_on) and a `condition` column added; every other cell unchanged")
+
+
+def migrate_table(path: Path) -> bool:
+    """Rewrite one table (and its sidecar) if it was written before 0.2; whether it changed."""
+    path = Path(path)
+    old = pd.read_csv(path, dtype=str, keep_default_na=False, low_memory=False)
+    new = upgraded(old)
+    if new.equals(old):
+        return False
+    side = path.parent / (path.name.split(".")[0] + ".json")
+    before = file_sha256.__wrapped__(path)
+    write_csv(new, path)
+    if side.exists():
+        meta = json.loads(side.read_text(encoding="utf-8"))
+        meta["migrated"] = {"note": NOTE, "table_sha256_before": before,
+                            "by": "pecli.experiments.migrate"}
+        meta["table_sha256"] = file_sha256.__wrapped__(path)
+        write_json(meta, side)
+    return True
+
+
+def migrate(folder: Path) -> list[Path]:
+    """Every results table under `folder` migrated; the ones that changed. In a preset's
+    folder (`pecli reproduce --out`), an entry with a changed table has its figures drawn
+    again from the migrated tables, as `pecli reproduce` names them (the same files)."""
+    folder = Path(folder)
+    tables = sorted(p for pattern in ("*.csv", "*.csv.gz") for p in folder.rglob(pattern))
+    changed = [p for p in tables if migrate_table(p)]
+    for done in sorted(folder.glob("*/done.json")):
+        if any(p.parent == done.parent for p in changed):
+            _redraw(folder, done)
+    return changed
+
+
+def _redraw(out: Path, done: Path) -> list[Path]:
+    from pecli.experiments import EXPERIMENTS, load_all
+
+    load_all()
+    record = json.loads(done.read_text(encoding="utf-8"))
+    experiment = EXPERIMENTS.get(record["config"]["experiment"])
+    tables = {name: done.parent / file for name, file in record["tables"].items()}
+    drawn = experiment.figures(tables, out / "figures" / done.parent.name)
+    recorded = {(out / p).resolve() for p in record["figures"]}
+    if {Path(p).resolve() for p in drawn} != recorded:
+        raise RuntimeError(f"{done.parent.name}: the figures drawn differ from the ones recorded")
+    return drawn
+
+
+if __name__ == "__main__":
+    for path in migrate(Path(sys.argv[1])):
+        print(f"migrated {path}")

@@ -1,0 +1,390 @@
+"""The condition: what was done to a model's positions for one row of a table.
+
+A condition is one frozen value, parsed once from the options: an intervention, a mask with
+its semantics and protocol, a rope scaling (its type and parameters, parsed once: a
+`pecli.runs.options.Rope`), and how it is computed (the attention to install, the passes),
+decided once by `plan`. Every experiment on a model (ablate, perplexity, mc, length, passkey,
+lm-eval) uses it the same way:
+
+    grid = conditions.grid(options)                  # the intact model first, then the crossing
+    conditions.check_all(grid, options.model, causal=True)   # before weights load: the config
+    loaded = load(options.model, options)
+    conditions.check_all(grid, loaded, causal=True)          # again, on the loaded model
+    for c in grid:
+        with c.applied(loaded, seed):                # one context stack, in KINDS' order
+            ...score...
+        rows.append({"condition": c.label, **c.names, ...})
+
+- Checked in one place: `Condition.check(target, length)` decides every "not applicable" (a
+  causal LM, the kind of positions, maskable attention, a rotary model for rope scaling, a
+  length past the model's positions), on a `ModelRef` before loading and on the loaded model.
+- Applied in one place: `Condition.applied(loaded, seed)` enters each kind's context in the
+  order of KINDS' `order`: rope scaling first (it rebuilds the rotary modules), then the
+  intervention (whose rotary hooks must sit on the rebuilt module), then the attention.
+- Named in one place: `label(row)` (pecli.positions.labels, torch-free), from a row's
+  columns, so a written CSV, a summary, a figure and `pecli compare` name a condition
+  alike: the changed parts joined by " + ", `intact` when nothing changed.
+- Crossed in one place: `grid`.
+
+Adding a kind of condition (attention sinks, Self-Extend, ...): a field on `Condition` (its
+default: unchanged), one `Kind` in KINDS (its columns, check and context) and its label part
+in pecli.positions.labels.PARTS; tests/unit/test_conditions.py checks the three agree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
+from dataclasses import dataclass, fields
+from typing import Any
+
+from pecli.positions import labels
+from pecli.positions.labels import INTACT, OLD_INTACT, UNCHANGED_ROPE, label, labelled, upgraded
+from pecli.runs import names
+from pecli.runs.errors import ModelError
+from pecli.runs.names import Choice
+from pecli.runs.options import Rope
+
+__all__ = ["INTACT", "OLD_INTACT", "UNCHANGED_ROPE", "label", "labelled", "upgraded"]  # names too
+
+
+class NotApplicable(ModelError):
+    """A condition that cannot act on a model at a length: a row's note, or a one-line error."""
+
+
+@dataclass(frozen=True)
+class Attention:
+    """A masked attention to install (pecli.positions.masks.masked_attention): what it computes."""
+
+    mask: Choice
+    semantics: Choice
+    mode: str  # pecli.positions.masks.MODES: relative (each row its own prefix) or keys (one 1-D mask)
+
+    def __str__(self) -> str:
+        return f"{self.mask}/{self.semantics}/{self.mode}"
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One condition and how it is computed, decided once (`plan`) and handed down.
+
+    The condition: intervention, mask, mask_semantics, protocol (parsed names) and rope (a
+    parsed --rope-scaling item, None: unscaled). How: the attention to install (None: the
+    model unchanged), the passes ("one-pass" or "prefix-by-prefix"), whether every shortcut
+    is skipped (`literal`, plan(fast=False)), and why a shortcut is exact. `computation`
+    names the attention in rows and keys.
+    """
+
+    intervention: Choice
+    mask: Choice
+    mask_semantics: Choice
+    protocol: Choice
+    attention: Attention | None
+    passes: str
+    literal: bool = False
+    why: str = ""
+    rope: Rope | None = None
+
+    @property
+    def computation(self) -> str:
+        return "model" if self.attention is None else str(self.attention)
+
+    @property
+    def names(self) -> dict[str, str]:
+        """The mask grid's columns (intervention, mask, mask_semantics, protocol)."""
+        return {"intervention": str(self.intervention), "mask": str(self.mask),
+                "mask_semantics": str(self.mask_semantics), "protocol": str(self.protocol)}
+
+    def columns(self, loaded=None) -> dict[str, str]:
+        """Every kind's columns, the label first (rope_parameters resolved when `loaded`)."""
+        out: dict[str, str] = {}
+        for kind in KINDS:
+            out.update(kind.columns(self, loaded))
+        return {"condition": label(out), **out}
+
+    @property
+    def label(self) -> str:
+        """The condition's one name: `intact`, `zero`, `zero + linear/log-bias (study) + yarn:2`."""
+        return self.columns()["condition"]
+
+    @property
+    def intact(self) -> bool:
+        return self.label == INTACT
+
+    def check(self, target, length: int | None = None, *, causal: bool = False,
+              what: str = "the window's") -> None:
+        """Raise unless this condition can act on `target`: a model name or a ModelRef (its
+        config only, before weights load), or a LoadedModel; with `length`, also at that many
+        tokens (NotApplicable: `what` names them in the message). The one place that decides."""
+        ref = _target(target)
+        if ref is None:  # only loading will tell
+            return
+        if causal:
+            check_causal(ref)
+        for kind in KINDS:
+            kind.check(self, ref)
+        if length is not None:
+            _check_length(self, ref, length, what)
+
+    def reason(self, target, length: int, what: str = "the window's") -> str | None:
+        """Why this condition is not applicable at `length` tokens (a row's note), or None."""
+        try:
+            self.check(target, length, what=what)
+        except NotApplicable as err:
+            return str(err)
+        return None
+
+    def prepare(self, loaded, seed: int = 0) -> Callable[[], AbstractContextManager]:
+        """The slow part done once (new rows, a donor model); a cheap factory of `applied`."""
+        steps = [kind.prepare(self, loaded, seed) for kind in sorted(KINDS, key=lambda k: k.order)]
+
+        @contextmanager
+        def apply() -> Iterator[None]:
+            with ExitStack() as stack:
+                for step in steps:
+                    stack.enter_context(step())
+                yield
+
+        return apply
+
+    def applied(self, loaded, seed: int = 0) -> AbstractContextManager:
+        """`loaded` under this condition for the block; restored exactly on exit."""
+        return self.prepare(loaded, seed)()
+
+
+# --- the kinds of a condition: one entry each ----------------------------------------------
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One kind of condition, reading `fields` of Condition. `columns(condition, loaded)`: its table columns; `label(row)`:
+    its part of the label from those columns (None when unchanged); `check(condition, ref)`:
+    raises when it cannot act on the model; `prepare(condition, loaded, seed)`: a factory of
+    the context that applies it; `order`: where that context enters the stack (lowest first)."""
+
+    name: str
+    fields: tuple[str, ...]  # the fields of Condition it reads
+    order: int
+    columns: Callable[[Condition, Any], dict[str, str]]
+    label: Callable[[Mapping], str | None]
+    check: Callable[[Condition, Any], None]
+    prepare: Callable[[Condition, Any, int], Callable[[], AbstractContextManager]]
+
+
+def _intervention_check(c: Condition, ref) -> None:
+    from pecli.positions.interventions import check_applies
+
+    check_applies(ref, c.intervention)
+
+
+def _intervention_prepare(c: Condition, loaded, seed: int):
+    from pecli.positions.interventions import prepare
+
+    return prepare(loaded, c.intervention, seed)
+
+
+def _mask_columns(c: Condition, loaded) -> dict[str, str]:
+    names_ = c.names
+    return {k: names_[k] for k in ("mask", "mask_semantics", "protocol")}
+
+
+def _mask_check(c: Condition, ref) -> None:
+    if c.attention is not None:
+        from pecli.positions.masks import check_maskable
+
+        check_maskable(ref)
+
+
+def _mask_prepare(c: Condition, loaded, seed: int):
+    a = c.attention
+    if a is None:
+        return nullcontext
+
+    def install():
+        from pecli.positions.masks import masked_attention
+
+        return masked_attention(loaded.model, str(a.mask), a.semantics.name, a.mode)
+
+    return install
+
+
+def _rope_columns(c: Condition, loaded) -> dict[str, str]:
+    if loaded is None:
+        return {"rope_scaling": str(c.rope or UNCHANGED_ROPE)}
+    from pecli.positions.rope_scaling import provenance, resolve
+
+    config = loaded.model.config
+    resolved = resolve(config, c.rope.parameters) if c.rope else None
+    return provenance(str(c.rope or UNCHANGED_ROPE), resolved, config)
+
+
+def _rope_check(c: Condition, ref) -> None:
+    """--rope-scaling needs a rotary module that transformers rebuilds from rope_parameters;
+    GPT-J keeps fixed sin/cos tables in its blocks instead (spec.sincos)."""
+    if c.rope is None:
+        return
+    spec = ref.spec
+    if spec.position not in ("rotary", "partial rotary"):
+        raise ModelError(f"{ref.name} has {spec.position} positions; --rope-scaling applies to "
+                         "rotary models (e.g. smollm2, random:llama): drop it or the model")
+    if spec.sincos:
+        raise ModelError(f"{ref.name} ({spec.family}) keeps its rotation as fixed sin/cos tables, "
+                         "with no rope_parameters to scale; drop --rope-scaling or the model")
+    if getattr(ref, "model", None) is not None:  # loaded: transformers validates the parameters
+        from pecli.positions.rope_scaling import resolve
+
+        resolve(ref.model.config, c.rope.parameters)
+
+
+def _rope_prepare(c: Condition, loaded, seed: int):
+    if c.rope is None:
+        return nullcontext
+
+    def scale():
+        from pecli.positions.rope_scaling import rope_scaled
+
+        return rope_scaled(loaded.model, c.rope.parameters)
+
+    return scale
+
+
+# Label order (and columns' order) is this list's; the stack's is `order`.
+KINDS: tuple[Kind, ...] = (
+    Kind("intervention", ("intervention",), 1, lambda c, loaded: {"intervention": str(c.intervention)},
+         labels.PARTS["intervention"], _intervention_check, _intervention_prepare),
+    Kind("mask", ("mask", "mask_semantics", "protocol"), 2, _mask_columns, labels.PARTS["mask"],
+         _mask_check, _mask_prepare),
+    Kind("rope", ("rope",), 0, _rope_columns, labels.PARTS["rope"], _rope_check, _rope_prepare),
+)
+
+
+# --- one check: applicability ----------------------------------------------------------------
+
+
+def _target(target):
+    """A ModelRef or LoadedModel; a model name is peeked (None: only loading will tell)."""
+    if isinstance(target, str):
+        from pecli.models.loading import peek
+
+        return peek(target)
+    return target
+
+
+def check_causal(ref) -> None:
+    """Next-token scores need a causal LM with an output head (a ModelRef: its family says)."""
+    model = getattr(ref, "model", None)
+    if not ref.spec.causal or (model is not None and model.get_output_embeddings() is None):
+        raise ModelError(
+            f"not applicable: {ref.name} is a {ref.spec.family} encoder without a language-model "
+            "head: perplexity needs a causal LM (e.g. smollm2, random:gpt2, random:llama, gpt2)")
+
+
+def _check_length(c: Condition, ref, length: int, what: str) -> None:
+    n = getattr(ref, "max_positions", None)  # known once weights load
+    if n is None:
+        return
+    from pecli.positions.extension import not_applicable
+
+    why = not_applicable(ref, length)
+    if why is not None:
+        raise NotApplicable(why)
+    if c.intervention.name == "shuffle" and length > n:
+        raise NotApplicable(f"not applicable: shuffle permutes the model's {n} positions, fewer "
+                            f"than {what}")
+
+
+def check_all(grid: Iterable[Condition], target, *, causal: bool = False) -> None:
+    """Every condition of a run checked on one model (a name before loading, or the loaded
+    model), the first failure raised: `Condition.check` on each."""
+    ref = _target(target)
+    for c in dict.fromkeys(grid):
+        c.check(ref, causal=causal)
+
+
+# --- planning: how one condition is computed ---------------------------------------------------
+
+
+def _choice(registry, value: str | Choice) -> Choice:
+    return value if isinstance(value, Choice) else names.parse(registry, value)
+
+
+def plan(mask: str | Choice = "default", semantics: str | Choice = "legacy",
+         protocol: str | Choice = "relative", intervention: str | Choice = INTACT,
+         fast: bool = True, rope: Rope | None = None) -> Condition:
+    """Which attention and which passes compute this condition: the one place that decides.
+
+    Names may be given as text (tests, benchmarks) or as the Choices an options object parsed.
+    `fast=False` is the literal route: no shortcut, one pass per prefix under both protocols.
+    """
+    mask, semantics = _choice(names.MASKS, mask), _choice(names.MASK_SEMANTICS, semantics)
+    protocol = _choice(names.PROTOCOLS, protocol)
+    condition = (_choice(names.INTERVENTIONS, intervention), mask, semantics, protocol)
+    traits = mask.term.traits
+    if fast and mask.name == "default":
+        return Condition(*condition, None, "one-pass", why="m = 1 is the identity: the unchanged "
+                         "model", rope=rope)
+    if fast and semantics.name == "boolean" and "positive" in traits:
+        return Condition(*condition, None, "one-pass",
+                         why="boolean + a mask > 0 everywhere: the default mask (exact)", rope=rope)
+    if protocol.name == "relative":
+        return Condition(*condition, Attention(mask, semantics, "relative"),
+                         "one-pass" if fast else "prefix-by-prefix", literal=not fast, rope=rope)
+    if fast and semantics.name == "legacy" and "rises_to_newest" in traits:
+        self_only = Attention(_choice(names.MASKS, "self"), _choice(names.MASK_SEMANTICS, "boolean"),
+                              "relative")
+        return Condition(*condition, self_only, "one-pass",
+                         why="legacy + rising mask: every row attends only to itself (exact)",
+                         rope=rope)
+    return Condition(*condition, Attention(mask, semantics, "keys"), "prefix-by-prefix",
+                     literal=not fast, rope=rope)
+
+
+# --- one grid rule ------------------------------------------------------------------------------
+
+
+def grid(options, *, pairs=None, default_once: bool = True) -> list[Condition]:
+    """The conditions of a run, in order, repeats dropped: the intact model (own positions,
+    default mask, unscaled) first, then every (intervention, mask) pair crossed with every
+    mask semantics and protocol, each crossed with every rope scaling (innermost).
+
+    Read from the options' fields where it has them (intervention, mask, mask_semantics,
+    protocol, rope_scaling; absent: unchanged). `pairs` replaces intervention x mask
+    (perplexity's study grid). `default_once`: the default mask (the unchanged model under
+    every semantics and protocol) gives one condition per intervention, named with the first
+    semantics and protocol of the vocabulary (legacy, relative); perplexity names it under
+    each semantics asked (default_once=False), as its tables always have.
+    """
+    def given(field: str, default: str) -> tuple:
+        value = getattr(options, field, None)
+        return tuple(value) if value else (_choice(_REGISTRIES[field], default),)
+
+    intact = (_choice(names.INTERVENTIONS, INTACT), _choice(names.MASKS, "default"))
+    if pairs is None:
+        pairs = [(i, m) for i in given("intervention", INTACT) for m in given("mask", "default")]
+    first_semantics, first_protocol = (_choice(r, r.names()[0]) for r in
+                                       (names.MASK_SEMANTICS, names.PROTOCOLS))
+    ropes = (None, *(getattr(options, "rope_scaling", None) or ()))
+    out = []
+    for intervention, mask in [intact, *(p for p in pairs if p != intact)]:
+        for s in given("mask_semantics", "legacy"):
+            for pr in given("protocol", "relative"):
+                if default_once and mask.name == "default":
+                    s, pr = first_semantics, first_protocol
+                out += [plan(mask, s, pr, intervention, rope=r) for r in ropes]
+    return list(dict.fromkeys(out))
+
+
+_REGISTRIES = {"intervention": names.INTERVENTIONS, "mask": names.MASKS,
+               "mask_semantics": names.MASK_SEMANTICS, "protocol": names.PROTOCOLS}
+
+
+def installed(loaded, how: Condition) -> AbstractContextManager:
+    """Only the condition's attention installed in `loaded.model` for the block (scoring
+    functions called on their own: tests, benchmarks); `applied` installs the whole condition."""
+    return _mask_prepare(how, loaded, 0)()
+
+
+def condition_fields() -> list[str]:
+    """The fields of Condition that name the condition (not how it is computed)."""
+    how = {"attention", "passes", "literal", "why"}
+    return [f.name for f in fields(Condition) if f.name not in how]

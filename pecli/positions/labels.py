@@ -1,0 +1,98 @@
+"""A condition's one name, from its table columns (torch-free: figures, summaries and
+`pecli compare` read it from written CSVs).
+
+`label(row)` names a condition (pecli.positions.conditions.Condition, or a row of any table
+written by pecli): the parts that changed the model, in PARTS' order, joined by " + "
+(`zero + linear/log-bias (study) + yarn:2`), or `intact` when nothing did. `labelled(df)`
+adds the `condition` column to a table; `upgraded(df)` reads a table written before 0.2,
+when the intact model was called `learned` (also for rotary, ALiBi and relative-bias models).
+
+PARTS has one entry per kind of condition (pecli.positions.conditions.KINDS takes its label
+from here; tests/unit/test_conditions.py checks the two agree).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+
+from pecli.runs import names
+
+INTACT = names.INTACT
+UNCHANGED_ROPE = "none"  # the rope_scaling column of an unscaled model
+OLD_INTACT = ("learned",)  # what results written before 0.2 call the intact model
+
+
+def _text(row: Mapping, key: str, default: str) -> str:
+    value = row.get(key, default)
+    return default if value is None or str(value) in ("", "nan") else str(value)
+
+
+def _intervention_label(row: Mapping) -> str | None:
+    name = _text(row, "intervention", INTACT)
+    return None if name in (INTACT, *OLD_INTACT) else name
+
+
+def _mask_label(row: Mapping) -> str | None:
+    mask = _text(row, "mask", "default")
+    if mask == "default":
+        return None
+    protocol = _text(row, "protocol", "relative")
+    return f"{mask}/{_text(row, 'mask_semantics', 'legacy')}" + (
+        "" if protocol == "relative" else f" ({protocol})")
+
+
+def _rope_label(row: Mapping) -> str | None:
+    rope = _text(row, "rope_scaling", UNCHANGED_ROPE)
+    return None if rope == UNCHANGED_ROPE else rope
+
+
+PARTS: dict[str, Callable[[Mapping], str | None]] = {  # kind -> its part of the label
+    "intervention": _intervention_label,
+    "mask": _mask_label,
+    "rope": _rope_label,
+}
+
+
+def label(row: Mapping) -> str:
+    """A condition's name from its columns (a table row, or `Condition.columns()`): the
+    changed parts in PARTS' order joined by " + ", or `intact`. Rows written before 0.2
+    (intervention `learned`) read as intact too."""
+    parts = [p for p in (part(row) for part in PARTS.values()) if p is not None]
+    return " + ".join(parts) if parts else INTACT
+
+
+def labelled(df):
+    """A table (pandas) with its `condition` column (`label` of each row's columns) just
+    before its first condition column; a table with no condition column, or whose
+    `intervention` names no intervention (`none`: a model as trained, random vectors), is
+    returned as is."""
+    known = [c for c in ("intervention", "mask", "rope_scaling") if c in df.columns]
+    if not known or "condition" in df.columns:
+        return df
+    if "intervention" in df.columns and not df["intervention"].map(_is_intervention).any():
+        return df  # no row is a condition of a model (a trained scheme's run, random vectors)
+    cols = [c for c in df.columns if c in ("intervention", "mask", "mask_semantics", "protocol",
+                                           "rope_scaling")]
+    values = [label(dict(zip(cols, row, strict=True))) for row in df[cols].itertuples(index=False)]
+    df = df.copy()
+    df.insert(df.columns.get_loc(known[0]), "condition", values)
+    return df
+
+
+def _is_intervention(value) -> bool:
+    base = re.split(r"[:@]", str(value))[0]
+    return base in names.INTERVENTIONS or base in OLD_INTACT
+
+
+def upgraded(df):
+    """A table written before 0.2 read as one written now: the intact model's old name
+    (`learned`, in intervention and probe_trained_on) becomes `intact`, and the `condition`
+    column is added (`labelled`). A table written now comes back unchanged. `pecli compare`
+    reads every table through it; the committed results were migrated with it."""
+    renamed = {old: INTACT for old in OLD_INTACT}
+    cols = [c for c in ("intervention", "probe_trained_on") if c in df.columns
+            and df[c].isin(list(renamed)).any()]
+    if cols:
+        df = df.assign(**{c: df[c].replace(renamed) for c in cols})
+    return labelled(df)
