@@ -51,12 +51,12 @@ def test_lm_recovery_and_its_checkpoint(invoke, shared_data, tmp_path):
 
 def test_encoder_sentiment_beside_the_probe(invoke, shared_data, tmp_path, minilm):
     out = tmp_path / "ft"
-    r = invoke("finetune", "minilm", "--intervention", "learned,zero", "--seeds", "2",
+    r = invoke("finetune", "minilm", "--intervention", "intact,zero", "--seeds", "2",
                "--train-limit", "16", "--limit", "8", "--max-length", "32", "--batch", "8",
                "--out", str(out))
     assert r.exit_code == 0, r.output
     df = pd.read_csv(out / "finetune.csv")
-    assert set(df["intervention"]) == {"learned", "zero"}
+    assert set(df["intervention"]) == {"intact", "zero"}
     for _, part in df.groupby("intervention"):
         seeds = part[part["metric"] == "finetune_accuracy"]
         assert seeds["seed_run"].tolist() == [0, 1]
