@@ -112,11 +112,20 @@ HEADLINES = (
     Headline("sink_rate", "attention sink rate (Gu et al.'s Sink_1^eps: share of heads)",
              {"scope": "model"}, ("intervention", "mask", "mask_semantics", "rope_scaling"),
              experiment="attn", axis="share of heads whose mean attention to the first token > eps"),
+    Headline("perplexity", "corpus perplexity of each condition on held-out texts (mask fit)", {}, ("condition",),
+             experiment="mask-fit", name="mask_fit_perplexity", slot=lambda r: f"{r['dataset']}/{r['split']}",
+             axis="perplexity"),
+    Headline("finetune_accuracy_mean", "sentiment accuracy after fine-tuning (mean over seeds)", {},
+             ("intervention",), experiment="finetune", interval="95 % Student t over seeds"),
+    Headline("perplexity_mean", "held-out perplexity while fine-tuning (mean over seeds)", {}, ("condition",),
+             experiment="finetune", name="finetune_perplexity", slot=lambda r: f"step {int(r['step'])}",
+             interval="95 % Student t over seeds", axis="perplexity"),
 )
 # Every metric of `pecli lm-eval`'s table is a headline, named "<task>_<metric>"
 LM_EVAL = Headline("", "", {}, ("intervention", "mask", "mask_semantics", "rope_scaling"),
                    experiment="lm-eval", interval="as lm-eval's rows record it")
-READS = "ablate, perplexity, mc, lm-eval, length, passkey, toy, toy length, train lm, pe probe and attn"
+READS = ("ablate, perplexity, mc, lm-eval, length, passkey, toy, toy length, train lm, pe probe, attn, "
+         "mask fit and finetune")
 
 
 def _headline(experiment: str, metric: str) -> Headline | None:

@@ -216,7 +216,9 @@ def run(options: LmEvalOptions, progress=None) -> dict[str, pd.DataFrame]:
                   "seed": o.seed, "num_fewshot": o.num_fewshot, "limit": o.limit,
                   "lm_eval_version": lm_eval.__version__, **prompt_columns(lm, o, gen_kwargs)}
         per_doc.append(documents(samples))
-        rows += [{**row, "condition_index": i}
+        chance = chance_levels(results, samples)
+        rows += [{**row, "condition_index": i,
+                  "chance": chance.get(row["task"], np.nan) if row["metric"] in CHANCE_METRICS else np.nan}
                  for row in task_rows(results, per_doc[-1], common, o.bootstrap, o.seed)]
         if progress:
             progress(i + 1, len(grid))
@@ -278,6 +280,24 @@ def quiet_git():
         return get_commit_from_path(os.getcwd())
 
     return mock.patch("lm_eval.evaluator.get_git_commit_hash", commit)
+
+
+CHANCE_METRICS = ("acc", "acc_norm")  # of a multiple-choice task: a uniform guess scores 1/choices
+
+
+def chance_levels(results: dict, samples: dict) -> dict[str, float]:
+    """Each multiple-choice task's chance accuracy (lm-eval's own scoring: the most likely
+    choice is the gold one): the mean over its documents of 1 / (number of choices), the
+    choices being the requests lm-eval logged per document."""
+    out = {}
+    for task, logged in samples.items():
+        config = results.get("configs", {}).get(task, {})
+        if config.get("output_type") != "multiple_choice" or config.get("process_results"):
+            continue  # a task's own scoring (TruthfulQA MC2's mass) has another chance level
+        first = {s["doc_id"]: len(s["arguments"]) for s in logged}  # once per document
+        if first:
+            out[task] = float(np.mean([1 / n for n in first.values()]))
+    return out
 
 
 def documents(samples: dict) -> dict[tuple, dict[int, float]]:

@@ -39,6 +39,11 @@ def by_condition(df: pd.DataFrame, path: Path) -> Path:
                             color="0.3")
         intact = part["value"].iloc[0]
         ax.axhline(intact, color="black", lw=0.8, ls=":", zorder=1)
+        chance = part["chance"].dropna() if "chance" in part else part["value"].iloc[0:0]
+        if len(chance):  # a multiple-choice accuracy: what a uniform guess scores
+            ax.axhline(chance.iloc[0], color="0.5", lw=0.8, ls="--", zorder=1)
+            ax.annotate(f"chance {chance.iloc[0]:.2f}", (0, chance.iloc[0]), xycoords=("axes fraction", "data"),
+                        xytext=(3, 2), textcoords="offset points", fontsize=7, color="0.4")
         ax.set_xticks(x, conditions, rotation=30, ha="right", fontsize=8)
         ax.set_xlim(-0.6, len(conditions) - 0.1)  # room for the last difference's label
         version = part["task_version"].dropna()
@@ -55,7 +60,7 @@ def by_condition(df: pd.DataFrame, path: Path) -> Path:
     first = df.iloc[0]
     fig.suptitle(f"lm-eval's scores under each condition, per task and metric\n{first['model']}, "
                  f"{int(first['rows'])} documents per task\n"
-                 f"bars: 95 % interval over documents; dotted: the intact model;\n"
+                 f"bars: 95 % interval over documents; dotted: the intact model; dashed: chance;\n"
                  f"beside a point: minus intact on the same documents [paired bootstrap]",
                  fontsize=9)
     return save(fig, path)

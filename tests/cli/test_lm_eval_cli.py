@@ -52,6 +52,13 @@ def test_two_conditions_write_lm_evals_json_a_table_and_a_figure(tmp_path, share
         assert rows.loc["zero", "diff_ci_low"] <= rows.loc["zero", "diff_ci_high"]
     assert "minus intact" in result.output
     assert (out / "figures" / "lm_eval.png").stat().st_size > 0
+    # chance of MC1's accuracy: 1 / (number of choices), averaged over the documents lm-eval logged
+    (path,) = (out / "lm_eval" / "learned-default-legacy").rglob("samples_truthfulqa_mc1_*.jsonl")
+    docs = [json.loads(line)["doc"] for line in path.read_text().splitlines()]
+    by_hand = sum(1 / len(d["mc1_targets"]["choices"]) for d in docs) / len(docs)
+    chance = df.loc[(df["task"] == "truthfulqa_mc1") & (df["metric"] == "acc"), "chance"].tolist()
+    assert chance == pytest.approx([by_hand] * 2)
+    assert df.loc[df["task"] == "truthfulqa_mc2", "chance"].isna().all()  # its own scoring
     compared = runner.invoke(app, ["compare", str(out), "--out", str(tmp_path / "cmp")])
     assert compared.exit_code == 0, compared.output
     table = pd.read_csv(tmp_path / "cmp" / "compare.csv")

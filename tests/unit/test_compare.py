@@ -156,3 +156,19 @@ def test_the_interval_method_comes_from_the_rows_then_the_sidecar(tmp_path):
     plain = rows.drop(columns=["interval_method", "task"]).assign(experiment="mc", metric="mc1")
     assert headline_rows(plain, "95 % sidecar method")["interval"].tolist() == ["95 % sidecar method"] * 2
     assert headline_rows(plain)["interval"].tolist() == ["95 % percentile bootstrap over items"] * 2
+
+
+def test_mask_fit_and_finetune_tables_have_headlines():
+    fit = pd.DataFrame({"experiment": "mask-fit", "metric": ["perplexity", "perplexity", "train_loss"],
+                        "value": [40.0, 55.0, 1.0], "ci_low": [38.0, 52.0, None], "ci_high": [42.0, 58.0, None],
+                        "model": "m", "condition": ["intact", "fitted mask", "x"], "dataset": "imdb",
+                        "split": "test"})
+    got = headline_rows(fit)
+    assert got["metric"].tolist() == ["mask_fit_perplexity"] * 2
+    assert got["condition"].tolist() == ["intact", "fitted mask"] and set(got["slot"]) == {"imdb/test"}
+    tuned = pd.DataFrame({"experiment": "finetune", "task": "sentiment",
+                          "metric": ["finetune_accuracy_mean", "finetune_accuracy"], "value": [0.8, 0.79],
+                          "ci_low": [0.7, 0.75], "ci_high": [0.9, 0.83], "model": "m", "intervention": "zero",
+                          "interval": ["Student t over 3 seeds", "Wilson over test texts"]})
+    got = headline_rows(tuned)
+    assert got["metric"].tolist() == ["finetune_accuracy_mean"] and got["interval"].tolist() == ["Student t over 3 seeds"]
