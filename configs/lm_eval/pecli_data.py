@@ -56,16 +56,16 @@ def passkey(**kwargs) -> datasets.DatasetDict:
     tokens; default 1024) and depth (`passkey_depths`, default 0, 0.5, 1), `passkey_trials`
     (default 5) prompts with seeded keys (`passkey_seed`, default 0): the same prompts and
     keys `pecli passkey` builds for the same tokenizer."""
+    from pecli.integrations.lm_eval import passkey_sizes
     from pecli.measures.passkey import fit, keys
 
+    sizes = passkey_sizes(kwargs)  # checked as `pecli passkey` checks its flags
     tokenizer = _tokenizer(kwargs)
-    seed = int(kwargs.get("passkey_seed", 0))
-    trials = int(kwargs.get("passkey_trials", 5))
     rows = []
-    for length in kwargs.get("passkey_lengths", [1024]):
-        for depth in kwargs.get("passkey_depths", [0.0, 0.5, 1.0]):
-            for k in keys(seed, int(length), float(depth), trials):
-                trial = fit(tokenizer, k, int(length), float(depth))
+    for length in sizes.lengths:
+        for depth in sizes.depths:
+            for k in keys(sizes.seed, length, depth, sizes.trials):
+                trial = fit(tokenizer, k, length, depth)
                 if trial is None:
                     raise ValueError(f"the passkey template alone is longer than {length} tokens")
                 rows.append({"prompt": trial.text, "k": k, "length": int(length),

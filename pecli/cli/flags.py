@@ -33,7 +33,16 @@ TextFieldOpt = Annotated[str | None, typer.Option(
 # Deprecated spelling of --text-field (kept for one release; `build` warns when it is used).
 TextAliasOpt = Annotated[str | None, typer.Option(
     "--text", hidden=True, help="Deprecated: use --text-field.")]
+def out_path(text: str) -> Path:
+    """--out as typed: an empty or blank name is refused (Path("") would be the working folder)."""
+    if not text.strip():
+        raise typer.BadParameter("an empty name; give a folder for the results (or drop --out: "
+                                 "runs/<command>/<time>)")
+    return Path(text)
+
+
 OutOpt = Annotated[Path | None, typer.Option(
+    parser=out_path, metavar="<path>",
     help="Output directory (default: runs/<command>/<UTC time>-<commit>). A folder that holds "
          "another run's results is refused (see --force); one run at a time writes into it.")]
 ForceOpt = Annotated[bool, typer.Option(

@@ -33,7 +33,8 @@ def lm_eval(
     model_args: Annotated[str, typer.Option(
         "--model_args", help="lm-eval's model_args for the `pecli` model: pretrained=NAME (any "
                              "model pecli loads: smollm2, random:gpt2, a directory, a hub id), "
-                             "and HFLM's own keys (max_length=..., ...).")] = "pretrained=random:gpt2",
+                             "and HFLM's keys for a loaded model (max_length=..., ...); the "
+                             "condition, seed, device, dtype and batch size are flags here.")] = "pretrained=random:gpt2",
     tasks: Annotated[str, typer.Option(
         "--tasks", help="lm-eval task names, a,b (with --include_path: your own task YAMLs).")] = "",
     num_fewshot: Annotated[int | None, typer.Option("--num_fewshot", min=0)] = None,
@@ -97,7 +98,7 @@ def lm_eval(
 
     Examples:
         pecli lm-eval --model_args pretrained=smollm2 --intervention zero --tasks truthfulqa_mc1,truthfulqa_mc2 --include_path configs/lm_eval --limit 20
-        pecli lm-eval --model_args pretrained=smollm2 --rope-scaling yarn:2 --tasks passkey --include_path configs/lm_eval --metadata '{"passkey_lengths": [4096, 10240], "passkey_trials": 5}'
+        pecli lm-eval --model_args pretrained=smollm2,max_length=10250 --rope-scaling yarn:2 --tasks passkey --include_path configs/lm_eval --metadata '{"passkey_lengths": [4096, 10240], "passkey_trials": 5}'
     """
     from pecli.integrations.lm_eval import split_model_args
 
@@ -108,20 +109,16 @@ def lm_eval(
     pecli_seed, lm_eval_seed = seeds(seed)
     if out is not None and output_path is not None and out != output_path:
         raise ConfigError("--out and --output_path name the output folder; give one")
-    pecli_args, hflm_args = split_model_args(model_args)
+    pecli_args, hflm_args = split_model_args(model_args)  # condition keys: refused, see FLAGS
     grid = {"intervention": intervention, "mask": mask, "mask_semantics": mask_semantics,
             "protocol": protocol, "rope_scaling": rope_scaling}
-    clash = [k for k in pecli_args if k in grid and grid[k] is not None]
-    if clash:
-        raise ConfigError(f"--model_args {', '.join(clash)}=... and --{clash[0].replace('_', '-')} "
-                          "both set the condition; give the flag (it crosses several)")
-    flags = {**{k: v for k, v in pecli_args.items() if k != "pretrained"}, **grid}
-    hflm = ",".join(f"{k}={v}" for k, v in {"batch_size": batch_size, **hflm_args}.items())
-    options = build(LmEvalOptions, "pecli lm-eval", **flags, model=pecli_args.get("pretrained"),
+    hflm = ",".join(f"{k}={v}" for k, v in hflm_args.items())
+    options = build(LmEvalOptions, "pecli lm-eval", **grid, model=pecli_args.get("pretrained"),
                     tasks=tasks, num_fewshot=num_fewshot, limit=limit, include_path=include_path,
-                    model_args=hflm, metadata=metadata, bootstrap=bootstrap, seed=pecli_seed,
-                    lm_eval_seed=lm_eval_seed, device=device, dtype=dtype, data_dir=data_dir,
-                    log_samples=log_samples, apply_chat_template=apply_chat_template,
+                    model_args=hflm, batch_size=batch_size, metadata=metadata, bootstrap=bootstrap,
+                    seed=pecli_seed, lm_eval_seed=lm_eval_seed, device=device, dtype=dtype,
+                    data_dir=data_dir, log_samples=log_samples,
+                    apply_chat_template=apply_chat_template,
                     fewshot_as_multiturn=fewshot_as_multiturn, system_instruction=system_instruction,
                     gen_kwargs=gen_kwargs)
     from pecli.integrations.lm_eval import run

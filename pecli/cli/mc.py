@@ -84,7 +84,9 @@ def mc(
                   disable=not console.is_terminal or not parallel.is_main()) as bar:
         task = bar.add_task("scoring", total=None)
         tables, paths, pngs, _ = run_and_write(
-            "mc", run, options, out, notes={"interval_method": METHOD}, force=force,
+            "mc", run, options, out, force=force,
+            notes={"interval_method": f"per row (column interval_method): Wilson score interval "
+                                      f"for right-or-wrong metrics (mc1, mc1_norm); {METHOD} otherwise"},
             progress=lambda n, total: bar.update(task, advance=n, total=total))
     if not parallel.is_main():  # launched on N processes: the main one writes and prints
         return

@@ -164,6 +164,9 @@ def data_dir(explicit: str | Path | None = None) -> Path | None:
     if not chosen:
         return DEFAULT_DATA_DIR if env is None and DEFAULT_DATA_DIR.is_dir() else None
     path = Path(chosen).expanduser()
+    if path.exists() and not path.is_dir():
+        raise DataError(f"data directory {path} is a file, not a directory; point --data-dir or "
+                        "PECLI_DATA_DIR at the folder (the layout of shared/data)")
     if not path.is_dir():
         raise DataError(f"data directory {path} does not exist; point --data-dir or PECLI_DATA_DIR at it")
     return path
@@ -295,11 +298,27 @@ def _load_hub(spec: DatasetSpec, split: str) -> TextData:
                     spec.text_field, spec.label_field, len(frame))
 
 
+# What a data file may hold: read whole and tokenised a text at a time, past these it would
+# take more memory than a machine has (a 200 MB text grew past 10 GB while tokenising)
+MAX_DATA_BYTES = 64 * 2**20
+MAX_TEXT_CHARS = 1_000_000  # characters of one text (a row's text column)
+
+
+def _read_bounded(path: Path) -> bytes:
+    """The file's bytes, at most MAX_DATA_BYTES (a FIFO too), else a one-line DataError."""
+    with open(path, "rb") as f:
+        raw = f.read(MAX_DATA_BYTES + 1)
+    if len(raw) > MAX_DATA_BYTES:
+        raise DataError(f"data file {path} holds more than {MAX_DATA_BYTES // 2**20} MiB, the "
+                        "most pecli reads; take a sample of its rows into a smaller file")
+    return raw
+
+
 def _load_custom(path: Path, text_field: str | None) -> TextData:
 
     if not path.exists():
         raise DataError(f"data file {path} does not exist")
-    raw = path.read_bytes()  # read once: a FIFO gives its bytes once, and the hash is of them
+    raw = _read_bounded(path)  # read once: a FIFO gives its bytes once, and the hash is of them
     try:
         frame = CUSTOM_READERS[path.suffix.lower()](io.BytesIO(raw), path)
     except DataError:
@@ -321,6 +340,13 @@ def _load_custom(path: Path, text_field: str | None) -> TextData:
             f"{path.name} has no text column {field!r}; columns: {', '.join(map(str, frame.columns))} "
             "(name one with --text-field)"
         )
+    for column in field.split("+"):
+        if column in frame.columns:
+            chars = frame[column].astype(str).str.len()
+            if len(chars) and chars.max() > MAX_TEXT_CHARS:
+                raise DataError(f"{path.name}: data row {int(chars.idxmax()) + 1} of {column!r} holds "
+                                f"{chars.max():,} characters, past the {MAX_TEXT_CHARS:,} pecli "
+                                "tokenises at once; split it into rows (documents)")
     label = "label" if "label" in frame.columns else None
     return TextData(frame, path.name, "file", "local", "sha256:" + hashlib.sha256(raw).hexdigest()[:16],
                     field, label, len(frame))

@@ -32,12 +32,20 @@ def conditions(options: McOptions) -> list:
 
 
 def summarise(values: np.ndarray, n_boot: int, seed: int) -> dict:
-    """Mean over items, its standard error (sample sd / sqrt n, as the harness) and interval."""
-    from pecli.measures.intervals import ratio_interval
+    """Mean over items, its standard error (sample sd / sqrt n, as the harness) and 95 %
+    interval: Wilson's where every item is right or wrong (MC1: a bootstrap of 0/1 values
+    collapses to [0, 0] when none is right), as the lm-eval path; a bootstrap otherwise (MC2).
+    None from fewer than 2 items, or with --bootstrap 0."""
+    from pecli.measures.intervals import MIN_TEXTS, ratio_interval, wilson
 
-    low, high = ratio_interval(values, n_boot=n_boot, seed=seed)
+    if n_boot and len(values) >= MIN_TEXTS and set(np.unique(values)) <= {0.0, 1.0}:
+        (low, high), method = wilson(int(values.sum()), len(values)), "Wilson score interval over items"
+    else:
+        low, high = ratio_interval(values, n_boot=n_boot, seed=seed)
+        method = "percentile bootstrap over items" if low == low else ""
     stderr = float(values.std(ddof=1) / np.sqrt(len(values))) if len(values) > 1 else float("nan")
-    return {"value": float(values.mean()), "stderr": stderr, "ci_low": low, "ci_high": high}
+    return {"value": float(values.mean()), "stderr": stderr, "ci_low": low, "ci_high": high,
+            "interval_method": method}
 
 
 def chance(items, metric: str) -> float:
@@ -109,7 +117,7 @@ def run(options: McOptions, progress: Callable[[int, int], None] | None = None,
 
 EXPERIMENTS.add("mc", Experiment(
     name="mc",
-    version=1,
+    version=2,  # 2: Wilson intervals for right-or-wrong metrics (MC1, MC1-norm)
     run=run,
     figures=lazy("pecli.plots.mc:figures"),
     description="TruthfulQA MC1/MC2 (lm-evaluation-harness v2.0) under position interventions "

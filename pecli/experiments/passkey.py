@@ -57,7 +57,11 @@ def _trials_for(loaded, grid, o: PasskeyOptions, progress) -> list[dict]:
     from pecli.positions.conditions import check_all
 
     check_all(grid, loaded, causal=True)
-    cells = {(n, d): [fit(loaded.tokenizer, k, n, d) for k in keys(o.seed, n, d, o.trials)]
+    # a length that no condition can take is decided before any prompt is built
+    past = {n: all(how.reason(loaded, n + NEW_TOKENS, "the prompt and its answer") for how in grid)
+            for n in o.lengths}
+    cells = {(n, d): [] if past[n] else [fit(loaded.tokenizer, k, n, d)
+                                         for k in keys(o.seed, n, d, o.trials)]
              for n in o.lengths for d in o.depths}
     total = len(grid) * sum(len(ts) for ts in cells.values())
     tick = (lambda k: progress(k, total)) if progress else None
@@ -95,7 +99,7 @@ def _trials_for(loaded, grid, o: PasskeyOptions, progress) -> list[dict]:
 def _accuracy(trials: list[dict]) -> list[dict]:
     """Accuracy per (model, condition, length, depth), then per (model, condition, length)
     over all depths (depth "all"), each with its Wilson 95 % interval over trials."""
-    from pecli.measures.intervals import wilson
+    from pecli.measures.intervals import MIN_TEXTS, wilson
 
     df = pd.DataFrame(trials)
     keys = ["model", "intervention", "rope_scaling", "length"]
@@ -105,7 +109,8 @@ def _accuracy(trials: list[dict]) -> list[dict]:
             first = part.iloc[0].to_dict()
             scored = part[part["note"] == ""]
             right, n = int(scored["value"].sum()), len(scored)
-            low, high = wilson(right, n)
+            # no interval from fewer than 2 trials (README), as from fewer than 2 texts
+            low, high = wilson(right, n) if n >= MIN_TEXTS else (float("nan"), float("nan"))
             keep = {k: v for k, v in first.items()
                     if k not in ("trial", "k", "tokens", "output", "answer", "metric", "value", "note")}
             rows.append({**keep, "depth": depth, "metric": "accuracy",

@@ -19,10 +19,12 @@ every (condition, task, metric).
 
 from __future__ import annotations
 
+import difflib
 import json
 import logging
 import os
 import re
+import warnings
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -44,9 +46,6 @@ from pecli.experiments import EXPERIMENTS, Experiment, check_before_loading, laz
 from pecli.runs.errors import ConfigError
 from pecli.runs.options import LmEvalOptions
 
-# model_args keys that pecli reads (pretrained= is pecli's model name); the rest go to HFLM
-MODEL_KEYS = ("pretrained", "intervention", "mask", "mask_semantics", "protocol", "rope_scaling",
-              "seed", "device", "dtype")
 GRID = ("intervention", "mask", "mask_semantics", "protocol", "rope_scaling")
 
 
@@ -60,6 +59,9 @@ def condition_options(args: dict[str, Any], where: str = "pecli model_args") -> 
     for key in ("device", "dtype", "model"):
         if key in values:
             values[key] = str(values[key])
+    if "model" in values and not values["model"].strip():
+        raise ConfigError(f"{where}: pretrained= is empty; name a model (smollm2, random:gpt2, "
+                          "a directory, a hub id)")
     options = LmEvalOptions.build(values, where)
     many = [k for k in GRID if len(getattr(options, k)) > 1]
     if many:
@@ -94,6 +96,8 @@ class PecliLM(HFLM):
                     mask_semantics=mask_semantics, protocol=protocol, rope_scaling=rope_scaling,
                     seed=seed, device=device, dtype=dtype)
         options = condition_options(args)
+        # HFLM's keys for a loaded model (lm-eval's command line adds the batch sizes)
+        check_hflm_args(kwargs, "pecli model_args", extra={"batch_size": BATCH})
         how = plan_of(options)
         if loaded is None:
             check_before_loading(options.model, [how], causal=True)
@@ -136,18 +140,86 @@ def conditions(options: LmEvalOptions) -> list[dict[str, Any]]:
     return [{**c.names, "rope_scaling": str(c.rope) if c.rope else None} for c in grid(options)]
 
 
-def _hflm_args(text: str) -> dict[str, Any]:
-    """--model_args beyond pecli's own keys, parsed as lm-eval parses them."""
-    from lm_eval.utils import simple_parse_args_string
+# HFLM's keys that mean something for a model pecli has loaded, and what each value must be;
+# HFLM's others (backend, revision, peft, parallelize, ...) load or place a model: pecli does.
+def _count(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 1
 
-    return simple_parse_args_string(text) if text else {}
+
+HFLM_KEYS: dict[str, tuple[Any, str]] = {
+    "max_length": (_count, "a positive integer (tokens)"),
+    "max_batch_size": (_count, "a positive integer"),
+    "truncation": (lambda v: isinstance(v, bool), "true or false"),
+    "logits_cache": (lambda v: isinstance(v, bool), "true or false"),
+    "add_bos_token": (lambda v: isinstance(v, bool), "true or false"),
+    "enable_thinking": (lambda v: isinstance(v, bool), "true or false"),
+    "prefix_token_id": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
+                        "a token id (an integer from 0)"),
+    "softmax_dtype": (lambda v: v in ("float32", "float16", "bfloat16"), "float32, float16 or bfloat16"),
+    "think_end_token": (lambda v: isinstance(v, str | int) and not isinstance(v, bool), "a token or its id"),
+}
+# What lm-eval's own command line adds to a model's arguments (the `pecli` model as a plugin)
+BATCH = (lambda v: _count(v) or (isinstance(v, str) and re.fullmatch(r"auto(:\d+)?", v) is not None),
+         "a positive integer, auto or auto:N")
+# pecli's own keys: in `pecli lm-eval` each has its flag (the grid keys cross several values)
+FLAGS = {"intervention": "--intervention", "mask": "--mask", "mask_semantics": "--mask-semantics",
+         "protocol": "--protocol", "rope_scaling": "--rope-scaling", "seed": "--seed",
+         "device": "--device", "dtype": "--dtype", "batch_size": "--batch_size"}
+
+
+def parse_model_args(text: str, where: str = "--model_args") -> dict[str, Any]:
+    """KEY=VALUE,... as lm-eval parses the values (numbers, true/false, none), refusing what
+    lm-eval would drop or overwrite silently: an item without `=` or a key, a key given twice,
+    an empty pretrained=."""
+    from lm_eval.utils import handle_arg_string
+
+    args: dict[str, Any] = {}
+    for item in (text or "").split(","):
+        if not item.strip():
+            continue
+        key, eq, value = item.partition("=")
+        key = key.strip()
+        if not eq or not key:
+            raise ConfigError(f"{where}: {item.strip()!r} is not KEY=VALUE; write e.g. "
+                              "pretrained=smollm2,max_length=2048")
+        if key in args:
+            raise ConfigError(f"{where}: {key} is given twice; give each key once"
+                              + (f" (several conditions: {FLAGS[key]} a,b)" if key in GRID else ""))
+        args[key] = handle_arg_string(value)
+    if "pretrained" in args and (args["pretrained"] is None or not str(args["pretrained"]).strip()):
+        raise ConfigError(f"{where}: pretrained= is empty; name a model (smollm2, random:gpt2, a "
+                          "directory, a hub id)")
+    return args
+
+
+def check_hflm_args(args: dict[str, Any], where: str = "--model_args",
+                    extra: dict[str, tuple[Any, str]] | None = None) -> None:
+    """Every key one that HFLM uses on a model pecli loaded, every value of its kind."""
+    known = {**HFLM_KEYS, **(extra or {})}
+    for key, value in args.items():
+        if key not in known:
+            close = difflib.get_close_matches(key, [*known, *FLAGS, "pretrained"], n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigError(f"{where}: unknown key {key!r}{hint}; the pecli model takes "
+                              f"pretrained and {', '.join(sorted(known))}")
+        ok, what = known[key]
+        if not ok(value):
+            raise ConfigError(f"{where}: {key}={value} must be {what}")
 
 
 def split_model_args(text: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(pecli's keys, HFLM's keys) of a --model_args string."""
-    args = _hflm_args(text)
-    return ({k: v for k, v in args.items() if k in MODEL_KEYS},
-            {k: v for k, v in args.items() if k not in MODEL_KEYS})
+    """`pecli lm-eval --model_args`: ({"pretrained": NAME} or {}, HFLM's keys), checked. A key
+    that sets the condition, the seed, the device, the dtype or the batch size is refused
+    with its flag: the flags cross conditions and are recorded in every row."""
+    args = parse_model_args(text)
+    own = [k for k in args if k in FLAGS]
+    if own:
+        raise ConfigError(f"--model_args {own[0]}=...: in pecli lm-eval give {FLAGS[own[0]]} "
+                          f"instead ({', '.join(FLAGS[k] for k in own)}); --model_args takes "
+                          "pretrained= and HFLM's keys")
+    hflm = {k: v for k, v in args.items() if k != "pretrained"}
+    check_hflm_args(hflm)
+    return {k: str(v) for k, v in args.items() if k == "pretrained"}, hflm
 
 
 def run(options: LmEvalOptions, progress=None) -> dict[str, pd.DataFrame]:
@@ -163,29 +235,48 @@ def run(options: LmEvalOptions, progress=None) -> dict[str, pd.DataFrame]:
     if not o.tasks:
         raise ConfigError("tasks (--tasks): name at least one lm-eval task, e.g. "
                           "truthfulqa_mc1,truthfulqa_mc2")
-    _, hflm = split_model_args(o.model_args)
+    _, hflm = split_model_args(o.model_args)  # a preset's model_args, checked as the flag's
+    hflm = {"batch_size": o.batch_size or 8, **hflm}
     grid = conditions(o)
     single = {"pretrained": o.model, "seed": o.seed, "device": o.device, "dtype": o.dtype}
     first = condition_options({**single, **grid[0]}, "pecli lm-eval")
     conditions_ = [plan_of(condition_options({**single, **cond}, "pecli lm-eval")) for cond in grid]
     check_before_loading(o.model, conditions_, causal=True)  # before the model loads
     if o.data_dir:  # the local task YAMLs (configs/lm_eval) read it from the environment
-        os.environ["PECLI_DATA_DIR"] = o.data_dir
-    # lm-eval's notes (a local task overriding its own, truncation) stay out of pecli's output
-    logging.getLogger("lm_eval").setLevel(logging.ERROR)
+        from pecli.data.datasets import data_dir
+
+        os.environ["PECLI_DATA_DIR"] = str(data_dir(o.data_dir))  # a folder, or one line
+    if o.include_path is not None and not Path(o.include_path).is_dir():
+        why = "is a file" if Path(o.include_path).exists() else "does not exist"
+        raise ConfigError(f"include_path (--include_path): {o.include_path} {why}; give the "
+                          "folder of your task YAMLs (e.g. configs/lm_eval)")
+    quiet_lm_eval()
+    meta = json.loads(o.metadata) if o.metadata else {}
+    if "passkey" in o.tasks or any(k.startswith("passkey_") for k in meta):
+        passkey_sizes(meta, "metadata (--metadata)")  # as `pecli passkey` checks its flags
     # lm-eval hands the model's name to tasks as metadata (passkey sizes prompts in its tokens)
-    metadata = {"pretrained": o.model, **(json.loads(o.metadata) if o.metadata else {})}
     gen_kwargs = generation_kwargs(o.gen_kwargs)
-    manager = TaskManager(include_path=o.include_path, metadata=metadata)
+    manager = TaskManager(include_path=o.include_path, metadata={"pretrained": o.model, **meta})
     unknown = [t for t in o.tasks if t not in manager.all_tasks]
     if unknown:
-        raise ConfigError(f"unknown lm-eval task {', '.join(unknown)}; see `python -m lm_eval "
-                          "ls tasks`, or give --include_path DIR for your own task YAMLs")
+        unread = unreadable_yamls(o.include_path)
+        raise ConfigError(f"unknown lm-eval task {', '.join(unknown)}"
+                          + (f"; {unread}" if unread else "; see `python -m lm_eval ls tasks`, "
+                             "or give --include_path DIR for your own task YAMLs"))
+    shots = fixed_shots(manager, o.tasks)
+    if o.num_fewshot is not None:
+        for task, n in shots.items():
+            if n == 0 and o.num_fewshot != 0:
+                warnings.warn(f"{task} fixes num_fewshot 0 in its config: lm-eval ignores "
+                              f"--num_fewshot {o.num_fewshot} for it, and its rows say 0",
+                              UserWarning, stacklevel=2)
     loaded = load(o.model, first)
     if o.apply_chat_template and not getattr(loaded.tokenizer, "chat_template", None):
         raise ConfigError(f"apply_chat_template (--apply_chat_template): {o.model}'s tokenizer has "
                           "no chat template; drop the flag (a base model reads plain prompts)")
     check_all(conditions_, loaded, causal=True)  # again, before any condition is scored
+    if "passkey" in o.tasks:
+        check_passkey_fits(loaded, passkey_sizes(meta, "metadata (--metadata)"), hflm)
     rows, per_doc = [], []  # per condition: {(task, metric, filter): {doc_id: value}}
     for i, cond in enumerate(grid):
         lm = PecliLM(**single, **cond, loaded=loaded, **hflm)
@@ -195,7 +286,8 @@ def run(options: LmEvalOptions, progress=None) -> dict[str, pd.DataFrame]:
         python_seed, numpy_seed, torch_seed, fewshot_seed = o.lm_eval_seed
         try:
             with quiet_git():
-                results = lm_eval.simple_evaluate(
+                results = evaluate_or_say_why(
+                    lm_eval.simple_evaluate, tasks_named=o.tasks,
                     model=lm, model_args=f"model=pecli,{args}", tasks=list(o.tasks),
                     num_fewshot=o.num_fewshot, limit=o.limit, task_manager=manager,
                     log_samples=True,  # always: the intervals and paired differences need them
@@ -213,8 +305,8 @@ def run(options: LmEvalOptions, progress=None) -> dict[str, pd.DataFrame]:
             for task in results["configs"] if o.log_samples else ():
                 tracker.save_results_samples(task_name=task, samples=samples[task])
         common = {**lm.loaded.provenance(), **lm.condition_columns(), "tokens": lm.tokens,
-                  "seed": o.seed, "num_fewshot": o.num_fewshot, "limit": o.limit,
-                  "lm_eval_version": lm_eval.__version__, **prompt_columns(lm, o, gen_kwargs)}
+                  "seed": o.seed, "limit": o.limit, "lm_eval_version": lm_eval.__version__,
+                  **prompt_columns(lm, o, gen_kwargs)}
         per_doc.append(documents(samples))
         chance = chance_levels(results, samples)
         rows += [{**row, "condition_index": i,
@@ -300,6 +392,114 @@ def chance_levels(results: dict, samples: dict) -> dict[str, float]:
     return out
 
 
+class _Known(logging.Filter):
+    """lm-eval's notes that say nothing about the numbers: a local task overriding its own."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "overrides existing task" not in record.getMessage()
+
+
+def quiet_lm_eval() -> None:
+    """lm-eval's warnings reach the user (truncation, fewshot overrides); its info does not."""
+    for name in ("lm_eval", "lm_eval.tasks._index"):
+        logger = logging.getLogger(name)
+        logger.setLevel(logging.WARNING)
+        if not any(isinstance(f, _Known) for f in logger.filters):
+            logger.addFilter(_Known())
+
+
+def unreadable_yamls(include_path: str | None) -> str:
+    """Which task YAMLs under `include_path` lm-eval skipped because they do not parse."""
+    from lm_eval.tasks._yaml_loader import load_yaml
+
+    if include_path is None:
+        return ""
+    bad = []
+    for path in sorted(Path(include_path).rglob("*.yaml")):
+        try:
+            load_yaml(path, resolve_func=False, recursive=True)
+        except Exception as err:  # noqa: BLE001 (yaml and lm-eval raise many kinds)
+            bad.append(f"{path} does not parse ({' '.join(str(err).split())[:160]})")
+    return "; ".join(bad[:3])
+
+
+def fixed_shots(manager, tasks) -> dict[str, int | None]:
+    """Each task's num_fewshot as its YAML fixes it (None: not fixed)."""
+    out = {}
+    for task in tasks:
+        entry = manager.task_index.get(task)
+        cfg = getattr(entry, "cfg", None) or {}
+        out[task] = cfg.get("num_fewshot") if isinstance(cfg, dict) else None
+    return out
+
+
+PASSKEY_KEYS = {"passkey_lengths": "lengths", "passkey_depths": "depths",
+                "passkey_trials": "trials", "passkey_seed": "seed"}
+
+
+def passkey_sizes(meta: dict[str, Any], where: str = "passkey metadata"):
+    """The passkey task's sizes from lm-eval metadata, checked as `pecli passkey` checks its
+    flags (PasskeyOptions: lengths, depths from 0 to 1, trials, seed): the same prompts, the
+    same refusals. Returns the PasskeyOptions."""
+    from pecli.runs.options import PasskeyOptions
+
+    unknown = [k for k in meta if k.startswith("passkey_") and k not in PASSKEY_KEYS]
+    if unknown:
+        raise ConfigError(f"{where}: unknown key {unknown[0]!r}; the passkey task reads "
+                          f"{', '.join(PASSKEY_KEYS)}")
+    values = {PASSKEY_KEYS[k]: v for k, v in meta.items() if k in PASSKEY_KEYS}
+    values.setdefault("lengths", [1024])
+    try:
+        return PasskeyOptions.build(values, where)
+    except ConfigError as err:  # name the metadata keys, not the flags
+        text = str(err)
+        for key, name in PASSKEY_KEYS.items():
+            text = text.replace(f"{name} (--{name})", key)
+        raise ConfigError(text) from None
+
+
+def check_passkey_fits(loaded, sizes, hflm: dict[str, Any]) -> None:
+    """A passkey prompt and its answer must fit what the model sees: past a learned table it is
+    not applicable (as in `pecli passkey`); past lm-eval's max_length lm-eval would cut the
+    prompt's start, the key with it, so either is refused before any condition is scored."""
+    from lm_eval.models.utils import resolve_max_length
+
+    from pecli.measures.passkey import NEW_TOKENS
+    from pecli.positions.extension import not_applicable
+
+    longest = max(sizes.lengths) + NEW_TOKENS
+    why = not_applicable(loaded, longest)
+    if why is not None:
+        raise ConfigError(f"passkey_lengths {max(sizes.lengths)}: {why} (the prompt and its "
+                          f"{NEW_TOKENS} new tokens: {longest}); `pecli passkey` gives the same "
+                          "length a not-applicable row")
+    limit = hflm.get("max_length") or resolve_max_length(loaded.model.config, loaded.tokenizer,
+                                                         default=HFLM._DEFAULT_MAX_LENGTH)
+    if longest > limit:
+        raise ConfigError(f"passkey_lengths {max(sizes.lengths)}: the prompt and its {NEW_TOKENS} "
+                          f"new tokens ({longest}) exceed max_length {limit}, and lm-eval would "
+                          f"cut the prompt's start (the key with it); give max_length={longest} "
+                          "or more in --model_args, or shorter passkey_lengths")
+
+
+def evaluate_or_say_why(evaluate, *, tasks_named, **kwargs) -> dict:
+    """lm-eval's evaluator; what lm-eval raises while it builds or scores a task (a dataset on
+    the unreachable hub, a request longer than the model takes) becomes one line naming it."""
+    from pecli.runs.errors import PecliError
+
+    try:
+        return evaluate(**kwargs)
+    except PecliError:
+        raise
+    except (OSError, ValueError, AssertionError, KeyError, IndexError, ImportError) as err:
+        what = " ".join(str(err).split())[:240] or type(err).__name__
+        hint = (" (offline: the task's dataset is not in the local cache)"
+                if "connect" in f"{type(err).__name__} {what}".lower()
+                or "offline" in what.lower() else "")
+        raise ConfigError(f"lm-eval could not run {', '.join(tasks_named)}: "
+                          f"{type(err).__name__}: {what}{hint}") from None
+
+
 def documents(samples: dict) -> dict[tuple, dict[int, float]]:
     """Each (task, metric, filter)'s value per document, from lm-eval's logged samples."""
     out: dict[tuple, dict[int, float]] = {}
@@ -366,6 +566,7 @@ def task_rows(results: dict, docs: dict, common: dict, n_boot: int, seed: int) -
         n = results.get("n-samples", {}).get(task, {}).get("effective")
         config = results.get("configs", {}).get(task, {})
         version = results.get("versions", {}).get(task)
+        shots = results.get("n-shot", {}).get(task, config.get("num_fewshot"))
         for key, value in metrics.items():
             if "," not in key or "_stderr" in key or not isinstance(value, int | float):
                 continue
@@ -379,7 +580,8 @@ def task_rows(results: dict, docs: dict, common: dict, n_boot: int, seed: int) -
                                  f"not lm-eval's {value}")
             rows.append({**common, "task": task, "dataset": task, "split": config.get("test_split")
                          or config.get("validation_split") or "", "rows": n,
-                         "task_version": version, "metric": metric, "filter": filt,
+                         "task_version": version, "num_fewshot": shots, "metric": metric,
+                         "filter": filt,
                          "value": float(value),
                          "stderr": float(stderr) if isinstance(stderr, int | float) else np.nan,
                          "ci_low": low, "ci_high": high, "interval_method": method})

@@ -13,7 +13,8 @@ from the window's tokens before it, its position inside the window is t):
 - sliding (stride S): windows start at 0, S, 2S, ...; each scores the targets past the
   previous window's end, so every stream token from the second on is scored once, with
   between L-S and L-1 tokens of context (Press et al. 2022's evaluation; S = 1: always L-1,
-  past the first window).
+  past the first window). At S = L without a start token a window starts where the last
+  ended, so its first token has no context and is not scored: those count as dropped_tokens.
 - band: one pass over the stream in which each token attends to itself and its L-2
   predecessors (a band mask of width L-1, sliding-window attention). For a one-layer model
   whose attention depends only on query-key offsets this is `sliding` at stride 1 exactly;
@@ -106,7 +107,12 @@ def cut(stream: list[int], length: int, protocol: str = "nonoverlapping",
         prev_end = end
         if end == len(stream):
             break
-    return Cut(length, offsets, sizes, firsts, lead, 0, protocol, stride)
+    scored = sum(s - f for s, f in zip(sizes, firsts, strict=True))
+    # every stream token from the second on (the first too, after a start token) is scored
+    # once, except a window's first one when it starts where the last ended (S = L, no start
+    # token): it has no context in its window, and is counted here
+    dropped = len(stream) - (0 if lead else 1) - scored
+    return Cut(length, offsets, sizes, firsts, lead, max(dropped, 0), protocol, stride)
 
 
 def band_applies(loaded, rope_type: str | None, plan) -> str | None:

@@ -442,6 +442,11 @@ def _load_pypi(pkg: PypiModel) -> LoadedModel:
     return loaded
 
 
+# Files one of which a checkpoint's tokenizer is read from (transformers' AutoTokenizer)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "vocab.txt",
+                   "tokenizer.model", "spiece.model", "sentencepiece.bpe.model")
+
+
 def _load_local(name: str, path: Path) -> LoadedModel:
     from transformers import AutoConfig, AutoTokenizer
 
@@ -471,6 +476,9 @@ def _load_local(name: str, path: Path) -> LoadedModel:
         model = _auto_class(spec).from_pretrained(path)
         if isinstance(raw, dict) and "pecli_position" in raw:  # e.g. a t5 model's bias tables
             importlib.import_module("pecli.measures.training").after_load(model, path)
+        if not any((path / f).is_file() for f in TOKENIZER_FILES):
+            raise ModelError(f"no tokenizer files in {path} (one of {', '.join(TOKENIZER_FILES)}): "
+                             "copy the tokenizer beside the weights (tokenizer.save_pretrained)")
         tokenizer = AutoTokenizer.from_pretrained(path)
     except PecliError:
         raise

@@ -45,7 +45,7 @@ def accuracy_bars(df: pd.DataFrame, path: Path) -> Path:
         ax.set_xticks(x, conditions, rotation=30, ha="right", fontsize=8)
         ax.set_title(title, fontsize=10)
         ax.set_ylim(0, 1)
-    axes[0].set_ylabel("mean over items (bars: 95 % bootstrap interval)")
+    axes[0].set_ylabel("mean over items (95 %: Wilson mc1, mc1_norm; bootstrap mc2)")
     first = df.iloc[0]
     fig.suptitle(f"TruthfulQA multiple choice: {first['model']} on {first['dataset']} "
                  f"({first['items']} items); dashed: chance (uniform choice); hatched: graded mask",

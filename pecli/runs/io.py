@@ -291,6 +291,28 @@ def record(target: Path, key: dict, files: list[Path]) -> None:
         write_json(wanted, manifest)
 
 
+def check_target(target: Path) -> Path:
+    """`target` as an output folder can be, or a one-line OutputError before computing: not
+    a symlink whose end does not exist (the results could not be moved there at the end),
+    not a symlink loop, not a file."""
+    target = Path(target).expanduser()
+    try:
+        os.path.realpath(target, strict=True)
+    except FileNotFoundError:
+        if target.is_symlink():
+            raise OutputError(f"--out {target} is a symlink to {os.readlink(target)}, which does "
+                              "not exist; create that folder or give another --out") from None
+    except OSError as err:
+        looped = err.errno == errno.ELOOP or "loop" in str(err).lower()
+        raise OutputError(f"--out {target}: {'a symlink loop' if looped else _reason(err)}; "
+                          "give another folder") from None
+    except RuntimeError:  # Python < 3.13 reports a loop in a parent so
+        raise OutputError(f"--out {target}: a symlink loop; give another folder") from None
+    if target.exists() and not target.is_dir():
+        raise OutputError(f"--out {target} is a file, not a folder; give a folder for the results")
+    return target
+
+
 class RunOutput:
     """The outputs of one run, all or nothing: the one writer every command uses.
 
@@ -310,7 +332,7 @@ class RunOutput:
     """
 
     def __init__(self, target: Path, key: dict | None = None, *, force: bool = False):
-        self.target = Path(target).expanduser()
+        self.target = check_target(target)
         self.key = _plain(key)
         self._hold = hold(self.target, key, force=force)
         self._hold.__enter__()

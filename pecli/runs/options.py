@@ -518,6 +518,15 @@ class LengthOptions(MaskGrid, RopeScaled):
         if self.protocol != (names.parse(names.PROTOCOLS, "relative"),):
             raise ConfigError("protocol (--protocol): length scores each window in one pass "
                               "(relative); drop --protocol")
+        if self.buckets > min(self.lengths) // 2:  # each at least 2 positions: none empty
+            raise ConfigError(f"buckets (--buckets): {self.buckets} position buckets do not fit a "
+                              f"window of {min(self.lengths)} tokens (--lengths), whose position 0 "
+                              f"is never a target; use at most {min(self.lengths) // 2}")
+        body = min(self.lengths) - bool(self.start_token)  # stream tokens of the shortest window
+        if self.stride is not None and self.stride > body:
+            raise ConfigError(f"stride (--stride): {self.stride} is past the shortest window's "
+                              f"{body} stream tokens (--lengths {min(self.lengths)}"
+                              f"{', --start-token' if self.start_token else ''}); use at most {body}")
         if self.windows == "nonoverlapping" and self.stride is not None:
             raise ConfigError("stride (--stride) steps sliding windows; add --windows sliding "
                               "or drop --stride")
@@ -564,8 +573,12 @@ def _model_names(value) -> tuple[str, ...]:
     return models
 
 
+MAX_TOKENS = 131_072  # the longest window or prompt pecli builds (2^17: YaRN's longest evaluations)
+
+
 def _token_counts(value, what: str) -> tuple[int, ...]:
-    """`--lengths` as distinct integers of at least 2 tokens, in the order given."""
+    """`--lengths` as distinct integers of at least 2 tokens and at most MAX_TOKENS, in the
+    order given."""
     counts = value
     if isinstance(counts, str):
         try:
@@ -577,6 +590,9 @@ def _token_counts(value, what: str) -> tuple[int, ...]:
                              for n in counts):
         raise ConfigError(f"lengths (--lengths): {value!r}: give {what} of at least 2 tokens, "
                           "e.g. 128,256,512")
+    if max(counts) > MAX_TOKENS:
+        raise ConfigError(f"lengths (--lengths): {max(counts)} is past the longest {what[:-1]} "
+                          f"pecli builds, {MAX_TOKENS} tokens")
     return tuple(dict.fromkeys(counts))
 
 

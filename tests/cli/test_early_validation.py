@@ -82,7 +82,7 @@ def test_a_bad_option_fails_before_loading(no_loading, args):
 
 @pytest.mark.parametrize("args", [["perplexity", "random:bloom", "--mask", "linear"],
                                   ["mc", "random:mpt", "--mask", "linear"],
-                                  ["length", "random:gptj", "--mask", "linear", "--lengths", "8"]],
+                                  ["length", "random:gptj", "--mask", "linear", "--lengths", "8", "--buckets", "4"]],
                          ids=" ".join)
 def test_a_mask_on_a_model_with_its_own_attention_fails_before_loading(no_loading, args):
     result = runner.invoke(app, args)

@@ -84,7 +84,7 @@ def test_two_conditions_write_lm_evals_json_a_table_and_a_figure(tmp_path, share
     (["--tasks", "nosuch_task"], "unknown lm-eval task"),
     ([], "name at least one lm-eval task"),
     (["--tasks", "truthfulqa_mc1", "--model_args", "pretrained=random:gpt2,intervention=zero",
-      "--intervention", "shuffle"], "both set the condition"),
+      "--intervention", "shuffle"], "give --intervention instead"),
     (["--tasks", "truthfulqa_mc1", "--protocol", "study"], "relative"),
     (["--tasks", "truthfulqa_mc1", "--model_args", "pretrained=random:bert"], "encoder"),
     (["--tasks", "truthfulqa_mc1", "--predict_only"], "predict_only skips"),
