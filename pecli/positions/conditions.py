@@ -41,7 +41,7 @@ from typing import Any
 from pecli.positions import labels
 from pecli.positions.labels import INTACT, OLD_INTACT, UNCHANGED_ROPE, label, labelled, upgraded
 from pecli.runs import names
-from pecli.runs.errors import ModelError
+from pecli.runs.errors import ConfigError, ModelError
 from pecli.runs.names import Choice
 from pecli.runs.options import Rope
 
@@ -319,6 +319,10 @@ def plan(mask: str | Choice = "default", semantics: str | Choice = "legacy",
     mask, semantics = _choice(names.MASKS, mask), _choice(names.MASK_SEMANTICS, semantics)
     protocol = _choice(names.PROTOCOLS, protocol)
     condition = (_choice(names.INTERVENTIONS, intervention), mask, semantics, protocol)
+    if "attention" in condition[0].term.traits and mask.name != "default":
+        raise ConfigError(f"intervention {condition[0]} replaces the attention function, where "
+                          f"--mask {mask} would act too: one of them per run (drop --mask, or "
+                          "run the masks separately)")
     traits = mask.term.traits
     if fast and mask.name == "default":
         return Condition(*condition, None, "one-pass", why="m = 1 is the identity: the unchanged "

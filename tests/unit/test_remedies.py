@@ -13,10 +13,17 @@ cos/sin) and rotate with angles p * inv_freq computed here, not by pecli's code.
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
+from remedy_references import (
+    literal_attention,
+    lminfinite_distance,
+    rerope_distance,
+    rotary_of,
+    se_distance,
+    sinks_distance,
+    streaming_nll,
+)
 
 from pecli.positions.interventions import intervene
 from pecli.positions.remedies import attention_modules
@@ -44,104 +51,6 @@ def _logits(loaded, ids, mask=None):
         return loaded.model(input_ids=ids, attention_mask=mask, position_ids=pos).logits
 
 
-def _rotary(loaded):
-    return loaded.model.base_model.rotary_emb
-
-
-# --- the literal eager reference ------------------------------------------------------------
-
-
-def se_distance(i, j, g, w):
-    """Self-Extend (datamllab/LongLM, prefill): neighbours i - j < w keep i - j; beyond,
-    (i // g + w - w / g) - j // g."""
-    return i - j if i - j < w else (i // g + w - w / g) - j // g
-
-
-def rerope_distance(i, j, w, k=None):
-    """Su: min(d, w); leaky (k): w + (d - w) / k past w."""
-    d = i - j
-    return d if d < w else w + ((d - w) / k if k else 0)
-
-
-def lminfinite_distance(i, j, k, w, cap):
-    """Han et al.: the first k tokens and the w most recent are seen; beyond w, distance cap."""
-    d = i - j
-    if d < w:
-        return d
-    return cap if j < k else None  # None: not seen
-
-
-def sinks_distance(i, j, k, w):
-    d = i - j
-    if d < w:
-        return d
-    return min(i, k + w - 1) - j if j < k else None
-
-
-def _reference(loaded, distance, keep=None):
-    """A context manager: the model's attention replaced by the literal eager one.
-
-    distance(layer, i, j) -> the distance of that pair, or None where unseen; keep(layer) ->
-    bool [pairs] of the rotary pairs that rotate (None: all)."""
-    from contextlib import contextmanager
-
-    from transformers import AttentionInterface
-
-    rotary = _rotary(loaded)
-    inv_freq = rotary.inv_freq.double()  # [pairs]
-    scale = float(getattr(rotary, "attention_scaling", 1.0))
-    pairs = inv_freq.shape[0]
-
-    def attend(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
-        layer = module.layer_idx
-        b, h, n, d = query.shape
-        g = h // key.shape[1]
-        dist = torch.zeros(n, n, dtype=torch.float64)
-        seen = torch.zeros(n, n, dtype=torch.bool)
-        for i in range(n):
-            for j in range(i + 1):
-                dd = distance(layer, i, j)
-                if dd is not None:
-                    dist[i, j], seen[i, j] = dd, True
-        angle = dist[:, :, None] * inv_freq  # [n, n, pairs]
-        if keep is not None:
-            angle = angle * keep(layer).double()
-        q, k = query.double(), key.double().repeat_interleave(g, dim=1)
-        q1, q2, qp = q[..., :pairs], q[..., pairs:2 * pairs], q[..., 2 * pairs:]
-        k1, k2, kp = k[..., :pairs], k[..., pairs:2 * pairs], k[..., 2 * pairs:]
-        # rotate-half convention: R(a) q . R(b) k = (q1 k1 + q2 k2) cos(a-b) + (q1 k2 - q2 k1) sin(a-b)
-        same = q1[:, :, :, None] * k1[:, :, None] + q2[:, :, :, None] * k2[:, :, None]
-        cross = q1[:, :, :, None] * k2[:, :, None] - q2[:, :, :, None] * k1[:, :, None]
-        scores = (same * angle.cos() + cross * angle.sin()).sum(-1) * scale ** 2
-        scores = scores + qp @ kp.transpose(-1, -2)  # partial rotary: the unrotated dims
-        scores = (scores * (scaling or d ** -0.5)).masked_fill(~seen, -math.inf)
-        out = torch.softmax(scores, -1) @ value.double().repeat_interleave(g, dim=1)
-        return out.to(query.dtype).transpose(1, 2).contiguous(), None
-
-    @contextmanager
-    def installed():
-        from pecli.positions.remedies import _mask_factory  # noqa: F401 (any mask will do)
-
-        AttentionInterface.register("pecli_test_literal", attend)
-        old = loaded.model.config._attn_implementation
-        hooks = [m.register_forward_pre_hook(_identity, with_kwargs=True)
-                 for m in attention_modules(loaded)]
-        loaded.model.set_attn_implementation("pecli_test_literal")
-        try:
-            yield
-        finally:
-            loaded.model.set_attn_implementation(old)
-            for hook in hooks:
-                hook.remove()
-
-    return installed()
-
-
-def _identity(mod, args, kwargs):
-    cos, sin = kwargs["position_embeddings"]
-    return args, {**kwargs, "position_embeddings": (torch.ones_like(cos), torch.zeros_like(sin))}
-
-
 CASES = {
     "selfextend:2:8": lambda layer, i, j: se_distance(i, j, 2, 8),
     "selfextend:3:8": lambda layer, i, j: se_distance(i, j, 3, 8),  # W not divisible by G
@@ -162,7 +71,7 @@ def test_each_method_equals_the_literal_eager_reference(model, name):
     ids = _ids(model)
     with intervene(model, name):
         ours = _logits(model, ids)
-    with _reference(model, CASES[name]):
+    with literal_attention(model, CASES[name]):
         literal = _logits(model, ids)
     intact = _logits(model, ids)
     assert torch.allclose(ours, literal, atol=2e-5, rtol=1e-4), (ours - literal).abs().max()
@@ -173,7 +82,7 @@ def test_each_method_equals_the_literal_eager_reference(model, name):
 @pytest.mark.parametrize("name, which", [("droplow:0.5", "low"), ("drophigh:0.25", "high"),
                                          ("droplow:0.5@0", "low")])
 def test_bands_equal_the_reference_without_those_pairs(model, name, which):
-    pairs = _rotary(model).inv_freq.shape[0]
+    pairs = rotary_of(model).inv_freq.shape[0]
     fraction = float(name.split(":")[1].split("@")[0])
     n = round(fraction * pairs)
     keep = torch.ones(pairs, dtype=torch.bool)
@@ -185,7 +94,7 @@ def test_bands_equal_the_reference_without_those_pairs(model, name, which):
     ids = _ids(model)
     with intervene(model, name):
         ours = _logits(model, ids)
-    with _reference(model, lambda layer, i, j: i - j,
+    with literal_attention(model, lambda layer, i, j: i - j,
                     keep=lambda layer: keep if only in (None, layer) else torch.ones_like(keep)):
         literal = _logits(model, ids)
     assert torch.allclose(ours, literal, atol=2e-5, rtol=1e-4)
@@ -194,54 +103,6 @@ def test_bands_equal_the_reference_without_those_pairs(model, name, which):
 
 
 # --- sinks: the streaming decode ------------------------------------------------------------
-
-
-def _streaming_nll(loaded, ids: torch.Tensor, k: int, w: int) -> torch.Tensor:
-    """NLL of ids[1:] from a token-by-token decode with a rolling cache of K sinks + W recent
-    (k, v) per layer, keys kept before rotation and rotated at their cache positions."""
-    from transformers import AttentionInterface
-
-    rotary = _rotary(loaded)
-    inv_freq = rotary.inv_freq.float()
-    caches: dict[int, list] = {}
-
-    def rot(x, p):  # x [h, d] rotated at position p (rotate-half, partial rotary kept)
-        r = 2 * inv_freq.shape[0]
-        ang = torch.cat([p * inv_freq, p * inv_freq])
-        turned, kept = x[..., :r], x[..., r:]
-        half = torch.cat([-turned[..., r // 2:], turned[..., :r // 2]], -1)
-        return torch.cat([turned * ang.cos() + half * ang.sin(), kept], -1)
-
-    def attend(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
-        cache = caches.setdefault(module.layer_idx, [])
-        cache.append((key[0, :, 0], value[0, :, 0]))  # [h_kv, d] each, unrotated
-        if len(cache) > k + w:
-            del cache[k]  # evict the oldest entry after the sinks
-        h = query.shape[1]
-        g = h // key.shape[1]
-        keys = torch.stack([rot(kk, p) for p, (kk, _) in enumerate(cache)], 1)  # [h_kv, c, d]
-        values = torch.stack([v for _, v in cache], 1)
-        q = rot(query[0, :, 0], len(cache) - 1)  # the query at the last slot
-        scores = (q[:, None] @ keys.repeat_interleave(g, 0).transpose(-1, -2))[:, 0] * scaling
-        out = (torch.softmax(scores, -1)[:, None] @ values.repeat_interleave(g, 0))[:, 0]  # [h, d]
-        return out[None, None], None
-
-    AttentionInterface.register("pecli_test_streaming", attend)
-    old = loaded.model.config._attn_implementation
-    hooks = [m.register_forward_pre_hook(_identity, with_kwargs=True) for m in attention_modules(loaded)]
-    loaded.model.set_attn_implementation("pecli_test_streaming")
-    nll = []
-    try:
-        with torch.no_grad():
-            for t in range(ids.shape[1] - 1):
-                logits = loaded.model(input_ids=ids[:, t:t + 1], position_ids=torch.zeros(1, 1, dtype=torch.long),
-                                      use_cache=False).logits[0, -1]
-                nll.append(-torch.log_softmax(logits.double(), -1)[ids[0, t + 1]])
-    finally:
-        loaded.model.set_attn_implementation(old)
-        for hook in hooks:
-            hook.remove()
-    return torch.stack(nll)
 
 
 def _one_pass_nll(loaded, ids, name):
@@ -253,7 +114,7 @@ def _one_pass_nll(loaded, ids, name):
 @pytest.mark.parametrize("k, w", [(2, 8), (0, 8), (4, 5), (1, 16)])
 def test_sinks_equal_the_streaming_decode(model, k, w):
     ids = _ids(model, n=30)
-    streamed = _streaming_nll(model, ids, k, w)
+    streamed = streaming_nll(model, ids, k, w)
     ours = _one_pass_nll(model, ids, f"sinks:{k}:{w}")
     assert torch.allclose(ours, streamed, atol=1e-4), (ours - streamed).abs().max()
     intact = _one_pass_nll(model, ids, "intact")
@@ -263,7 +124,7 @@ def test_sinks_equal_the_streaming_decode(model, k, w):
 def test_streaming_reference_is_the_plain_model_when_nothing_is_evicted(model):
     """The reference itself: with a cache that never fills, it is ordinary causal decoding."""
     ids = _ids(model, n=20)
-    assert torch.allclose(_streaming_nll(model, ids, 4, 16), _one_pass_nll(model, ids, "intact"),
+    assert torch.allclose(streaming_nll(model, ids, 4, 16), _one_pass_nll(model, ids, "intact"),
                           atol=1e-4)
 
 
@@ -352,3 +213,53 @@ def test_meaningless_conditions_are_refused_in_one_line(tiny, family, name, word
     assert "\n" not in message
     for word in words:
         assert word in message
+
+
+# --- lm-eval's model_args -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["loglikelihood_rolling", "generate_until"])
+def test_lm_eval_model_args_take_a_remedy(tiny, kind):
+    """model='pecli' with intervention=selfextend:2:4 answers as lm-eval's own HFLM on the
+    model inside pecli's intervention (generation runs through the KV cache: queries after
+    the first see unrotated cached keys, rotated by the remedy)."""
+    pytest.importorskip("lm_eval", reason="lm-eval not installed (make setup)")
+    from lm_eval.api.instance import Instance
+    from lm_eval.models.huggingface import HFLM
+
+    from pecli.integrations import lm_eval as plugin
+
+    loaded = tiny("llama", initializer_range=0.3)
+    text = "The film was long, but the last hour moved me more than anything this year."
+    args = {"loglikelihood_rolling": (text,),
+            "generate_until": (text, {"until": ["\n"], "max_gen_toks": 6, "do_sample": False})}[kind]
+    requests = [Instance(kind, {}, args, 0)]
+    plain = HFLM(pretrained=loaded.model, tokenizer=loaded.tokenizer, batch_size=1)
+    intact = getattr(plain, kind)(requests, disable_tqdm=True)
+    with torch.inference_mode(), intervene(loaded, "selfextend:2:4"):
+        expected = getattr(plain, kind)(requests, disable_tqdm=True)
+    lm = plugin.PecliLM(pretrained="random:llama", intervention="selfextend:2:4", loaded=loaded,
+                        batch_size=1)
+    try:
+        got = getattr(lm, kind)(requests, disable_tqdm=True)
+    finally:
+        lm.close()
+    assert got == expected
+    if kind == "loglikelihood_rolling":
+        assert got != intact
+
+
+def test_generation_with_the_cache_equals_one_pass_per_prefix(tiny):
+    """A remedy under transformers' KV cache (decoding one token at a time, keys cached before
+    rotation) gives the same next-token logits as a full pass over each prefix."""
+    loaded = tiny("llama", initializer_range=0.3)
+    ids = _ids(loaded, n=20)
+    with intervene(loaded, "sinks:2:5"), torch.no_grad():
+        out = loaded.model(input_ids=ids[:, :12], use_cache=True)
+        cache, steps = out.past_key_values, []
+        for t in range(12, 20):
+            out = loaded.model(input_ids=ids[:, t:t + 1], past_key_values=cache, use_cache=True)
+            cache = out.past_key_values
+            steps.append(out.logits[0, -1])
+        full = [loaded.model(input_ids=ids[:, :t + 1]).logits[0, -1] for t in range(12, 20)]
+    assert torch.allclose(torch.stack(steps), torch.stack(full), atol=2e-5, rtol=1e-4)

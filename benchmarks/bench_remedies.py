@@ -1,0 +1,126 @@
+"""Cost of the remedies past the context (pecli.positions.remedies), in one run, as ratios.
+
+    python benchmarks/bench_remedies.py                         # SmolLM2, 8,192 tokens
+    python benchmarks/bench_remedies.py --tokens 2048 --stream 512
+
+1. Every condition's forward (the base model, hidden states only: the LM head is the same for
+   all) against the plain SDPA forward of the same model on the same tokens: time (best of
+   --repeats, interleaved) and peak memory (the resident set sampled every 2 ms during the
+   forward, minus the resident set before it). Goals: time at most 2x (1.2x for the windowed
+   methods, sinks and lminfinite), memory at most 1.5x.
+2. sinks:K:W in one pass against the literal streaming decode of tests/remedy_references.py
+   (one token per forward, a rolling cache of unrotated keys rotated at their cache
+   positions) on --stream tokens: the NLLs equal, the speed-up (goal: at least 20x).
+
+Windows are a quarter of --tokens (W), so that every method has far pairs to remap.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+import torch
+from timing import load_average
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the literal references
+
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * PAGE
+
+
+def measured(fn) -> tuple[float, int]:
+    """(wall seconds, peak resident bytes above the start) of fn()."""
+    start, peak, done = rss(), [0], threading.Event()
+
+    def sample():
+        while not done.is_set():
+            peak[0] = max(peak[0], rss())
+            time.sleep(0.002)
+
+    thread = threading.Thread(target=sample, daemon=True)
+    thread.start()
+    began = time.perf_counter()
+    fn()
+    seconds = time.perf_counter() - began
+    done.set()
+    thread.join()
+    return seconds, max(peak[0], rss()) - start
+
+
+def conditions(tokens: int) -> list[str]:
+    w = tokens // 4
+    return [f"sinks:4:{w - 4}", f"lminfinite:4:{w}", f"selfextend:4:{w}", f"rerope:{w}",
+            f"rerope:{w}:16", "droplow:0.25", "drophigh:0.25", "zero@even", f"sinks:4:{w - 4}@even"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="smollm2")
+    parser.add_argument("--tokens", type=int, default=8192)
+    parser.add_argument("--stream", type=int, default=2048, help="tokens of the streaming decode (0: skip)")
+    parser.add_argument("--repeats", type=int, default=1)
+    args = parser.parse_args()
+
+    from pecli.models.loading import load_model
+    from pecli.positions.interventions import intervene
+
+    torch.set_grad_enabled(False)
+    loaded = load_model(args.model, device="cpu")
+    ids = torch.randint(0, loaded.model.config.vocab_size, (1, args.tokens),
+                        generator=torch.Generator().manual_seed(0))
+    print(f"{args.model}, {args.tokens} tokens, {torch.get_num_threads()} threads, "
+          f"load average {load_average()}")
+
+    def forward():
+        loaded.model.base_model(input_ids=ids, use_cache=False)
+
+    forward()  # warm-up
+    print(f"{'condition':<22} {'time':>8} {'ratio':>6} {'peak MB':>8} {'ratio':>6}")
+    for name in conditions(args.tokens):
+        plain = cond = (float("inf"), 0)
+        for _ in range(args.repeats):  # interleaved: both see the same machine load
+            t, m = measured(forward)
+            plain = (min(plain[0], t), max(plain[1], m))
+            with intervene(loaded, name):
+                t, m = measured(forward)
+            cond = (min(cond[0], t), max(cond[1], m))
+        goal = 1.2 if name.startswith(("sinks", "lminfinite")) else 2.0
+        print(f"{'plain sdpa':<22} {plain[0]:>7.1f}s {'':>6} {plain[1] / 2**20:>8.0f}")
+        print(f"{name:<22} {cond[0]:>7.1f}s {cond[0] / plain[0]:>5.2f}x {cond[1] / 2**20:>8.0f} "
+              f"{cond[1] / max(plain[1], 1):>5.2f}x   (goals {goal}x, 1.5x)")
+
+    if args.stream:
+        from remedy_references import streaming_nll
+
+        k, w = 4, args.stream // 4 - 4
+        short = ids[:, :args.stream]
+
+        def one_pass():
+            with intervene(loaded, f"sinks:{k}:{w}"):
+                logits = loaded.model(input_ids=short).logits[0, :-1].double()
+            return -torch.log_softmax(logits, -1).gather(-1, short[0, 1:, None])[:, 0]
+
+        start = time.perf_counter()
+        ours = one_pass()
+        fast = time.perf_counter() - start
+        start = time.perf_counter()
+        streamed = streaming_nll(loaded, short, k, w)
+        slow = time.perf_counter() - start
+        diff = float((ours - streamed).abs().max())
+        print(f"sinks:{k}:{w} on {args.stream} tokens: one pass {fast:.1f}s, streaming decode "
+              f"{slow:.1f}s: {slow / fast:.1f}x faster (goal 20x); NLL max |diff| {diff:.2e} "
+              f"(mean NLL {float(ours.mean()):.4f} vs {float(streamed.mean()):.4f})")
+    print(f"load average after: {load_average()}")
+
+
+if __name__ == "__main__":
+    main()

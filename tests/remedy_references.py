@@ -1,0 +1,164 @@
+"""Literal references for the remedies (tests/unit/test_remedies.py and the SmolLM2
+integration test): written from the papers' definitions, sharing no code with
+pecli.positions.remedies but the search for each block's attention module.
+
+- `literal_attention`: an eager attention that builds the full score matrix from a distance matrix,
+  q . R(D[i, j]) k per rotary pair, merged before one softmax;
+- `streaming_nll`: sinks as a token-by-token streaming decode with a rolling cache of keys
+  kept before rotation and rotated at their cache positions.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from pecli.positions.remedies import attention_modules
+
+
+def rotary_of(loaded):
+    return loaded.model.base_model.rotary_emb
+
+
+
+def se_distance(i, j, g, w):
+    """Self-Extend (datamllab/LongLM, prefill): neighbours i - j < w keep i - j; beyond,
+    (i // g + w - w / g) - j // g."""
+    return i - j if i - j < w else (i // g + w - w / g) - j // g
+
+
+def rerope_distance(i, j, w, k=None):
+    """Su: min(d, w); leaky (k): w + (d - w) / k past w."""
+    d = i - j
+    return d if d < w else w + ((d - w) / k if k else 0)
+
+
+def lminfinite_distance(i, j, k, w, cap):
+    """Han et al.: the first k tokens and the w most recent are seen; beyond w, distance cap."""
+    d = i - j
+    if d < w:
+        return d
+    return cap if j < k else None  # None: not seen
+
+
+def sinks_distance(i, j, k, w):
+    d = i - j
+    if d < w:
+        return d
+    return min(i, k + w - 1) - j if j < k else None
+
+
+def literal_attention(loaded, distance, keep=None):
+    """A context manager: the model's attention replaced by the literal eager one.
+
+    distance(layer, i, j) -> the distance of that pair, or None where unseen; keep(layer) ->
+    bool [pairs] of the rotary pairs that rotate (None: all)."""
+    from contextlib import contextmanager
+
+    from transformers import AttentionInterface
+
+    rotary = rotary_of(loaded)
+    inv_freq = rotary.inv_freq.double()  # [pairs]
+    scale = float(getattr(rotary, "attention_scaling", 1.0))
+    pairs = inv_freq.shape[0]
+
+    def attend(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+        layer = module.layer_idx
+        b, h, n, d = query.shape
+        g = h // key.shape[1]
+        dist = torch.zeros(n, n, dtype=torch.float64)
+        seen = torch.zeros(n, n, dtype=torch.bool)
+        for i in range(n):
+            for j in range(i + 1):
+                dd = distance(layer, i, j)
+                if dd is not None:
+                    dist[i, j], seen[i, j] = dd, True
+        angle = dist[:, :, None] * inv_freq  # [n, n, pairs]
+        if keep is not None:
+            angle = angle * keep(layer).double()
+        q, k = query.double(), key.double().repeat_interleave(g, dim=1)
+        q1, q2, qp = q[..., :pairs], q[..., pairs:2 * pairs], q[..., 2 * pairs:]
+        k1, k2, kp = k[..., :pairs], k[..., pairs:2 * pairs], k[..., 2 * pairs:]
+        # rotate-half convention: R(a) q . R(b) k = (q1 k1 + q2 k2) cos(a-b) + (q1 k2 - q2 k1) sin(a-b)
+        same = q1[:, :, :, None] * k1[:, :, None] + q2[:, :, :, None] * k2[:, :, None]
+        cross = q1[:, :, :, None] * k2[:, :, None] - q2[:, :, :, None] * k1[:, :, None]
+        scores = (same * angle.cos() + cross * angle.sin()).sum(-1) * scale ** 2
+        scores = scores + qp @ kp.transpose(-1, -2)  # partial rotary: the unrotated dims
+        scores = (scores * (scaling or d ** -0.5)).masked_fill(~seen, -math.inf)
+        out = torch.softmax(scores, -1) @ value.double().repeat_interleave(g, dim=1)
+        return out.to(query.dtype).transpose(1, 2).contiguous(), None
+
+    @contextmanager
+    def installed():
+        from pecli.positions.remedies import _mask_factory  # noqa: F401 (any mask will do)
+
+        AttentionInterface.register("pecli_test_literal", attend)
+        old = loaded.model.config._attn_implementation
+        hooks = [m.register_forward_pre_hook(identity_rotation, with_kwargs=True)
+                 for m in attention_modules(loaded)]
+        loaded.model.set_attn_implementation("pecli_test_literal")
+        try:
+            yield
+        finally:
+            loaded.model.set_attn_implementation(old)
+            for hook in hooks:
+                hook.remove()
+
+    return installed()
+
+
+def identity_rotation(mod, args, kwargs):
+    cos, sin = kwargs["position_embeddings"]
+    return args, {**kwargs, "position_embeddings": (torch.ones_like(cos), torch.zeros_like(sin))}
+
+
+
+def streaming_nll(loaded, ids: torch.Tensor, k: int, w: int) -> torch.Tensor:
+    """NLL of ids[1:] from a token-by-token decode with a rolling cache of K sinks + W recent
+    (k, v) per layer, keys kept before rotation and rotated at their cache positions."""
+    from transformers import AttentionInterface
+
+    rotary = rotary_of(loaded)
+    inv_freq = rotary.inv_freq.float()
+    caches: dict[int, list] = {}
+
+    def rot(x, p):  # x [h, d] rotated at position p (rotate-half, partial rotary kept)
+        r = 2 * inv_freq.shape[0]
+        ang = torch.cat([p * inv_freq, p * inv_freq])
+        turned, kept = x[..., :r], x[..., r:]
+        half = torch.cat([-turned[..., r // 2:], turned[..., :r // 2]], -1)
+        return torch.cat([turned * ang.cos() + half * ang.sin(), kept], -1)
+
+    def attend(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+        cache = caches.setdefault(module.layer_idx, [])
+        cache.append((key[0, :, 0], value[0, :, 0]))  # [h_kv, d] each, unrotated
+        if len(cache) > k + w:
+            del cache[k]  # evict the oldest entry after the sinks
+        h = query.shape[1]
+        g = h // key.shape[1]
+        keys = torch.stack([rot(kk, p) for p, (kk, _) in enumerate(cache)], 1)  # [h_kv, c, d]
+        values = torch.stack([v for _, v in cache], 1)
+        q = rot(query[0, :, 0], len(cache) - 1)  # the query at the last slot
+        scores = (q[:, None] @ keys.repeat_interleave(g, 0).transpose(-1, -2))[:, 0] * scaling
+        out = (torch.softmax(scores, -1)[:, None] @ values.repeat_interleave(g, 0))[:, 0]  # [h, d]
+        return out[None, None], None
+
+    AttentionInterface.register("pecli_test_streaming", attend)
+    old = loaded.model.config._attn_implementation
+    hooks = [m.register_forward_pre_hook(identity_rotation, with_kwargs=True) for m in attention_modules(loaded)]
+    loaded.model.set_attn_implementation("pecli_test_streaming")
+    nll = []
+    try:
+        with torch.no_grad():
+            for t in range(ids.shape[1] - 1):
+                logits = loaded.model(input_ids=ids[:, t:t + 1], position_ids=torch.zeros(1, 1, dtype=torch.long),
+                                      use_cache=False).logits[0, -1]
+                nll.append(-torch.log_softmax(logits.double(), -1)[ids[0, t + 1]])
+    finally:
+        loaded.model.set_attn_implementation(old)
+        for hook in hooks:
+            hook.remove()
+    return torch.stack(nll)
+
+
