@@ -117,7 +117,7 @@ def run(options: McOptions, progress: Callable[[int, int], None] | None = None,
 
 EXPERIMENTS.add("mc", Experiment(
     name="mc",
-    version=2,  # 2: Wilson intervals for right-or-wrong metrics (MC1, MC1-norm)
+    version=1,  # Wilson for MC1 since issue 36: rows say which (interval_method); values unchanged
     run=run,
     figures=lazy("pecli.plots.mc:figures"),
     description="TruthfulQA MC1/MC2 (lm-evaluation-harness v2.0) under position interventions "
