@@ -82,6 +82,8 @@ def length(
     width: Annotated[int, typer.Option(help="Hidden size (a multiple of --heads).")] = L.width,
     heads: Annotated[int, typer.Option(help="Attention heads.")] = L.heads,
     threads: Annotated[int, typer.Option(help="torch threads (1 is fastest at this size).")] = L.threads,
+    workers: Annotated[int, typer.Option(
+        help="Models trained at once, each in its own one-thread process (same numbers).")] = L.workers,
     save_models: Annotated[bool, typer.Option(
         help="Save each checkpoint under OUT/models/<task>-<pe>-seed<k>.")] = False,
     seed: SeedOpt = 0,
@@ -104,7 +106,7 @@ def length(
     options = build(ToyLengthOptions, "pecli toy length", task=task or L.task, pe=pe,
                     train_length=train_length, test_lengths=test_lengths or (), seeds=seeds,
                     eval_items=eval_items, steps=steps, batch=batch, lr=lr, layers=layers,
-                    width=width, heads=heads, threads=threads, seed=seed)
+                    width=width, heads=heads, threads=threads, workers=workers, seed=seed)
     from pecli.cli.train import run_with_progress
 
     run_with_progress("toy-length", options, out, save_models=save_models, force=force)

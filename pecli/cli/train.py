@@ -155,6 +155,8 @@ def lm(
         help="pecli perplexity --intervention zero on each checkpoint with a position table or "
              "rotation (positions.csv).")] = D.positions_removed,
     threads: Annotated[int | None, typer.Option(help="torch threads (default: torch's).")] = None,
+    workers: Annotated[int, typer.Option(
+        help="Models trained at once, each in its own one-thread process.")] = D.workers,
     model_out: Annotated[Path | None, typer.Option(
         help="Save the checkpoint exactly here (one --pe), e.g. models/tiny-gpt2-imdb.")] = None,
     test_lengths: Annotated[str | None, typer.Option(
@@ -184,7 +186,7 @@ def lm(
                     vocab=vocab, layers=layers, width=width, heads=heads, context=context,
                     batch=batch, limit=limit, eval_limit=eval_limit, eval_every=eval_every,
                     seeds=seeds, positions_removed=positions_removed,
-                    threads=threads, seed=seed, data_dir=data_dir, model_out=model_out,
+                    threads=threads, workers=workers, seed=seed, data_dir=data_dir, model_out=model_out,
                     test_lengths=test_lengths or ())
     run_with_progress("train-lm", options, out, force=force)
 

@@ -238,7 +238,10 @@ def train_one(task: str, scheme: str, seed: int, o: ToyLengthOptions, positions:
     return model, result
 
 
-def _run(o: ToyLengthOptions, progress) -> dict[str, pd.DataFrame]:
+def _one_model(task: str, scheme: str, seed: int, o: ToyLengthOptions, positions: int,
+               items: dict, rule: str, progress=None) -> list[dict]:
+    """Train one model and measure it: its rows (exact match per test length, attention
+    profile, training numbers)."""
     from pathlib import Path
 
     from pecli.measures.training import (
@@ -249,67 +252,74 @@ def _run(o: ToyLengthOptions, progress) -> dict[str, pd.DataFrame]:
     )
 
     enc = Encoder(char_tokenizer())
+    rows = []
+    model, result = train_one(task, scheme, seed, o, positions, progress)
+    revision, model_id = f"seed:{seed}", f"toy-length:{task}:{scheme}"
+    if o.save_dir is not None:
+        from pecli.models.loading import weights_sha256
+        from pecli.runs.provenance import portable_model_id
+
+        path = save_checkpoint(model, char_tokenizer(), Path(o.save_dir) / f"{task}-{scheme}-seed{seed}",
+                               card={"experiment": "toy-length", "task": task, "pe": scheme,
+                                     "seed": seed, "train_length": o.train_length, "steps": o.steps})
+        model_id, revision = portable_model_id(path), weights_sha256(path)
+    base = {"experiment": "toy-length", **row_provenance(), "seed": seed,
+            "model": f"toy-{scheme}", "model_id": model_id, "model_revision": revision,
+            "random_init": False, "device": "cpu", "dtype": "float32",
+            "family": FAMILY[scheme], "pe": scheme, "task": task,
+            "dataset": "toy:" + ",".join(o.task), "intervention": "none", "split": "length",
+            "split_rule": rule, "train_length": o.train_length,
+            "steps": o.steps, "batch": o.batch, "lr": o.lr, "layers": o.layers,
+            "width": o.width, "heads": o.heads, "positions": positions,
+            "parameters": count_parameters(model)}
+    generator = torch.Generator().manual_seed(seed)
+    start = time.perf_counter()
+    for n, its in items.items():
+        pos = None
+        if scheme == "randomized":  # Ruoss et al.: sampled positions at test too
+            pos = random_position_ids(len(its), sequence_length(task, n) - 1, positions, generator)
+        correct = exact_match(model, enc, its, pos)
+        rows.append({**base, "metric": "exact_match", "test_length": n,
+                     "in_training": n <= o.train_length, "value": float(correct.mean()),
+                     "rows": len(its), "tokens": len(its) * sequence_length(task, n)})
+    eval_seconds = time.perf_counter() - start
+    longest = max(o.test_lengths)
+    its = items[longest][:ATTENTION_ITEMS]
+    pos = None if scheme != "randomized" else random_position_ids(
+        len(its), sequence_length(task, longest), positions, generator)
+    for metric, per_layer in attention_profile(model, enc, its, pos).items():
+        for layer, value in enumerate(per_layer, 1):  # 0 = the embedding output
+            rows.append({**base, "metric": metric, "test_length": longest,
+                         "in_training": longest <= o.train_length, "layer": layer,
+                         "value": float(value), "rows": len(its),
+                         "tokens": len(its) * sequence_length(task, longest)})
+    for metric, value in (("final_train_loss", float(np.mean(result["losses"][-50:]))),
+                          ("train_seconds", result["seconds"]),
+                          ("eval_seconds", eval_seconds),
+                          ("train_tokens_per_second", result["tokens"] / result["seconds"])):
+        rows.append({**base, "metric": metric, "test_length": -1, "in_training": True,
+                     "value": value, "rows": 0, "tokens": 0, "train_tokens": result["tokens"]})
+    return rows
+
+
+def _run(o: ToyLengthOptions, progress) -> dict[str, pd.DataFrame]:
+    from pecli.measures.training import run_jobs
+
     schemes = [c.name for c in o.pe]
     seeds = [o.seed + k for k in range(o.seeds)]
     # every model gets positions for the longest test sequence of any task (learned rows
     # past the training length exist but are never trained, as in Kazemnejad et al.)
     positions = max(sequence_length(t, max(o.test_lengths)) for t in o.task)
     rule = split_rule(o)
-    rows = []
+    jobs = []
     for task in o.task:
         items = {n: held_out_items(task, n, o.eval_items, o.seed) for n in o.test_lengths}
-        for scheme in schemes:
-            for seed in seeds:
-                model, result = train_one(task, scheme, seed, o, positions, progress)
-                revision, model_id = f"seed:{seed}", f"toy-length:{task}:{scheme}"
-                if o.save_dir is not None:
-                    from pecli.models.loading import weights_sha256
-                    from pecli.runs.provenance import portable_model_id
-
-                    path = save_checkpoint(model, char_tokenizer(),
-                                           Path(o.save_dir) / f"{task}-{scheme}-seed{seed}",
-                                           card={"experiment": "toy-length", "task": task,
-                                                 "pe": scheme, "seed": seed,
-                                                 "train_length": o.train_length, "steps": o.steps})
-                    model_id, revision = portable_model_id(path), weights_sha256(path)
-                base = {"experiment": "toy-length", **row_provenance(), "seed": seed,
-                        "model": f"toy-{scheme}", "model_id": model_id, "model_revision": revision,
-                        "random_init": False, "device": "cpu", "dtype": "float32",
-                        "family": FAMILY[scheme], "pe": scheme, "task": task,
-                        "dataset": "toy:" + ",".join(o.task), "intervention": "none", "split": "length",
-                        "split_rule": rule, "train_length": o.train_length,
-                        "steps": o.steps, "batch": o.batch, "lr": o.lr, "layers": o.layers,
-                        "width": o.width, "heads": o.heads, "positions": positions,
-                        "parameters": count_parameters(model)}
-                generator = torch.Generator().manual_seed(seed)
-                start = time.perf_counter()
-                for n, its in items.items():
-                    pos = None
-                    if scheme == "randomized":  # Ruoss et al.: sampled positions at test too
-                        pos = random_position_ids(len(its), sequence_length(task, n) - 1,
-                                                  positions, generator)
-                    correct = exact_match(model, enc, its, pos)
-                    rows.append({**base, "metric": "exact_match", "test_length": n,
-                                 "in_training": n <= o.train_length, "value": float(correct.mean()),
-                                 "rows": len(its), "tokens": len(its) * sequence_length(task, n)})
-                eval_seconds = time.perf_counter() - start
-                longest = max(o.test_lengths)
-                its = items[longest][:ATTENTION_ITEMS]
-                pos = None if scheme != "randomized" else random_position_ids(
-                    len(its), sequence_length(task, longest), positions, generator)
-                for metric, per_layer in attention_profile(model, enc, its, pos).items():
-                    for layer, value in enumerate(per_layer, 1):  # 0 = the embedding output
-                        rows.append({**base, "metric": metric, "test_length": longest,
-                                     "in_training": longest <= o.train_length, "layer": layer,
-                                     "value": float(value), "rows": len(its),
-                                     "tokens": len(its) * sequence_length(task, longest)})
-                for metric, value in (("final_train_loss", float(np.mean(result["losses"][-50:]))),
-                                      ("train_seconds", result["seconds"]),
-                                      ("eval_seconds", eval_seconds),
-                                      ("train_tokens_per_second", result["tokens"] / result["seconds"])):
-                    rows.append({**base, "metric": metric, "test_length": -1, "in_training": True,
-                                 "value": value, "rows": 0, "tokens": 0,
-                                 "train_tokens": result["tokens"]})
+        jobs += [(task, scheme, seed, o, positions, items, rule) for scheme in schemes
+                 for seed in seeds]
+    if o.workers > 1:
+        rows = [r for part in run_jobs(_one_model, jobs, o.workers) for r in part]
+    else:
+        rows = [r for job in jobs for r in _one_model(*job, progress=progress)]
     by_seed = pd.DataFrame(rows)
     by_seed["layer"] = by_seed["layer"].fillna(-1).astype(int)  # -1: not a per-layer number
     return {"by_seed": validate(by_seed), "accuracy": validate(summary(by_seed)),

@@ -181,7 +181,8 @@ def run(options: TrainLmOptions, progress=None) -> dict[str, pd.DataFrame]:
     opts = dict(steps=o.steps, layers=o.layers, width=o.width, heads=o.heads, context=o.context,
                 batch=o.batch, lr=o.lr, tokenizer=o.tokenizer, vocab=o.vocab, limit=o.limit,
                 eval_limit=o.eval_limit, eval_every=o.eval_every, seed=o.seed,
-                test_lengths=o.test_lengths, seeds=o.seeds, positions_removed=o.positions_removed)
+                test_lengths=o.test_lengths, seeds=o.seeds, positions_removed=o.positions_removed,
+                workers=o.workers)
     with torch_threads(o.threads) as n_threads:
         return _run([c.name for c in o.pe], opts, o.data_dir, o.save_dir, o.model_out, progress,
                     n_threads)
@@ -224,14 +225,19 @@ def _run(schemes, o, data_dir, save_dir, model_out, progress, n_threads) -> dict
                      "tokens": n, "bigram_lambda": lam})
     seeds = [o["seed"] + k for k in range(o["seeds"])]
     by_seed, curve_rows, length_rows, position_rows = [], [], [], []
-    for scheme in schemes:
-        for seed in seeds:
-            rows = _train_one(scheme, seed, o, tok, train_stream, windows, common, test_prov,
-                              save_dir, model_out, data_dir, progress)
-            by_seed += rows["perplexity"]
-            curve_rows += rows["curve"]
-            length_rows += rows["length"]
-            position_rows += rows["positions"]
+    jobs = [(scheme, seed, o, tok, train_stream, windows, common, test_prov, save_dir, model_out,
+             data_dir) for scheme in schemes for seed in seeds]
+    if o["workers"] > 1:
+        from pecli.measures.training import run_jobs
+
+        results = run_jobs(_train_one, jobs, o["workers"])
+    else:
+        results = [_train_one(*job, progress=progress) for job in jobs]
+    for rows in results:
+        by_seed += rows["perplexity"]
+        curve_rows += rows["curve"]
+        length_rows += rows["length"]
+        position_rows += rows["positions"]
     by_seed_df = pd.DataFrame(by_seed)
     tables = {"perplexity": validate(pd.concat([pd.DataFrame(ppl_rows),
                                                 over_seeds(by_seed_df, ["model", "metric"])],
@@ -251,7 +257,7 @@ def _run(schemes, o, data_dir, save_dir, model_out, progress, n_threads) -> dict
 
 
 def _train_one(scheme, seed, o, tok, train_stream, windows, common, test_prov, save_dir,
-               model_out, data_dir, progress) -> dict[str, list]:
+               model_out, data_dir, progress=None) -> dict[str, list]:
     """One model of `scheme` trained with `seed`: its rows."""
     from pecli.measures.training import (
         FAMILY,

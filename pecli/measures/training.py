@@ -352,6 +352,22 @@ def train(model, batches: Iterator[dict], cfg: TrainConfig,
     return {"losses": losses, "seconds": time.perf_counter() - start, "tokens": tokens}
 
 
+def _one_thread() -> None:
+    torch.set_num_threads(1)
+
+
+def run_jobs(fn: Callable, jobs: list[tuple], workers: int = 1) -> list:
+    """[fn(*job) for job in jobs], in `workers` forked processes of one torch thread each
+    when workers > 1 (the order of `jobs` kept). Each job seeds its own model and data, so
+    the results do not depend on which process ran it."""
+    if workers <= 1 or len(jobs) <= 1:
+        return [fn(*job) for job in jobs]
+    import multiprocessing
+
+    with multiprocessing.get_context("fork").Pool(min(workers, len(jobs)), _one_thread) as pool:
+        return pool.starmap(fn, jobs, chunksize=1)
+
+
 @contextmanager
 def torch_threads(n: int | None):
     """Use `n` torch threads inside the block (None: leave as is); restore afterwards."""

@@ -38,7 +38,7 @@ CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 
 PRESET_KEYS = {"name", "description", "defaults", "choices", "experiments", "format", "short_titles"}
 ENTRY_KEYS = {"id", "experiment", "title", "options", "report", "study_notes", "appendix"}
-LOCATION_OPTIONS = {"data_dir"}  # say where, not what: excluded from keys and reports
+LOCATION_OPTIONS = {"data_dir", "workers"}  # where / how, not what: excluded from keys and reports
 REPORT_KEYS = {"label", "study", "table", "where", "format"}
 ENTRY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # a folder name under --out
 

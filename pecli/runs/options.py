@@ -836,6 +836,8 @@ class Training(Options):
     seed: int = option(0, low=0, high=SEED_MAX)
     threads: int | None = option(None, low=1)
     save_dir: str | None = option(None, location=True)  # checkpoints: <save_dir>/<pe>
+    # models trained at once, each in its own process of one thread (same numbers; not in keys)
+    workers: int = option(1, low=1, location=True)
 
     def check(self) -> None:
         if self.width % self.heads:
@@ -907,7 +909,15 @@ class ToyLengthOptions(Training):
             n = self.train_length
             lengths = sorted({max(1, n // 2), n, *(max(1, round(n * k / 2)) for k in range(3, 7))})
         else:
-            lengths = _token_counts(self.test_lengths, "test lengths")
+            given = self.test_lengths
+            try:
+                lengths = [int(x) for x in (names.split_names(given) if isinstance(given, str) else given)]
+            except (TypeError, ValueError):
+                lengths = []
+            if not lengths or min(lengths) < 1:
+                raise ConfigError(f"test_lengths (--test-lengths): {given!r}: give instance lengths "
+                                  "of at least 1, e.g. 8,16,24")
+            lengths = sorted(set(lengths))
         object.__setattr__(self, "test_lengths", tuple(lengths))
         if max(self.test_lengths) < self.train_length:
             raise ConfigError(f"test_lengths (--test-lengths): none reaches the training length "

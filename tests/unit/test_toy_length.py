@@ -270,3 +270,14 @@ def test_training_is_deterministic_per_seed(scheme):
     assert first.keys() == again.keys()
     assert all(torch.equal(first[k], again[k]) for k in first)
     assert any(not torch.equal(first[k], other[k]) for k in first)
+
+
+def test_workers_change_nothing_but_the_time():
+    from pecli.experiments.toy_length import run
+
+    o = ToyLengthOptions.build({"task": "reverse", "pe": "none,t5", "train_length": 2, "steps": 3,
+                                "seeds": 2, "eval_items": 4, "width": 16}, "t")
+    one = run(o)["by_seed"]
+    two = run(o.replace(workers=2))["by_seed"]
+    numbers = one.metric.isin(["exact_match", "final_train_loss", "attention_mean_distance"])
+    pd.testing.assert_series_equal(one[numbers]["value"], two[numbers]["value"])
