@@ -69,8 +69,12 @@ def select_texts(tokenizer, texts: list[str], length: int, limit: int, seed: int
             raise DataError("the tokenizer has neither an EOS nor a SEP token to join documents with; "
                             "drop --join")
         stream: list[int] = []
-        for i, ids in enumerate(encode(tokenizer, texts, max_length=10**12, add_special_tokens=False).ids):
-            stream += ([sep] if i else []) + list(ids)
+        for first in range(0, len(texts), 64):  # only as many documents as the windows need
+            for i, ids in enumerate(encode(tokenizer, texts[first:first + 64], max_length=10**12,
+                                           add_special_tokens=False).ids, start=first):
+                stream += ([sep] if i else []) + list(ids)
+            if len(stream) >= limit * inner:
+                break
         windows = [before + stream[i:i + inner] + after
                    for i in range(0, len(stream) - inner + 1, inner)][:limit]
         if len(windows) < 2:
@@ -81,7 +85,7 @@ def select_texts(tokenizer, texts: list[str], length: int, limit: int, seed: int
     order = np.random.default_rng(seed).permutation(len(texts))
     kept, short = [], 0
     for i in order:
-        ids = tokenizer(texts[i])["input_ids"]
+        ids = tokenizer(texts[i], verbose=False)["input_ids"]
         if len(ids) >= length:
             kept.append(ids[:length])
             if len(kept) == limit:
@@ -110,14 +114,14 @@ def run(options: AttnOptions, progress: Callable[[int, int], None] | None = None
     tables: dict[str, list] = {}
     for name in o.model:
         model = loaded or load(name, o)
-        for table, rows in _tables_for(model, data, grid, o, progress).items():
+        for table, rows in _tables_for(model, data, grid, o, progress, len(o.model)).items():
             tables.setdefault(table, []).extend(rows)
         del model
     prov = row_provenance()
     return {k: validate(pd.DataFrame(v).assign(**prov)) for k, v in tables.items() if v}
 
 
-def _tables_for(loaded, data, grid, o: AttnOptions, progress) -> dict[str, list[dict]]:
+def _tables_for(loaded, data, grid, o: AttnOptions, progress, models: int = 1) -> dict[str, list[dict]]:
     from pecli.measures.attention import Stats, capture, heads_of, rotary_pairs, run_batch
     from pecli.positions.conditions import check_all
     from pecli.positions.extension import extended
@@ -139,7 +143,7 @@ def _tables_for(loaded, data, grid, o: AttnOptions, progress) -> dict[str, list[
     _, frequencies = rotary_pairs(loaded)
     out: dict[str, list[dict]] = {k: [] for k in ("attn", "attn_positions", "attn_distance",
                                                  "attn_frequency", "attn_positional", "attn_probe")}
-    total = len(grid) * n
+    total = len(grid) * n * models  # texts x conditions over the run (other models: as many texts)
     for how in grid:
         cond = {"condition": how.label, **how.names, "computation": how.computation}
         rope = rope_columns(str(how.rope or "none"), how.rope and how.rope.parameters, None)
@@ -313,7 +317,8 @@ def positional_rows(stats, row: dict, context: int) -> list[dict]:
 def probe_rows(stats, row: dict, o: AttnOptions) -> list[dict]:
     """Position probe at each layer: ridge regression from the whole hidden state and from
     its norm alone (a cubic in the standardised norm) to the position; held-out MAE with
-    folds over texts; the norm's share = (chance - norm) / (chance - vector)."""
+    folds over texts; the norm's share = (chance - norm) / (chance - vector), NaN where the
+    whole vector's probe does not beat chance (its interval reaches the chance MAE)."""
     from pecli.measures.intervals import percentile_interval, resampled
     from pecli.measures.pe_analysis import position_regression
 
@@ -342,9 +347,15 @@ def probe_rows(stats, row: dict, o: AttnOptions) -> list[dict]:
 
         def share(counts, v=per_text["vector"], m=per_text["norm"], c=chance):
             return (counts @ (c - m)) / (counts @ (c - v))
+        # a share of nothing means nothing: only where the whole vector's probe beats chance
+        # (its MAE's interval below the chance MAE)
+        vec = next(r for r in rows[::-1] if r["features"] == "vector")
+        beats = vec["ci_high"] < float(chance.mean()) if vec["ci_high"] == vec["ci_high"] \
+            else vec["value"] < float(chance.mean())
         gain = (chance - per_text["vector"]).sum()
-        value = float((chance - per_text["norm"]).sum() / gain) if gain else float("nan")
-        low, high = percentile_interval(resampled(share, n, o.bootstrap, o.seed))
+        value = float((chance - per_text["norm"]).sum() / gain) if beats and gain > 0 else float("nan")
+        low, high = percentile_interval(resampled(share, n, o.bootstrap, o.seed)) if value == value \
+            else (float("nan"), float("nan"))
         rows.append({**row, "metric": "norm_share", "layer": layer, "features": "norm / vector",
                      "value": value, "ci_low": low, "ci_high": high, "chance_mae": float(chance.mean()),
                      "positions": P, "folds": folds})

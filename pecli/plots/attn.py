@@ -17,6 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+from matplotlib.ticker import MaxNLocator
 import numpy as np
 import pandas as pd
 
@@ -62,6 +63,8 @@ def heads(df: pd.DataFrame, path: Path) -> Path | None:
             if j == 0:
                 ax.set_ylabel("layer", fontsize=8)
             ax.tick_params(labelsize=7)
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     r = df.iloc[0]
     fig.suptitle(f"Attention per layer and head ({r['rows']} texts of {r['length']} tokens, {r['dataset']})",
                  fontsize=10)
@@ -147,17 +150,26 @@ def frequency(df: pd.DataFrame, path: Path) -> Path | None:
     return save(fig, path)
 
 
+def _pick(values, k: int = 4) -> list:
+    values = sorted(values)
+    return [values[i] for i in sorted(set(np.linspace(0, len(values) - 1, min(k, len(values))).round().astype(int)))]
+
+
 def positional(df: pd.DataFrame, path: Path) -> Path | None:
     if df.empty:
         return None
     groups = list(_groups(df))
-    layers = sorted(df["layer"].unique())
-    pick = [layers[i] for i in sorted(set(np.linspace(0, len(layers) - 1, min(4, len(layers))).round().astype(int)))]
-    fig, axes = plt.subplots(len(groups), len(pick), figsize=(2.4 * len(pick) + 0.8, 2.4 * len(groups) + 0.5),
+    cols = max(len(_pick(rows["layer"].unique())) for _, rows in groups)
+    fig, axes = plt.subplots(len(groups), cols, figsize=(2.4 * cols + 0.8, 2.4 * len(groups) + 0.5),
                              squeeze=False, constrained_layout=True)
     for i, (name, rows) in enumerate(groups):
-        for j, layer in enumerate(pick):
+        pick = _pick(rows["layer"].unique())
+        for j in range(cols):
             ax = axes[i, j]
+            if j >= len(pick):
+                ax.set_visible(False)
+                continue
+            layer = pick[j]
             at = rows[rows["layer"] == layer]
             sc = ax.scatter(at["pc1"], at["pc2"], c=at["position"], cmap="plasma", s=6)
             ax.set_title((f"{name}\n" if j == 0 else "") +
@@ -167,7 +179,7 @@ def positional(df: pd.DataFrame, path: Path) -> Path | None:
             if j == 0:
                 ax.set_ylabel("PC2", fontsize=7)
             ax.set_xlabel("PC1", fontsize=7)
-        fig.colorbar(sc, ax=axes[i, -1], label="position", shrink=0.85)
+        fig.colorbar(sc, ax=axes[i, len(pick) - 1], label="position", shrink=0.85)
     fig.suptitle("Positional vectors (Dong et al.): first two principal components "
                  "(explained variance)", fontsize=9)
     return save(fig, path)
@@ -190,7 +202,6 @@ def norms(positions: pd.DataFrame, probe: pd.DataFrame | None, path: Path) -> Pa
             base = at["value"].iloc[-1] if at["value"].iloc[-1] else 1.0
             ax.plot(x, at["value"] / base, color=cmap(k / max(len(layers) - 1, 1)), lw=1,
                     label="embedding" if layer == 0 else (f"layer {layer}" if layer == layers[-1] else None))
-        ax.set_xscale("symlog", linthresh=8)
         ax.set_xlabel("position")
         ax.set_ylabel("norm / norm at the last bucket")
         ax.set_title(f"{name}: hidden-state norm by position", fontsize=8)
@@ -208,6 +219,7 @@ def norms(positions: pd.DataFrame, probe: pd.DataFrame | None, path: Path) -> Pa
             if not sel.empty:
                 ax.axhline(float(sel["chance_mae"].iloc[0]), color="0.4", ls=":", label="chance (mean position)")
             ax.set_xlabel("layer (0 = embedding)")
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.set_ylabel("position probe MAE (tokens)")
             ax.set_title("position probe: held-out error", fontsize=8)
             ax.legend(fontsize=6)
