@@ -17,9 +17,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import matplotlib.pyplot as plt
-from matplotlib.ticker import MaxNLocator
 import numpy as np
 import pandas as pd
+from matplotlib.ticker import MaxNLocator
 
 from pecli.plots.length import condition_label, short_name
 from pecli.plots.style import WIDTH, color_of, save
