@@ -22,7 +22,7 @@ import pandas as pd
 from matplotlib.ticker import MaxNLocator
 
 from pecli.plots.length import condition_label, short_name
-from pecli.plots.style import WIDTH, color_of, save
+from pecli.plots.style import WIDTH, save
 
 CONDITION = ["model", "intervention", "mask", "mask_semantics", "rope_scaling"]
 
@@ -121,7 +121,7 @@ def distance(df: pd.DataFrame, path: Path) -> Path | None:
         prof = rows.groupby(["distance_low", "distance_high"], sort=True)["value"].mean().reset_index()
         x = np.arange(len(prof))
         ax.bar(x + g * width - 0.4 + width / 2, prof["value"], width,
-               color=color_of(condition_label(rows.iloc[0])), label=name)
+               color=plt.get_cmap("tab10")(g % 10), label=name)
         names = [f"{lo}" if hi - lo == 1 else f"{lo}-{hi - 1}" for lo, hi in
                  zip(prof["distance_low"], prof["distance_high"], strict=True)]
     ax.set_xticks(np.arange(len(names)), names, rotation=45, fontsize=7)
@@ -202,6 +202,9 @@ def norms(positions: pd.DataFrame, probe: pd.DataFrame | None, path: Path) -> Pa
             base = at["value"].iloc[-1] if at["value"].iloc[-1] else 1.0
             ax.plot(x, at["value"] / base, color=cmap(k / max(len(layers) - 1, 1)), lw=1,
                     label="embedding" if layer == 0 else (f"layer {layer}" if layer == layers[-1] else None))
+        ratios = rows["value"] / rows.groupby("layer")["value"].transform("last")
+        if ratios.max() / max(ratios.min(), 1e-12) > 5:  # a massive first token: a log axis
+            ax.set_yscale("log")
         ax.set_xlabel("position")
         ax.set_ylabel("norm / norm at the last bucket")
         ax.set_title(f"{name}: hidden-state norm by position", fontsize=8)
