@@ -35,7 +35,7 @@ import pandas as pd
 import torch
 
 from pecli.experiments import EXPERIMENTS, Experiment, check_before_loading, lazy, load
-from pecli.runs.errors import DataError, ModelError
+from pecli.runs.errors import ConfigError, DataError, ModelError
 from pecli.runs.options import AttnOptions
 from pecli.runs.provenance import row_provenance
 from pecli.runs.tables import validate
@@ -108,6 +108,11 @@ def run(options: AttnOptions, progress: Callable[[int, int], None] | None = None
 
     o = options
     grid = conditions(o)  # the intact model first, then intervention x mask x rope scaling
+    remedies = sorted({str(h.intervention) for h in grid if "attention" in h.intervention.term.traits})
+    if remedies:  # they replace the attention function with their own, which the capture cannot cut
+        raise ConfigError(f"intervention (--intervention) {', '.join(remedies)}: attn does not compute "
+                          "the remedies' own attention block by block yet; drop them (interventions "
+                          "on the positions themselves, masks and rope scaling work)")
     for name in o.model if loaded is None else ():
         check_before_loading(name, grid)
     data = load_data(o.dataset, o.split, data_dir_=o.data_dir, seed=o.seed, text_field=o.text_field)

@@ -65,6 +65,7 @@ def test_masks_on_positions_removed(use_tiny, docs, tmp_path, invoke):
     ("random:gpt2", ["--length", "8", "--probe-positions", "9"], "probe_positions"),
     ("random:gpt2", ["--intervention", "nope"], "nope"),
     ("random:gpt2", ["--epsilon", "2"], "epsilon"),
+    ("random:llama", ["--intervention", "sinks:2:8"], "remedies"),
 ])
 def test_bad_input_one_line_before_loading(docs, invoke, monkeypatch, model, args, words):
     def refuse(*a, **k):
