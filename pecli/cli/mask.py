@@ -86,6 +86,7 @@ def fit(
     if not parallel.is_main():
         return
     df = frames["mask_fit"]
+    df = df[df["metric"] == "perplexity"]
     first = df.iloc[0]
     summary = Table(title=f"mask fit: {first['model']}, form {first['form']} "
                           f"({first['fitted_parameters']} fitted parameters, "

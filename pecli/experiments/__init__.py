@@ -33,6 +33,7 @@ class Experiment:
     figures: Callable[[dict[str, Path], Path], list[Path]]
     description: str
     options: type[Options]  # what run() takes: run(options, progress=...)
+    files: str | None = None  # a folder of its own files (save_dir), kept under a preset's entry
 
     def run_with(self, values: dict, where: str, **kwargs) -> dict[str, pd.DataFrame]:
         """Build the options from plain values (a preset's, a test's), check them, and run."""

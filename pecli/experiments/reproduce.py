@@ -140,7 +140,10 @@ def _run_entries(preset: Preset, out: Path, owner: dict, force: bool,
         config = {"preset": preset.name, "entry": entry.id, "experiment": entry.experiment,
                   "experiment_version": exp.version, "key": key, "options": entry.options}
         with RunOutput(out, owner) as output:  # the entry's tables and figures arrive together or not at all
-            frames: dict[str, pd.DataFrame] = exp.run_with(located(entry.options), entry.id)
+            options = located(entry.options)
+            if exp.files:  # its own files (a fitted mask) go with the entry's tables
+                options = {**options, "save_dir": str(output.dir / entry.id / exp.files)}
+            frames: dict[str, pd.DataFrame] = exp.run_with(options, entry.id)
             tables, figures = output.write(frames, config, exp.figures, tables_dir=entry.id,
                                            figures_dir=f"figures/{entry.id}")
         seconds = round(time.perf_counter() - start, 1)  # as done.json keeps it: a rerun's REPORT is the same

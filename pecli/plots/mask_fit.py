@@ -52,7 +52,8 @@ def perplexities(df: pd.DataFrame, path: Path) -> Path:
     """Held-out corpus perplexity per condition (log axis, bootstrap bars), one panel per
     evaluation set, each bar labelled with the gap it closes."""
     sets = list(dict.fromkeys(zip(df["dataset"], df["split"], strict=True)))
-    fig, axes = plt.subplots(1, len(sets), figsize=(WIDTH * len(sets) / 1.3, 4.2), squeeze=False)
+    fig, axes = plt.subplots(1, len(sets), figsize=(WIDTH * len(sets) / 1.3, 4.6), squeeze=False,
+                             layout="constrained")
     for ax, (dataset, split) in zip(axes[0], sets, strict=True):
         part = df[(df["dataset"] == dataset) & (df["split"] == split)].reset_index(drop=True)
         y = part["value"].to_numpy(float)
@@ -62,17 +63,21 @@ def perplexities(df: pd.DataFrame, path: Path) -> Path:
         ax.bar(range(len(part)), y, color=colors, alpha=0.8)
         ax.errorbar(range(len(part)), y, yerr=np.nan_to_num(np.clip(err, 0, None)), fmt="none",
                     color="black", capsize=2, lw=1)
+        by = part.set_index("condition")["value"]
+        gap = by.get("no positions", np.nan) > by.get("intact", np.nan)  # else nothing to close
         for i, row in part.iterrows():
             if row["condition"] not in ("intact", "no positions"):
-                ax.text(i, row["value"] * 1.15, f"{row['gap_closed']:+.0%}", ha="center", fontsize=7)
+                ax.text(i, 0.02, f"{row['gap_closed']:+.0%}" if gap else "no gap", ha="center", va="bottom", fontsize=7,
+                        rotation=90, transform=ax.get_xaxis_transform(),
+                        bbox={"facecolor": "white", "alpha": 0.8, "lw": 0, "pad": 1})
         ax.set_yscale("log")
         ax.set_xticks(range(len(part)), part["condition"], rotation=40, ha="right", fontsize=7)
         ax.set_title(f"{dataset}/{split}, {int(part['texts'].iloc[0])} held-out texts", fontsize=9)
         ax.set_ylabel("corpus perplexity (log axis)")
         ax.grid(axis="y", alpha=0.3)
     fig.suptitle(f"{df['model'].iloc[0]} without positions: held-out perplexity by mask\n"
-                 "bars: 95 % bootstrap interval over texts; label: share of the gap closed "
-                 "(in log perplexity)", fontsize=9)
+                 "bars: 95 % bootstrap interval over texts; label at the foot: share of the gap "
+                 "closed, (zero - x) / (zero - intact) in log perplexity", fontsize=9)
     return save(fig, path)
 
 
@@ -81,5 +86,6 @@ def figures(csv_paths: dict[str, Path], fig_dir: Path) -> list[Path]:
     if "mask_fit_curve" in csv_paths:
         out.append(curve(pd.read_csv(csv_paths["mask_fit_curve"]), Path(fig_dir) / "mask_fit_curve.png"))
     if "mask_fit" in csv_paths:
-        out.append(perplexities(pd.read_csv(csv_paths["mask_fit"]), Path(fig_dir) / "mask_fit.png"))
+        df = pd.read_csv(csv_paths["mask_fit"])
+        out.append(perplexities(df[df["metric"] == "perplexity"], Path(fig_dir) / "mask_fit.png"))
     return out

@@ -18,6 +18,9 @@ def test_fit_save_reuse(invoke, shared_data, tmp_path):
                "--out", str(out))
     assert r.exit_code == 0, r.output
     df = pd.read_csv(out / "mask_fit.csv")
+    gaps = df[df["metric"] == "gap_closed"]
+    df = df[df["metric"] == "perplexity"]
+    assert gaps["value"].tolist() == df["gap_closed"].tolist()  # the same number, by metric
     mask_file = out / "mask" / "mask.json"
     assert mask_file.exists()
     name = df["mask_file"].iloc[0]
