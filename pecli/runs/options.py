@@ -663,7 +663,7 @@ class MaskFitOptions(Running):
             raise ConfigError("eval_data (--eval-data): the mask is fitted on IMDB train texts; "
                               "judge it on held-out texts (imdb:test, truthfulqa)")
         object.__setattr__(self, "eval_data", items)
-        if self.intervention.name == "learned":
+        if self.intervention.name == names.INTACT:
             raise ConfigError("intervention (--intervention): a mask stands in for positions "
                               "that were removed; give zero (or another intervention)")
 
