@@ -43,6 +43,8 @@ DTYPES = ("float32", "bfloat16", "float16")
 
 
 MIN_RESAMPLES, MAX_RESAMPLES = 100, 100_000  # --bootstrap: 0 (none) or within these
+MAX_TOKENS = 131_072  # the longest window or prompt pecli builds (2^17: YaRN's longest evaluations)
+TOKEN_FIELDS = ("length", "max_length", "context")  # one input's tokens: at most MAX_TOKENS
 
 
 def option(default=None, *, low: int | float | None = None, high: int | float | None = None,
@@ -141,6 +143,11 @@ class Options:
                 raise ConfigError(f"{_label(f.name)}: {value!r} is not {describe(hints[f.name])}")
             if isinstance(value, list):
                 object.__setattr__(self, f.name, tuple(value))
+            if isinstance(value, float) and not math.isfinite(value):  # NaN passes every range
+                raise ConfigError(f"{_label(f.name)}: {value} is not a finite number")
+            if f.name in TOKEN_FIELDS and isinstance(value, int) and value > MAX_TOKENS:
+                raise ConfigError(f"{_label(f.name)}: {value} tokens is past the longest input "
+                                  f"pecli builds, {MAX_TOKENS} tokens")
             low, high = meta.get("low"), meta.get("high")
             if isinstance(value, int | float) and not isinstance(value, bool) and (
                     (low is not None and value < low) or (high is not None and value > high)):
@@ -573,7 +580,6 @@ def _model_names(value) -> tuple[str, ...]:
     return models
 
 
-MAX_TOKENS = 131_072  # the longest window or prompt pecli builds (2^17: YaRN's longest evaluations)
 
 
 def _token_counts(value, what: str) -> tuple[int, ...]:

@@ -242,3 +242,21 @@ def test_a_checkpoint_without_tokenizer_files_says_so(tiny, tmp_path):
     with pytest.raises(ModelError, match=f"no tokenizer files in {tmp_path / 'ckpt'}"):
         load_model(str(tmp_path / "ckpt"), device="cpu")
     assert json.loads((tmp_path / "ckpt" / "config.json").read_text())["model_type"] == "gpt2"
+
+
+# --- the newer commands (attn, mask fit, finetune): every float finite, every input bounded ---
+
+
+@pytest.mark.parametrize("args, words", [
+    (["attn", "random:llama", "--epsilon", "nan"], "epsilon (--epsilon): nan is not a finite number"),
+    (["attn", "random:llama", "--length", "100000000"], "100000000 tokens is past the longest input"),
+    (["mask", "fit", "random:gpt2", "--lr", "nan"], "lr (--lr): nan is not a finite number"),
+    (["mask", "fit", "random:gpt2", "--lr", "inf"], "lr (--lr): inf is not a finite number"),
+    (["mask", "fit", "random:gpt2", "--max-length", "100000000"], "past the longest input"),
+    (["finetune", "random:bert", "--lr", "nan"], "nan is not a finite number"),
+    (["finetune", "random:bert", "--head-lr", "inf"], "head_lr (--head-lr): inf is not a finite"),
+    (["finetune", "random:bert", "--max-length", "200000"], "past the longest input"),
+])
+def test_non_finite_floats_and_unbounded_lengths_are_refused_before_loading(invoke, never_loads,
+                                                                            tmp_path, args, words):
+    _one_line(invoke(*args, "--out", str(tmp_path / "o")), words)
