@@ -23,7 +23,7 @@ def test_passkey_writes_tables_figure_and_sidecar(use_tiny, tmp_path, invoke):
         assert acc[col].notna().all(), col
     assert (out / "figures" / "passkey.png").stat().st_size > 10_000
     assert json.loads((out / "passkey.json").read_text())["config"]["depths"] == [0.0, 1.0]
-    assert "intact" in result.output and "zero, linear:2" in result.output
+    assert "intact" in result.output and "zero + linear:2" in result.output  # positions.labels.label
     # the summary shows every depth: right/trials per (condition, length, depth), as the table
     assert "depth 0.0" in result.output and "depth 1.0" in result.output
     for (_, _, length), cells in acc.groupby(["intervention", "rope_scaling", "length"], sort=False):
