@@ -69,6 +69,18 @@ def check_before_loading(model: str, grid=(), *, causal: bool = False) -> None:
               causal=causal)
 
 
+def preflight(models) -> None:
+    """Fail before any work when a model cannot be loaded here (not after the first model)."""
+    from pathlib import Path
+
+    from pecli.models.loading import missing_models
+    from pecli.runs.errors import ModelError
+
+    missing = missing_models([m for m in models if not Path(m).exists()])  # a local folder loads
+    if missing:
+        raise ModelError("cannot load " + "; ".join(missing))
+
+
 def load(name: str, options: Options):
     """Model `name` loaded where and as the options say (device, dtype, seed, device map)."""
     from pecli.models.loading import load_model

@@ -118,11 +118,11 @@ def _encoder(o: FinetuneOptions, loaded, conds, say) -> pd.DataFrame:
         train_classifier,
     )
     from pecli.measures.intervals import wilson
-    from pecli.positions.interventions import check_applies, intervene
+    from pecli.positions.conditions import check_all, plan
+    from pecli.positions.interventions import intervene
     from pecli.runs.batching import encode
 
-    for c in conds:
-        check_applies(loaded, c)
+    check_all([plan(intervention=c) for c in conds], loaded)  # as before loading, on the model
     train = load_data("imdb", "train", data_dir_=o.data_dir, limit=o.train_limit, seed=o.seed)
     test = load_data("imdb", "test", data_dir_=o.data_dir, limit=o.limit or DEFAULT_LIMIT["encoder"],
                      seed=o.seed)
@@ -186,20 +186,19 @@ def _wilson(right: np.ndarray, wilson) -> dict:
 
 def _lm(o: FinetuneOptions, loaded, conds, say) -> pd.DataFrame:
     from pecli.data.datasets import load_data
-    from pecli.experiments.perplexity import intervals
     from pecli.measures.finetuning import seed_interval, steps_to_within, train_lm
-    from pecli.measures.lm_scoring import check_causal, score_windows, windows_for
+    from pecli.measures.intervals import perplexity_intervals as intervals
+    from pecli.measures.lm_scoring import score_windows, windows_for
     from pecli.measures.mask_fitting import sequences
-    from pecli.positions.interventions import check_applies, intervene
-    from pecli.positions.masks import check_maskable, masked_attention
+    from pecli.positions.conditions import check_all, plan
+    from pecli.positions.interventions import intervene
+    from pecli.positions.masks import masked_attention
     from pecli.runs.batching import encode
 
-    check_causal(loaded)
-    for c in conds:
-        check_applies(loaded, c)
+    masked = [plan(o.mask, "log-bias", "relative", "zero")] if o.mask is not None else []
+    check_all([*(plan(intervention=c) for c in conds), *masked], loaded, causal=True)
     starts = [(c, None) for c in conds]
     if o.mask is not None:
-        check_maskable(loaded)
         starts.append((names.parse(names.INTERVENTIONS, "zero"), o.mask))
     bos = loaded.tokenizer.bos_token_id
     length = min(o.max_length, loaded.max_positions)

@@ -17,7 +17,8 @@ import pandas as pd
 import torch
 
 from pecli.experiments import EXPERIMENTS, Experiment, check_before_loading, lazy, load
-from pecli.experiments.perplexity import _resumed, _saved  # NLLs per key as an .npz, and back
+from pecli.measures.lm_scoring import resumed_nlls as _resumed  # NLLs per key as an .npz, and back
+from pecli.measures.lm_scoring import saved_nlls as _saved
 from pecli.runs import parallel
 from pecli.runs.errors import DataError
 from pecli.runs.options import LengthOptions

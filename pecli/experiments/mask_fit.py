@@ -111,7 +111,7 @@ def evaluate(loaded, data, plans, max_length: int, bos, parameters: int, n_boot:
              common: dict) -> list[dict]:
     """Corpus perplexity of every condition on `data` (texts truncated to `max_length`), with
     its interval and the gap closed against (no positions, intact)."""
-    from pecli.experiments.perplexity import intervals
+    from pecli.measures.intervals import perplexity_intervals as intervals
     from pecli.measures.lm_scoring import score, windows_for
     from pecli.measures.mask_fitting import gap_closed, gap_interval
     from pecli.positions.interventions import intervene

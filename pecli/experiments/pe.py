@@ -11,24 +11,20 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from pecli.experiments import EXPERIMENTS, Experiment, check_before_loading, lazy, load
+from pecli.experiments import EXPERIMENTS, Experiment, check_before_loading, lazy, load, preflight
 from pecli.measures import pe_analysis as pa
+from pecli.measures.pe_analysis import collect_hidden, hidden_states, model_texts  # noqa: F401
+from pecli.measures.pe_analysis import embedding_rows as _embedding_rows
 from pecli.runs import parallel
 from pecli.runs.names import INTACT
 from pecli.runs.options import ProbeOptions, SinusoidOptions
-from pecli.runs.provenance import row_provenance
+from pecli.runs.tables import frame as _frame
 from pecli.runs.tables import validate
 
 SIMILARITY_POINTS = 64  # the similarity heatmap samples this many positions per axis
 ROTARY_NOTE = ("positions in attention (rotary, alibi or relative bias): no embedding table, so "
                "no matrix analyses; hidden-state probe only ('zero' = identity rotation, slopes "
                "0 or bias removed)")
-
-
-def _frame(rows: list[dict], experiment: str, seed: int, **columns) -> pd.DataFrame:
-    """Rows + the columns every row of the table shares (provenance, seed, settings)."""
-    return pd.DataFrame([{"experiment": experiment, **r, "seed": seed, **columns,
-                          **row_provenance()} for r in rows])
 
 
 # --- pe-sinusoidal -------------------------------------------------------------------
@@ -81,14 +77,6 @@ EXPERIMENTS.add("pe-sinusoidal", Experiment(
 # --- pe-probe --------------------------------------------------------------------------
 
 
-def _embedding_rows(loaded) -> np.ndarray:
-    """The model's position-embedding rows for positions 0..N-1 [N, d] (after pos_offset)."""
-    from pecli.models.architectures import position_embedding
-
-    table = position_embedding(loaded.model, loaded.spec)
-    return table.weight.detach()[loaded.spec.pos_offset:].float().cpu().numpy()
-
-
 def matrix_analyses(matrix: np.ndarray, folds: int, pairs: int, seed: int,
                     bootstrap: int = 1000) -> tuple[list[dict], list[dict]]:
     """Wang & Chen on one matrix [N, d]: (metric rows, sampled similarity-matrix rows)."""
@@ -115,46 +103,6 @@ def matrix_analyses(matrix: np.ndarray, folds: int, pairs: int, seed: int,
     return metrics, similarity
 
 
-def collect_hidden(loaded, ids: list[list[int]], batch_size: int | None = None):
-    """Hidden states of every real token at every layer.
-
-    Returns:
-        (states [layers+1][tokens, d] float32 numpy, layer 0 = embedding output;
-         positions [tokens]; text index [tokens]).
-    """
-    import torch
-
-    from pecli.runs.batching import default_token_budget, length_batches, pad
-
-    base = getattr(loaded.model, "base_model", loaded.model)  # no LM head: no [t, vocab] logits
-    pad_id = loaded.tokenizer.pad_token_id
-    lengths = [len(x) for x in ids]
-    batches = parallel.spread(length_batches(lengths, default_token_budget(loaded.device), batch_size))
-    done = {}  # batch index -> (states per layer [n_real, d], positions, text index); this process's shard
-    with torch.inference_mode():
-        for b in parallel.shard(batches, lengths):
-            batch = batches[b]
-            # Right padding: a real token's index in its sequence is its position.
-            input_ids, mask = pad([ids[i] for i in batch], pad_id, loaded.device, "right")  # [b, t]
-            out = base(input_ids=input_ids, attention_mask=mask, output_hidden_states=True)
-            real = mask.bool()  # [b, t]
-            pos = torch.arange(input_ids.shape[1], device=mask.device).expand_as(mask)  # [b, t]
-            text = torch.tensor(batch, device=mask.device)[:, None].expand_as(mask)  # [b, t]
-            done[b] = ([h[real].float().cpu().numpy() for h in out.hidden_states],  # h: [b, t, d]
-                       pos[real].cpu().numpy(), text[real].cpu().numpy())
-    parts = list(parallel.gather(done).values())  # every batch, in batch order
-    return ([np.concatenate(layer) for layer in zip(*(p[0] for p in parts), strict=True)],
-            np.concatenate([p[1] for p in parts]), np.concatenate([p[2] for p in parts]))
-
-
-def hidden_states(loaded, ids: list[list[int]], intervention, seed: int, batch_size: int | None):
-    """`collect_hidden` under an intervention (restored afterwards)."""
-    from pecli.positions.interventions import intervene
-
-    with intervene(loaded, intervention, seed=seed):
-        return collect_hidden(loaded, ids, batch_size)
-
-
 def hidden_probe(loaded, ids: list[list[int]], intervention, folds: int, seed: int,
                  batch_size: int | None = None, progress=None) -> list[dict]:
     """Per-layer probe of position from hidden states under `intervention` (rows of a table)."""
@@ -174,29 +122,6 @@ def hidden_probe(loaded, ids: list[list[int]], intervention, folds: int, seed: i
         if progress:
             progress()
     return rows
-
-
-def preflight(models) -> None:
-    """Fail before any work when a model cannot be loaded here (not after the first model)."""
-    from pathlib import Path
-
-    from pecli.models.loading import missing_models
-    from pecli.runs.errors import ModelError
-
-    missing = missing_models([m for m in models if not Path(m).exists()])  # a local folder loads
-    if missing:
-        raise ModelError("cannot load " + "; ".join(missing))
-
-
-def model_texts(loaded, data, texts: list[str], max_length: int):
-    """The texts tokenised for `loaded` (at most `max_length` tokens and its positions) and
-    the columns every row on them shares: (encoding, columns)."""
-    from pecli.runs.batching import encode
-
-    length = min(max_length, loaded.max_positions)
-    enc = encode(loaded.tokenizer, texts, length)
-    return enc, {**loaded.provenance(), **data.provenance(), "tokens": enc.tokens,
-                 "max_length": length, "truncated_texts": enc.truncated}
 
 
 def run_probe(options: ProbeOptions, announce=None) -> dict[str, pd.DataFrame]:

@@ -7,14 +7,14 @@ computation (the default mask under any semantics or protocol) are computed once
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 
-import numpy as np
 import pandas as pd
-import torch
 
 from pecli.experiments import EXPERIMENTS, Experiment, check_before_loading, lazy, load
+from pecli.measures.intervals import perplexity_intervals as intervals  # noqa: F401 (tests)
+from pecli.measures.lm_scoring import resumed_nlls as _resumed
+from pecli.measures.lm_scoring import saved_nlls as _saved
 from pecli.measures.metrics import aggregate, per_text_perplexity
 from pecli.runs import names, parallel
 from pecli.runs.errors import DataError
@@ -124,28 +124,6 @@ def run(options: PerplexityOptions, progress: Callable[[int, int], None] | None 
             "texts": validate(pd.DataFrame(text_rows).assign(**notes))}
 
 
-def intervals(nlls: list[torch.Tensor], n_boot: int, seed: int) -> dict[str, tuple[float, float]]:
-    """95 % bootstrap interval of every aggregation (metrics.AGGREGATIONS) over texts.
-
-    corpus and mean_per_token are ratios of per-text sums (NLL, exp(NLL)) to token counts;
-    mean_ and median_per_text are statistics of the per-text perplexities (texts without a
-    scored token left out, as in `aggregate`).
-    """
-    from pecli.measures.intervals import mean_interval, ratio_interval, statistic_interval
-
-    scored = [x.double() for x in nlls if x.numel()]
-    counts = np.array([x.numel() for x in scored], np.float64)
-    nll_sums = np.array([x.sum().item() for x in scored])
-    exp_sums = np.array([x.exp().sum().item() for x in scored])
-    per_text = np.exp(nll_sums / np.maximum(counts, 1))
-    return {
-        "corpus": ratio_interval(nll_sums, counts, n_boot=n_boot, seed=seed, transform=np.exp),
-        "mean_per_text": mean_interval(per_text, n_boot=n_boot, seed=seed),
-        "median_per_text": statistic_interval(per_text, np.median, n_boot=n_boot, seed=seed),
-        "mean_per_token": ratio_interval(exp_sums, counts, n_boot=n_boot, seed=seed),
-    }
-
-
 def _study_value(model_id: str, dataset: str, how) -> float:
     """The study's number for this condition (a Plan) when the model and data are the
     study's, else NaN."""
@@ -166,26 +144,6 @@ def _checkpoint(loaded, texts, prepared, padding_side, batch_size, seed):
         "version": 1, **loaded.provenance(), "start_token": prepared.start_token,
         "long_text": prepared.long_text, "stride": prepared.stride, "padding_side": padding_side,
         "batch_size": batch_size, "seed": seed}, texts)
-
-
-def _saved(done: dict) -> dict:
-    """NLLs per computation as flat arrays + per-text lengths, keys as JSON strings."""
-    out = {"keys": np.array([json.dumps(list(k)) for k in done])}
-    for j, nlls in enumerate(done.values()):
-        out[f"nll{j}"] = torch.cat(nlls).cpu().numpy() if nlls else np.zeros(0)
-        out[f"len{j}"] = np.array([x.numel() for x in nlls], dtype=np.int64)
-    return out
-
-
-def _resumed(checkpoint) -> dict:
-    saved = checkpoint.load()
-    if saved is None:
-        return {}
-    done = {}
-    for j, key in enumerate(saved["keys"]):
-        flat, lengths = torch.from_numpy(saved[f"nll{j}"]), saved[f"len{j}"].tolist()
-        done[tuple(json.loads(str(key)))] = list(torch.split(flat, lengths))
-    return done
 
 
 EXPERIMENTS.add("perplexity", Experiment(

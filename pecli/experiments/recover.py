@@ -25,12 +25,13 @@ import re
 import numpy as np
 import pandas as pd
 
-from pecli.experiments import EXPERIMENTS, Experiment, lazy, load
-from pecli.experiments.pe import _frame, hidden_states, model_texts, preflight
+from pecli.experiments import EXPERIMENTS, Experiment, lazy, load, preflight
 from pecli.measures import recovery as rc
 from pecli.measures.intervals import ratio_interval
+from pecli.measures.pe_analysis import embedding_rows, hidden_states, model_texts
 from pecli.runs.names import INTACT
 from pecli.runs.options import RecoverOptions
+from pecli.runs.tables import frame as _frame
 from pecli.runs.tables import validate
 
 # What each kind that adds nothing to the token embedding does instead.
@@ -151,11 +152,10 @@ def _condition(name: str, x, candidates, token_rows, position_rows, sample, fold
 
 def input_level(loaded, tokens: int, folds: int, seed: int, n_boot: int, say) -> tuple[list, list]:
     """The sum at the input: every condition on one seeded token sample."""
-    from pecli.experiments.pe import _embedding_rows
     from pecli.positions.interventions import intervene
 
     vocab = loaded.model.get_input_embeddings().weight.detach().float().cpu().numpy()  # [V, d]
-    learned_rows = _embedding_rows(loaded)  # [P, d]
+    learned_rows = embedding_rows(loaded)  # [P, d]
     (v, d), p = vocab.shape, len(learned_rows)
     real = real_vocabulary(loaded.tokenizer, v)
     sample = np.sort(np.random.default_rng(seed).choice(real, min(tokens, len(real)), replace=False))
@@ -166,7 +166,7 @@ def input_level(loaded, tokens: int, folds: int, seed: int, n_boot: int, say) ->
     x = {"learned": embedding_stage(loaded, ids, pos).reshape(len(sample), p, d)}
     with intervene(loaded, "random", seed=seed):
         x["random"] = embedding_stage(loaded, ids, pos).reshape(len(sample), p, d)
-        random_rows = _embedding_rows(loaded).copy()  # a view on the table, restored on exit
+        random_rows = embedding_rows(loaded).copy()  # a view on the table, restored on exit
     syn_tokens, sinusoid = rc.sinusoid_control(v, p, d, float(vocab.std()), seed)
     cases = [("learned", x["learned"], candidates, vocab, learned_rows),
              ("random", x["random"], candidates, vocab, random_rows),

@@ -20,12 +20,11 @@ import torch
 
 from pecli.experiments import EXPERIMENTS, Experiment, lazy
 from pecli.measures.intervals import METHOD, mean_interval
+from pecli.measures.training import CHARS, SPECIALS, char_tokenizer  # noqa: E402,F401
 from pecli.runs.options import ToyOptions
 from pecli.runs.provenance import row_provenance
 from pecli.runs.tables import validate
 
-SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")
-CHARS = "0123456789+-="
 VERSION = 3  # 2: attention layers numbered from 1 (0 = embedding output); train_tokens; 3: exact_match ci_low/ci_high
 
 
@@ -50,18 +49,6 @@ def split_examples(examples: list[str], test_fraction: float, seed: int) -> tupl
     test = [examples[i] for i in sorted(order[:n_test])]
     train = [examples[i] for i in order[n_test:]]
     return train, test
-
-
-def char_tokenizer():
-    """A character-level HF tokenizer (saved with each checkpoint): specials, digits, + - =."""
-    from tokenizers import Regex, Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {t: i for i, t in enumerate([*SPECIALS, *CHARS])}
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
-    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<bos>",
-                                   eos_token="<eos>", unk_token="<unk>")
 
 
 def encode_example(tokenizer, example: str) -> tuple[list[int], int]:

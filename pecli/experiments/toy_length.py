@@ -28,8 +28,7 @@ import pandas as pd
 import torch
 
 from pecli.experiments import EXPERIMENTS, Experiment, lazy
-from pecli.experiments.toy import char_tokenizer
-from pecli.measures.training import SEED_METHOD, over_seeds, seed_interval
+from pecli.measures.training import SEED_METHOD, char_tokenizer, over_seeds, seed_interval
 from pecli.runs.options import ToyLengthOptions
 from pecli.runs.provenance import row_provenance
 from pecli.runs.tables import validate

@@ -356,8 +356,10 @@ def _checkpoint(model, tok, out_dir, scheme: str):
 
 def _test_long(loaded, scheme: str, seed: int, o: dict, data_dir) -> pd.DataFrame:
     """`pecli length` on the trained model over the test reviews, at every test length."""
-    from pecli.experiments.length import run as length_run
+    from pecli.experiments import load_all
     from pecli.runs.options import LengthOptions
+
+    length_run = load_all().get("length").run  # the registry: experiments never import each other
 
     options = LengthOptions.build({"model": [loaded.name], "dataset": "imdb", "split": "test",
                                    "limit": o["eval_limit"], "lengths": list(o["test_lengths"]),
@@ -370,8 +372,10 @@ def _test_long(loaded, scheme: str, seed: int, o: dict, data_dir) -> pd.DataFram
 def _positions_removed(loaded, scheme: str, seed: int, o: dict, data_dir) -> pd.DataFrame:
     """`pecli perplexity DIR --intervention zero` on the trained model (the intact model
     first), IMDB test reviews truncated to the training context: corpus perplexity rows."""
-    from pecli.experiments.perplexity import run as perplexity_run
+    from pecli.experiments import load_all
     from pecli.runs.options import PerplexityOptions
+
+    perplexity_run = load_all().get("perplexity").run  # through the registry, as above
 
     options = PerplexityOptions.build({"model": loaded.name, "dataset": "imdb", "split": "test",
                                        "limit": o["eval_limit"], "intervention": ["zero"],

@@ -178,3 +178,24 @@ def wilson(successes: int, trials: int, level: float = LEVEL) -> tuple[float, fl
 
     ci = binomtest(successes, trials).proportion_ci(confidence_level=level, method="wilson")
     return float(ci.low), float(ci.high)
+
+
+def perplexity_intervals(nlls: list, n_boot: int, seed: int) -> dict[str, tuple[float, float]]:
+    """95 % bootstrap interval of every perplexity aggregation (metrics.AGGREGATIONS) over
+    texts, from per-text NLL tensors (pecli perplexity, mask fit, finetune).
+
+    corpus and mean_per_token are ratios of per-text sums (NLL, exp(NLL)) to token counts;
+    mean_ and median_per_text are statistics of the per-text perplexities (texts without a
+    scored token left out, as in `aggregate`).
+    """
+    scored = [x.double() for x in nlls if x.numel()]
+    counts = np.array([x.numel() for x in scored], np.float64)
+    nll_sums = np.array([x.sum().item() for x in scored])
+    exp_sums = np.array([x.exp().sum().item() for x in scored])
+    per_text = np.exp(nll_sums / np.maximum(counts, 1))
+    return {
+        "corpus": ratio_interval(nll_sums, counts, n_boot=n_boot, seed=seed, transform=np.exp),
+        "mean_per_text": mean_interval(per_text, n_boot=n_boot, seed=seed),
+        "median_per_text": statistic_interval(per_text, np.median, n_boot=n_boot, seed=seed),
+        "mean_per_token": ratio_interval(exp_sums, counts, n_boot=n_boot, seed=seed),
+    }

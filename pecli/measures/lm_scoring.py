@@ -23,9 +23,11 @@ every shortcut; the tests check each shortcut against it.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from pecli.measures.metrics import target_nll
@@ -248,3 +250,27 @@ def score(loaded, prepared: Prepared, how: Plan | str = "default", semantics: st
     for w, nll in zip(prepared.windows, per_window, strict=True):
         per_text[w.text].append(nll)
     return [torch.cat(parts) if parts else torch.empty(0) for parts in per_text], how
+
+
+# --- resuming: each finished computation's NLLs, saved (pecli.runs.io.Checkpoint) ----------
+
+
+def saved_nlls(done: dict) -> dict:
+    """NLLs per computation as flat arrays + per-text lengths, keys as JSON strings: what a
+    pecli.runs.io.Checkpoint saves (perplexity, length); `resumed_nlls` reads it back."""
+    out = {"keys": np.array([json.dumps(list(k)) for k in done])}
+    for j, nlls in enumerate(done.values()):
+        out[f"nll{j}"] = torch.cat(nlls).cpu().numpy() if nlls else np.zeros(0)
+        out[f"len{j}"] = np.array([x.numel() for x in nlls], dtype=np.int64)
+    return out
+
+
+def resumed_nlls(checkpoint) -> dict:
+    saved = checkpoint.load()
+    if saved is None:
+        return {}
+    done = {}
+    for j, key in enumerate(saved["keys"]):
+        flat, lengths = torch.from_numpy(saved[f"nll{j}"]), saved[f"len{j}"].tolist()
+        done[tuple(json.loads(str(key)))] = list(torch.split(flat, lengths))
+    return done

@@ -299,3 +299,66 @@ def cosine_matrix(x: np.ndarray) -> np.ndarray:
 def grid(n: int, points: int) -> np.ndarray:
     """At most `points` evenly spaced indices in 0..n-1 (both ends included)."""
     return np.unique(np.linspace(0, n - 1, min(n, points)).round().astype(int))
+
+
+# --- a model's position rows and hidden states (pe probe, pe recover) -----------------------
+
+
+def embedding_rows(loaded) -> np.ndarray:
+    """The model's position-embedding rows for positions 0..N-1 [N, d] (after pos_offset)."""
+    from pecli.models.architectures import position_embedding
+
+    table = position_embedding(loaded.model, loaded.spec)
+    return table.weight.detach()[loaded.spec.pos_offset:].float().cpu().numpy()
+
+
+def collect_hidden(loaded, ids: list[list[int]], batch_size: int | None = None):
+    """Hidden states of every real token at every layer.
+
+    Returns:
+        (states [layers+1][tokens, d] float32 numpy, layer 0 = embedding output;
+         positions [tokens]; text index [tokens]).
+    """
+    import torch
+
+    from pecli.runs import parallel
+    from pecli.runs.batching import default_token_budget, length_batches, pad
+
+    base = getattr(loaded.model, "base_model", loaded.model)  # no LM head: no [t, vocab] logits
+    pad_id = loaded.tokenizer.pad_token_id
+    lengths = [len(x) for x in ids]
+    batches = parallel.spread(length_batches(lengths, default_token_budget(loaded.device), batch_size))
+    done = {}  # batch index -> (states per layer [n_real, d], positions, text index); this process's shard
+    with torch.inference_mode():
+        for b in parallel.shard(batches, lengths):
+            batch = batches[b]
+            # Right padding: a real token's index in its sequence is its position.
+            input_ids, mask = pad([ids[i] for i in batch], pad_id, loaded.device, "right")  # [b, t]
+            out = base(input_ids=input_ids, attention_mask=mask, output_hidden_states=True)
+            real = mask.bool()  # [b, t]
+            pos = torch.arange(input_ids.shape[1], device=mask.device).expand_as(mask)  # [b, t]
+            text = torch.tensor(batch, device=mask.device)[:, None].expand_as(mask)  # [b, t]
+            done[b] = ([h[real].float().cpu().numpy() for h in out.hidden_states],  # h: [b, t, d]
+                       pos[real].cpu().numpy(), text[real].cpu().numpy())
+    parts = list(parallel.gather(done).values())  # every batch, in batch order
+    return ([np.concatenate(layer) for layer in zip(*(p[0] for p in parts), strict=True)],
+            np.concatenate([p[1] for p in parts]), np.concatenate([p[2] for p in parts]))
+
+
+def hidden_states(loaded, ids: list[list[int]], intervention, seed: int, batch_size: int | None):
+    """`collect_hidden` under an intervention (restored afterwards)."""
+    from pecli.positions.interventions import intervene
+
+    with intervene(loaded, intervention, seed=seed):
+        return collect_hidden(loaded, ids, batch_size)
+
+
+def model_texts(loaded, data, texts: list[str], max_length: int):
+    """The texts tokenised for `loaded` (at most `max_length` tokens and its positions) and
+    the columns every row on them shares: (encoding, columns)."""
+    from pecli.runs.batching import encode
+
+    length = min(max_length, loaded.max_positions)
+    enc = encode(loaded.tokenizer, texts, length)
+    return enc, {**loaded.provenance(), **data.provenance(), "tokens": enc.tokens,
+                 "max_length": length, "truncated_texts": enc.truncated}

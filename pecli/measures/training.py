@@ -380,3 +380,21 @@ def torch_threads(n: int | None):
         yield before if n is None else n
     finally:
         torch.set_num_threads(before)
+
+
+# --- the toy tasks' character-level tokenizer (toy, toy length) ------------------------------
+
+SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")
+CHARS = "0123456789+-="
+
+
+def char_tokenizer():
+    """A character-level HF tokenizer (saved with each checkpoint): specials, digits, + - =."""
+    from tokenizers import Regex, Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {t: i for i, t in enumerate([*SPECIALS, *CHARS])}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<bos>",
+                                   eos_token="<eos>", unk_token="<unk>")

@@ -46,3 +46,11 @@ def resolved(df: pd.DataFrame) -> dict:
     if "rows" in out:
         out["limit_used"] = out["rows"]
     return out
+
+
+def frame(rows: list[dict], experiment: str, seed: int, **columns) -> pd.DataFrame:
+    """Rows + the columns every row of the table shares (provenance, seed, settings)."""
+    from pecli.runs.provenance import row_provenance
+
+    return pd.DataFrame([{"experiment": experiment, **r, "seed": seed, **columns,
+                          **row_provenance()} for r in rows])
