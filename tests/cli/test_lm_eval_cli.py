@@ -53,7 +53,7 @@ def test_two_conditions_write_lm_evals_json_a_table_and_a_figure(tmp_path, share
     assert "minus intact" in result.output
     assert (out / "figures" / "lm_eval.png").stat().st_size > 0
     # chance of MC1's accuracy: 1 / (number of choices), averaged over the documents lm-eval logged
-    (path,) = (out / "lm_eval" / "learned-default-legacy").rglob("samples_truthfulqa_mc1_*.jsonl")
+    (path,) = (out / "lm_eval" / "intact-default-legacy").rglob("samples_truthfulqa_mc1_*.jsonl")
     docs = [json.loads(line)["doc"] for line in path.read_text().splitlines()]
     by_hand = sum(1 / len(d["mc1_targets"]["choices"]) for d in docs) / len(docs)
     chance = df.loc[(df["task"] == "truthfulqa_mc1") & (df["metric"] == "acc"), "chance"].tolist()
