@@ -221,8 +221,16 @@ def test_refusals_come_before_weights_with_the_reason(family, monkeypatch):
     monkeypatch.setattr("pecli.models.loading.load_model", no_loading)
     kind = ARCHITECTURES.get(family).position
     for name, term in INTERVENTIONS.items():
-        typed = {"shift": "shift:3", "swap": "swap:random:bert"}.get(name, name)
-        if kind in term.applies_to:
+        typed = term.example if term.argument else name  # shift:3, swap:random:bert, sinks:4:1020
+        spec = ARCHITECTURES.get(family)
+        # remedies bound a causal LM's attention; they and the frequency bands need a rotary
+        # module (GPT-J keeps sin/cos tables in its own attention code): refused with a reason
+        remedy = "attention" in term.traits
+        band = name in ("droplow", "drophigh")
+        if kind in term.applies_to and ((remedy and not spec.causal) or ((remedy or band) and spec.sincos)):
+            with pytest.raises(InterventionError, match=r"an encoder: |computes its attention"):
+                check_before_loading(f"random:{family}", [typed])
+        elif kind in term.applies_to:
             check_before_loading(f"random:{family}", [typed])
         else:
             with pytest.raises(InterventionError, match=rf"does not apply .*{kind} positions\): \w"):
