@@ -60,7 +60,7 @@ def test_train_lm_tiny(tmp_path, shared_data):
     # pecli perplexity on the learned checkpoints, intact and with positions zeroed (alibi:
     # zero would act on a table it does not have, so it is not asked)
     positions = pd.read_csv(out / "positions.csv")
-    assert set(positions.pe) == {"learned"} and set(positions.intervention) == {"learned", "zero"}
+    assert set(positions.pe) == {"learned"} and set(positions.intervention) == {"intact", "zero"}
     assert (positions.seeds == 2).all()
     assert (out / "figures" / "train_lm_positions.png").exists()
     tokens = ppl[ppl.metric == "test_perplexity"]["tokens"]
