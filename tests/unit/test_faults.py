@@ -332,8 +332,10 @@ def test_unwritable_out_fails_before_computing(command, tmp_path, no_compute, mo
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
     result = _invoke(*COMMANDS[command], "--out", blocker / "run")
-    _one_clear_line(result, f"error: cannot write to {blocker / 'run'}")
-    assert "choose a writable directory with --out" in result.output
+    # refused when --out is resolved (issue 36: "Not a directory") or opened, before computing
+    _one_clear_line(result, f"{blocker / 'run'}: ")
+    assert result.output.startswith("error: ")
+    assert "give another folder" in result.output or "choose a writable directory with --out" in result.output
     assert len(result.output.strip().splitlines()) == 1
     assert blocker.read_text() == "not a folder"
 

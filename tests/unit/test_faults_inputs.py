@@ -261,7 +261,8 @@ def test_messages_name_current_flags_only():
     assert {"--intervention", "--text-field", "--bootstrap"} <= current and "--n-boot" in deprecated
     root = Path(__file__).resolve().parents[2] / "pecli"
     outside = {"--no-deps", "--cpu", "--untracked-files", "--short", "--porcelain", "--num",
-               "--nproc", "--nproc_per_node", "--num_processes", "--num-processes", "--standalone"}  # other tools' flags
+               "--nproc", "--nproc_per_node", "--num_processes", "--num-processes", "--standalone",
+               "--always"}  # other tools' flags
     current.add("--help")
     wrong = []
     for path in root.rglob("*.py"):
