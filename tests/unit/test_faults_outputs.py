@@ -215,7 +215,7 @@ def test_compare_names_each_folder_once_in_an_error(tmp_path):
     (empty / "sub").mkdir(parents=True)
     pd.DataFrame({"x": [1]}).to_csv(empty / "sub" / "t.csv", index=False)
     result = _invoke("compare", empty, empty, empty / "sub", "--out", tmp_path / "c")
-    _one_line(result, "no headline numbers in")
+    _one_line(result, "no headline numbers compare can use in")
     assert result.output.count(str(empty)) == 1, result.output
 
 
