@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import inspect
+import types
+import typing
 from pathlib import Path
 from typing import Annotated
 
 import typer
+
+KEYWORD = inspect.Parameter.KEYWORD_ONLY
 
 ModelArg = Annotated[str, typer.Argument(
     help="minilm, smollm2 (offline, from PyPI), bert, gpt2, roberta (the study's hub "
@@ -103,6 +110,76 @@ RopeScalingOpt = Annotated[list[str] | None, typer.Option(
 # Deprecated spelling of --intervention (kept for one release; `build` warns when it is used).
 PeAliasOpt = Annotated[list[str] | None, typer.Option(
     "--pe", hidden=True, help="Deprecated: use --intervention.")]
+
+
+def flag(cls, name: str) -> inspect.Parameter:
+    """The Typer parameter of option `name` of the options class `cls`: its help, type and
+    default from the field's metadata (pecli.runs.options.option); a deprecated spelling
+    (a key of cls.RENAMED) is a hidden flag of its new name's type, warned about in `build`."""
+    new = cls.RENAMED.get(name)
+    if new is not None:
+        kind = typing.get_args(flag(cls, new).annotation)[0]
+        info = typer.Option(f"--{name.replace('_', '-')}", hidden=True,
+                            help=f"Deprecated: use --{new.replace('_', '-')}.")
+        return inspect.Parameter(name, KEYWORD, default=None, annotation=Annotated[kind | None, info])
+    field = {f.name: f for f in dataclasses.fields(cls)}[name]
+    meta = dict(field.metadata.get("flag", {}))
+    kind = meta.pop("type", None) or _flag_type(typing.get_type_hints(cls)[name], field)
+    argument, decls, named = meta.pop("argument", False), meta.pop("decls", ()), meta.pop("name", name)
+    if "default" in meta:
+        default = meta.pop("default")
+    elif argument:
+        default = inspect.Parameter.empty
+    else:
+        default = None if field.default is dataclasses.MISSING else field.default
+    info = (typer.Argument(**meta) if argument else typer.Option(*decls, **meta))
+    info.help = field.metadata.get("help")
+    return inspect.Parameter(named, KEYWORD, default=default,
+                             annotation=Annotated[kind, info])
+
+
+def _flag_type(hint, field):
+    """What the flag reads: names -> str (a list of them, repeatable, where `many`); a field
+    that also takes "a,b" text (tuple[int, ...] | str) -> that text; else the field's type."""
+    if field.metadata.get("names") is not None:
+        if field.metadata.get("many"):
+            return list[str] | None
+        return str if field.default is not None else str | None
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) in (typing.Union, types.UnionType) and any(
+            typing.get_origin(a) is tuple for a in args):
+        return str | None
+    return hint
+
+
+def derived(cls, where: str):
+    """A command whose flags are derived from its options class `cls`: the flags its FLAGS
+    name, in that order (a name the command declares itself, --out, comes from its own
+    signature there), then the command's own. The command is called with the options built
+    from the flags, or, where its first parameter is `flags`, with the flags themselves (to
+    add what only the command knows before building)."""
+
+    def wrap(command):
+        own = list(inspect.signature(command, eval_str=True).parameters.values())
+        first, own = own[0].name, {p.name: p.replace(kind=KEYWORD) for p in own[1:]}
+        params, fields = [], {}
+        for name in cls.FLAGS.split():
+            p = own.pop(name, None) or flag(cls, name)
+            params.append(p)
+            if name in cls.RENAMED or name in {f.name for f in dataclasses.fields(cls)}:
+                fields[p.name] = name
+        params += own.values()
+
+        @functools.wraps(command)
+        def run(**kwargs):
+            flags = {fields[k]: kwargs.pop(k) for k in list(kwargs) if k in fields}
+            return command(flags if first == "flags" else build(cls, where, **flags), **kwargs)
+
+        run.__signature__ = inspect.Signature(params, return_annotation=None)
+        run.__annotations__ = {p.name: p.annotation for p in params}
+        return run
+
+    return wrap
 
 
 def build(cls, where: str, **flags):

