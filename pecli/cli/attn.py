@@ -32,7 +32,7 @@ from pecli.runs.options import AttnOptions
 ModelsArg = Annotated[list[str], typer.Argument(
     help="One or more models, causal or encoder: smollm2, minilm, models/tiny-gpt2-imdb, "
          "random:<family> (pecli models), a checkpoint directory, a hub id.")]
-InterventionOpt = intervention_option("learned (the model's own; default), zero, ..., crossed with --mask")
+InterventionOpt = intervention_option("intact (the unmodified model; default), zero, ..., crossed with --mask")
 
 
 def attn(
@@ -55,7 +55,7 @@ def attn(
         min=1, help="Query rows whose attention is computed at once (default 256): memory "
                     "grows with block x length per layer, never with the layers.")] = None,
     buckets: Annotated[int | None, typer.Option(
-        min=1, help="Position buckets of the by-position tables (default 16).")] = None,
+        min=1, help="Position buckets of the by-position tables (default 16; at most --length).")] = None,
     probe_positions: Annotated[int | None, typer.Option(
         min=0, help="Positions per text the position probe reads, evenly spaced (default 32 or "
                     "--length if shorter; 0: no probe).")] = None,

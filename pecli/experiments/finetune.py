@@ -35,7 +35,7 @@ import torch
 
 from pecli.experiments import EXPERIMENTS, Experiment, check_before_loading, lazy, load
 from pecli.runs import names
-from pecli.runs.errors import ConfigError
+from pecli.runs.errors import ConfigError, OutputError
 from pecli.runs.options import FinetuneOptions
 from pecli.runs.provenance import row_provenance
 from pecli.runs.tables import validate
@@ -47,15 +47,31 @@ DEFAULT_LIMIT = {"encoder": 400, "lm": 48}
 DEFAULT_BATCH = {"encoder": 16, "lm": 8}
 
 
+def check_model_out(folder: Path) -> None:
+    """--model-out names a folder that can hold a checkpoint per condition: refused before
+    training (not after), in one line."""
+    if not str(folder).strip() or str(folder) == ".":
+        raise OutputError("--model-out: give a folder for the checkpoints, e.g. runs/ft-models")
+    for part in (folder, *folder.parents):
+        if part.exists() and not part.is_dir():
+            raise OutputError(f"--model-out {folder}: {part} is a file, not a folder; give a "
+                              "folder for the checkpoints")
+
+
 def run(options: FinetuneOptions, announce: Callable[[str], None] | None = None,
         loaded=None) -> dict[str, pd.DataFrame]:
+    from pecli.measures.finetuning import check_train_layers
     from pecli.models.loading import peek
 
     o = options
     say = announce or (lambda msg: None)
     ref = peek(o.model)
     interventions = list(o.intervention or ())
+    if o.model_out is not None:
+        check_model_out(Path(o.model_out))
     if loaded is None:
+        if ref is not None:
+            check_train_layers(o.train_layers, ref.layer_count(), o.model)
         if ref is not None and not ref.spec.causal and o.mask is not None:
             raise ConfigError(f"--mask applies to a causal LM; {o.model} is an encoder")
         from pecli.positions.conditions import plan

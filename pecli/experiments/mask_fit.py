@@ -60,6 +60,8 @@ def run(options: MaskFitOptions, announce: Callable[[str], None] | None = None,
     if loaded is None:
         check_before_loading(o.model, judged, causal=True)
     train = load_data("imdb", "train", data_dir_=o.data_dir, limit=o.train_limit, seed=o.seed)
+    held_out = [load_data(dataset, split or None, data_dir_=o.data_dir, limit=o.limit, seed=o.seed)
+                for dataset, _, split in (item.partition(":") for item in o.eval_data)]
     loaded = loaded or load(o.model, o)
     check_all(judged, loaded, causal=True)
     bos = loaded.tokenizer.bos_token_id
@@ -86,9 +88,7 @@ def run(options: MaskFitOptions, announce: Callable[[str], None] | None = None,
               "max_length": max_length, "train_rows": len(seqs), "train_data_sha256":
               train.provenance().get("data_sha256", "")}
     rows = []
-    for item in o.eval_data:
-        dataset, _, split = item.partition(":")
-        data = load_data(dataset, split or None, data_dir_=o.data_dir, limit=o.limit, seed=o.seed)
+    for data in held_out:
         say(f"judging on {data.dataset}/{data.split} ({len(data.texts())} held-out texts)")
         rows += evaluate(loaded, data, conditions(o.intervention, name), max_length, bos,
                          mask.parameters, o.bootstrap, o.seed, common)

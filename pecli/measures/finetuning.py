@@ -24,6 +24,7 @@ import torch
 from pecli.measures.mask_fitting import batch_order, lm_loss
 from pecli.models.architectures import LEARNED, RELATIVE_BIAS, position_embedding, resolve
 from pecli.runs.batching import pad
+from pecli.runs.errors import ConfigError
 
 
 def freeze_positions(loaded) -> list[torch.nn.Parameter]:
@@ -44,6 +45,13 @@ def layer_modules(loaded) -> list[torch.nn.Module]:
     return list(resolve(loaded.model, loaded.spec, loaded.spec.layers))
 
 
+def check_train_layers(train_layers: int | None, layers: int | None, model: str) -> None:
+    """--train-layers N needs N <= the model's layers (None: not known yet, or every layer)."""
+    if train_layers is not None and layers is not None and train_layers > layers:
+        raise ConfigError(f"train_layers (--train-layers): {model} has {layers} layers; give at "
+                          f"most {layers} (or leave it out to train every layer)")
+
+
 def trainable(loaded, train_layers: int | None) -> None:
     """Full fine-tuning (None) or only the last `train_layers` layers (and any head)."""
     if train_layers is None:
@@ -53,6 +61,7 @@ def trainable(loaded, train_layers: int | None) -> None:
         for p in loaded.model.parameters():
             p.requires_grad_(False)
         layers = layer_modules(loaded)
+        check_train_layers(train_layers, len(layers), loaded.name)
         for layer in layers[len(layers) - train_layers:]:
             for p in layer.parameters():
                 p.requires_grad_(True)

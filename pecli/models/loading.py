@@ -203,6 +203,13 @@ class ModelRef:
     name: str
     spec: ArchSpec
     width: int | None = None  # hidden size, where the config file says it
+    layers: int | None = None  # transformer blocks, where the config file says it
+
+    def layer_count(self) -> int | None:
+        """The blocks per the config file, or the family's published config for random:."""
+        if self.layers is None and self.name.startswith("random:"):
+            return getattr(self.spec.random_config(), "num_hidden_layers", None)
+        return self.layers
 
 
 def peek(name: str) -> ModelRef | None:
@@ -215,8 +222,9 @@ def peek(name: str) -> ModelRef | None:
         return ModelRef(name, ARCHITECTURES.get(name.removeprefix("random:")))
     if name in ALIASES:
         folder = package_dir(ALIASES.get(name))
-        width = _width(folder / "config.json") if folder else None
-        return ModelRef(name, ARCHITECTURES.get("bert" if name == "minilm" else "llama"), width)
+        config = folder / "config.json" if folder else None  # minilm's; smollm2's GGUF has none
+        return ModelRef(name, ARCHITECTURES.get("bert" if name == "minilm" else "llama"),
+                        _width(config) if config else None, _layers(config) if config else None)
     config = Path(name).expanduser() / "config.json"
     if not config.is_file() and not looks_like_path(name):
         from huggingface_hub import try_to_load_from_cache
@@ -227,17 +235,27 @@ def peek(name: str) -> ModelRef | None:
         model_type = json.loads(config.read_text(encoding="utf-8"))["model_type"]
     except (OSError, ValueError, KeyError, TypeError):
         return None  # loading gives the precise error
-    return ModelRef(name, spec_for_model_type(model_type), _width(config))
+    return ModelRef(name, spec_for_model_type(model_type), _width(config), _layers(config))
 
 
-def _width(config: Path) -> int | None:
-    """hidden_size (n_embd for GPT-2) of a config.json; None if it has none."""
+def _config_int(config: Path, *keys: str) -> int | None:
+    """The first of `keys` a config.json gives as an integer; None if it has none."""
     try:
         raw = json.loads(config.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    width = raw.get("hidden_size", raw.get("n_embd"))
-    return width if isinstance(width, int) else None
+    value = next((raw[k] for k in keys if k in raw), None)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _width(config: Path) -> int | None:
+    """hidden_size (n_embd for GPT-2) of a config.json."""
+    return _config_int(config, "hidden_size", "n_embd")
+
+
+def _layers(config: Path) -> int | None:
+    """The number of transformer blocks a config.json gives."""
+    return _config_int(config, "num_hidden_layers", "n_layer", "n_layers", "num_layers")
 
 
 # --- loading ------------------------------------------------------------------------

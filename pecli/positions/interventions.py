@@ -100,6 +100,8 @@ def check_applies(loaded, name: str | Choice) -> Choice:
             f"{choice}: per-layer surgery applies to rotary positions, which act inside every "
             f"attention; {loaded.name} has {loaded.spec.position} positions, which enter once "
             "(drop the @LAYERS)")
+    if choice.layers is not None and isinstance(loaded, ModelRef):  # loaded: remedies count them
+        names.layer_set(choice.layers, loaded.layer_count())  # a layer past the model's: refused
     if choice.layers is not None or choice.name in ACTS_IN_ATTENTION:
         from pecli.positions.remedies import check_causal, check_supported
 

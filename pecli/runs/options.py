@@ -638,14 +638,14 @@ class AttnOptions(MaskGrid, RopeScaled):
     condition (the intact model first)."""
 
     model: tuple[str, ...] | str = ("random:gpt2",)
-    intervention: tuple[Choice, ...] = option(("learned",), vocabulary=names.INTERVENTIONS, many=True)
+    intervention: tuple[Choice, ...] = option((names.INTACT,), vocabulary=names.INTERVENTIONS, many=True)
     dataset: str = "imdb"
     limit: int | None = option(32, low=2)  # texts of at least `length` tokens
     length: int = option(64, low=2)  # Gu et al.'s 64
     join: bool = False  # windows of the EOS-joined documents instead of whole documents
     epsilon: float = option(0.3, low=0.0, high=1.0)
     block: int = option(256, low=1)  # query rows computed at once
-    buckets: int = option(16, low=1)
+    buckets: int | None = option(None, low=1)  # default: 16, or one per position below 16
     probe_positions: int | None = option(None, low=0)  # per text, for the probe (0: none; default min(32, length))
     hidden: bool = True  # hidden-state diagnostics (norms, positional vectors, probe)
 
@@ -655,6 +655,11 @@ class AttnOptions(MaskGrid, RopeScaled):
         if self.protocol != (names.parse(names.PROTOCOLS, "relative"),):
             raise ConfigError("protocol (--protocol): attn runs every text in one pass "
                               "(relative); drop --protocol")
+        if self.buckets is None:
+            object.__setattr__(self, "buckets", min(16, self.length))
+        if self.buckets > self.length:  # each bucket at least one position: none empty
+            raise ConfigError(f"buckets (--buckets): {self.buckets} position buckets do not fit "
+                              f"the {self.length} positions of --length; give at most {self.length}")
         if self.probe_positions and self.probe_positions > self.length:
             raise ConfigError(f"probe_positions (--probe-positions) {self.probe_positions} is more "
                               f"than the {self.length} positions of --length")

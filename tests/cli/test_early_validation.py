@@ -68,6 +68,10 @@ CASES = [
                           ["--seed", "-1"], ["--vocab", "10"], ["--width", "10"],
                           ["--context", "1"], ["--eval-every", "0"],
                           ["--pe", "learned,none", "--model-out", "m"]]],
+    # sizes and layers the model's config decides (issue 36's sweep): refused before loading
+    ["length", "random:llama", "--intervention", "zero@99"],
+    ["finetune", "random:bert", "--train-layers", "99"],
+    ["attn", "random:gpt2", "--buckets", "100000"],
 ]
 
 
@@ -186,3 +190,20 @@ def test_a_deprecated_flag_beside_its_new_name_is_one_error(no_loading):
     result = runner.invoke(app, [*RECOVER, "--n-boot", "5", "--bootstrap", "7"])
     assert result.exit_code == 1, result.output
     assert "'n_boot' and 'bootstrap' are the same option; give one" in result.output
+
+
+@pytest.mark.parametrize("args", [["finetune", "random:bert", "--model-out", "afile"],
+                                  ["finetune", "random:bert", "--model-out", "afile/sub"],
+                                  ["mask", "fit", "random:gpt2", "--eval-data", "nosuch.csv"]],
+                         ids=" ".join)
+def test_an_output_or_held_out_file_is_checked_before_the_model_loads(monkeypatch, tmp_path, args):
+    """--model-out under a file, or a held-out data file that is not there: one line before the
+    weights load (the training data may be read first; the model is never loaded)."""
+    monkeypatch.setattr("pecli.models.loading.load_model", _never)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "afile").write_text("not a folder")
+    result = runner.invoke(app, [*args, "--limit", "4"])
+    assert result.exit_code != 0 and not isinstance(result.exception, AssertionError), result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:"), result.output
+    assert ("afile" in lines[0] and "not a folder" in lines[0]) or "nosuch.csv" in lines[0], lines
