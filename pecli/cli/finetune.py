@@ -28,8 +28,8 @@ from pecli.runs.options import FinetuneOptions
 def finetune(
     model: ModelArg = FinetuneOptions.model,
     intervention: Annotated[list[str] | None, typer.Option(
-        "--intervention", help="Conditions trained (repeat or a,b). Default: learned, zero, shuffle "
-                               "(encoder); learned (the control) and zero (causal LM).")] = None,
+        "--intervention", help="Conditions trained (repeat or a,b). Default: intact, zero, shuffle "
+                               "(encoder); intact (the control) and zero (causal LM).")] = None,
     mask: Annotated[str | None, typer.Option(
         help="Causal LM: also start from zero + this mask (a file of pecli mask fit, log-bias), "
              "held while training.")] = None,

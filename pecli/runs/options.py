@@ -784,7 +784,7 @@ class FinetuneOptions(Running):
     measured as it trains. Which, the model's config decides."""
 
     model: str = "minilm"
-    # default: encoder learned, zero, shuffle; causal LM learned (the control) and zero
+    # default: encoder intact, zero, shuffle; causal LM intact (the control) and zero
     intervention: tuple[Choice, ...] | None = option(None, vocabulary=names.INTERVENTIONS, many=True)
     mask: Choice | None = option(None, vocabulary=names.MASKS)  # causal LM: also zero + this mask
     seeds: int = option(3, low=1)  # training seeds seed, seed+1, ...

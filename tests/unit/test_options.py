@@ -80,6 +80,23 @@ def test_deprecated_names_still_work_with_a_warning():
     assert old == new
 
 
+def test_no_default_is_a_deprecated_name():
+    """Every options class built from its defaults alone warns nothing: no default is a
+    renamed spelling (attn's intervention once defaulted to 'learned', warning on every run)."""
+    import warnings
+
+    from pecli.runs import options as O
+
+    classes = [c for c in vars(O).values() if isinstance(c, type) and issubclass(c, O.Options)
+               and dataclasses.is_dataclass(c) and c.__module__ == O.__name__]
+    assert O.AttnOptions in classes and len(classes) > 10
+    for cls in classes:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", FutureWarning)
+            cls.build({}, "t")
+    assert O.AttnOptions.build({}, "t").intervention == (names.parse(names.INTERVENTIONS, names.INTACT),)
+
+
 def test_a_preset_builds_the_same_object_as_the_flags(tmp_path):
     path = tmp_path / "p.yaml"
     path.write_text(textwrap.dedent("""
