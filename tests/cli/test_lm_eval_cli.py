@@ -172,3 +172,79 @@ def test_chat_template_system_instruction_and_seeds_act_as_in_lm_eval(tmp_path, 
                                   "--data-dir", str(shared_data)])
     lines = [line for line in refused.output.splitlines() if line.strip()]
     assert refused.exit_code == 1 and lines == [lines[0]] and "has no chat template" in lines[0], refused.output
+
+
+
+QUESTIONS = """\
+# pecli perplexity's text as an lm-eval task: each text scored whole after the model's start
+# token (lm-eval's loglikelihood_rolling prefix token), from the same JSONL file
+task: questions
+dataset_path: json
+dataset_kwargs:
+  data_files: {validation: "%s"}
+output_type: loglikelihood_rolling
+validation_split: validation
+doc_to_text: ""
+doc_to_target: "{{text}}"
+metric_list:
+  - metric: word_perplexity
+metadata:
+  version: 1.0
+"""
+
+
+def test_a_fitted_mask_file_gives_lm_eval_the_perplexity_pecli_perplexity_gives(tmp_path, shared_data):
+    """`pecli lm-eval --intervention zero --mask FILE` (a file of `pecli mask fit`: the
+    committed tiny GPT-2 one) scores texts as `pecli perplexity --mask FILE` does: lm-eval's
+    logged log-likelihood of each of 12 TruthfulQA questions gives, over pecli's token counts,
+    pecli's per-text and corpus perplexities; both runs' rows name the file with its hash."""
+    import math
+
+    root = Path(__file__).resolve().parents[2]
+    mask = root / "results" / "offline" / "mask-fit-tiny-gpt2" / "mask" / "mask.json"
+    items = json.loads((shared_data / "truthfulqa" / "mc_task.json").read_text(encoding="utf-8"))
+    data = tmp_path / "questions.jsonl"
+    data.write_text("".join(json.dumps({"text": it["question"]}) + "\n" for it in items[:12]))
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    (tasks / "questions.yaml").write_text(QUESTIONS % data.as_posix())
+    common = ["--intervention", "zero", "--mask", str(mask), "--mask-semantics", "log-bias",
+              "--device", "cpu", "--bootstrap", "0"]
+    ppl = runner.invoke(app, ["perplexity", "models/tiny-gpt2-imdb", "--dataset", str(data), *common,
+                              "--out", str(tmp_path / "ppl")])
+    assert ppl.exit_code == 0, ppl.output
+    texts = pd.read_csv(tmp_path / "ppl" / "texts.csv")
+    texts = texts[texts["intervention"] == "zero"]
+    name = texts["mask"].iloc[0]
+    assert name.startswith("file:") and "#sha256:" in name and len(texts) == 12
+    corpus = pd.read_csv(tmp_path / "ppl" / "perplexity.csv")
+    corpus = corpus[(corpus["intervention"] == "zero") & (corpus["aggregation"] == "corpus")]
+    assert corpus["truncated"].item() == 0  # every question whole: one lm-eval window each
+
+    out = tmp_path / "lm"
+    lm = runner.invoke(app, ["lm-eval", "--model_args", "pretrained=models/tiny-gpt2-imdb",
+                             "--tasks", "questions", "--include_path", str(tasks), "--log_samples",
+                             *common, "--out", str(out)])
+    assert lm.exit_code == 0, lm.output
+    df = pd.read_csv(out / "lm_eval.csv")
+    masked = df[df["intervention"] == "zero"]
+    assert len(masked) and (masked["mask"] == name).all() and (masked["mask_semantics"] == "log-bias").all()
+    (path,) = [p for p in (out / "lm_eval").rglob("samples_questions_*.jsonl")
+               if p.relative_to(out / "lm_eval").parts[0].startswith("zero-")]
+    ll = {}
+    for line in path.read_text().splitlines():
+        sample = json.loads(line)
+        value = sample["filtered_resps"][0]
+        ll[sample["doc_id"]] = float(value[0] if isinstance(value, list) else value)
+    assert sorted(ll) == sorted(texts["text_id"])
+    for _, row in texts.iterrows():  # each text: exp(-log-likelihood / its tokens)
+        ours = math.exp(-ll[int(row["text_id"])] / row["text_tokens"])
+        assert ours == pytest.approx(row["value"], rel=1e-5), row["text_id"]
+    total = sum(ll.values())
+    assert math.exp(-total / texts["text_tokens"].sum()) == pytest.approx(corpus["value"].item(), rel=1e-5)
+    # the mask acted: lm-eval's intact run of the same texts gives another number
+    (path,) = [p for p in (out / "lm_eval").rglob("samples_questions_*.jsonl")
+               if p.relative_to(out / "lm_eval").parts[0].startswith("intact-")]
+    intact = sum(float(v[0] if isinstance(v := json.loads(line)["filtered_resps"][0], list) else v)
+                 for line in path.read_text().splitlines())
+    assert abs(intact - total) > 1e-3 * abs(total)
