@@ -43,6 +43,7 @@ except ModuleNotFoundError as err:  # pragma: no cover - the message is the test
                       "installs it)") from err
 
 from pecli.experiments import EXPERIMENTS, Experiment, check_before_loading, lazy, load
+from pecli.measures.intervals import document_interval, paired_with_intact
 from pecli.runs.errors import ConfigError
 from pecli.runs.options import LmEvalOptions
 
@@ -511,51 +512,11 @@ def documents(samples: dict) -> dict[tuple, dict[int, float]]:
     return out
 
 
-def paired_with_intact(df: pd.DataFrame, per_doc: list[dict], n_boot: int, seed: int
-                       ) -> pd.DataFrame:
-    """Add `diff_vs_intact` (the condition's value minus the intact model's, from the same
-    documents) and a 95 % bootstrap interval of it over documents, resampling each document's
-    pair together: sharper than comparing the two conditions' own intervals. NaN for the
-    intact rows, and where the documents' values are not logged."""
-    from pecli.measures.intervals import MIN_TEXTS, mean_interval
-
-    diffs = []
-    for row in df.itertuples():
-        key = (row.task, row.metric, row.filter)
-        intact, here = per_doc[0].get(key, {}), per_doc[row.condition_index].get(key, {})
-        docs = sorted(set(intact) & set(here))
-        if row.condition_index == 0 or not docs or len(docs) != row.rows:
-            diffs.append((np.nan, np.nan, np.nan))
-            continue
-        d = np.array([here[k] - intact[k] for k in docs])
-        low, high = (mean_interval(d, n_boot=n_boot, seed=seed) if n_boot and len(d) >= MIN_TEXTS
-                     else (np.nan, np.nan))
-        diffs.append((float(d.mean()), low, high))
-    return df.assign(**dict(zip(("diff_vs_intact", "diff_ci_low", "diff_ci_high"),
-                                np.array(diffs, dtype=float).T, strict=True)))
-
-
 def condition_dir(cond: dict[str, Any]) -> str:
     """A folder name for one condition's lm-eval output: intervention-mask-semantics[-rope]."""
     parts = [cond["intervention"], cond["mask"], cond["mask_semantics"]]
     parts += [cond["rope_scaling"]] if cond["rope_scaling"] else []
     return "-".join(re.sub(r"[^\w.+=-]", "_", p) for p in parts)  # a mask file's path too
-
-
-def interval(per_doc: list, stderr, value: float, n_boot: int, seed: int):
-    """(low, high, method) of a 95 % interval: Wilson's where every document is right or
-    wrong, a bootstrap over documents for other per-document values, else value ± 1.96
-    lm-eval stderr; NaN when there is nothing to build one from (a single document)."""
-    from pecli.measures.intervals import MIN_TEXTS, mean_interval, wilson
-
-    if len(per_doc) >= MIN_TEXTS and set(per_doc) <= {0, 1}:
-        return (*wilson(int(sum(per_doc)), len(per_doc)), "Wilson score interval over documents")
-    if len(per_doc) >= MIN_TEXTS and n_boot:
-        low, high = mean_interval(np.asarray(per_doc, dtype=float), n_boot=n_boot, seed=seed)
-        return low, high, "percentile bootstrap over documents"
-    if isinstance(stderr, int | float) and np.isfinite(stderr) and len(per_doc) != 1:
-        return value - 1.96 * stderr, value + 1.96 * stderr, "normal: value ± 1.96 lm-eval stderr"
-    return float("nan"), float("nan"), ""
 
 
 def task_rows(results: dict, docs: dict, common: dict, n_boot: int, seed: int) -> list[dict]:
@@ -573,7 +534,7 @@ def task_rows(results: dict, docs: dict, common: dict, n_boot: int, seed: int) -
             metric, filt = key.split(",", 1)
             stderr = metrics.get(f"{metric}_stderr,{filt}")
             per_doc = list(docs.get((task, metric, filt), {}).values())
-            low, high, method = interval(per_doc if len(per_doc) == n else [], stderr, value,
+            low, high, method = document_interval(per_doc if len(per_doc) == n else [], stderr, value,
                                          n_boot, seed)
             if method.endswith("over documents") and not np.isclose(np.mean(per_doc), value):
                 raise ValueError(f"{task} {metric}: the documents' mean {np.mean(per_doc)} is "

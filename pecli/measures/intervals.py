@@ -14,6 +14,8 @@ a pair counts as often as both its texts are drawn (`pair_interval`, `resampled`
 
 Independent trials with a right-or-wrong outcome (passkey retrieval) get the Wilson score
 interval instead (`wilson`): exact where a bootstrap of all-right trials would give [1, 1].
+lm-eval's per-document values get the same choice (`document_interval`), and a condition's
+difference from the intact model resamples each document's pair together (`paired_with_intact`).
 
 Deterministic for a seed; `n_boot=0` turns intervals off (NaN bounds). No interval comes from
 fewer than MIN_TEXTS texts (a bootstrap of one text cannot vary: NaN bounds and a warning);
@@ -199,3 +201,41 @@ def perplexity_intervals(nlls: list, n_boot: int, seed: int) -> dict[str, tuple[
         "median_per_text": statistic_interval(per_text, np.median, n_boot=n_boot, seed=seed),
         "mean_per_token": ratio_interval(exp_sums, counts, n_boot=n_boot, seed=seed),
     }
+
+
+# --- lm-eval's numbers per document (pecli lm-eval) ---------------------------------------
+
+
+def document_interval(per_doc: list, stderr, value: float, n_boot: int, seed: int):
+    """(low, high, method) of a 95 % interval: Wilson's where every document is right or
+    wrong, a bootstrap over documents for other per-document values, else value ± 1.96
+    lm-eval stderr; NaN when there is nothing to build one from (a single document)."""
+    if len(per_doc) >= MIN_TEXTS and set(per_doc) <= {0, 1}:
+        return (*wilson(int(sum(per_doc)), len(per_doc)), "Wilson score interval over documents")
+    if len(per_doc) >= MIN_TEXTS and n_boot:
+        low, high = mean_interval(np.asarray(per_doc, dtype=float), n_boot=n_boot, seed=seed)
+        return low, high, "percentile bootstrap over documents"
+    if isinstance(stderr, int | float) and np.isfinite(stderr) and len(per_doc) != 1:
+        return value - 1.96 * stderr, value + 1.96 * stderr, "normal: value ± 1.96 lm-eval stderr"
+    return float("nan"), float("nan"), ""
+
+
+def paired_with_intact(df, per_doc: list[dict], n_boot: int, seed: int):
+    """Add `diff_vs_intact` (the condition's value minus the intact model's, from the same
+    documents) and a 95 % bootstrap interval of it over documents, resampling each document's
+    pair together: sharper than comparing the two conditions' own intervals. NaN for the
+    intact rows, and where the documents' values are not logged."""
+    diffs = []
+    for row in df.itertuples():
+        key = (row.task, row.metric, row.filter)
+        intact, here = per_doc[0].get(key, {}), per_doc[row.condition_index].get(key, {})
+        docs = sorted(set(intact) & set(here))
+        if row.condition_index == 0 or not docs or len(docs) != row.rows:
+            diffs.append((np.nan, np.nan, np.nan))
+            continue
+        d = np.array([here[k] - intact[k] for k in docs])
+        low, high = (mean_interval(d, n_boot=n_boot, seed=seed) if n_boot and len(d) >= MIN_TEXTS
+                     else (np.nan, np.nan))
+        diffs.append((float(d.mean()), low, high))
+    return df.assign(**dict(zip(("diff_vs_intact", "diff_ci_low", "diff_ci_high"),
+                                np.array(diffs, dtype=float).T, strict=True)))

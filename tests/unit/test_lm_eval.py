@@ -261,7 +261,9 @@ def test_the_difference_from_intact_resamples_each_documents_pair_together():
     df = pd.DataFrame([{"task": "t", "metric": "acc", "filter": "none", "rows": 30,
                         "condition_index": i} for i in range(3)])
     missing = {("t", "acc", "none"): {i: v for i, v in enumerate(values) if i != 7}}
-    out = plugin.paired_with_intact(df, [intact, lower, missing], n_boot=1000, seed=0)
+    from pecli.measures import intervals
+
+    out = intervals.paired_with_intact(df, [intact, lower, missing], n_boot=1000, seed=0)
     assert np.isnan(out.loc[0, ["diff_vs_intact", "diff_ci_low", "diff_ci_high"]].astype(float)).all()
     assert out.loc[1, ["diff_vs_intact", "diff_ci_low", "diff_ci_high"]].tolist() == \
         pytest.approx([-0.25] * 3, abs=1e-12)
