@@ -39,11 +39,12 @@ def main() -> None:
     parser.add_argument("--data-dir", default=os.environ.get("PECLI_DATA_DIR"))
     args = parser.parse_args()
 
+    from pecli.data import items as item_files
     from pecli.measures import mc_scoring as mc
     from pecli.models.loading import load_model
 
     loaded = load_model(args.model, device="cpu")
-    items, _ = mc.load_items("truthfulqa-mc", args.data_dir, args.limit, seed=0)
+    items, _ = item_files.load_items("truthfulqa-mc", args.data_dir, args.limit, seed=0)
     reqs = mc.requests(loaded.tokenizer, items)
     choices = sum(len(r.continuations) for r in reqs)
     tokens = sum(len(r.context) + len(c) - 1 for r in reqs for c in r.continuations)

@@ -10,7 +10,8 @@ pytestmark = pytest.mark.slow
 
 def test_minilm_zero_on_imdb(minilm, shared_data):
     from pecli.data.datasets import load_data
-    from pecli.experiments.ablate import measure, probe_accuracy, tables
+    from pecli.experiments.ablate import measure, tables
+    from pecli.measures.probes import probe_accuracy
 
     data = load_data("imdb", "test", data_dir_=shared_data, limit=20, seed=0)
     m = measure(minilm, data.texts(), ["zero"], pooled=True)

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from pecli.data import items as item_files
 from pecli.experiments.mc import McOptions, run
 from pecli.measures import mc_scoring as mc
 from pecli.positions.interventions import intervene
@@ -25,7 +26,7 @@ def test_smollm2_with_and_without_positions(smollm2, shared_data):
     tables = run(McOptions.build(dict(intervention="zero", dataset="truthfulqa-mc",
                                       data_dir=str(shared_data), limit=2, seed=0, bootstrap=100),
                                  "test"), loaded=smollm2)
-    items, _ = mc.load_items("truthfulqa-mc", str(shared_data), limit=2, seed=0)
+    items, _ = item_files.load_items("truthfulqa-mc", str(shared_data), limit=2, seed=0)
     reqs = mc.requests(smollm2.tokenizer, items)
     got = tables["mc_items"]
     for pe in ("intact", "zero"):

@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from pecli.experiments.ablate import measure, probe_accuracy, tables
+from pecli.experiments.ablate import measure, tables
 from pecli.measures.metrics import random_pair_cosines, z_score
+from pecli.measures.probes import probe_accuracy
 from pecli.models.architectures import ARCHITECTURES
 from pecli.positions.interventions import intervene
 
@@ -183,7 +184,7 @@ def test_an_interrupted_run_resumes_to_the_same_numbers(tiny, tmp_path, monkeypa
 
 @pytest.mark.parametrize("family", ["bert", "gpt2"])
 def test_in_model_baselines_equal_a_direct_computation(family, tiny):
-    from pecli.experiments.ablate import sample_baseline_pairs
+    from pecli.measures.baselines import sample_baseline_pairs
 
     loaded = tiny(family)
     special = set(loaded.tokenizer.all_special_ids)
@@ -220,7 +221,7 @@ def test_in_model_baselines_equal_a_direct_computation(family, tiny):
 
 
 def test_self_similarity_draws_partners_uniformly_among_other_texts_occurrences():
-    from pecli.experiments.ablate import sample_baseline_pairs
+    from pecli.measures.baselines import sample_baseline_pairs
 
     # id 7: twice in text 0, once in text 1, three times in text 2; 5 and 6 never repeat
     ids = [[101, 7, 5, 7, 102], [101, 7, 102], [101, 7, 7, 6, 7, 102]]
@@ -288,7 +289,7 @@ def test_probe_accuracy_interval_contains_the_accuracy():
 
 
 def test_baseline_pairs_degrade_to_none_when_impossible():
-    from pecli.experiments.ablate import sample_baseline_pairs
+    from pecli.measures.baselines import sample_baseline_pairs
 
     one_id = sample_baseline_pairs([[101, 7, 7, 102], [101, 7, 102]], {101, 102}, pairs=50)
     assert len(one_id["token_pair"]) == 0 and len(one_id["self_similarity"]) == 50

@@ -225,9 +225,10 @@ def test_mc2_v2_and_v3_differ_exactly_where_labels_are_not_sorted(shared_data):
     import numpy as np
     from lm_eval.tasks.truthfulqa.utils import process_results_mc2
 
+    from pecli.data import items as item_files
     from pecli.measures import mc_scoring as mc
 
-    items, _ = mc.load_items("truthfulqa-mc", str(shared_data))
+    items, _ = item_files.load_items("truthfulqa-mc", str(shared_data))
     rng = np.random.default_rng(0)
     unsorted, differ = set(), set()
     for item in items:

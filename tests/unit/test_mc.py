@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from pecli.data import items as item_files
 from pecli.experiments.mc import run as run_options
 from pecli.measures import mc_scoring as mc
 from pecli.runs.errors import DataError, ModelError
@@ -156,7 +157,7 @@ def test_shared_context_equals_one_forward_per_choice_under_masks(tiny, family, 
     from pecli.positions.interventions import intervene
 
     loaded = _lm(tiny, family)
-    reqs = mc.requests(loaded.tokenizer, mc.parse_items(ITEMS, "t"))
+    reqs = mc.requests(loaded.tokenizer, item_files.parse_items(ITEMS, "t"))
     with intervene(loaded, "zero"):  # the identity rotation on llama
         fast, how = mc.score(loaded, reqs, *cond)
         slow, slow_how = mc.score(loaded, reqs, *cond, fast=False)
@@ -169,7 +170,7 @@ def test_shared_context_equals_one_forward_per_choice_under_masks(tiny, family, 
 
 def test_study_protocol_without_shortcut_is_prefix_passes(tiny):
     loaded = _lm(tiny, "gpt2")
-    reqs = mc.requests(loaded.tokenizer, mc.parse_items(ITEMS[:1], "t"))
+    reqs = mc.requests(loaded.tokenizer, item_files.parse_items(ITEMS[:1], "t"))
     lls, how = mc.score(loaded, reqs, "linear", "log-bias", "study")
     assert how.passes == "prefix-by-prefix" and how.attention.mode == "keys"
     rel, _ = mc.score(loaded, reqs, "linear", "log-bias", "relative")
@@ -177,7 +178,7 @@ def test_study_protocol_without_shortcut_is_prefix_passes(tiny):
 
 
 def test_metrics_by_hand():
-    item = mc.parse_items([ITEMS[2]], "t")[0]
+    item = item_files.parse_items([ITEMS[2]], "t")[0]
     # choices (distinct, in order): "In France.", "In Texas only.", "In France, the capital."
     got = mc.item_scores(item, np.log(np.array([0.2, 0.5, 0.3])))
     assert got["values"]["mc1"] == 0.0  # Texas beats France
@@ -230,11 +231,11 @@ def test_both_target_forms_and_jsonl_read_the_same(tmp_path, items_file):
         for t in ("mc1", "mc2")}} for it in ITEMS]
     jsonl = tmp_path / "items.jsonl"
     jsonl.write_text("\n".join(json.dumps(r) for r in hub_form) + "\n")
-    a, data = mc.load_items(str(items_file))
-    b, _ = mc.load_items(str(jsonl))
+    a, data = item_files.load_items(str(items_file))
+    b, _ = item_files.load_items(str(jsonl))
     assert a == b and data.provenance()["data_revision"].startswith("sha256:")
     assert a[1].choices == ["4", "5", " Four", "22"]
-    sub, _ = mc.load_items(str(jsonl), limit=2, seed=1)
+    sub, _ = item_files.load_items(str(jsonl), limit=2, seed=1)
     assert {it.question for it in sub} <= {it["question"] for it in ITEMS}
     assert all(a[it.text_id] == it for it in sub)  # the index in the source is kept
 
@@ -254,27 +255,27 @@ def test_bad_items_are_one_line_errors_naming_the_item(tmp_path, change, message
     path = tmp_path / "bad.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in records))
     with pytest.raises(DataError, match=message) as err:
-        mc.load_items(str(path), limit=1, seed=0)  # every item is checked, not only the subset
+        item_files.load_items(str(path), limit=1, seed=0)  # every item is checked, not only the subset
     assert "\n" not in str(err.value) and "bad.jsonl" in str(err.value)
 
 
 def test_bad_files(tmp_path):
     (tmp_path / "obj.json").write_text(json.dumps({"question": "x"}))
     with pytest.raises(DataError, match="JSON list of items"):
-        mc.load_items(str(tmp_path / "obj.json"))
+        item_files.load_items(str(tmp_path / "obj.json"))
     (tmp_path / "broken.jsonl").write_text("{not json\n")
     with pytest.raises(DataError, match="cannot read"):
-        mc.load_items(str(tmp_path / "broken.jsonl"))
+        item_files.load_items(str(tmp_path / "broken.jsonl"))
     with pytest.raises(DataError, match="does not exist"):
-        mc.load_items(str(tmp_path / "missing.json"))
+        item_files.load_items(str(tmp_path / "missing.json"))
     (tmp_path / "t.csv").write_text("question\nx\n")
     with pytest.raises(DataError, match=r"\.json \(a list\) or \.jsonl"):
-        mc.load_items(str(tmp_path / "t.csv"))
+        item_files.load_items(str(tmp_path / "t.csv"))
 
 
 def test_truthfulqa_mc_from_the_data_directory(shared_data):
-    items, data = mc.load_items("truthfulqa-mc", str(shared_data), limit=5, seed=0)
+    items, data = item_files.load_items("truthfulqa-mc", str(shared_data), limit=5, seed=0)
     assert data.provenance()["split_rows"] == 817 and len(items) == 5
     assert all(it.targets["mc1"][1][0] == 1 for it in items)
-    full, _ = mc.load_items("truthfulqa-mc", str(shared_data))
+    full, _ = item_files.load_items("truthfulqa-mc", str(shared_data))
     assert [full[it.text_id] for it in items] == items

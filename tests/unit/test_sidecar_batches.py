@@ -80,6 +80,7 @@ def test_perplexity_sidecar_records_each_computations_plan(tiny, tmp_path):
 
 @pytest.mark.parametrize("batch_size", [None, 3])
 def test_mc_sidecar_records_each_computations_plan(tiny, tmp_path, batch_size):
+    from pecli.data import items as item_files
     from pecli.experiments.mc import McOptions, run
     from pecli.measures import mc_scoring as mc
 
@@ -88,7 +89,7 @@ def test_mc_sidecar_records_each_computations_plan(tiny, tmp_path, batch_size):
     df = run(McOptions.build(dict(dataset=str(tmp_path / "items.json"), mask="linear",
                                   mask_semantics="log-bias", protocol="study",
                                   batch_size=batch_size, bootstrap=0), "test"), loaded=loaded)["mc"]
-    reqs = mc.requests(loaded.tokenizer, mc.parse_items(ITEMS, "t"))
+    reqs = mc.requests(loaded.tokenizer, item_files.parse_items(ITEMS, "t"))
     # shared context (every pair fits): items longest context first, grouped within 3 choice
     # rows (every item has >= 3 choices: one item a group) or the CPU's 4096 padded tokens
     # (all three items fit: one group); a group pads to rows x (longest context + choice)
