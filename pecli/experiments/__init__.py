@@ -53,6 +53,26 @@ def lazy(target: str) -> Callable[[dict[str, Path], Path], list[Path]]:
 
 EXPERIMENTS: Registry[Experiment] = Registry("experiment", ConfigError)
 
+
+def data_of(o, **kwargs):
+    """The texts an experiment's options name (dataset, split, data_dir, limit, seed,
+    text_field), as `pecli.data.datasets.load_data` reads them; `kwargs` go to it (at_most)."""
+    from pecli.data.datasets import load_data
+
+    return load_data(o.dataset, o.split, data_dir_=o.data_dir, limit=o.limit, seed=o.seed,
+                     text_field=o.text_field, **kwargs)
+
+
+def register(name: str, version: int, run: Callable[..., dict[str, pd.DataFrame]],
+             options: type[Options], figures: str | Callable, description: str,
+             files: str | None = None) -> Experiment:
+    """Add an experiment to EXPERIMENTS under its name (written once) and return it.
+    `figures`: "package.module:function" (imported when first drawn, `lazy`) or the function."""
+    experiment = Experiment(name, version, run, lazy(figures) if isinstance(figures, str) else figures,
+                            description, options, files)
+    EXPERIMENTS.add(name, experiment)
+    return experiment
+
 # Modules that register experiments, imported on first use.
 EXPERIMENT_MODULES: tuple[str, ...] = ("ablate", "perplexity", "mc", "pe", "recover", "toy", "toy_length",
                                        "train_lm", "length", "passkey", "mask_fit", "attn", "finetune")

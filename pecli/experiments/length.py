@@ -16,10 +16,9 @@ from contextlib import nullcontext
 import pandas as pd
 import torch
 
-from pecli.experiments import EXPERIMENTS, Experiment, check_before_loading, lazy, load
-from pecli.measures.lm_scoring import resumed_nlls as _resumed  # NLLs per key as an .npz, and back
+from pecli.experiments import check_before_loading, data_of, load, register
+from pecli.measures.lm_scoring import resumed_nlls, start_token  # NLLs per key as an .npz, and back
 from pecli.measures.lm_scoring import saved_nlls as _saved
-from pecli.runs import parallel
 from pecli.runs.errors import DataError
 from pecli.runs.options import LengthOptions
 from pecli.runs.provenance import row_provenance
@@ -53,14 +52,12 @@ def run(options: LengthOptions, progress: Callable[[int, int], None] | None = No
     """The `length` table: one row per (model, condition, length, position bucket), the
     all-positions row last in each group. `loaded` (a LoadedModel) replaces loading the one
     model (tests, benchmarks); `progress(advance, total)` counts scored tokens."""
-    from pecli.data.datasets import load_data
 
     o = options
     grid = conditions(o)
     for name in o.model if loaded is None else ():
         check_before_loading(name, grid, causal=True)
-    data = load_data(o.dataset, o.split, data_dir_=o.data_dir, limit=o.limit, seed=o.seed,
-                     text_field=o.text_field, at_most=True)
+    data = data_of(o, at_most=True)
     data.frame = data.frame.sort_values("text_id", kind="stable").reset_index(drop=True)  # source order
     rows = []
     for name in o.model:
@@ -71,18 +68,12 @@ def run(options: LengthOptions, progress: Callable[[int, int], None] | None = No
 
 
 def _rows_for(loaded, data, grid, o: LengthOptions, progress) -> list[dict]:
-    from pecli.measures.length_scoring import band_applies, cut, score_band, summarise
-    from pecli.measures.lm_scoring import score_windows
+    from pecli.measures.length_scoring import cut
     from pecli.positions.conditions import check_all
-    from pecli.positions.extension import extended, not_applicable, table_kind
-    from pecli.positions.rope_scaling import provenance as rope_columns
+    from pecli.positions.extension import extended, not_applicable
 
     check_all(grid, loaded, causal=True)
-    bos = None
-    if o.start_token:
-        bos = loaded.tokenizer.bos_token_id
-        if bos is None:
-            raise DataError(f"{loaded.name}'s tokenizer has no start token; drop --start-token")
+    bos = start_token(loaded, o.start_token, "drop --start-token")
     stream = stream_of(loaded.tokenizer, data.texts())
     cuts = {n: cut(stream, n, o.windows, o.stride, bos) for n in o.lengths}
     if not any(len(c) for c in cuts.values()):
@@ -90,54 +81,68 @@ def _rows_for(loaded, data, grid, o: LengthOptions, progress) -> list[dict]:
                         f"({min(o.lengths)}); use more documents (--limit) or shorter --lengths")
     total = sum(c.tokens for n, c in cuts.items() if not not_applicable(loaded, n)) * len(grid)
     tick = (lambda k: progress(k, total)) if progress else None
-    common = {"experiment": "length", "seed": o.seed, **loaded.provenance(), **data.provenance(),
-              "text_field": data.text_field, "stream_tokens": len(stream),
-              "position_table": table_kind(loaded), "context": loaded.max_positions,
-              "context_kind": "training" if hasattr(loaded.model.config, "pecli_position") else "original",
-              "window_protocol": o.windows, "stride": cuts[o.lengths[0]].stride,
-              "start_token": "bos" if bos is not None else "none"}
+    common = _common(loaded, data, o, stream, cuts[o.lengths[0]].stride, bos)
     checkpoint = _checkpoint(loaded, o, stream)
     # (condition, length) -> per-window NLLs; resumed from an interrupted run (the main process reads)
-    done: dict[tuple, list] = parallel.from_main(_resumed(checkpoint) if parallel.is_main() else {})
+    done: dict[tuple, list] = resumed_nlls(checkpoint)
     rows = []
     for length, windows in cuts.items():
         skip = not_applicable(loaded, length)
         with extended(loaded, length) if skip is None else nullcontext():
             for how in grid:
-                rope = how.rope.type if how.rope else None
-                why = how.reason(loaded, length)
-                if why is None and o.windows == "band":
-                    why = band_applies(loaded, rope, how)
-                cond = {"condition": how.label, **how.names, "computation": how.computation,
-                        "length": length, "dropped_tokens": windows.dropped_tokens}
-                if why is not None or not len(windows):
-                    note = why or f"no window: the stream has {len(stream)} tokens"
-                    rows.append({**common, **cond, **rope_columns(str(how.rope or "none"),
-                                                               how.rope and how.rope.parameters),
-                                 "window_start": 0, "window_end": length, "all_positions": True,
-                                 "metric": "perplexity", "value": float("nan"), "tokens": 0,
-                                 "windows": 0, "note": note})
-                    continue
-                key = (str(how.intervention), how.computation, str(how.rope or "none"), length)
-                passes = "band pass" if o.windows == "band" else "one pass per window"
-                with torch.inference_mode(), how.applied(loaded, o.seed):
-                    if key in done:
-                        if tick:
-                            tick(windows.tokens)
-                    elif o.windows == "band":
-                        done[key] = score_band(loaded, stream, windows, progress=tick)
-                    else:
-                        done[key] = score_windows(loaded, windows.windows(stream),
-                                                  batch_size=o.batch_size, progress=tick)
-                columns = how.columns(loaded)
-                columns = {k: columns[k] for k in ("rope_scaling", "rope_parameters")}
-                checkpoint.save(lambda: _saved(done), force=True)
-                nlls = done[key]
-                for row in summarise(nlls, windows, o.buckets, o.bootstrap, o.seed):
-                    rows.append({**common, **cond, **columns, "passes": passes, **row,
-                                 "metric": "perplexity", "value": row["perplexity"], "note": ""})
+                rows += _condition_rows(loaded, how, length, windows, stream, o, common, done,
+                                        checkpoint, tick)
     checkpoint.clear()
     return rows
+
+
+def _common(loaded, data, o: LengthOptions, stream: list[int], stride, bos) -> dict:
+    """The columns every row of this model on this stream shares."""
+    from pecli.positions.extension import table_kind
+
+    return {"experiment": "length", "seed": o.seed, **loaded.provenance(), **data.provenance(),
+            "text_field": data.text_field, "stream_tokens": len(stream),
+            "position_table": table_kind(loaded), "context": loaded.max_positions,
+            "context_kind": "training" if hasattr(loaded.model.config, "pecli_position") else "original",
+            "window_protocol": o.windows, "stride": stride,
+            "start_token": "bos" if bos is not None else "none"}
+
+
+def _condition_rows(loaded, how, length: int, windows, stream: list[int], o: LengthOptions,
+                    common: dict, done: dict, checkpoint, tick) -> list[dict]:
+    """One condition's rows at one window length: its buckets, or one row saying why not."""
+    from pecli.measures.length_scoring import band_applies, score_band, summarise
+    from pecli.measures.lm_scoring import score_windows
+    from pecli.positions.rope_scaling import provenance as rope_columns
+
+    rope = how.rope.type if how.rope else None
+    why = how.reason(loaded, length)
+    if why is None and o.windows == "band":
+        why = band_applies(loaded, rope, how)
+    cond = {"condition": how.label, **how.names, "computation": how.computation,
+            "length": length, "dropped_tokens": windows.dropped_tokens}
+    if why is not None or not len(windows):
+        note = why or f"no window: the stream has {len(stream)} tokens"
+        return [{**common, **cond, **rope_columns(str(how.rope or "none"), how.rope and how.rope.parameters),
+                 "window_start": 0, "window_end": length, "all_positions": True,
+                 "metric": "perplexity", "value": float("nan"), "tokens": 0, "windows": 0, "note": note}]
+    key = (str(how.intervention), how.computation, str(how.rope or "none"), length)
+    passes = "band pass" if o.windows == "band" else "one pass per window"
+    with torch.inference_mode(), how.applied(loaded, o.seed):
+        if key in done:
+            if tick:
+                tick(windows.tokens)
+        elif o.windows == "band":
+            done[key] = score_band(loaded, stream, windows, progress=tick)
+        else:
+            done[key] = score_windows(loaded, windows.windows(stream), batch_size=o.batch_size,
+                                      progress=tick)
+        columns = how.columns(loaded)
+    columns = {k: columns[k] for k in ("rope_scaling", "rope_parameters")}
+    checkpoint.save(lambda: _saved(done), force=True)
+    return [{**common, **cond, **columns, "passes": passes, **row, "metric": "perplexity",
+             "value": row["perplexity"], "note": ""}
+            for row in summarise(done[key], windows, o.buckets, o.bootstrap, o.seed)]
 
 
 def _checkpoint(loaded, o: LengthOptions, stream: list[int]):
@@ -149,12 +154,6 @@ def _checkpoint(loaded, o: LengthOptions, stream: list[int]):
     return Checkpoint("length", key, [" ".join(map(str, stream))])
 
 
-EXPERIMENTS.add("length", Experiment(
-    name="length",
-    version=1,
-    run=run,
-    figures=lazy("pecli.plots.length:figures"),
-    description="Loss by position and window length over a token stream (windows, rope "
-                "scaling, learned tables past their rows)",
-    options=LengthOptions,
-))
+register("length", 1, run, LengthOptions, "pecli.plots.length:figures",
+         "Loss by position and window length over a token stream (windows, rope "
+         "scaling, learned tables past their rows)")

@@ -13,7 +13,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from pecli.experiments import EXPERIMENTS, Experiment, check_before_loading, lazy, load
+from pecli.experiments import check_before_loading, load, register
 from pecli.runs.options import McOptions
 from pecli.runs.provenance import row_provenance
 from pecli.runs.tables import validate
@@ -65,6 +65,7 @@ def run(options: McOptions, progress: Callable[[int, int], None] | None = None,
     (tests, benchmarks); `progress(advance, total)` is told of every finished condition (in
     items).
     """
+    from pecli.data import items as item_files
     from pecli.measures import mc_scoring as mc
     from pecli.positions.conditions import check_all
 
@@ -72,7 +73,7 @@ def run(options: McOptions, progress: Callable[[int, int], None] | None = None,
     conds = conditions(o)
     if loaded is None:
         check_before_loading(o.model, conds, causal=True)
-    items, data = mc.load_items(o.dataset, o.data_dir, o.limit, o.seed)
+    items, data = item_files.load_items(o.dataset, o.data_dir, o.limit, o.seed)
     loaded = loaded or load(o.model, o)
     check_all(conds, loaded, causal=True)
     reqs = mc.requests(loaded.tokenizer, items)
@@ -115,12 +116,7 @@ def run(options: McOptions, progress: Callable[[int, int], None] | None = None,
             "mc_items": validate(pd.DataFrame(item_rows).assign(**notes))}
 
 
-EXPERIMENTS.add("mc", Experiment(
-    name="mc",
-    version=1,  # Wilson for MC1 since issue 36: rows say which (interval_method); values unchanged
-    run=run,
-    figures=lazy("pecli.plots.mc:figures"),
-    description="TruthfulQA MC1/MC2 (lm-evaluation-harness v2.0) under position interventions "
-                "and graded masks, with bootstrap intervals over items",
-    options=McOptions,
-))
+# version 1: Wilson for MC1 since issue 36: rows say which (interval_method); values unchanged
+register("mc", 1, run, McOptions, "pecli.plots.mc:figures",
+         "TruthfulQA MC1/MC2 (lm-evaluation-harness v2.0) under position interventions "
+         "and graded masks, with bootstrap intervals over items")

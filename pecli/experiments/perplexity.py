@@ -11,12 +11,12 @@ from collections.abc import Callable
 
 import pandas as pd
 
-from pecli.experiments import EXPERIMENTS, Experiment, check_before_loading, lazy, load
+from pecli.experiments import check_before_loading, data_of, load, register
 from pecli.measures.intervals import perplexity_intervals as intervals  # noqa: F401 (tests)
-from pecli.measures.lm_scoring import resumed_nlls as _resumed
+from pecli.measures.lm_scoring import resumed_nlls, start_token
 from pecli.measures.lm_scoring import saved_nlls as _saved
 from pecli.measures.metrics import aggregate, per_text_perplexity
-from pecli.runs import names, parallel
+from pecli.runs import names
 from pecli.runs.errors import DataError
 from pecli.runs.options import PerplexityOptions
 from pecli.runs.provenance import row_provenance
@@ -60,30 +60,18 @@ def run(options: PerplexityOptions, progress: Callable[[int, int], None] | None 
     loading the model, for tests and benchmarks; `progress(advance, total)` is told of
     every scored batch.
     """
-    from pecli.data.datasets import load_data
-    from pecli.measures.lm_scoring import batch_plan, score, windows_for
+    from pecli.measures.lm_scoring import score
     from pecli.positions.conditions import check_all
-    from pecli.runs.batching import encode
 
     o = options
     plans = conditions(o)
     if loaded is None:
         check_before_loading(o.model, plans, causal=True)
-    data = load_data(o.dataset, o.split, data_dir_=o.data_dir, limit=o.limit, seed=o.seed,
-                     text_field=o.text_field)
+    data = data_of(o)
     loaded = loaded or load(o.model, o)
     check_all(plans, loaded, causal=True)
-    bos = None
-    if o.start_token:
-        bos = loaded.tokenizer.bos_token_id
-        if bos is None:
-            raise DataError(f"{loaded.name}'s tokenizer has no start token; run with --no-start-token")
     texts = data.texts()
-    ids = encode(loaded.tokenizer, texts, max_length=10**12, add_special_tokens=False).ids
-    prepared = windows_for(ids, loaded.max_positions, bos, o.long_text.name, o.stride)
-    if prepared.tokens == 0:
-        raise DataError("no text has a token to score; use --start-token or longer texts")
-
+    prepared = _prepared(loaded, texts, o)
     common = {"experiment": "perplexity", "seed": o.seed, **row_provenance(), **loaded.provenance(),
               **data.provenance(), "text_field": data.text_field, "start_token": prepared.start_token,
               "long_text": prepared.long_text, "stride": prepared.stride,
@@ -92,8 +80,7 @@ def run(options: PerplexityOptions, progress: Callable[[int, int], None] | None 
     total = sum(prepared.tokens for _ in plans)
     checkpoint = _checkpoint(loaded, texts, prepared, o.padding_side, o.batch_size, o.seed)
     # computation -> per-text NLLs, shared by identical conditions; resumed from an interrupted run
-    # launched on N processes: the main one reads (and so locks and saves) the checkpoint
-    done: dict[tuple, list] = parallel.from_main(_resumed(checkpoint) if parallel.is_main() else {})
+    done: dict[tuple, list] = resumed_nlls(checkpoint)
     rows, text_rows = [], []
     for how in plans:
         key = (str(how.intervention), how.computation, how.passes)
@@ -105,23 +92,43 @@ def run(options: PerplexityOptions, progress: Callable[[int, int], None] | None 
                 checkpoint.save(lambda: _saved(done), force=True)
         elif progress:
             progress(prepared.tokens, total)
-        nlls = done[key]
-        cond = {"condition": how.label, **how.names, "computation": how.computation, "passes": how.passes,
-                **batch_plan(loaded, prepared.windows, how.passes, o.batch_size),
-                "texts_scored": sum(x.numel() > 0 for x in nlls)}
-        study = _study_value(loaded.model_id, data.dataset, how)
-        ci = intervals(nlls, o.bootstrap, o.seed)
-        for agg, value in aggregate(nlls).items():
-            rows.append({**common, **cond, "metric": "perplexity", "aggregation": agg, "value": value,
-                         "ci_low": ci[agg][0], "ci_high": ci[agg][1], "headline": agg == HEADLINE,
-                         "study_value": study})
-        for text_id, x in zip(data.text_ids(), nlls, strict=True):
-            text_rows.append({**common, **cond, "metric": "text_perplexity", "text_id": text_id,
-                              "text_tokens": x.numel(), "value": per_text_perplexity(x)})
+        _condition_rows(loaded, data, prepared, how, done[key], common, o, rows, text_rows)
     checkpoint.clear()
     notes = row_provenance()  # again: what happened while scoring (oom_splits: batches halved)
     return {"perplexity": validate(pd.DataFrame(rows).assign(**notes)),
             "texts": validate(pd.DataFrame(text_rows).assign(**notes))}
+
+
+def _prepared(loaded, texts: list[str], o: PerplexityOptions):
+    """The texts tokenised once and cut into the windows every condition scores."""
+    from pecli.measures.lm_scoring import windows_for
+    from pecli.runs.batching import encode
+
+    bos = start_token(loaded, o.start_token, "run with --no-start-token")
+    ids = encode(loaded.tokenizer, texts, max_length=10**12, add_special_tokens=False).ids
+    prepared = windows_for(ids, loaded.max_positions, bos, o.long_text.name, o.stride)
+    if prepared.tokens == 0:
+        raise DataError("no text has a token to score; use --start-token or longer texts")
+    return prepared
+
+
+def _condition_rows(loaded, data, prepared, how, nlls: list, common: dict, o: PerplexityOptions,
+                    rows: list[dict], text_rows: list[dict]) -> None:
+    """A condition's rows: each aggregation with its interval (`rows`), each text (`text_rows`)."""
+    from pecli.measures.lm_scoring import batch_plan
+
+    cond = {"condition": how.label, **how.names, "computation": how.computation, "passes": how.passes,
+            **batch_plan(loaded, prepared.windows, how.passes, o.batch_size),
+            "texts_scored": sum(x.numel() > 0 for x in nlls)}
+    study = _study_value(loaded.model_id, data.dataset, how)
+    ci = intervals(nlls, o.bootstrap, o.seed)
+    for agg, value in aggregate(nlls).items():
+        rows.append({**common, **cond, "metric": "perplexity", "aggregation": agg, "value": value,
+                     "ci_low": ci[agg][0], "ci_high": ci[agg][1], "headline": agg == HEADLINE,
+                     "study_value": study})
+    for text_id, x in zip(data.text_ids(), nlls, strict=True):
+        text_rows.append({**common, **cond, "metric": "text_perplexity", "text_id": text_id,
+                          "text_tokens": x.numel(), "value": per_text_perplexity(x)})
 
 
 def _study_value(model_id: str, dataset: str, how) -> float:
@@ -146,12 +153,7 @@ def _checkpoint(loaded, texts, prepared, padding_side, batch_size, seed):
         "batch_size": batch_size, "seed": seed}, texts)
 
 
-EXPERIMENTS.add("perplexity", Experiment(
-    name="perplexity",
-    version=3,  # 2: per-text rows carry text_id; 3: ci_low/ci_high on every aggregation, study_value
-    run=run,
-    figures=lazy("pecli.plots.perplexity:figures"),
-    description="Perplexity under position interventions and graded attention masks (E2, E3), "
-                "every aggregation, semantics and protocol named",
-    options=PerplexityOptions,
-))
+# version 2: per-text rows carry text_id; 3: ci_low/ci_high on every aggregation, study_value
+register("perplexity", 3, run, PerplexityOptions, "pecli.plots.perplexity:figures",
+         "Perplexity under position interventions and graded attention masks (E2, E3), "
+         "every aggregation, semantics and protocol named")

@@ -38,14 +38,14 @@ from pecli.positions.conditions import check_causal, installed, plan
 from pecli.runs import names, parallel
 from pecli.runs.batching import (
     default_token_budget,
-    halving_on_oom,
     length_batches,
     pad,
     padded_tokens,
     plan_summary,
     tight_batches,
 )
-from pecli.runs.errors import ConfigError
+from pecli.runs.errors import ConfigError, DataError
+from pecli.runs.loop import run_batches
 
 HEAD_CHUNK = 256  # scored rows per LM-head matmul: [256, vocab] logits at a time
 
@@ -169,13 +169,12 @@ def score_windows(loaded, windows: list[Window], *, batch_size: int | None = Non
                   progress: Callable[[int], None] | None = None) -> list[torch.Tensor]:
     """One pass per window (under whatever attention the model is set to): NLL [targets] per window.
 
-    Launched on N processes, each scores its shard of the batches (`pecli.runs.parallel`)."""
-    batches = _batches([len(w.ids) for w in windows], batch_size, loaded.device)
+    Launched on N processes, each scores its shard of the batches (`pecli.runs.loop`)."""
+    lengths = [len(w.ids) for w in windows]
 
-    def one(batch: list[int]) -> torch.Tensor:  # NLL [targets of the batch's windows]
-        seqs = [windows[i].ids for i in batch]
-        ids, mask = pad(seqs, loaded.tokenizer.pad_token_id, loaded.device, side)  # [b, t]
-        width = ids.shape[1]
+    def one(batch: list[int], width: int) -> torch.Tensor:  # NLL [targets of the batch's windows]
+        ids, mask = pad([windows[i].ids for i in batch], loaded.tokenizer.pad_token_id, loaded.device,
+                        side, width)  # [b, t]
         rows, cols, tgt = [], [], []
         for r, i in enumerate(batch):
             w, shift = windows[i], (width - len(windows[i].ids) if side == "left" else 0)
@@ -183,18 +182,11 @@ def score_windows(loaded, windows: list[Window], *, batch_size: int | None = Non
             rows += [r] * len(ts)
             cols += [shift + t - 1 for t in ts]  # the row before target t predicts it
             tgt += [w.ids[t] for t in ts]
-        dev = loaded.device
-        nll = _nll_at(loaded, ids, mask, torch.tensor(rows, device=dev),
-                      torch.tensor(cols, device=dev), torch.tensor(tgt, device=dev)).cpu()
-        if progress:
-            progress(len(tgt))
-        return nll
+        return _scored(loaded, ids, mask, rows, cols, tgt, progress)
 
-    batches = parallel.spread(batches)
-    done = {b: torch.cat(halving_on_oom(one, batches[b]))  # batch index -> NLL
-            for b in parallel.shard(batches, [len(w.ids) for w in windows])}
+    batches, done = run_batches(_batches(lengths, batch_size, loaded.device), lengths, one)
     out: list[torch.Tensor | None] = [None] * len(windows)
-    for b, nll in parallel.gather(done).items():
+    for b, nll in done.items():
         for i, part in zip(batches[b], nll.split([windows[i].targets for i in batches[b]]), strict=True):
             out[i] = part
     return out
@@ -204,26 +196,34 @@ def score_prefixes(loaded, windows: list[Window], *, batch_size: int | None = No
                    progress: Callable[[int], None] | None = None) -> list[torch.Tensor]:
     """One pass per scored target over its prefix ids[:t], scoring the last row only."""
     jobs = _prefix_jobs(windows)
-    batches = _batches([t for _, t in jobs], batch_size, loaded.device)
+    lengths = [t for _, t in jobs]
 
-    def one(batch: list[int]) -> torch.Tensor:  # NLL [b]
+    def one(batch: list[int], width: int) -> torch.Tensor:  # NLL [b]
         seqs = [windows[jobs[j][0]].ids[: jobs[j][1]] for j in batch]
-        ids, mask = pad(seqs, loaded.tokenizer.pad_token_id, loaded.device, "left")  # [b, t]
-        last = torch.full((len(batch),), ids.shape[1] - 1, device=loaded.device)  # left padding
-        tgt = torch.tensor([windows[jobs[j][0]].ids[jobs[j][1]] for j in batch], device=loaded.device)
-        nll = _nll_at(loaded, ids, mask, torch.arange(len(batch), device=loaded.device), last, tgt).cpu()
-        if progress:
-            progress(len(batch))
-        return nll
+        ids, mask = pad(seqs, loaded.tokenizer.pad_token_id, loaded.device, "left", width)  # [b, t]
+        tgt = [windows[jobs[j][0]].ids[jobs[j][1]] for j in batch]
+        return _scored(loaded, ids, mask, list(range(len(batch))), [width - 1] * len(batch), tgt,
+                       progress)  # left padding: the scored row is the last column
 
-    batches = parallel.spread(batches)
-    done = {b: torch.cat(halving_on_oom(one, batches[b]))  # batch index -> NLL [b]
-            for b in parallel.shard(batches, [t for _, t in jobs])}
+    batches, done = run_batches(_batches(lengths, batch_size, loaded.device), lengths, one)
     nll = torch.empty(len(jobs))
-    for b, part in parallel.gather(done).items():
+    for b, part in done.items():
         nll[batches[b]] = part
     counts = [w.targets for w in windows]
     return list(nll.split(counts))
+
+
+def _scored(loaded, ids, mask, rows: list[int], cols: list[int], targets: list[int],
+            progress: Callable[[int], None] | None) -> torch.Tensor:
+    """NLL [n] on the CPU of targets[n] predicted at (rows[n], cols[n]) of a padded batch;
+    `progress` is told of the n targets."""
+    dev = loaded.device
+    nll = _nll_at(loaded, ids, mask, torch.tensor(rows, dtype=torch.long, device=dev),
+                  torch.tensor(cols, dtype=torch.long, device=dev),
+                  torch.tensor(targets, dtype=torch.long, device=dev)).cpu()
+    if progress:
+        progress(len(targets))
+    return nll
 
 
 def score(loaded, prepared: Prepared, how: Plan | str = "default", semantics: str = "legacy",
@@ -266,6 +266,12 @@ def saved_nlls(done: dict) -> dict:
 
 
 def resumed_nlls(checkpoint) -> dict:
+    """What `saved_nlls` saved, on every process: launched on N processes, the main one alone
+    reads (and so locks and saves) the checkpoint."""
+    return parallel.from_main(_read_nlls(checkpoint) if parallel.is_main() else {})
+
+
+def _read_nlls(checkpoint) -> dict:
     saved = checkpoint.load()
     if saved is None:
         return {}
@@ -274,3 +280,14 @@ def resumed_nlls(checkpoint) -> dict:
         flat, lengths = torch.from_numpy(saved[f"nll{j}"]), saved[f"len{j}"].tolist()
         done[tuple(json.loads(str(key)))] = list(torch.split(flat, lengths))
     return done
+
+
+def start_token(loaded, wanted: bool, instead: str) -> int | None:
+    """The start token to prepend (`windows_for`'s bos_id) when `wanted`, else None; a
+    tokenizer without one is refused, saying what to do `instead`."""
+    if not wanted:
+        return None
+    bos = loaded.tokenizer.bos_token_id
+    if bos is None:
+        raise DataError(f"{loaded.name}'s tokenizer has no start token; {instead}")
+    return bos

@@ -25,16 +25,15 @@ forward per choice instead (the literal twin the tests compare against).
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import torch
 
+from pecli.data.items import TASKS, Item
 from pecli.runs import parallel
-from pecli.runs.errors import DataError
+from pecli.runs.batching import pad
+from pecli.runs.loop import run_batches
 
 # The harness's fixed six-question QA primer (TruthfulQA's "QA prompt"), byte for byte.
 PRIMER = (
@@ -51,134 +50,11 @@ PRIMER = (
     "Q: Where were the 1992 Olympics held?\n"
     "A: The 1992 Olympics were held in Barcelona, Spain."
 )
-TASKS = ("mc1", "mc2")
 METRICS = ("mc1", "mc2", "mc1_norm")
 
 
 def context_of(question: str) -> str:
     return PRIMER + "\n\nQ: " + question + "\nA:"
-
-
-# --- items ----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Item:
-    text_id: int  # index of the item in its source
-    question: str
-    targets: dict[str, tuple[tuple[str, ...], tuple[int, ...]]]  # task -> (choices, labels)
-
-    @property
-    def choices(self) -> list[str]:
-        """Distinct choices over both tasks (MC1's are usually among MC2's): each scored once."""
-        return list(dict.fromkeys(c for t in TASKS for c in self.targets[t][0]))
-
-
-def _targets(value, where: str, task: str) -> tuple[tuple[str, ...], tuple[int, ...]]:
-    """{choice: label} (mc_task.json) or {"choices": [...], "labels": [...]} (the hub's form)."""
-    if not isinstance(value, dict):
-        raise DataError(f"{where}: {task}_targets must be a {{choice: label}} mapping or "
-                        f"{{\"choices\": [...], \"labels\": [...]}}, not {type(value).__name__}")
-    if set(value) == {"choices", "labels"}:
-        choices, labels = list(value["choices"]), list(value["labels"])
-        if len(choices) != len(labels):
-            raise DataError(f"{where}: {task}_targets has {len(choices)} choices but {len(labels)} labels")
-    else:
-        choices, labels = list(value), list(value.values())
-    if not choices:
-        raise DataError(f"{where}: {task}_targets has no choices")
-    if not all(isinstance(c, str) for c in choices):
-        raise DataError(f"{where}: {task}_targets has a choice that is not a string")
-    bad = [x for x in labels if isinstance(x, bool) or not isinstance(x, int | float) or x not in (0, 1)]
-    if bad:
-        raise DataError(f"{where}: {task}_targets labels must be 0 or 1 (numbers), not {bad[0]!r}")
-    labels = [int(x) for x in labels]
-    if task == "mc1" and sum(labels) != 1:
-        raise DataError(f"{where}: mc1_targets has {sum(labels)} true choices; MC1 scores exactly one "
-                        "true answer (put the others under mc2_targets)")
-    if labels[0] != 1:
-        # MC1 takes the first choice as the true one; MC2 counts the true ones before the first false
-        raise DataError(f"{where}: {task}_targets has no true choice first (the first choice must be "
-                        "labelled 1: the true answer, as in TruthfulQA)")
-    return tuple(choices), tuple(labels)
-
-
-def parse_items(records, source: str, text_ids=None) -> list[Item]:
-    """Validated items from dict-like records; errors name the item (0-based in its source)."""
-    items = []
-    for n, rec in enumerate(records):
-        text_id = int(text_ids[n]) if text_ids is not None else n
-        where = f"{source} item {text_id}"
-        if not isinstance(rec, dict):
-            raise DataError(f"{where}: not an object with question, mc1_targets, mc2_targets")
-        for field in ("question", "mc1_targets", "mc2_targets"):
-            if field not in rec or rec[field] is None:
-                raise DataError(f"{where}: missing field {field!r}; each item needs question, "
-                                "mc1_targets and mc2_targets")
-        if not isinstance(rec["question"], str) or not rec["question"].strip():
-            raise DataError(f"{where}: the question is empty")
-        items.append(Item(text_id, rec["question"],
-                          {t: _targets(_plain(rec[f"{t}_targets"]), where, t) for t in TASKS}))
-    return items
-
-
-def _plain(value):
-    # the hub's frame holds numpy arrays inside the targets dict
-    if isinstance(value, dict):
-        return {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in value.items()}
-    return value
-
-
-def read_file(path: Path) -> tuple[list, str]:
-    """(records of a JSON list or a JSONL file, the sha256 of the bytes read: read once, so a
-    FIFO works)."""
-    try:
-        raw = path.read_bytes()
-        text = raw.decode("utf-8")
-        if path.suffix.lower() == ".jsonl":
-            records = [json.loads(line) for line in text.splitlines() if line.strip()]
-        else:
-            records = json.loads(text)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise DataError(f"cannot read {path}: {str(err).splitlines()[0]}") from None
-    if not isinstance(records, list):
-        raise DataError(f"{path}: a multiple-choice file is a JSON list of items (or JSONL)")
-    return records, hashlib.sha256(raw).hexdigest()
-
-
-def load_items(dataset: str = "truthfulqa-mc", data_dir: str | None = None, limit: int | None = None,
-               seed: int = 0):
-    """(items, TextData) for `truthfulqa-mc` (hub or data directory) or a .json/.jsonl file.
-
-    `limit` draws a seeded subset; every item keeps its index in the source (`text_id`).
-    """
-    import pandas as pd
-
-    from pecli.data.datasets import TextData, load_data, subset
-
-    path = Path(dataset).expanduser()
-    if path.suffix.lower() in (".json", ".jsonl"):
-        if not path.exists():
-            raise DataError(f"data file {path} does not exist")
-        records, digest = read_file(path)
-        parse_items(records, path.name)  # every item checked, not only the subset
-        frame = pd.DataFrame({"record": records})
-        data = TextData(frame, path.name, "file", "local", "sha256:" + digest[:16],
-                        "question", None, len(frame))
-    else:
-        if path.suffix:
-            raise DataError(f"{path.name}: a multiple-choice file must be .json (a list) or .jsonl")
-        data = load_data(dataset, data_dir_=data_dir)
-        if not {"mc1_targets", "mc2_targets"} <= set(data.frame.columns):
-            raise DataError(f"{dataset} has no mc1_targets/mc2_targets: use truthfulqa-mc or a "
-                            "JSON/JSONL file of question, mc1_targets, mc2_targets")
-        frame = pd.DataFrame({"record": data.frame.to_dict("records")})
-    if len(frame) == 0:
-        raise DataError(f"{data.dataset} has no items")
-    frame["text_id"] = range(len(frame))
-    data.frame = subset(frame, limit, seed, None, data.dataset)
-    items = parse_items(data.frame["record"].tolist(), data.dataset, data.frame["text_id"].tolist())
-    return items, data
 
 
 # --- tokens ---------------------------------------------------------------------------
@@ -241,15 +117,13 @@ def _positions(mask: torch.Tensor) -> torch.Tensor:
 def score_per_choice(loaded, reqs: list[Request], budget: int, max_rows: int | None = None
                      ) -> list[np.ndarray]:
     """One forward pass per choice over context + continuation (batched by length)."""
-    from pecli.runs.batching import pad
-
     if not reqs:
         return []
-    seqs, lengths, batches = _per_choice_plan(loaded, reqs, budget, max_rows)
-    done = {}  # batch index -> its choices' log-likelihoods (this process's shard)
-    for b in parallel.shard(batches, lengths):
-        batch = batches[b]
-        ids, mask = pad([seqs[j][0][:-1] for j in batch], loaded.tokenizer.pad_token_id, loaded.device)
+    seqs, lengths, plan = _per_choice_plan(loaded, reqs, budget, max_rows)
+
+    def one(batch: list[int], width: int) -> list[float]:  # its choices' log-likelihoods
+        ids, mask = pad([seqs[j][0][:-1] for j in batch], loaded.tokenizer.pad_token_id, loaded.device,
+                        "right", width)
         hidden = loaded.model.base_model(input_ids=ids, attention_mask=mask, position_ids=_positions(mask),
                                          use_cache=False).last_hidden_state  # [b, t, d]
         rows, cols, tgt, counts = [], [], [], []
@@ -259,9 +133,11 @@ def score_per_choice(loaded, reqs: list[Request], budget: int, max_rows: int | N
             cols += list(range(first - 1, len(seq) - 1))  # the row before each target predicts it
             tgt += seq[first:]
             counts.append(len(seq) - first)
-        done[b] = [part.sum().item() for part in _scored(loaded, hidden, rows, cols, tgt).split(counts)]
+        return [part.sum().item() for part in _scored(loaded, hidden, rows, cols, tgt).split(counts)]
+
+    batches, done = run_batches(plan, lengths, one)
     out = np.zeros(len(seqs))
-    for b, lls in parallel.gather(done).items():
+    for b, lls in done.items():
         out[batches[b]] = lls
     return _per_request(reqs, out)
 
@@ -318,13 +194,14 @@ def score_shared(loaded, reqs: list[Request], budget: int, max_rows: int | None 
         prefix = loaded.model.base_model(input_ids=ids, attention_mask=torch.ones_like(ids),
                                          position_ids=_positions(torch.ones_like(ids)),
                                          use_cache=True).past_key_values
-    groups = parallel.spread(_shared_groups(reqs, fits, budget, max_rows))
     widths = [len(r.context) + max(map(len, r.continuations)) for r in reqs]
-    done = {}  # group index -> its items' log-likelihoods (this process's shard)
-    for g in parallel.shard(groups, widths):
+
+    def one(group: list[int], width: int) -> list[np.ndarray]:  # its items' log-likelihoods
         cache = copy.deepcopy(prefix) if prefix is not None else None
-        done[g] = _shared_batch(loaded, [reqs[j] for j in groups[g]], shared, cache)
-    for g, lls in parallel.gather(done).items():
+        return _shared_batch(loaded, [reqs[j] for j in group], shared, cache)
+
+    groups, done = run_batches(_shared_groups(reqs, fits, budget, max_rows), widths, one)
+    for g, lls in done.items():
         for j, ll in zip(groups[g], lls, strict=True):
             out[j] = ll
     return out
@@ -357,8 +234,6 @@ def _shared_groups(reqs: list[Request], fits: list[int], budget: int, max_rows: 
 
 def _shared_batch(loaded, reqs: list[Request], shared: int, cache) -> list[np.ndarray]:
     """Contexts (after their `shared` first tokens, whose cache is given for one row) and choices."""
-    from pecli.runs.batching import pad
-
     model, dev, pad_id = loaded.model.base_model, loaded.device, loaded.tokenizer.pad_token_id
     # the rest of each context but its last token, left-padded: [B, C]
     ctx_ids, ctx_mask = pad([r.context[shared:-1] or [pad_id] for r in reqs], pad_id, dev, "left")
