@@ -34,7 +34,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from pecli.experiments import EXPERIMENTS, Experiment, check_before_loading, lazy, load
+from pecli.experiments import check_before_loading, load, register
 from pecli.runs.errors import ConfigError, DataError, ModelError
 from pecli.runs.options import AttnOptions
 from pecli.runs.provenance import row_provenance
@@ -367,12 +367,6 @@ def probe_rows(stats, row: dict, o: AttnOptions) -> list[dict]:
     return rows
 
 
-EXPERIMENTS.add("attn", Experiment(
-    name="attn",
-    version=1,
-    run=run,
-    figures=lazy("pecli.plots.attn:figures"),
-    description="Attention and hidden-state diagnostics by layer and head (sink rate, entropy, "
-                "distance, rotary frequency usage, positional vectors, position probe)",
-    options=AttnOptions,
-))
+register("attn", 1, run, AttnOptions, "pecli.plots.attn:figures",
+         "Attention and hidden-state diagnostics by layer and head (sink rate, entropy, "
+         "distance, rotary frequency usage, positional vectors, position probe)")

@@ -371,7 +371,7 @@ def figures(csv_paths: dict, fig_dir) -> list[Path]:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    from pecli.plots.style import color_of, points, save, wants_log
+    from pecli.plots.style import color_of, points, save
 
     df = pd.read_csv(csv_paths["compare"], low_memory=False, keep_default_na=False,
                      na_values=[""])
@@ -379,18 +379,7 @@ def figures(csv_paths: dict, fig_dir) -> list[Path]:
     out = []
     for metric, rows in df.groupby("metric", sort=False):
         slotted = rows["slot"].ne("").any()
-        models = _x_labels(rows)
-        if slotted:  # x: the slots; a series per (model, condition) when several models
-            rows = rows.assign(where=rows["slot"], series=[
-                c if len(set(models)) == 1 else f"{m.replace(chr(10), ' ')}: {c}"
-                for m, c in zip(models, rows["condition"], strict=True)])
-        else:
-            rows = rows.assign(where=models, series=rows["condition"])
-        xs = list(dict.fromkeys(rows["where"]))
-        common = _common_head(xs) if slotted else ""
-        if common:  # one length throughout: it goes to the axis label, the ticks keep the rest
-            rows = rows.assign(where=[w[len(common) + 2:] for w in rows["where"]])
-            xs = [w[len(common) + 2:] for w in xs]
+        rows, xs, common = _placed(rows, slotted)
         series = list(dict.fromkeys(rows["series"]))
         fig, ax = plt.subplots(figsize=(min(14.0, max(5.0, (0.9 if slotted else 1.3) * len(xs) + 2.5)), 4.2))
         width = 0.7 / max(len(series), 1)
@@ -406,26 +395,53 @@ def figures(csv_paths: dict, fig_dir) -> list[Path]:
         if metric == "cosine_mean":
             _baselines(ax, df, rows, xs)
         _references(ax, metric, rows)
-        crowded = len(xs) > 3 or (len(xs) > 1 and max(map(len, xs)) > 14)
-        ax.set_xticks(range(len(xs)), xs, rotation=25 if crowded else 0,
-                      ha="right" if crowded else "center", fontsize=8)
-        ax.set_xlim(-0.6, len(xs) - 0.4)
-        quantity = str(rows["quantity"].iloc[0]) if "quantity" in rows else metric
-        ax.set_ylabel(_wrapped(str(rows["axis"].iloc[0]) if "axis" in rows else quantity, 45), fontsize=8)
-        if common:
-            ax.set_xlabel(f"prompts or windows of {common}", fontsize=8)
-        if wants_log(rows["value"]):
-            ax.set_yscale("log")
-        data = ", ".join(sorted({f"{r.dataset}/{r.split}, {int(r.rows):,} rows" for r in
-                                 rows.itertuples() if pd.notna(getattr(r, "rows", None))}))
-        mixed = " (MIXED DATA: --allow-mixed)" if rows["mixed"].any() else ""
-        ax.set_title(f"{_wrapped(quantity, 80)}\n{rows['model'].nunique()} model(s) x "
-                     f"{rows['condition'].nunique()} condition(s); {data}{mixed}", fontsize=9)
-        ax.grid(axis="y", alpha=0.3)
-        ax.legend(fontsize=7, title=_bars(rows), title_fontsize=7,
-                  loc="center left", bbox_to_anchor=(1.01, 0.5))
+        _labelled(ax, metric, rows, xs, common)
         out.append(save(fig, Path(fig_dir) / f"compare_{metric}.png"))
     return out
+
+
+def _placed(rows: pd.DataFrame, slotted: bool) -> tuple[pd.DataFrame, list[str], str]:
+    """(rows with their x place `where` and `series`, the x places in order, the head every
+    slot shares, or ""): x is the models, or the slots with a series per (model, condition)
+    when several models."""
+    models = _x_labels(rows)
+    if slotted:
+        rows = rows.assign(where=rows["slot"], series=[
+            c if len(set(models)) == 1 else f"{m.replace(chr(10), ' ')}: {c}"
+            for m, c in zip(models, rows["condition"], strict=True)])
+    else:
+        rows = rows.assign(where=models, series=rows["condition"])
+    xs = list(dict.fromkeys(rows["where"]))
+    common = _common_head(xs) if slotted else ""
+    if common:  # one length throughout: it goes to the axis label, the ticks keep the rest
+        rows = rows.assign(where=[w[len(common) + 2:] for w in rows["where"]])
+        xs = [w[len(common) + 2:] for w in xs]
+    return rows, xs, common
+
+
+def _labelled(ax, metric: str, rows: pd.DataFrame, xs: list[str], common: str) -> None:
+    """A compare figure's ticks, axis labels, scale, title (the quantity; models x conditions
+    and the data) and legend (titled by the interval method)."""
+    from pecli.plots.style import wants_log
+
+    crowded = len(xs) > 3 or (len(xs) > 1 and max(map(len, xs)) > 14)
+    ax.set_xticks(range(len(xs)), xs, rotation=25 if crowded else 0,
+                  ha="right" if crowded else "center", fontsize=8)
+    ax.set_xlim(-0.6, len(xs) - 0.4)
+    quantity = str(rows["quantity"].iloc[0]) if "quantity" in rows else metric
+    ax.set_ylabel(_wrapped(str(rows["axis"].iloc[0]) if "axis" in rows else quantity, 45), fontsize=8)
+    if common:
+        ax.set_xlabel(f"prompts or windows of {common}", fontsize=8)
+    if wants_log(rows["value"]):
+        ax.set_yscale("log")
+    data = ", ".join(sorted({f"{r.dataset}/{r.split}, {int(r.rows):,} rows" for r in
+                             rows.itertuples() if pd.notna(getattr(r, "rows", None))}))
+    mixed = " (MIXED DATA: --allow-mixed)" if rows["mixed"].any() else ""
+    ax.set_title(f"{_wrapped(quantity, 80)}\n{rows['model'].nunique()} model(s) x "
+                 f"{rows['condition'].nunique()} condition(s); {data}{mixed}", fontsize=9)
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=7, title=_bars(rows), title_fontsize=7,
+              loc="center left", bbox_to_anchor=(1.01, 0.5))
 
 
 MARKERS = "os^vDP*XphH<>d"

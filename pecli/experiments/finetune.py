@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from pecli.experiments import EXPERIMENTS, Experiment, check_before_loading, lazy, load
+from pecli.experiments import check_before_loading, load, register
 from pecli.runs import names
 from pecli.runs.errors import ConfigError, OutputError
 from pecli.runs.options import FinetuneOptions
@@ -126,13 +126,7 @@ def _save(o, loaded, label: str, card: dict, head=None) -> str:
 
 def _encoder(o: FinetuneOptions, loaded, conds, say) -> pd.DataFrame:
     from pecli.data.datasets import load_data
-    from pecli.measures.finetuning import (
-        features,
-        predict,
-        probe_accuracy,
-        seed_interval,
-        train_classifier,
-    )
+    from pecli.measures.finetuning import features, probe_accuracy
     from pecli.measures.intervals import wilson
     from pecli.positions.conditions import check_all, plan
     from pecli.positions.interventions import intervene
@@ -163,33 +157,48 @@ def _encoder(o: FinetuneOptions, loaded, conds, say) -> pd.DataFrame:
         rows.append({**common, "intervention": str(cond), "metric": "probe_accuracy",
                      "value": right.mean(), **_wilson(right, wilson), "seed_run": np.nan,
                      "interval": "Wilson over test texts", "checkpoint_revision": ""})
-        accs = []
-        for k, s in enumerate(_seeds(o)):
-            loaded.model.load_state_dict(initial)
-            with intervene(loaded, cond, o.seed):
-                head = train_classifier(
-                    loaded, tr.ids, ytr.tolist(), epochs=o.epochs, batch=batch, lr=o.lr,
-                    head_lr=o.head_lr, seed=s, train_layers=o.train_layers,
-                    progress=lambda step, n, loss, c=cond, s=s: say(
-                        f"{c}, seed {s}: step {step}/{n}, loss {loss:.3f}") if step % 8 == 0 else None)
-                right = (predict(loaded, head, te.ids) == yte).astype(float)
-                revision = ""
-                if o.model_out and k == 0:
-                    revision = _save(o, loaded, str(cond), {
-                        "trained_by": "pecli finetune", "task": "IMDB sentiment",
-                        "intervention": str(cond), "seed": s, "fine_tuning": method,
-                        "note": "the encoder; the head is pecli_head.safetensors (linear, on the "
-                                "mean-pooled final hidden state); a learned table is saved as "
-                                "trained under the intervention"}, head)
-            accs.append(right.mean())
-            rows.append({**common, "intervention": str(cond), "metric": "finetune_accuracy",
-                         "value": right.mean(), **_wilson(right, wilson), "seed_run": s,
-                         "interval": "Wilson over test texts", "checkpoint_revision": revision})
-        mean, low, high = seed_interval(accs)
-        rows.append({**common, "intervention": str(cond), "metric": "finetune_accuracy_mean",
-                     "value": mean, "ci_low": low, "ci_high": high, "seed_run": np.nan,
-                     "interval": f"Student t over {len(accs)} seeds", "checkpoint_revision": ""})
+        rows += _finetuned_rows(o, loaded, cond, initial, tr.ids, ytr, te.ids, yte,
+                                {**common, "intervention": str(cond)}, say)
     return validate(pd.DataFrame(rows))
+
+
+def _finetuned_rows(o: FinetuneOptions, loaded, cond, initial: dict, train_ids, ytr, test_ids, yte,
+                    common: dict, say) -> list[dict]:
+    """One condition's encoder fine-tuned from `initial` under it with each seed: accuracy per
+    seed (Wilson over test texts) and the mean over seeds (Student t)."""
+    from pecli.measures.finetuning import predict, seed_interval, train_classifier
+    from pecli.measures.intervals import wilson
+    from pecli.positions.interventions import intervene
+
+    batch = o.batch or DEFAULT_BATCH["encoder"]
+    method = "full fine-tuning" if o.train_layers is None else f"last {o.train_layers} layers"
+    rows, accs = [], []
+    for k, s in enumerate(_seeds(o)):
+        loaded.model.load_state_dict(initial)
+        with intervene(loaded, cond, o.seed):
+            head = train_classifier(
+                loaded, train_ids, ytr.tolist(), epochs=o.epochs, batch=batch, lr=o.lr,
+                head_lr=o.head_lr, seed=s, train_layers=o.train_layers,
+                progress=lambda step, n, loss, c=cond, s=s: say(
+                    f"{c}, seed {s}: step {step}/{n}, loss {loss:.3f}") if step % 8 == 0 else None)
+            right = (predict(loaded, head, test_ids) == yte).astype(float)
+            revision = ""
+            if o.model_out and k == 0:
+                revision = _save(o, loaded, str(cond), {
+                    "trained_by": "pecli finetune", "task": "IMDB sentiment",
+                    "intervention": str(cond), "seed": s, "fine_tuning": method,
+                    "note": "the encoder; the head is pecli_head.safetensors (linear, on the "
+                            "mean-pooled final hidden state); a learned table is saved as "
+                            "trained under the intervention"}, head)
+        accs.append(right.mean())
+        rows.append({**common, "metric": "finetune_accuracy",
+                     "value": right.mean(), **_wilson(right, wilson), "seed_run": s,
+                     "interval": "Wilson over test texts", "checkpoint_revision": revision})
+    mean, low, high = seed_interval(accs)
+    rows.append({**common, "metric": "finetune_accuracy_mean",
+                 "value": mean, "ci_low": low, "ci_high": high, "seed_run": np.nan,
+                 "interval": f"Student t over {len(accs)} seeds", "checkpoint_revision": ""})
+    return rows
 
 
 def _wilson(right: np.ndarray, wilson) -> dict:
@@ -202,13 +211,10 @@ def _wilson(right: np.ndarray, wilson) -> dict:
 
 def _lm(o: FinetuneOptions, loaded, conds, say) -> pd.DataFrame:
     from pecli.data.datasets import load_data
-    from pecli.measures.finetuning import seed_interval, steps_to_within, train_lm
     from pecli.measures.intervals import perplexity_intervals as intervals
     from pecli.measures.lm_scoring import score_windows, windows_for
     from pecli.measures.mask_fitting import sequences
     from pecli.positions.conditions import check_all, plan
-    from pecli.positions.interventions import intervene
-    from pecli.positions.masks import masked_attention
     from pecli.runs.batching import encode
 
     masked = [plan(o.mask, "log-bias", "relative", "zero")] if o.mask is not None else []
@@ -249,57 +255,68 @@ def _lm(o: FinetuneOptions, loaded, conds, say) -> pd.DataFrame:
         label = str(cond) + (f" + {mask}" if mask is not None else "")
         base = {**common, "intervention": str(cond), "mask": str(mask or "default"),
                 "mask_semantics": "log-bias" if mask is not None else "", "condition": label}
-        curves, reached = {}, []
-        for k, s in enumerate(_seeds(o)):
-            loaded.model.load_state_dict(initial)
-            with ExitStack() as stack:
-                stack.enter_context(intervene(loaded, cond, o.seed))
-                if mask is not None:
-                    stack.enter_context(masked_attention(loaded.model, str(mask), "log-bias"))
-                curve = train_lm(loaded, seqs, steps=o.steps, batch=batch, lr=o.lr, seed=s,
-                                 eval_every=o.eval_every, evaluate=lambda: corpus(held_out()),
-                                 progress=lambda step, loss, lb=label, s=s: say(
-                                     f"{lb}, seed {s}: step {step}/{o.steps}, loss {loss:.3f}")
-                                 if step % 10 == 0 else None)
-                revision = ""
-                if o.model_out and k == 0:
-                    revision = _save(o, loaded, label, {
-                        "trained_by": "pecli finetune", "task": "language modelling (IMDB train)",
-                        "intervention": str(cond), "mask": str(mask or "default"), "seed": s,
-                        "steps": o.steps, "note": "trained with this intervention (and mask, "
-                        "log-bias): evaluate it under the same (a learned table is saved as "
-                        "trained; a rotary model's rotation is not in the checkpoint: give "
-                        "--intervention zero)"})
-            curves[s] = curve
-            hit = steps_to_within([(st, v) for st, _, v in curve], target)
-            reached.append(hit)
-            for st, loss, v in curve:
-                rows.append({**base, "metric": "perplexity", "step": st, "value": v,
-                             "train_loss": loss, "ci_low": np.nan, "ci_high": np.nan,
-                             "seed_run": s, "interval": "", "checkpoint_revision": revision})
-            rows.append({**base, "metric": "steps_to_within_10pct", "step": np.nan, "value": hit,
-                         "ci_low": np.nan, "ci_high": np.nan, "seed_run": s, "interval": "",
-                         "target_perplexity": target, "checkpoint_revision": revision})
-        for i, (st, _, _) in enumerate(next(iter(curves.values()))):
-            mean, low, high = seed_interval([c[i][2] for c in curves.values()])
-            rows.append({**base, "metric": "perplexity_mean", "step": st, "value": mean,
-                         "ci_low": low, "ci_high": high, "seed_run": np.nan,
-                         "interval": f"Student t over {len(curves)} seeds"})
-        done = [r for r in reached if r == r]
-        rows.append({**base, "metric": "seeds_within_10pct", "step": np.nan,
-                     "value": float(len(done)), "ci_low": np.nan, "ci_high": np.nan,
-                     "seed_run": np.nan, "target_perplexity": target,
-                     "interval": f"of {len(reached)} seeds",
-                     "steps_mean": float(np.mean(done)) if done else np.nan})
+        rows += _recovery_rows(o, loaded, cond, mask, initial, seqs, lambda: corpus(held_out()),
+                               target, base, say)
     return validate(pd.DataFrame(rows))
 
 
-EXPERIMENTS.add("finetune", Experiment(
-    name="finetune",
-    version=1,
-    run=run,
-    figures=lazy("pecli.plots.finetune:figures"),
-    description="Fine-tuning after positions are removed: an encoder on IMDB sentiment (with the "
-                "frozen-feature probe beside), a causal LM's recovery curve of held-out perplexity",
-    options=FinetuneOptions,
-))
+def _recovery_rows(o: FinetuneOptions, loaded, cond, mask, initial: dict, seqs, evaluate,
+                   target: float, base: dict, say) -> list[dict]:
+    """One starting condition (an intervention, and a mask under log-bias) trained from
+    `initial` with each seed: its held-out perplexity curve (`evaluate`), the steps to within
+    10 % of the intact model's (`target`), and the means over seeds."""
+    from pecli.measures.finetuning import seed_interval, steps_to_within, train_lm
+    from pecli.positions.interventions import intervene
+    from pecli.positions.masks import masked_attention
+
+    batch = o.batch or DEFAULT_BATCH["lm"]
+    label = base["condition"]
+    rows = []
+    curves, reached = {}, []
+    for k, s in enumerate(_seeds(o)):
+        loaded.model.load_state_dict(initial)
+        with ExitStack() as stack:
+            stack.enter_context(intervene(loaded, cond, o.seed))
+            if mask is not None:
+                stack.enter_context(masked_attention(loaded.model, str(mask), "log-bias"))
+            curve = train_lm(loaded, seqs, steps=o.steps, batch=batch, lr=o.lr, seed=s,
+                             eval_every=o.eval_every, evaluate=evaluate,
+                             progress=lambda step, loss, lb=label, s=s: say(
+                                 f"{lb}, seed {s}: step {step}/{o.steps}, loss {loss:.3f}")
+                             if step % 10 == 0 else None)
+            revision = ""
+            if o.model_out and k == 0:
+                revision = _save(o, loaded, label, {
+                    "trained_by": "pecli finetune", "task": "language modelling (IMDB train)",
+                    "intervention": str(cond), "mask": str(mask or "default"), "seed": s,
+                    "steps": o.steps, "note": "trained with this intervention (and mask, "
+                    "log-bias): evaluate it under the same (a learned table is saved as "
+                    "trained; a rotary model's rotation is not in the checkpoint: give "
+                    "--intervention zero)"})
+        curves[s] = curve
+        hit = steps_to_within([(st, v) for st, _, v in curve], target)
+        reached.append(hit)
+        for st, loss, v in curve:
+            rows.append({**base, "metric": "perplexity", "step": st, "value": v,
+                         "train_loss": loss, "ci_low": np.nan, "ci_high": np.nan,
+                         "seed_run": s, "interval": "", "checkpoint_revision": revision})
+        rows.append({**base, "metric": "steps_to_within_10pct", "step": np.nan, "value": hit,
+                     "ci_low": np.nan, "ci_high": np.nan, "seed_run": s, "interval": "",
+                     "target_perplexity": target, "checkpoint_revision": revision})
+    for i, (st, _, _) in enumerate(next(iter(curves.values()))):
+        mean, low, high = seed_interval([c[i][2] for c in curves.values()])
+        rows.append({**base, "metric": "perplexity_mean", "step": st, "value": mean,
+                     "ci_low": low, "ci_high": high, "seed_run": np.nan,
+                     "interval": f"Student t over {len(curves)} seeds"})
+    done = [r for r in reached if r == r]
+    rows.append({**base, "metric": "seeds_within_10pct", "step": np.nan,
+                 "value": float(len(done)), "ci_low": np.nan, "ci_high": np.nan,
+                 "seed_run": np.nan, "target_perplexity": target,
+                 "interval": f"of {len(reached)} seeds",
+                 "steps_mean": float(np.mean(done)) if done else np.nan})
+    return rows
+
+
+register("finetune", 1, run, FinetuneOptions, "pecli.plots.finetune:figures",
+         "Fine-tuning after positions are removed: an encoder on IMDB sentiment (with the "
+         "frozen-feature probe beside), a causal LM's recovery curve of held-out perplexity")

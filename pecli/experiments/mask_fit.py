@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from pecli.experiments import EXPERIMENTS, Experiment, check_before_loading, lazy, load
+from pecli.experiments import check_before_loading, load, register
 from pecli.runs.errors import DataError
 from pecli.runs.names import INTACT
 from pecli.runs.options import MaskFitOptions
@@ -174,14 +174,7 @@ def curve_rows(mask, max_length: int, common: dict) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-EXPERIMENTS.add("mask-fit", Experiment(
-    name="mask-fit",
-    version=1,
-    run=run,
-    figures=lazy("pecli.plots.mask_fit:figures"),
-    description="A mask of a small form fitted to stand in for removed positions (frozen model, "
-                "IMDB train), judged on held-out texts against intact, no positions, the study's "
-                "linear mask and ALiBi",
-    options=MaskFitOptions,
-    files="mask",
-))
+register("mask-fit", 1, run, MaskFitOptions, "pecli.plots.mask_fit:figures",
+         "A mask of a small form fitted to stand in for removed positions (frozen model, "
+         "IMDB train), judged on held-out texts against intact, no positions, the study's "
+         "linear mask and ALiBi", files="mask")

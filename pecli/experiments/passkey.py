@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import pandas as pd
 
-from pecli.experiments import EXPERIMENTS, Experiment, check_before_loading, lazy, load
+from pecli.experiments import check_before_loading, load, register
 from pecli.runs.options import PasskeyOptions
 from pecli.runs.provenance import row_provenance
 from pecli.runs.tables import validate
@@ -121,12 +121,6 @@ def _accuracy(trials: list[dict]) -> list[dict]:
     return rows
 
 
-EXPERIMENTS.add("passkey", Experiment(
-    name="passkey",
-    version=1,
-    run=run,
-    figures=lazy("pecli.plots.passkey:figures"),
-    description="Passkey retrieval by prompt length and depth (greedy decoding; rope scaling, "
-                "interventions)",
-    options=PasskeyOptions,
-))
+register("passkey", 1, run, PasskeyOptions, "pecli.plots.passkey:figures",
+         "Passkey retrieval by prompt length and depth (greedy decoding; rope scaling, "
+         "interventions)")

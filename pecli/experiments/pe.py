@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from pecli.experiments import EXPERIMENTS, Experiment, check_before_loading, lazy, load, preflight
+from pecli.experiments import check_before_loading, data_of, load, preflight, register
 from pecli.measures import pe_analysis as pa
 from pecli.measures.pe_analysis import collect_hidden, hidden_states, model_texts  # noqa: F401
 from pecli.measures.pe_analysis import embedding_rows as _embedding_rows
@@ -68,10 +68,8 @@ def run_sinusoidal(options: SinusoidOptions) -> dict[str, pd.DataFrame]:
                                 ("summary", summary)]}
 
 
-EXPERIMENTS.add("pe-sinusoidal", Experiment(
-    "pe-sinusoidal", 1, run_sinusoidal, lazy("pecli.plots.pe:sinusoidal_figures"),
-    "Sinusoidal position encoding: heatmap, clock, rotation property, dot product vs offset",
-    options=SinusoidOptions))
+register("pe-sinusoidal", 1, run_sinusoidal, SinusoidOptions, "pecli.plots.pe:sinusoidal_figures",
+         "Sinusoidal position encoding: heatmap, clock, rotation property, dot product vs offset")
 
 
 # --- pe-probe --------------------------------------------------------------------------
@@ -140,7 +138,6 @@ def run_probe(options: ProbeOptions, announce=None) -> dict[str, pd.DataFrame]:
     Launched on N processes (`pecli.runs.parallel`), each extracts the hidden states of its shard
     of the batches; the main process fits every probe and alone gets tables ({} elsewhere).
     """
-    from pecli.data.datasets import load_data
     from pecli.positions.conditions import check_all, labelled, plan
 
     o = options
@@ -149,8 +146,7 @@ def run_probe(options: ProbeOptions, announce=None) -> dict[str, pd.DataFrame]:
     for name in o.models:  # an intervention that does not fit a later model fails now, not after the first
         check_before_loading(name, conditions)
     say = announce or (lambda _msg: None)
-    data = load_data(o.dataset, o.split, data_dir_=o.data_dir, limit=o.limit, seed=o.seed,
-                     text_field=o.text_field)
+    data = data_of(o)
     texts = data.texts()
     matrix_rows, similarity_rows, hidden_rows = [], [], []
     for name in o.models:
@@ -186,9 +182,7 @@ def run_probe(options: ProbeOptions, announce=None) -> dict[str, pd.DataFrame]:
     return {name: labelled(df) for name, df in tables.items()}
 
 
-EXPERIMENTS.add("pe-probe", Experiment(
-    # 2: order_accuracy with ci_low/ci_high; 3: column `protocol` (a CV scheme) -> `evaluation`
-    "pe-probe", 3, run_probe, lazy("pecli.plots.pe:probe_figures"),
-    "Wang & Chen analyses of position-embedding matrices (sinusoidal reference) and a "
-    "per-layer hidden-state probe of position with and without the model's positions",
-    options=ProbeOptions))
+# version 2: order_accuracy with ci_low/ci_high; 3: column `protocol` (a CV scheme) -> `evaluation`
+register("pe-probe", 3, run_probe, ProbeOptions, "pecli.plots.pe:probe_figures",
+         "Wang & Chen analyses of position-embedding matrices (sinusoidal reference) and a "
+         "per-layer hidden-state probe of position with and without the model's positions")

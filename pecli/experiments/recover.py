@@ -25,7 +25,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from pecli.experiments import EXPERIMENTS, Experiment, lazy, load, preflight
+from pecli.experiments import data_of, load, preflight, register
 from pecli.measures import recovery as rc
 from pecli.measures.intervals import ratio_interval
 from pecli.measures.pe_analysis import embedding_rows, hidden_states, model_texts
@@ -255,14 +255,12 @@ def run_recover(options: RecoverOptions, announce=None) -> dict[str, pd.DataFram
     text; top_k: the probe's classes, the most frequent real tokens of those texts;
     bootstrap: resamples of every interval (0: none).
     """
-    from pecli.data.datasets import load_data
 
     o = options
     preflight(o.models)
     refuse_if_nothing_is_added(o.models)
     say = announce or (lambda _msg: None)
-    data = load_data(o.dataset, o.split, data_dir_=o.data_dir, limit=o.limit, seed=o.seed,
-                     text_field=o.text_field)
+    data = data_of(o)
     texts = data.texts()
     by_position, summary, hidden = [], [], []
     for name in o.models:
@@ -291,9 +289,8 @@ def run_recover(options: RecoverOptions, announce=None) -> dict[str, pd.DataFram
     return {name: labelled(df) for name, df in tables.items()}  # summary has its own `condition`
 
 
-EXPERIMENTS.add("pe-recover", Experiment(
-    # 2: column `protocol` (how a number is evaluated) -> `evaluation`, as in pe-probe
-    "pe-recover", 2, run_recover, lazy("pecli.plots.recover:recover_figures"),
-    "Token and position recovered from x = E_tok + E_pos at the input (nearest row, linear "
-    "probe, exact extraction, joint decoding, sinusoid and random controls) and a per-layer "
-    "token-identity probe with and without positions", options=RecoverOptions))
+# version 2: column `protocol` (how a number is evaluated) -> `evaluation`, as in pe-probe
+register("pe-recover", 2, run_recover, RecoverOptions, "pecli.plots.recover:recover_figures",
+         "Token and position recovered from x = E_tok + E_pos at the input (nearest row, linear "
+         "probe, exact extraction, joint decoding, sinusoid and random controls) and a per-layer "
+         "token-identity probe with and without positions")

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from pecli.experiments import EXPERIMENTS, Experiment, lazy
+from pecli.experiments import lazy, register
 from pecli.measures.intervals import METHOD, mean_interval
 from pecli.measures.training import CHARS, SPECIALS, char_tokenizer  # noqa: E402,F401
 from pecli.runs.options import ToyOptions
@@ -177,103 +177,101 @@ def run(options: ToyOptions, progress=None) -> dict[str, pd.DataFrame]:
 
 
 def _run(o: ToyOptions, progress) -> dict[str, pd.DataFrame]:
-    from pecli.measures.training import (
-        FAMILY,
-        ModelSize,
-        TrainConfig,
-        build_model,
-        count_parameters,
-        save_checkpoint,
-        train,
-    )
+    from pecli.measures.training import ModelSize, TrainConfig, model_for, train
 
-    max_n, steps, seed, batch, lr = o.max_n, o.steps, o.seed, o.batch, o.lr
-    layers, width, heads, save_dir = o.layers, o.width, o.heads, o.save_dir
-    schemes = [c.name for c in o.pe]
-    examples = arithmetic_examples(max_n)
-    probe = o.probe or default_probe(max_n)  # ToyOptions checked a given one against max_n
+    examples = arithmetic_examples(o.max_n)
+    probe = o.probe or default_probe(o.max_n)  # ToyOptions checked a given one against max_n
     tokenizer = char_tokenizer()
-    train_set, test_set = split_examples(examples, o.test_fraction, seed)
+    train_set, test_set = split_examples(examples, o.test_fraction, o.seed)
     if o.eval_limit is not None:
         test_set = test_set[:o.eval_limit]
     longest = max(len(encode_example(tokenizer, e)[0]) for e in examples)
-    size = ModelSize(layers, width, heads, positions=max(16, longest))
-    dataset = f"arithmetic(max={max_n})"
-    probe_ids = [tokenizer.bos_token_id] + tokenizer(probe)["input_ids"]
-    probe_tokens = ["<bos>"] + list(probe)
+    size = ModelSize(o.layers, o.width, o.heads, positions=max(16, longest))
     acc_rows, att_rows = [], []
-    for scheme in schemes:
-        model = build_model(scheme, len(tokenizer), size, pad_token_id=tokenizer.pad_token_id,
-                            bos_token_id=tokenizer.bos_token_id,
-                            eos_token_id=tokenizer.eos_token_id, seed=seed)
-        batches = batch_iterator(tokenizer, train_set, batch, seed)
-        hook = None if progress is None else (lambda s, loss, sc=scheme: progress(sc, s, steps, loss))
-        result = train(model, batches, TrainConfig(steps=steps, lr=lr), on_step=hook)
+    for scheme in [c.name for c in o.pe]:
+        model = model_for(scheme, tokenizer, size, o.seed)
+        batches = batch_iterator(tokenizer, train_set, o.batch, o.seed)
+        hook = None if progress is None else (lambda s, loss, sc=scheme: progress(sc, s, o.steps, loss))
+        result = train(model, batches, TrainConfig(steps=o.steps, lr=o.lr), on_step=hook)
         start = time.perf_counter()
         prompts = [e.split("=")[0] + "=" for e in test_set]
         answers = greedy_answers(model, tokenizer, prompts, longest)
-        eval_seconds = time.perf_counter() - start
-        truth = [e.split("=")[1] for e in test_set]
-        correct = np.array([a == t for a, t in zip(answers, truth, strict=True)])
-        ops = np.array(["+" if "+" in p else "-" for p in prompts])
-        revision = f"seed:{seed}"
-        model_id = f"toy:{scheme}"
-        if save_dir is not None:
-            from pecli.models.loading import weights_sha256
-            from pecli.runs.provenance import portable_model_id
-
-            path = save_checkpoint(model, tokenizer, Path(save_dir) / scheme,
-                                   card={"experiment": "toy", "pe": scheme, "max": max_n,
-                                         "steps": steps, "seed": seed, "size": size.__dict__})
-            model_id, revision = portable_model_id(path), weights_sha256(path)
-        base = {
-            "experiment": "toy", "seed": seed, **row_provenance(), "model": f"toy-{scheme}",
-            "model_id": model_id, "model_revision": revision, "random_init": False,
-            "device": "cpu", "dtype": "float32", "family": FAMILY[scheme],
-            "pe": scheme, "dataset": dataset, "max": max_n, "split": "test",
-            "intervention": "none", "steps": steps, "batch": batch, "lr": lr,
-            "layers": layers, "width": width, "heads": heads,
-            "parameters": count_parameters(model), "train_examples": len(train_set),
-        }
-        n_tokens = sum(len(encode_example(tokenizer, e)[0]) for e in test_set)
-        for op_name, sel in (("all", slice(None)), ("add", ops == "+"), ("sub", ops == "-")):
-            low, high = mean_interval(correct[sel].astype(np.float64), n_boot=1000, seed=seed)
-            acc_rows.append({**base, "metric": "exact_match", "operation": op_name,
-                             "value": float(correct[sel].mean()), "ci_low": low, "ci_high": high,
-                             "interval": METHOD.replace("texts", "test examples"),
-                             "rows": int(correct[sel].size), "tokens": n_tokens})
-        for metric, value in (("train_seconds", result["seconds"]),
-                              ("eval_seconds", eval_seconds),
-                              ("final_train_loss", float(np.mean(result["losses"][-50:]))),
-                              ("train_tokens_per_second", result["tokens"] / result["seconds"])):
-            acc_rows.append({**base, "metric": metric, "operation": "all", "value": value,
-                             "rows": len(test_set), "tokens": n_tokens,
-                             "train_tokens": result["tokens"]})
-        layers_probs = attention_rows(model, torch.tensor([probe_ids]))
-        for layer, probs in enumerate(layers_probs, 1):  # layer 0 = embedding output, as elsewhere
-            pbase = {**base, "split": "probe", "probe": probe, "rows": 1,
-                     "tokens": len(probe_ids), "layer": layer}
-            for metric, value in repeat_gaps(probs, probe_ids).items():
-                att_rows.append({**pbase, "metric": metric, "head": "max", "query_pos": -1,
-                                 "key_pos": -1, "query_token": "", "key_token": "",
-                                 "value": float(value)})
-            mean = probs.mean(0)  # [t, t] head mean
-            for head_name, grid in [("mean", mean)] + [(str(h), probs[h]) for h in range(probs.shape[0])]:
-                for q in range(grid.shape[0]):
-                    for k in range(q + 1):
-                        att_rows.append({**pbase, "metric": "attention", "head": head_name,
-                                         "query_pos": q, "key_pos": k,
-                                         "query_token": probe_tokens[q],
-                                         "key_token": probe_tokens[k],
-                                         "value": float(grid[q, k])})
+        result["eval_seconds"] = time.perf_counter() - start
+        base = _base_row(model, tokenizer, scheme, o, size, len(train_set))
+        acc_rows += _accuracy_rows(base, tokenizer, test_set, prompts, answers, result, o.seed)
+        att_rows += _probe_rows(base, model, tokenizer, probe)
     return {"accuracy": validate(pd.DataFrame(acc_rows)),
             "attention": validate(pd.DataFrame(att_rows))}
+
+
+def _base_row(model, tokenizer, scheme: str, o: ToyOptions, size, train_examples: int) -> dict:
+    """The columns of every row of one trained model (saved first under --save-dir: its
+    portable id and weights' sha256 then name it)."""
+    from pecli.measures.training import FAMILY, count_parameters, saved_as
+
+    model_id, revision = f"toy:{scheme}", f"seed:{o.seed}"
+    if o.save_dir is not None:
+        model_id, revision = saved_as(model, tokenizer, Path(o.save_dir) / scheme,
+                                      card={"experiment": "toy", "pe": scheme, "max": o.max_n,
+                                            "steps": o.steps, "seed": o.seed, "size": size.__dict__})
+    return {
+        "experiment": "toy", "seed": o.seed, **row_provenance(), "model": f"toy-{scheme}",
+        "model_id": model_id, "model_revision": revision, "random_init": False,
+        "device": "cpu", "dtype": "float32", "family": FAMILY[scheme],
+        "pe": scheme, "dataset": f"arithmetic(max={o.max_n})", "max": o.max_n, "split": "test",
+        "intervention": "none", "steps": o.steps, "batch": o.batch, "lr": o.lr,
+        "layers": o.layers, "width": o.width, "heads": o.heads,
+        "parameters": count_parameters(model), "train_examples": train_examples,
+    }
+
+
+def _accuracy_rows(base: dict, tokenizer, test_set: list[str], prompts: list[str],
+                   answers: list[str], result: dict, seed: int) -> list[dict]:
+    """Exact match (all, add, sub) with intervals over test examples; training's timings."""
+    truth = [e.split("=")[1] for e in test_set]
+    correct = np.array([a == t for a, t in zip(answers, truth, strict=True)])
+    ops = np.array(["+" if "+" in p else "-" for p in prompts])
+    n_tokens = sum(len(encode_example(tokenizer, e)[0]) for e in test_set)
+    rows = []
+    for op_name, sel in (("all", slice(None)), ("add", ops == "+"), ("sub", ops == "-")):
+        low, high = mean_interval(correct[sel].astype(np.float64), n_boot=1000, seed=seed)
+        rows.append({**base, "metric": "exact_match", "operation": op_name,
+                     "value": float(correct[sel].mean()), "ci_low": low, "ci_high": high,
+                     "interval": METHOD.replace("texts", "test examples"),
+                     "rows": int(correct[sel].size), "tokens": n_tokens})
+    for metric, value in (("train_seconds", result["seconds"]),
+                          ("eval_seconds", result["eval_seconds"]),
+                          ("final_train_loss", float(np.mean(result["losses"][-50:]))),
+                          ("train_tokens_per_second", result["tokens"] / result["seconds"])):
+        rows.append({**base, "metric": metric, "operation": "all", "value": value,
+                     "rows": len(test_set), "tokens": n_tokens, "train_tokens": result["tokens"]})
+    return rows
+
+
+def _probe_rows(base: dict, model, tokenizer, probe: str) -> list[dict]:
+    """The probe's attention per layer: repeat gaps (max over heads) and every weight."""
+    probe_ids = [tokenizer.bos_token_id] + tokenizer(probe)["input_ids"]
+    probe_tokens = ["<bos>"] + list(probe)
+    rows = []
+    for layer, probs in enumerate(attention_rows(model, torch.tensor([probe_ids])), 1):
+        # layer 0 = embedding output, as elsewhere
+        pbase = {**base, "split": "probe", "probe": probe, "rows": 1,
+                 "tokens": len(probe_ids), "layer": layer}
+        for metric, value in repeat_gaps(probs, probe_ids).items():
+            rows.append({**pbase, "metric": metric, "head": "max", "query_pos": -1,
+                         "key_pos": -1, "query_token": "", "key_token": "", "value": float(value)})
+        mean = probs.mean(0)  # [t, t] head mean
+        for head_name, grid in [("mean", mean)] + [(str(h), probs[h]) for h in range(probs.shape[0])]:
+            for q in range(grid.shape[0]):
+                for k in range(q + 1):
+                    rows.append({**pbase, "metric": "attention", "head": head_name,
+                                 "query_pos": q, "key_pos": k, "query_token": probe_tokens[q],
+                                 "key_token": probe_tokens[k], "value": float(grid[q, k])})
+    return rows
 
 
 figures = lazy("pecli.plots.training:toy_figures")
 
 
-EXPERIMENTS.add("toy", Experiment(
-    "toy", VERSION, run, figures,
-    "Train tiny Transformers on i+j=k / i-j=k per position scheme: exact match, attention on repeats",
-    options=ToyOptions))
+register("toy", VERSION, run, ToyOptions, figures,
+         "Train tiny Transformers on i+j=k / i-j=k per position scheme: exact match, attention on repeats")

@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from pecli.experiments import EXPERIMENTS, Experiment, lazy
+from pecli.experiments import lazy, register
 from pecli.measures.training import SEED_METHOD, char_tokenizer, over_seeds, seed_interval
 from pecli.runs.options import ToyLengthOptions
 from pecli.runs.provenance import row_provenance
@@ -243,25 +243,16 @@ def _one_model(task: str, scheme: str, seed: int, o: ToyLengthOptions, positions
     profile, training numbers)."""
     from pathlib import Path
 
-    from pecli.measures.training import (
-        FAMILY,
-        count_parameters,
-        random_position_ids,
-        save_checkpoint,
-    )
+    from pecli.measures.training import FAMILY, count_parameters, random_position_ids, saved_as
 
     enc = Encoder(char_tokenizer())
     rows = []
     model, result = train_one(task, scheme, seed, o, positions, progress)
     revision, model_id = f"seed:{seed}", f"toy-length:{task}:{scheme}"
     if o.save_dir is not None:
-        from pecli.models.loading import weights_sha256
-        from pecli.runs.provenance import portable_model_id
-
-        path = save_checkpoint(model, char_tokenizer(), Path(o.save_dir) / f"{task}-{scheme}-seed{seed}",
-                               card={"experiment": "toy-length", "task": task, "pe": scheme,
-                                     "seed": seed, "train_length": o.train_length, "steps": o.steps})
-        model_id, revision = portable_model_id(path), weights_sha256(path)
+        model_id, revision = saved_as(model, char_tokenizer(), Path(o.save_dir) / f"{task}-{scheme}-seed{seed}",
+                                      card={"experiment": "toy-length", "task": task, "pe": scheme,
+                                            "seed": seed, "train_length": o.train_length, "steps": o.steps})
     base = {"experiment": "toy-length", **row_provenance(), "seed": seed,
             "model": f"toy-{scheme}", "model_id": model_id, "model_revision": revision,
             "random_init": False, "device": "cpu", "dtype": "float32",
@@ -282,16 +273,7 @@ def _one_model(task: str, scheme: str, seed: int, o: ToyLengthOptions, positions
                      "in_training": n <= o.train_length, "value": float(correct.mean()),
                      "rows": len(its), "tokens": len(its) * sequence_length(task, n)})
     eval_seconds = time.perf_counter() - start
-    longest = max(o.test_lengths)
-    its = items[longest][:ATTENTION_ITEMS]
-    pos = None if scheme != "randomized" else random_position_ids(
-        len(its), sequence_length(task, longest), positions, generator)
-    for metric, per_layer in attention_profile(model, enc, its, pos).items():
-        for layer, value in enumerate(per_layer, 1):  # 0 = the embedding output
-            rows.append({**base, "metric": metric, "test_length": longest,
-                         "in_training": longest <= o.train_length, "layer": layer,
-                         "value": float(value), "rows": len(its),
-                         "tokens": len(its) * sequence_length(task, longest)})
+    rows += _profile_rows(model, enc, task, scheme, items, positions, generator, base, o)
     for metric, value in (("final_train_loss", float(np.mean(result["losses"][-50:]))),
                           ("train_seconds", result["seconds"]),
                           ("eval_seconds", eval_seconds),
@@ -299,6 +281,22 @@ def _one_model(task: str, scheme: str, seed: int, o: ToyLengthOptions, positions
         rows.append({**base, "metric": metric, "test_length": -1, "in_training": True,
                      "value": value, "rows": 0, "tokens": 0, "train_tokens": result["tokens"]})
     return rows
+
+
+def _profile_rows(model, enc, task: str, scheme: str, items: dict, positions: int, generator,
+                  base: dict, o: ToyLengthOptions) -> list[dict]:
+    """The attention profile per layer on the longest test length's first items."""
+    from pecli.measures.training import random_position_ids
+
+    longest = max(o.test_lengths)
+    its = items[longest][:ATTENTION_ITEMS]
+    pos = None if scheme != "randomized" else random_position_ids(
+        len(its), sequence_length(task, longest), positions, generator)
+    return [{**base, "metric": metric, "test_length": longest, "in_training": longest <= o.train_length,
+             "layer": layer, "value": float(value), "rows": len(its),
+             "tokens": len(its) * sequence_length(task, longest)}
+            for metric, per_layer in attention_profile(model, enc, its, pos).items()
+            for layer, value in enumerate(per_layer, 1)]  # 0 = the embedding output
 
 
 def _run(o: ToyLengthOptions, progress) -> dict[str, pd.DataFrame]:
@@ -349,8 +347,6 @@ def _with(ranking_rows: pd.DataFrame, by_seed: pd.DataFrame) -> pd.DataFrame:
 figures = lazy("pecli.plots.training:toy_length_figures")
 
 
-EXPERIMENTS.add("toy-length", Experiment(
-    "toy-length", VERSION, run, figures,
-    "Train short, test long: copy / reverse / addition / sort per position scheme and training "
-    "seed; exact match by test length with intervals over seeds, MRR ranking",
-    options=ToyLengthOptions))
+register("toy-length", VERSION, run, ToyLengthOptions, figures,
+         "Train short, test long: copy / reverse / addition / sort per position scheme and training "
+         "seed; exact match by test length with intervals over seeds, MRR ranking")

@@ -25,7 +25,7 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from pecli.experiments import EXPERIMENTS, Experiment, lazy
+from pecli.experiments import lazy, register
 from pecli.runs.options import TrainLmOptions
 from pecli.runs.provenance import row_provenance
 from pecli.runs.tables import validate
@@ -190,7 +190,6 @@ def run(options: TrainLmOptions, progress=None) -> dict[str, pd.DataFrame]:
 
 def _run(schemes, o, data_dir, save_dir, model_out, progress, n_threads) -> dict[str, pd.DataFrame]:
     from pecli.data.datasets import load_data
-    from pecli.measures.training import over_seeds
 
     train_data = load_data("imdb", "train", data_dir_=data_dir, limit=o["limit"], seed=o["seed"])
     test_data = load_data("imdb", "test", data_dir_=data_dir, limit=o["eval_limit"], seed=o["seed"])
@@ -212,19 +211,10 @@ def _run(schemes, o, data_dir, save_dir, model_out, progress, n_threads) -> dict
               "train_tokens_available": len(train_stream), "train_reviews": len(train_texts),
               "tokenizer_seconds": tokenizer_seconds}
     test_prov = {**test_data.provenance(), "split": "test"}
-    baseline = {**common, **test_prov, "model_revision": train_data.provenance()["data_revision"],
-                "random_init": False, "family": "-", "pe": "-", "metric": "test_perplexity",
-                "aggregation": "corpus"}
-    nll, n = unigram_nll(train_stream, windows, vocab_size)
-    ppl_rows = [{**baseline, "model": "unigram", "model_id": "unigram(train, add-one)",
-                 "parameters": vocab_size, "value": float(np.exp(nll / n)), "tokens": n}]
-    nll, n, lam = bigram_nll(train_stream, windows, vocab_size)
-    ppl_rows.append({**baseline, "model": "bigram",
-                     "model_id": f"bigram(train, interpolated with the unigram, lambda={lam})",
-                     "parameters": vocab_size * vocab_size, "value": float(np.exp(nll / n)),
-                     "tokens": n, "bigram_lambda": lam})
+    ppl_rows = _baseline_rows(train_stream, windows, vocab_size,
+                              {**common, **test_prov,
+                               "model_revision": train_data.provenance()["data_revision"]})
     seeds = [o["seed"] + k for k in range(o["seeds"])]
-    by_seed, curve_rows, length_rows, position_rows = [], [], [], []
     jobs = [(scheme, seed, o, tok, train_stream, windows, common, test_prov, save_dir, model_out,
              data_dir) for scheme in schemes for seed in seeds]
     if o["workers"] > 1:
@@ -233,6 +223,30 @@ def _run(schemes, o, data_dir, save_dir, model_out, progress, n_threads) -> dict
         results = run_jobs(_train_one, jobs, o["workers"])
     else:
         results = [_train_one(*job, progress=progress) for job in jobs]
+    return _tables(ppl_rows, results)
+
+
+def _baseline_rows(train_stream, windows, vocab_size: int, common: dict) -> list[dict]:
+    """Test perplexity of the unigram and bigram models of the training stream (the floor a
+    trained model must beat)."""
+    baseline = {**common, "random_init": False, "family": "-", "pe": "-",
+                "metric": "test_perplexity", "aggregation": "corpus"}
+    nll, n = unigram_nll(train_stream, windows, vocab_size)
+    rows = [{**baseline, "model": "unigram", "model_id": "unigram(train, add-one)",
+             "parameters": vocab_size, "value": float(np.exp(nll / n)), "tokens": n}]
+    nll, n, lam = bigram_nll(train_stream, windows, vocab_size)
+    rows.append({**baseline, "model": "bigram",
+                 "model_id": f"bigram(train, interpolated with the unigram, lambda={lam})",
+                 "parameters": vocab_size * vocab_size, "value": float(np.exp(nll / n)),
+                 "tokens": n, "bigram_lambda": lam})
+    return rows
+
+
+def _tables(ppl_rows: list[dict], results: list[dict]) -> dict[str, pd.DataFrame]:
+    """Every model's rows (`_train_one`'s) as tables: means over seeds, and by seed."""
+    from pecli.measures.training import over_seeds
+
+    by_seed, curve_rows, length_rows, position_rows = [], [], [], []
     for rows in results:
         by_seed += rows["perplexity"]
         curve_rows += rows["curve"]
@@ -263,67 +277,34 @@ def _train_one(scheme, seed, o, tok, train_stream, windows, common, test_prov, s
         FAMILY,
         ModelSize,
         TrainConfig,
-        build_model,
         count_parameters,
-        save_checkpoint,
+        model_for,
+        saved_as,
         train,
         with_random_positions,
     )
-    from pecli.models.loading import weights_sha256
-    from pecli.runs.provenance import portable_model_id
 
-    positions = max([o["context"], *o["test_lengths"]])
-    size = ModelSize(o["layers"], o["width"], o["heads"], o["context"])
-    curve_windows = windows[:32]  # the learning curve's fixed slice of the test windows
-    model = build_model(scheme, len(tok), size, pad_token_id=tok.pad_token_id,
-                        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, seed=seed)
+    model = model_for(scheme, tok, ModelSize(o["layers"], o["width"], o["heads"], o["context"]), seed)
     base = {**common, "seed": seed, "model": f"lm-{scheme}", "model_id": f"train-lm:{scheme}",
             "model_revision": f"seed:{seed}", "random_init": False, "family": FAMILY[scheme],
             "pe": scheme, "parameters": count_parameters(model)}
-    recent: list[float] = []
-    curve = []
-    label = scheme if o["seeds"] == 1 else f"{scheme} seed {seed}"
-
-    def on_step(step: int, loss: float):
-        recent.append(loss)
-        if progress is not None:
-            progress(label, step, o["steps"], loss)
-        if (step + 1) % o["eval_every"] == 0 or step + 1 == o["steps"]:
-            model.eval()
-            c_nll, c_n = window_nll(model, curve_windows)
-            model.train()
-            row = {**base, **test_prov, "step": step + 1, "tokens": c_n}
-            curve.append({**row, "metric": "train_loss", "value": float(np.mean(recent)),
-                          "split": "train", "tokens": None,  # not an evaluation
-                          "train_tokens": len(recent) * o["batch"] * o["context"]})
-            curve.append({**row, "metric": "eval_loss", "value": c_nll / c_n,
-                          "curve_windows": len(curve_windows)})
-            recent.clear()
-
+    curve = _Curve(model, windows[:32], {**base, **test_prov}, o,  # the curve's fixed test windows
+                   scheme if o["seeds"] == 1 else f"{scheme} seed {seed}", progress)
     batches = window_batches(train_stream, o["context"], o["batch"], seed)
     if scheme == "randomized":
-        batches = with_random_positions(batches, positions, seed)
-    result = train(model, batches, TrainConfig(steps=o["steps"], lr=o["lr"]), on_step=on_step)
+        batches = with_random_positions(batches, max([o["context"], *o["test_lengths"]]), seed)
+    result = train(model, batches, TrainConfig(steps=o["steps"], lr=o["lr"]), on_step=curve.step)
     start = time.perf_counter()
     nll, n = window_nll(model, windows)
-    eval_seconds = time.perf_counter() - start
+    result["eval_seconds"] = time.perf_counter() - start
     name = scheme if seed == o["seed"] else f"{scheme}-seed{seed}"
     out_dir = Path(model_out) if model_out else (Path(save_dir) / name if save_dir else None)
     if out_dir is not None:
         card = {"experiment": "train-lm", "pe": scheme, **o, "seed": seed,
                 "test_perplexity": float(np.exp(nll / n)), "train_seconds": result["seconds"],
                 "train_tokens": result["tokens"]}
-        save_checkpoint(model, tok, out_dir, card=card)
-        base.update(model_id=portable_model_id(out_dir), model_revision=weights_sha256(out_dir))
-    row = {**base, **test_prov, "aggregation": "corpus", "tokens": n}
-    ppl = [{**row, "metric": "test_perplexity", "value": float(np.exp(nll / n))},
-           {**row, "metric": "test_nll", "value": nll / n}]
-    for metric, value in (("train_seconds", result["seconds"]),
-                          ("train_tokens", result["tokens"]),
-                          ("train_tokens_per_second", result["tokens"] / result["seconds"]),
-                          ("eval_seconds", eval_seconds),
-                          ("eval_tokens_per_second", n / eval_seconds)):
-        ppl.append({**row, "metric": metric, "value": float(value), "aggregation": "-"})
+        base["model_id"], base["model_revision"] = saved_as(model, tok, out_dir, card)
+    ppl = _perplexity_rows({**base, **test_prov, "aggregation": "corpus", "tokens": n}, nll, n, result)
     length, removed = [], []
     if o["test_lengths"] or (o["positions_removed"] and scheme in ZEROABLE):
         with _checkpoint(model, tok, out_dir, scheme) as loaded:
@@ -333,7 +314,48 @@ def _train_one(scheme, seed, o, tok, train_stream, windows, common, test_prov, s
             if o["positions_removed"] and scheme in ZEROABLE:
                 removed.append(_positions_removed(loaded, scheme, seed, o, data_dir).assign(
                     model_revision=base["model_revision"]))
-    return {"perplexity": ppl, "curve": curve, "length": length, "positions": removed}
+    return {"perplexity": ppl, "curve": curve.rows, "length": length, "positions": removed}
+
+
+class _Curve:
+    """The learning curve of one model: every `eval_every` steps (and at the last), the mean
+    training loss since the last point and the loss on the curve's fixed test windows."""
+
+    def __init__(self, model, windows, base: dict, o: dict, label: str, progress):
+        self.model, self.windows, self.base, self.o = model, windows, base, o
+        self.label, self.progress = label, progress
+        self.recent: list[float] = []
+        self.rows: list[dict] = []
+
+    def step(self, step: int, loss: float) -> None:
+        o = self.o
+        self.recent.append(loss)
+        if self.progress is not None:
+            self.progress(self.label, step, o["steps"], loss)
+        if (step + 1) % o["eval_every"] == 0 or step + 1 == o["steps"]:
+            self.model.eval()
+            c_nll, c_n = window_nll(self.model, self.windows)
+            self.model.train()
+            row = {**self.base, "step": step + 1, "tokens": c_n}
+            self.rows.append({**row, "metric": "train_loss", "value": float(np.mean(self.recent)),
+                              "split": "train", "tokens": None,  # not an evaluation
+                              "train_tokens": len(self.recent) * o["batch"] * o["context"]})
+            self.rows.append({**row, "metric": "eval_loss", "value": c_nll / c_n,
+                              "curve_windows": len(self.windows)})
+            self.recent.clear()
+
+
+def _perplexity_rows(row: dict, nll: float, n: int, result: dict) -> list[dict]:
+    """A trained model's test perplexity and NLL, and its training and evaluation speed."""
+    rows = [{**row, "metric": "test_perplexity", "value": float(np.exp(nll / n))},
+            {**row, "metric": "test_nll", "value": nll / n}]
+    for metric, value in (("train_seconds", result["seconds"]),
+                          ("train_tokens", result["tokens"]),
+                          ("train_tokens_per_second", result["tokens"] / result["seconds"]),
+                          ("eval_seconds", result["eval_seconds"]),
+                          ("eval_tokens_per_second", n / result["eval_seconds"])):
+        rows.append({**row, "metric": metric, "value": float(value), "aggregation": "-"})
+    return rows
 
 
 @contextmanager
@@ -390,7 +412,5 @@ def _positions_removed(loaded, scheme: str, seed: int, o: dict, data_dir) -> pd.
 figures = lazy("pecli.plots.training:train_lm_figures")
 
 
-EXPERIMENTS.add("train-lm", Experiment(
-    "train-lm", VERSION, run, figures,
-    "Train a small causal LM on IMDB per position scheme: test perplexity vs unigram, learning curve",
-    options=TrainLmOptions))
+register("train-lm", VERSION, run, TrainLmOptions, figures,
+         "Train a small causal LM on IMDB per position scheme: test perplexity vs unigram, learning curve")

@@ -42,7 +42,7 @@ except ModuleNotFoundError as err:  # pragma: no cover - the message is the test
     raise ConfigError("lm-eval is not installed: `pip install -e '.[lm-eval]'` (make setup "
                       "installs it)") from err
 
-from pecli.experiments import EXPERIMENTS, Experiment, check_before_loading, lazy, load
+from pecli.experiments import check_before_loading, load, register
 from pecli.measures.intervals import document_interval, paired_with_intact
 from pecli.runs.errors import ConfigError
 from pecli.runs.options import LmEvalOptions
@@ -226,9 +226,6 @@ def split_model_args(text: str) -> tuple[dict[str, Any], dict[str, Any]]:
 def run(options: LmEvalOptions, progress=None) -> dict[str, pd.DataFrame]:
     """The `lm_eval` table: one row per (condition, task, metric); lm-eval's results JSON of
     each condition under `options.save_dir`/<condition>/ (when given)."""
-    from lm_eval.loggers import EvaluationTracker
-    from lm_eval.tasks import TaskManager
-
     from pecli.positions.conditions import check_all
     from pecli.runs.provenance import row_provenance
 
@@ -257,20 +254,7 @@ def run(options: LmEvalOptions, progress=None) -> dict[str, pd.DataFrame]:
         passkey_sizes(meta, "metadata (--metadata)")  # as `pecli passkey` checks its flags
     # lm-eval hands the model's name to tasks as metadata (passkey sizes prompts in its tokens)
     gen_kwargs = generation_kwargs(o.gen_kwargs)
-    manager = TaskManager(include_path=o.include_path, metadata={"pretrained": o.model, **meta})
-    unknown = [t for t in o.tasks if t not in manager.all_tasks]
-    if unknown:
-        unread = unreadable_yamls(o.include_path)
-        raise ConfigError(f"unknown lm-eval task {', '.join(unknown)}"
-                          + (f"; {unread}" if unread else "; see `python -m lm_eval ls tasks`, "
-                             "or give --include_path DIR for your own task YAMLs"))
-    shots = fixed_shots(manager, o.tasks)
-    if o.num_fewshot is not None:
-        for task, n in shots.items():
-            if n == 0 and o.num_fewshot != 0:
-                warnings.warn(f"{task} fixes num_fewshot 0 in its config: lm-eval ignores "
-                              f"--num_fewshot {o.num_fewshot} for it, and its rows say 0",
-                              UserWarning, stacklevel=2)
+    manager = _task_manager(o, meta)
     loaded = load(o.model, first)
     if o.apply_chat_template and not getattr(loaded.tokenizer, "chat_template", None):
         raise ConfigError(f"apply_chat_template (--apply_chat_template): {o.model}'s tokenizer has "
@@ -281,30 +265,8 @@ def run(options: LmEvalOptions, progress=None) -> dict[str, pd.DataFrame]:
     rows, per_doc = [], []  # per condition: {(task, metric, filter): {doc_id: value}}
     for i, cond in enumerate(grid):
         lm = PecliLM(**single, **cond, loaded=loaded, **hflm)
-        args = ",".join(f"{k}={v}" for k, v in {**single, **cond, **hflm}.items() if v is not None)
-        tracker = EvaluationTracker(output_path=str(Path(o.save_dir) / condition_dir(cond))
-                                    if o.save_dir else None)
-        python_seed, numpy_seed, torch_seed, fewshot_seed = o.lm_eval_seed
-        try:
-            with quiet_git():
-                results = evaluate_or_say_why(
-                    lm_eval.simple_evaluate, tasks_named=o.tasks,
-                    model=lm, model_args=f"model=pecli,{args}", tasks=list(o.tasks),
-                    num_fewshot=o.num_fewshot, limit=o.limit, task_manager=manager,
-                    log_samples=True,  # always: the intervals and paired differences need them
-                    evaluation_tracker=tracker, random_seed=python_seed,
-                    numpy_random_seed=numpy_seed, torch_random_seed=torch_seed,
-                    fewshot_random_seed=fewshot_seed, bootstrap_iters=o.bootstrap,
-                    apply_chat_template=o.apply_chat_template,
-                    fewshot_as_multiturn=o.fewshot_as_multiturn,
-                    system_instruction=o.system_instruction, gen_kwargs=gen_kwargs or None)
-        finally:
-            lm.close()
-        samples = results.pop("samples")
-        if o.save_dir:  # as lm-eval's own command line saves them: samples with --log_samples
-            tracker.save_results_aggregated(results=results, samples=samples if o.log_samples else None)
-            for task in results["configs"] if o.log_samples else ():
-                tracker.save_results_samples(task_name=task, samples=samples[task])
+        results, samples = _evaluated(lm, o, {**single, **cond, **hflm}, condition_dir(cond), manager,
+                                      gen_kwargs)
         common = {**lm.loaded.provenance(), **lm.condition_columns(), "tokens": lm.tokens,
                   "seed": o.seed, "limit": o.limit, "lm_eval_version": lm_eval.__version__,
                   **prompt_columns(lm, o, gen_kwargs)}
@@ -319,6 +281,61 @@ def run(options: LmEvalOptions, progress=None) -> dict[str, pd.DataFrame]:
 
     table = paired_with_intact(pd.DataFrame(rows), per_doc, o.bootstrap, o.seed)
     return {"lm_eval": validate(table.assign(experiment="lm-eval", **row_provenance()))}
+
+
+def _task_manager(o: LmEvalOptions, meta: dict):
+    """lm-eval's TaskManager for these tasks, once every task is known (the model's name goes
+    to tasks as metadata: passkey sizes prompts in its tokens); warns where a task's config
+    fixes num_fewshot 0 against --num_fewshot."""
+    from lm_eval.tasks import TaskManager
+
+    manager = TaskManager(include_path=o.include_path, metadata={"pretrained": o.model, **meta})
+    unknown = [t for t in o.tasks if t not in manager.all_tasks]
+    if unknown:
+        unread = unreadable_yamls(o.include_path)
+        raise ConfigError(f"unknown lm-eval task {', '.join(unknown)}"
+                          + (f"; {unread}" if unread else "; see `python -m lm_eval ls tasks`, "
+                             "or give --include_path DIR for your own task YAMLs"))
+    shots = fixed_shots(manager, o.tasks)
+    if o.num_fewshot is not None:
+        for task, n in shots.items():
+            if n == 0 and o.num_fewshot != 0:
+                warnings.warn(f"{task} fixes num_fewshot 0 in its config: lm-eval ignores "
+                              f"--num_fewshot {o.num_fewshot} for it, and its rows say 0",
+                              UserWarning, stacklevel=3)
+    return manager
+
+
+def _evaluated(lm: PecliLM, o: LmEvalOptions, model_args: dict, folder: str, manager,
+               gen_kwargs: dict) -> tuple[dict, dict]:
+    """(results, samples) of one lm-eval run of one condition's model; written under
+    `o.save_dir`/`folder` as lm-eval's own command line writes them (samples with --log_samples)."""
+    from lm_eval.loggers import EvaluationTracker
+
+    args = ",".join(f"{k}={v}" for k, v in model_args.items() if v is not None)
+    tracker = EvaluationTracker(output_path=str(Path(o.save_dir) / folder) if o.save_dir else None)
+    python_seed, numpy_seed, torch_seed, fewshot_seed = o.lm_eval_seed
+    try:
+        with quiet_git():
+            results = evaluate_or_say_why(
+                lm_eval.simple_evaluate, tasks_named=o.tasks,
+                model=lm, model_args=f"model=pecli,{args}", tasks=list(o.tasks),
+                num_fewshot=o.num_fewshot, limit=o.limit, task_manager=manager,
+                log_samples=True,  # always: the intervals and paired differences need them
+                evaluation_tracker=tracker, random_seed=python_seed,
+                numpy_random_seed=numpy_seed, torch_random_seed=torch_seed,
+                fewshot_random_seed=fewshot_seed, bootstrap_iters=o.bootstrap,
+                apply_chat_template=o.apply_chat_template,
+                fewshot_as_multiturn=o.fewshot_as_multiturn,
+                system_instruction=o.system_instruction, gen_kwargs=gen_kwargs or None)
+    finally:
+        lm.close()
+    samples = results.pop("samples")
+    if o.save_dir:
+        tracker.save_results_aggregated(results=results, samples=samples if o.log_samples else None)
+        for task in results["configs"] if o.log_samples else ():
+            tracker.save_results_samples(task_name=task, samples=samples[task])
+    return results, samples
 
 
 def generation_kwargs(text: str) -> dict[str, Any]:
@@ -549,9 +566,8 @@ def task_rows(results: dict, docs: dict, common: dict, n_boot: int, seed: int) -
     return rows
 
 
-EXPERIMENTS.add("lm-eval", Experiment(
-    "lm-eval", 1, run, lazy("pecli.plots.lm_eval:figures"),
-    "lm-evaluation-harness tasks under each condition (the pecli model)", LmEvalOptions))
+register("lm-eval", 1, run, LmEvalOptions, "pecli.plots.lm_eval:figures",
+         "lm-evaluation-harness tasks under each condition (the pecli model)")
 
 
 def results_json(folder: Path) -> list[Path]:

@@ -344,19 +344,20 @@ def run_batch(loaded, stats: Stats, input_ids: torch.Tensor) -> None:
 
 
 def hidden_size_of(loaded) -> int:
-    c = loaded.model.config
-    for key in ("hidden_size", "d_model", "n_embd", "dim"):
-        if isinstance(getattr(c, key, None), int):
-            return getattr(c, key)
-    raise ModelError(f"{loaded.name}: its config gives no hidden size")
+    return _config_int(loaded, ("hidden_size", "d_model", "n_embd", "dim"), "hidden size")
 
 
 def heads_of(loaded) -> int:
-    c = loaded.model.config
-    for key in ("num_attention_heads", "n_head", "num_heads", "n_heads"):
-        if isinstance(getattr(c, key, None), int):
-            return getattr(c, key)
-    raise ModelError(f"{loaded.name}: its config gives no number of attention heads")
+    return _config_int(loaded, ("num_attention_heads", "n_head", "num_heads", "n_heads"),
+                       "number of attention heads")
+
+
+def _config_int(loaded, keys: tuple[str, ...], what: str) -> int:
+    """The first of `keys` the model's config gives as an int (families spell it differently)."""
+    for key in keys:
+        if isinstance(getattr(loaded.model.config, key, None), int):
+            return getattr(loaded.model.config, key)
+    raise ModelError(f"{loaded.name}: its config gives no {what}")
 
 
 def log_bins(values: np.ndarray) -> np.ndarray:  # pragma: no cover - small helper for plots

@@ -177,6 +177,13 @@ def with_random_positions(batches: Iterator[dict], positions: int, seed: int) ->
 # --- models ---------------------------------------------------------------------------
 
 
+def model_for(scheme: str, tokenizer, size: ModelSize, seed: int = 0):
+    """`build_model` for a tokenizer: its vocabulary and its pad, start and end ids."""
+    return build_model(scheme, len(tokenizer), size, pad_token_id=tokenizer.pad_token_id,
+                       bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                       seed=seed)
+
+
 def build_model(scheme: str, vocab_size: int, size: ModelSize, *, pad_token_id: int,
                 bos_token_id: int, eos_token_id: int, seed: int = 0):
     """A freshly initialised causal LM of `scheme` (see the module docstring), seeded."""
@@ -261,6 +268,16 @@ def save_checkpoint(model, tokenizer, out_dir: Path, card: dict | None = None) -
 
     follow_umask(out_dir)  # safetensors writes 0600; checkpoints are shared like tables
     return out_dir
+
+
+def saved_as(model, tokenizer, out_dir: Path, card: dict) -> tuple[str, str]:
+    """`save_checkpoint`, then the (model_id, model_revision) rows give the saved model: its
+    portable path and the sha256 of its weights."""
+    from pecli.models.loading import weights_sha256
+    from pecli.runs.provenance import portable_model_id
+
+    path = save_checkpoint(model, tokenizer, out_dir, card=card)
+    return portable_model_id(path), weights_sha256(path)
 
 
 # --- intervals over training seeds ----------------------------------------------------------

@@ -9,7 +9,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from pecli.plots.style import WIDTH, color_of, save, title
+from pecli.plots.style import WIDTH, color_of, drawn, save, title
 
 
 def accuracy(df: pd.DataFrame, path: Path) -> Path:
@@ -78,9 +78,5 @@ def recovery(df: pd.DataFrame, path: Path) -> Path:
 
 
 def figures(csv_paths: dict[str, Path], fig_dir: Path) -> list[Path]:
-    out = []
-    if "finetune" in csv_paths:
-        out.append(accuracy(pd.read_csv(csv_paths["finetune"]), Path(fig_dir) / "finetune.png"))
-    if "recovery" in csv_paths:
-        out.append(recovery(pd.read_csv(csv_paths["recovery"]), Path(fig_dir) / "recovery.png"))
-    return out
+    return drawn(csv_paths, fig_dir, {"finetune": (accuracy, "finetune.png"),
+                                      "recovery": (recovery, "recovery.png")})

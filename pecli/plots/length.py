@@ -10,7 +10,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from pecli.plots.style import WIDTH, color_of, data_label, save
+from pecli.plots.style import WIDTH, color_of, data_label, drawn, save
 from pecli.positions.labels import label as condition_label
 
 
@@ -105,6 +105,4 @@ def nll_by_position(df: pd.DataFrame, path: Path) -> Path:
 
 
 def figures(csv_paths: dict[str, Path], fig_dir: Path) -> list[Path]:
-    if "length" not in csv_paths:
-        return []
-    return [nll_by_position(pd.read_csv(csv_paths["length"], keep_default_na=True), Path(fig_dir) / "length.png")]
+    return drawn(csv_paths, fig_dir, {"length": (nll_by_position, "length.png")})

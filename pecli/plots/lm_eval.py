@@ -9,7 +9,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from pecli.plots.style import WIDTH, color_of, points, save
+from pecli.plots.style import WIDTH, color_of, drawn, points, save
 from pecli.positions.labels import label as condition_label
 
 
@@ -74,6 +74,4 @@ METRIC_WORDS = {"acc": "accuracy", "acc_norm": "accuracy, length-normalised", "e
 
 
 def figures(csv_paths: dict[str, Path], fig_dir: Path) -> list[Path]:
-    if "lm_eval" not in csv_paths:
-        return []
-    return [by_condition(pd.read_csv(csv_paths["lm_eval"]), Path(fig_dir) / "lm_eval.png")]
+    return drawn(csv_paths, fig_dir, {"lm_eval": (by_condition, "lm_eval.png")})

@@ -9,7 +9,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from pecli.plots.style import WIDTH, color_of, save
+from pecli.plots.style import WIDTH, color_of, drawn, save
 
 FLOOR = -12.0  # log-weight axis bottom: below, a key weighs < 6e-6 of the newest
 
@@ -82,10 +82,6 @@ def perplexities(df: pd.DataFrame, path: Path) -> Path:
 
 
 def figures(csv_paths: dict[str, Path], fig_dir: Path) -> list[Path]:
-    out = []
-    if "mask_fit_curve" in csv_paths:
-        out.append(curve(pd.read_csv(csv_paths["mask_fit_curve"]), Path(fig_dir) / "mask_fit_curve.png"))
-    if "mask_fit" in csv_paths:
-        df = pd.read_csv(csv_paths["mask_fit"])
-        out.append(perplexities(df[df["metric"] == "perplexity"], Path(fig_dir) / "mask_fit.png"))
-    return out
+    return drawn(csv_paths, fig_dir, {
+        "mask_fit_curve": (curve, "mask_fit_curve.png"),
+        "mask_fit": (lambda df, path: perplexities(df[df["metric"] == "perplexity"], path), "mask_fit.png")})

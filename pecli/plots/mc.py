@@ -8,7 +8,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from pecli.plots.style import color_of, save
+from pecli.plots.style import color_of, drawn, save
 from pecli.positions.labels import label as condition_label
 
 PANELS = (("mc1", "MC1 accuracy"), ("mc2", "MC2 (true probability mass)"),
@@ -54,6 +54,4 @@ def accuracy_bars(df: pd.DataFrame, path: Path) -> Path:
 
 
 def figures(csv_paths: dict[str, Path], fig_dir: Path) -> list[Path]:
-    if "mc" not in csv_paths:
-        return []
-    return [accuracy_bars(pd.read_csv(csv_paths["mc"]), Path(fig_dir) / "mc.png")]
+    return drawn(csv_paths, fig_dir, {"mc": (accuracy_bars, "mc.png")})

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from pecli.plots.length import short_name
-from pecli.plots.style import WIDTH, save
+from pecli.plots.style import WIDTH, drawn, save
 from pecli.positions.labels import label as condition_label
 
 
@@ -65,6 +65,4 @@ def heatmap(df: pd.DataFrame, path: Path) -> Path:
 
 
 def figures(csv_paths: dict[str, Path], fig_dir: Path) -> list[Path]:
-    if "passkey" not in csv_paths:
-        return []
-    return [heatmap(pd.read_csv(csv_paths["passkey"]), Path(fig_dir) / "passkey.png")]
+    return drawn(csv_paths, fig_dir, {"passkey": (heatmap, "passkey.png")})

@@ -16,7 +16,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from pecli.plots.style import WIDTH, color_of, model_name, points, save  # noqa: E402
+from pecli.plots.style import WIDTH, color_of, drawn, model_name, points, save  # noqa: E402
 from pecli.positions.sinusoid import sinusoidal  # noqa: E402  (numpy only)
 
 
@@ -195,14 +195,9 @@ def matrix_points(matrix: pd.DataFrame, out: Path) -> Path:
 
 def probe_figures(csv_paths: dict[str, Path], fig_dir: Path) -> list[Path]:
     """All figures of pe-probe (matrix figures only when some model has a learned table)."""
-    fig_dir = Path(fig_dir)
-    paths = [probe_layers(pd.read_csv(csv_paths["hidden"]), fig_dir / "pe_probe_layers.png")]
-    if "similarity" in csv_paths:
-        paths.append(similarity_heatmaps(pd.read_csv(csv_paths["similarity"]),
-                                         fig_dir / "pe_probe_similarity.png"))
-    if "matrix" in csv_paths:
-        paths.append(matrix_points(pd.read_csv(csv_paths["matrix"]), fig_dir / "pe_probe_matrix.png"))
-    return paths
+    return drawn(csv_paths, fig_dir, {"hidden": (probe_layers, "pe_probe_layers.png"),
+                                      "similarity": (similarity_heatmaps, "pe_probe_similarity.png"),
+                                      "matrix": (matrix_points, "pe_probe_matrix.png")})
 
 
 def folds_label(df) -> str:

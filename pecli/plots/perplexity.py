@@ -17,6 +17,7 @@ from pecli.plots.style import (
     MARKERS,
     WIDTH,
     color_of,
+    drawn,
     interval_note,
     points,
     save,
@@ -163,10 +164,5 @@ def per_text_boxes(df: pd.DataFrame, path: Path) -> Path:
 
 def figures(csv_paths: dict[str, Path], fig_dir: Path) -> list[Path]:
     """PNGs for the `perplexity` and `texts` tables that are present."""
-    fig_dir = Path(fig_dir)
-    out = []
-    if "perplexity" in csv_paths:
-        out.append(aggregation_figure(pd.read_csv(csv_paths["perplexity"]), fig_dir / "perplexity.png"))
-    if "texts" in csv_paths:
-        out.append(per_text_boxes(pd.read_csv(csv_paths["texts"]), fig_dir / "perplexity_texts.png"))
-    return out
+    return drawn(csv_paths, fig_dir, {"perplexity": (aggregation_figure, "perplexity.png"),
+                                      "texts": (per_text_boxes, "perplexity_texts.png")})

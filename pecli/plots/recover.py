@@ -16,7 +16,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from pecli.plots.pe import folds_label  # noqa: E402
-from pecli.plots.style import color_of, save  # noqa: E402
+from pecli.plots.style import color_of, drawn, save  # noqa: E402
 
 LABELS = {"learned": "the model's positions added", "none": "no position (ceiling)",
           "random": "random rows, learned rows' scale", "sinusoidal": "sinusoid + Gaussian tokens"}
@@ -100,11 +100,5 @@ def hidden_probe(df: pd.DataFrame, out: Path) -> Path:
 
 def recover_figures(csv_paths: dict[str, Path], fig_dir: Path) -> list[Path]:
     """All figures of a `pe-recover` run (none when every model was rotary)."""
-    fig_dir = Path(fig_dir)
-    figures = []
-    if "by_position" in csv_paths:
-        figures.append(token_by_position(pd.read_csv(csv_paths["by_position"]),
-                                         fig_dir / "pe_recover_token_by_position.png"))
-    if "hidden" in csv_paths:
-        figures.append(hidden_probe(pd.read_csv(csv_paths["hidden"]), fig_dir / "pe_recover_hidden_probe.png"))
-    return figures
+    return drawn(csv_paths, fig_dir, {"by_position": (token_by_position, "pe_recover_token_by_position.png"),
+                                      "hidden": (hidden_probe, "pe_recover_hidden_probe.png")})

@@ -165,6 +165,13 @@ def _titles(fig) -> list:
     return [t for t in texts if t.get_text()]
 
 
+def drawn(csv_paths: dict, fig_dir, figures: dict) -> list[Path]:
+    """The figures of the tables a run wrote: `figures` maps a table's name to (draw(frame,
+    path), the figure's file name); a table the run did not write draws nothing."""
+    return [draw(pd.read_csv(csv_paths[table]), Path(fig_dir) / name)
+            for table, (draw, name) in figures.items() if table in csv_paths]
+
+
 def save(fig, path: Path, dpi: int = 150) -> Path:
     """Lay out, write and close a figure in every format asked for (`figure_output`; PNG
     alone by default), the folder created; returns the path of the first format. With short

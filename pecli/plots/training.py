@@ -49,14 +49,22 @@ def toy_accuracy(csv: Path, out: Path) -> Path:
         ax.plot([], [], MARKERS[k], color="0.3", label=names[op])  # marker legend only
     ax.set_xticks(range(len(schemes)),
                   [f"{s}\n({secs.get(s, float('nan')):.0f} s training)" for s in schemes])
-    ax.set_ylim(0, 1.02)
-    ax.set_ylabel("exact match on held-out sums")
-    ax.set_xlabel("position scheme")
     first = acc.iloc[0]
-    ax.set_title(f"toy arithmetic: exact match per position scheme\n{first['dataset']}, "
-                 f"{int(first['rows']):,} held-out sums; {int(first['layers'])} layers x "
-                 f"{int(first['width'])}, {int(first['steps'])} steps", fontsize=10)
-    ax.legend(fontsize=8, loc="lower left")
+    return _finished(fig, ax, out, 1.02, "exact match on held-out sums", "position scheme",
+                     f"toy arithmetic: exact match per position scheme\n{first['dataset']}, "
+                     f"{int(first['rows']):,} held-out sums; {int(first['layers'])} layers x "
+                     f"{int(first['width'])}, {int(first['steps'])} steps",
+                     title_size=10, legend={"fontsize": 8, "loc": "lower left"})
+
+
+def _finished(fig, ax, out: Path, top: float, ylabel: str, xlabel: str, title: str, *,
+              title_size: float, legend: dict) -> Path:
+    """A per-scheme points figure's axes (y from 0 to `top`), title, legend and grid; saved."""
+    ax.set_ylim(0, top)
+    ax.set_ylabel(ylabel)
+    ax.set_xlabel(xlabel)
+    ax.set_title(title, fontsize=title_size)
+    ax.legend(**legend)
     ax.grid(axis="y", color="0.9", lw=0.6)
     return save(fig, out)
 
@@ -223,16 +231,13 @@ def toy_length_ranking(csv: Path, out: Path) -> Path:
     ax.plot([], [], "o", color="0.3", label="here (95 % bootstrap over training seeds)")
     ax.plot([], [], "D", mfc="white", color="0.3", label="Kazemnejad et al. 2023")
     ax.set_xticks(range(len(schemes)), schemes, fontsize=8)
-    ax.set_ylim(0, 1.05)
-    ax.set_ylabel("mean reciprocal rank over tasks")
-    ax.set_xlabel("position scheme (ranked by this run)")
     first = df.iloc[0]
-    ax.set_title(f"length generalisation ranking: tasks {first['tasks']}\n(each task ranks "
-                 f"the schemes by mean exact match past N = {int(first['train_length'])}; "
-                 f"{int(first['seeds'])} seeds)", fontsize=9)
-    ax.legend(fontsize=7, loc="upper right")
-    ax.grid(axis="y", color="0.9", lw=0.6)
-    return save(fig, out)
+    return _finished(fig, ax, out, 1.05, "mean reciprocal rank over tasks",
+                     "position scheme (ranked by this run)",
+                     f"length generalisation ranking: tasks {first['tasks']}\n(each task ranks "
+                     f"the schemes by mean exact match past N = {int(first['train_length'])}; "
+                     f"{int(first['seeds'])} seeds)",
+                     title_size=9, legend={"fontsize": 7, "loc": "upper right"})
 
 
 def toy_length_attention(csv: Path, out: Path) -> Path:

@@ -167,16 +167,8 @@ def preset_names() -> list[str]:
     return sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
 
 
-def load_preset(name_or_path: str, overrides: dict | None = None, *, experiments) -> Preset:
-    """Load and validate a preset by name (configs/<name>.yaml) or path.
-
-    Args:
-        name_or_path: preset name or YAML path.
-        overrides: options applied to every experiment, after the preset's own (CLI > YAML).
-        experiments: the experiment registry whose run() signatures the options must fit
-            (passed in: experiments sit above config, see tests/unit/test_layers.py;
-            `pecli.experiments.reproduce.load_preset` passes them all).
-    """
+def _read_preset(name_or_path: str) -> tuple[Path, dict]:
+    """(the preset's path, its YAML mapping, keys and size checked)."""
     path = Path(name_or_path)
     if not path.suffix and not path.is_dir():
         path = CONFIG_DIR / f"{name_or_path}.yaml"
@@ -197,6 +189,54 @@ def load_preset(name_or_path: str, overrides: dict | None = None, *, experiments
         raise ConfigError(f"{path}: a preset is a mapping with keys {', '.join(sorted(PRESET_KEYS))}")
     _check_keys(raw, PRESET_KEYS, str(path))
     _check_size(raw, path)
+    return path, raw
+
+
+def _entry(item, where: str, seen: set, defaults: dict, overrides: dict, experiments) -> Entry:
+    """One checked entry of a preset's experiments (its id added to `seen`); `defaults` reach
+    only the entries whose options take them, `overrides` come last."""
+    if not isinstance(item, dict) or "experiment" not in item or "id" not in item:
+        raise ConfigError(f"{where}: each experiment needs 'id' and 'experiment'")
+    _check_keys(item, ENTRY_KEYS, where)
+    if not isinstance(item["id"], str) or not ENTRY_ID.fullmatch(item["id"]):
+        raise ConfigError(f"{where}: id {item['id']!r} must be a folder name "
+                          "(letters, digits, '.', '_', '-')")
+    if item["id"] in seen:
+        raise ConfigError(f"{where}: id {item['id']!r} is used twice")
+    seen.add(item["id"])
+    for key in ("title", "study_notes", "appendix"):
+        if not isinstance(item.get(key, ""), str):
+            raise ConfigError(f"{where}: {key} must be a string, not {type(item[key]).__name__}")
+    exp = experiments.get(str(item["experiment"]))
+    own = _mapping(item.get("options"), f"{where}: options")
+    accepted = {f.name for f in dataclasses.fields(exp.options)} | set(exp.options.RENAMED)
+    options = {k: v for k, v in {**defaults, **own, **overrides}.items()
+               if k in accepted or k in own}  # defaults reach only the entries that take them
+    built = exp.options.build(options, f"{where} ({item['experiment']})")
+    options = {exp.options.RENAMED.get(k, k): v for k, v in options.items()}
+    report = []
+    lines = item.get("report") or []
+    for line in lines if isinstance(lines, list) else [lines]:
+        line = _mapping(line, f"{where}: report line")
+        _check_keys(line, REPORT_KEYS, f"{where}: report")
+        if not {"label", "table", "where"} <= set(line) or not isinstance(line["where"], dict):
+            raise ConfigError(f"{where}: a report line needs label, table and where (a mapping)")
+        report.append(ReportLine(**line))
+    return Entry(item["id"], item["experiment"], item.get("title", item["id"]), options,
+                 tuple(report), item.get("study_notes", ""), built, item.get("appendix", ""))
+
+
+def load_preset(name_or_path: str, overrides: dict | None = None, *, experiments) -> Preset:
+    """Load and validate a preset by name (configs/<name>.yaml) or path.
+
+    Args:
+        name_or_path: preset name or YAML path.
+        overrides: options applied to every experiment, after the preset's own (CLI > YAML).
+        experiments: the experiment registry whose run() signatures the options must fit
+            (passed in: experiments sit above config, see tests/unit/test_layers.py;
+            `pecli.experiments.reproduce.load_preset` passes them all).
+    """
+    path, raw = _read_preset(name_or_path)
     for key in ("name", "description"):
         if not isinstance(raw.get(key, ""), str):
             raise ConfigError(f"{path.name}: {key} must be a string, not {type(raw[key]).__name__}")
@@ -205,37 +245,8 @@ def load_preset(name_or_path: str, overrides: dict | None = None, *, experiments
         raise ConfigError(f"{path.name}: experiments must be a list of entries (- id: ...)")
     entries, seen = [], set()
     for i, item in enumerate(raw.get("experiments") or []):
-        where = f"{path.name}: experiments[{i}]"
-        if not isinstance(item, dict) or "experiment" not in item or "id" not in item:
-            raise ConfigError(f"{where}: each experiment needs 'id' and 'experiment'")
-        _check_keys(item, ENTRY_KEYS, where)
-        if not isinstance(item["id"], str) or not ENTRY_ID.fullmatch(item["id"]):
-            raise ConfigError(f"{where}: id {item['id']!r} must be a folder name "
-                              "(letters, digits, '.', '_', '-')")
-        if item["id"] in seen:
-            raise ConfigError(f"{where}: id {item['id']!r} is used twice")
-        seen.add(item["id"])
-        for key in ("title", "study_notes", "appendix"):
-            if not isinstance(item.get(key, ""), str):
-                raise ConfigError(f"{where}: {key} must be a string, not {type(item[key]).__name__}")
-        exp = experiments.get(str(item["experiment"]))
-        own = _mapping(item.get("options"), f"{where}: options")
-        accepted = {f.name for f in dataclasses.fields(exp.options)} | set(exp.options.RENAMED)
-        options = {k: v for k, v in {**defaults, **own, **(overrides or {})}.items()
-                   if k in accepted or k in own}  # defaults reach only the entries that take them
-        built = exp.options.build(options, f"{where} ({item['experiment']})")
-        options = {exp.options.RENAMED.get(k, k): v for k, v in options.items()}
-        report = []
-        lines = item.get("report") or []
-        for line in lines if isinstance(lines, list) else [lines]:
-            line = _mapping(line, f"{where}: report line")
-            _check_keys(line, REPORT_KEYS, f"{where}: report")
-            if not {"label", "table", "where"} <= set(line) or not isinstance(line["where"], dict):
-                raise ConfigError(f"{where}: a report line needs label, table and where (a mapping)")
-            report.append(ReportLine(**line))
-        entries.append(Entry(item["id"], item["experiment"], item.get("title", item["id"]),
-                             options, tuple(report), item.get("study_notes", ""), built,
-                             item.get("appendix", "")))
+        entries.append(_entry(item, f"{path.name}: experiments[{i}]", seen,
+                              defaults, overrides or {}, experiments))
     if not entries:
         raise ConfigError(f"{path}: the preset lists no experiments")
     if not isinstance(raw.get("short_titles", False), bool):
