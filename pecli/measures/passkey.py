@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from pecli.runs import parallel
+from pecli.runs.loop import run_batches
 
 INTRO = ("There is an important info hidden inside a lot of irrelevant text. Find it and "
          "memorize them. I will quiz you about the important information there.")
@@ -96,26 +97,28 @@ def decode(loaded, trials: list[Trial], batch_size: int | None = None,
                               use_cache=True, eos_token_id=stop,
                               pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else stop)
     plan = batches(trials, batch_size)
-    done = {}  # batch index -> its decoded outputs (this process's share)
+
+    def one(rows: list[int], width: int) -> list[str]:  # its trials' decoded outputs
+        ids = torch.tensor([trials[i].ids for i in rows], device=loaded.device)  # no padding
+        with torch.inference_mode():
+            new = loaded.model.generate(ids, attention_mask=torch.ones_like(ids),
+                                        generation_config=config)[:, ids.shape[1]:].tolist()
+        if progress:
+            progress(len(rows))
+        return [tok.decode(row[:row.index(stop)] if stop in row else row, skip_special_tokens=True)
+                for row in new]
+
     # Prompts past the model's context are the point here: the table says so in each row, and
     # transformers' reminder that generation passed max_position_embeddings stays quiet.
     quiet = logging.getLogger("transformers.generation.utils")
     level = quiet.level
     quiet.setLevel(logging.ERROR)
     try:
-        for b in parallel.shard(plan, [len(trials[i].ids) for i in range(len(trials))]):
-            ids = torch.tensor([trials[i].ids for i in plan[b]], device=loaded.device)
-            with torch.inference_mode():
-                new = loaded.model.generate(ids, attention_mask=torch.ones_like(ids),
-                                            generation_config=config)[:, ids.shape[1]:].tolist()
-            done[b] = [tok.decode(row[:row.index(stop)] if stop in row else row,
-                                  skip_special_tokens=True) for row in new]
-            if progress:
-                progress(len(plan[b]))
+        plan, done = run_batches(plan, [len(t.ids) for t in trials], one)
     finally:
         quiet.setLevel(level)
     out: list[str] = [""] * len(trials)
-    for b, texts in parallel.gather(done).items():
+    for b, texts in done.items():
         for i, text in zip(plan[b], texts, strict=True):
             out[i] = text
     return out

@@ -321,26 +321,34 @@ def collect_hidden(loaded, ids: list[list[int]], batch_size: int | None = None):
     """
     import torch
 
-    from pecli.runs import parallel
     from pecli.runs.batching import default_token_budget, length_batches, pad
+    from pecli.runs.loop import run_batches
 
     base = getattr(loaded.model, "base_model", loaded.model)  # no LM head: no [t, vocab] logits
     pad_id = loaded.tokenizer.pad_token_id
     lengths = [len(x) for x in ids]
-    batches = parallel.spread(length_batches(lengths, default_token_budget(loaded.device), batch_size))
-    done = {}  # batch index -> (states per layer [n_real, d], positions, text index); this process's shard
+
+    def one(batch: list[int], width: int):  # (states per layer [n_real, d], positions, text index)
+        # Right padding: a real token's index in its sequence is its position.
+        input_ids, mask = pad([ids[i] for i in batch], pad_id, loaded.device, "right", width)  # [b, t]
+        out = base(input_ids=input_ids, attention_mask=mask, output_hidden_states=True)
+        real = mask.bool()  # [b, t]
+        pos = torch.arange(input_ids.shape[1], device=mask.device).expand_as(mask)  # [b, t]
+        text = torch.tensor(batch, device=mask.device)[:, None].expand_as(mask)  # [b, t]
+        return ([h[real].float().cpu().numpy() for h in out.hidden_states],  # h: [b, t, d]
+                pos[real].cpu().numpy(), text[real].cpu().numpy())
+
     with torch.inference_mode():
-        for b in parallel.shard(batches, lengths):
-            batch = batches[b]
-            # Right padding: a real token's index in its sequence is its position.
-            input_ids, mask = pad([ids[i] for i in batch], pad_id, loaded.device, "right")  # [b, t]
-            out = base(input_ids=input_ids, attention_mask=mask, output_hidden_states=True)
-            real = mask.bool()  # [b, t]
-            pos = torch.arange(input_ids.shape[1], device=mask.device).expand_as(mask)  # [b, t]
-            text = torch.tensor(batch, device=mask.device)[:, None].expand_as(mask)  # [b, t]
-            done[b] = ([h[real].float().cpu().numpy() for h in out.hidden_states],  # h: [b, t, d]
-                       pos[real].cpu().numpy(), text[real].cpu().numpy())
-    parts = list(parallel.gather(done).values())  # every batch, in batch order
+        _, done = run_batches(length_batches(lengths, default_token_budget(loaded.device), batch_size),
+                              lengths, one, join=_joined_states)
+    return _joined_states(list(done.values()))  # every batch, in batch order
+
+
+def _joined_states(parts: list) -> tuple:
+    """(states per layer, positions, texts) of `parts` joined: the batches of a run, or the
+    halves of a batch halved on out-of-memory."""
+    if len(parts) == 1:
+        return parts[0]
     return ([np.concatenate(layer) for layer in zip(*(p[0] for p in parts), strict=True)],
             np.concatenate([p[1] for p in parts]), np.concatenate([p[2] for p in parts]))
 

@@ -155,12 +155,12 @@ def test_soft_semantics_differ_between_protocols(tiny, family, sem):
 
 
 def test_default_mask_is_plain_evaluation_exactly(tiny, tmp_path):
-    from pecli.experiments import perplexity as exp
+    from pecli.experiments import EXPERIMENTS, perplexity  # noqa: F401 (registers it)
     from pecli.measures.lm_scoring import score_windows
 
     loaded = tiny("gpt2")
     pd.DataFrame({"text": TEXTS}).to_csv(tmp_path / "t.csv", index=False)
-    tables = exp.EXPERIMENTS.get("perplexity").run_with(
+    tables = EXPERIMENTS.get("perplexity").run_with(
         dict(dataset=str(tmp_path / "t.csv"), mask="default", mask_semantics=SEMS,
              protocol=["relative", "study"]), "test", loaded=loaded)
     prepared = _prepared(loaded)
