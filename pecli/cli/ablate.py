@@ -3,31 +3,11 @@
 from __future__ import annotations
 
 import time
-from typing import Annotated
 
 import typer
 from rich.table import Table
 
-from pecli.cli.flags import (
-    BatchSizeOpt,
-    BootstrapOpt,
-    DataDirOpt,
-    DatasetOpt,
-    DeviceMapOpt,
-    DeviceOpt,
-    DtypeOpt,
-    ForceOpt,
-    MaxMemoryOpt,
-    ModelArg,
-    OutOpt,
-    PeAliasOpt,
-    SeedOpt,
-    SplitOpt,
-    TextAliasOpt,
-    TextFieldOpt,
-    build,
-    intervention_option,
-)
+from pecli.cli.flags import ForceOpt, OutOpt, build, derived
 from pecli.cli.shared import ci_text, decimals, run_and_write
 from pecli.cli.shared import console as wide_console
 from pecli.positions.labels import INTACT, OLD_INTACT
@@ -36,40 +16,10 @@ from pecli.runs.options import AblateOptions
 
 INTACT_NAMES = (INTACT, *OLD_INTACT)
 
-InterventionOpt = intervention_option(
-    "compared with the model's own positions: zero (default), shuffle, reverse, shift:K, "
-    "sinusoidal, random, swap:MODEL")
 
 
-def ablate(
-    model: ModelArg,
-    intervention: InterventionOpt = None,
-    pe: PeAliasOpt = None,
-    dataset: DatasetOpt = "imdb",
-    split: SplitOpt = None,
-    text_field: TextFieldOpt = None,
-    text: TextAliasOpt = None,
-    limit: Annotated[int | None, typer.Option(
-        help=f"Seeded random subset of N rows (stratified by label where there is one). "
-             f"Default: {AblateOptions.DEFAULT_LIMIT}, or every row of smaller data.",
-        show_default=False)] = None,
-    probe: Annotated[bool, typer.Option(
-        help="Also fit a logistic-regression probe on mean-pooled final features (labelled "
-             "data, e.g. imdb) with and without the intervention; report held-out accuracy.")] = False,
-    layers: Annotated[bool, typer.Option(help="Measure every layer (else the final one only).")] = True,
-    baseline_pairs: Annotated[int, typer.Option(
-        help="Random pairs of standard-normal vectors for the chance baseline.")] = 10_000,
-    batch_size: BatchSizeOpt = None,
-    bootstrap: BootstrapOpt = 1000,
-    seed: SeedOpt = 0,
-    device: DeviceOpt = "auto",
-    dtype: DtypeOpt = "float32",
-    device_map: DeviceMapOpt = None,
-    max_memory: MaxMemoryOpt = None,
-    data_dir: DataDirOpt = None,
-    out: OutOpt = None,
-    force: ForceOpt = False,
-) -> None:
+@derived(AblateOptions, "pecli ablate")
+def ablate(flags: dict, *, out: OutOpt = None, force: ForceOpt = False) -> None:
     """Cosine similarity of every token's features with vs without position information.
 
     For each real token, the cosine between its hidden state with the model's own positions
@@ -85,12 +35,8 @@ def ablate(
         pecli ablate minilm --intervention zero,shuffle --limit 200 --probe
         pecli ablate random:gpt2 --intervention zero --dataset truthfulqa --text-field question --limit 20
     """
-    options = build(AblateOptions, "pecli ablate", model=model, intervention=intervention, pe=pe,
-                    dataset=dataset, split=split, text_field=text_field, text=text, limit=limit,
-                    limit_at_most=limit is None, seed=seed, device=device, dtype=dtype,
-                    device_map=device_map, max_memory=max_memory, data_dir=data_dir,
-                    batch_size=batch_size, layers=layers, probe=probe,
-                    baseline_pairs=baseline_pairs, bootstrap=bootstrap)
+    # an unset --limit takes every row of data smaller than the default
+    options = build(AblateOptions, "pecli ablate", **flags, limit_at_most=flags["limit"] is None)
     from pecli.experiments.ablate import run
     from pecli.measures.intervals import METHOD
 
@@ -161,6 +107,11 @@ def _summary(tables: dict, elapsed: float) -> None:
                           if value > 1 else "it moved tokens further than another token lies")
                       + "; the scale's ends are measured, so a value past them is a finding, not an error",
                       soft_wrap=True)
+    _baselines(console, final, tables["ablate_random"])
+
+
+def _baselines(console, final, random) -> None:
+    """The in-model baselines (the intact model's own) and the random-vector baseline."""
     own = final[final["intervention"].isin(INTACT_NAMES)].set_index("metric")
     if "token_pair_cosine_mean" in own.index and "self_similarity_mean" in own.index:
         tp, ss = own.loc["token_pair_cosine_mean"], own.loc["self_similarity_mean"]
@@ -168,9 +119,9 @@ def _summary(tables: dict, elapsed: float) -> None:
                       f"two different tokens {tp['value']:.4f}{ci_text(tp)} ({int(tp['pairs'])} pairs), "
                       f"the same token in another text {ss['value']:.4f}{ci_text(ss)} "
                       f"({int(ss['pairs'])} pairs)")
-    rand = tables["ablate_random"].set_index("metric")["value"]
-    console.print(f"random baseline: {int(tables['ablate_random']['pairs'].iloc[0])} pairs of "
-                  f"d = {int(tables['ablate_random']['dim'].iloc[0])} normal vectors, cosine mean "
+    rand = random.set_index("metric")["value"]
+    console.print(f"random baseline: {int(random['pairs'].iloc[0])} pairs of "
+                  f"d = {int(random['dim'].iloc[0])} normal vectors, cosine mean "
                   f"{rand['random_cosine_mean']:.4f}, std {rand['random_cosine_std']:.4f}")
 
 

@@ -2,79 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
 import typer
 from rich.table import Table
 
-from pecli.cli.flags import (
-    BatchSizeOpt,
-    BootstrapOpt,
-    DataDirOpt,
-    DatasetOpt,
-    DeviceOpt,
-    DtypeOpt,
-    ForceOpt,
-    MaskOpt,
-    MaskSemanticsOpt,
-    OutOpt,
-    RopeScalingOpt,
-    SeedOpt,
-    SplitOpt,
-    TextFieldOpt,
-    build,
-    intervention_option,
-)
-from pecli.cli.shared import ci_text, run_and_write
+from pecli.cli.flags import ForceOpt, OutOpt, derived
+from pecli.cli.shared import ci_text, counter, run_and_write
 from pecli.cli.shared import console as wide_console
 from pecli.runs.options import AttnOptions
 
-ModelsArg = Annotated[list[str], typer.Argument(
-    help="One or more models, causal or encoder: smollm2, minilm, models/tiny-gpt2-imdb, "
-         "random:<family> (pecli models), a checkpoint directory, a hub id.")]
-InterventionOpt = intervention_option("intact (the unmodified model; default), zero, ..., crossed with --mask")
 
-
-def attn(
-    models: ModelsArg,
-    length: Annotated[int | None, typer.Option(
-        min=2, help="Tokens per text: the first T of each document, with the tokenizer's default "
-                    "special tokens (shorter documents are skipped and counted; default 64, Gu "
-                    "et al.'s).")] = None,
-    join: Annotated[bool, typer.Option(
-        help="Cut windows of --length tokens from the documents joined by EOS (each wrapped in "
-             "the tokenizer's special tokens), for lengths no document reaches.")] = False,
-    intervention: InterventionOpt = None,
-    mask: MaskOpt = None,
-    mask_semantics: MaskSemanticsOpt = None,
-    rope_scaling: RopeScalingOpt = None,
-    epsilon: Annotated[float | None, typer.Option(
-        help="Sink threshold: a head is a sink when its mean attention to the first token "
-             "exceeds it (default 0.3, Gu et al.'s).")] = None,
-    block: Annotated[int | None, typer.Option(
-        min=1, help="Query rows whose attention is computed at once (default 256): memory "
-                    "grows with block x length per layer, never with the layers.")] = None,
-    buckets: Annotated[int | None, typer.Option(
-        min=1, help="Position buckets of the by-position tables (default 16; at most --length).")] = None,
-    probe_positions: Annotated[int | None, typer.Option(
-        min=0, help="Positions per text the position probe reads, evenly spaced (default 32 or "
-                    "--length if shorter; 0: no probe).")] = None,
-    hidden: Annotated[bool, typer.Option(
-        help="Hidden-state diagnostics: norms by position, positional vectors, the probe.")] = True,
-    dataset: DatasetOpt = "imdb",
-    split: SplitOpt = None,
-    text_field: TextFieldOpt = None,
-    limit: Annotated[int | None, typer.Option(
-        min=2, help="Texts of at least --length tokens, drawn in a seeded order (default 32).")] = None,
-    batch_size: BatchSizeOpt = None,
-    bootstrap: BootstrapOpt = 1000,
-    seed: SeedOpt = 0,
-    device: DeviceOpt = "auto",
-    dtype: DtypeOpt = "float32",
-    data_dir: DataDirOpt = None,
-    out: OutOpt = None,
-    force: ForceOpt = False,
-) -> None:
+@derived(AttnOptions, "pecli attn")
+def attn(options: AttnOptions, *, out: OutOpt = None, force: ForceOpt = False) -> None:
     """How a model uses position: sink rate, attention entropy and distance, rotary frequency
     usage, positional vectors and a position probe, per layer and head, under every condition.
 
@@ -92,25 +30,9 @@ def attn(
         pecli attn models/tiny-gpt2-imdb --intervention zero --mask default,linear,alibi --mask-semantics log-bias
         pecli attn smollm2 --length 12288 --join --limit 4 --rope-scaling yarn:2
     """
-    options = build(AttnOptions, "pecli attn", model=models, length=length, join=join,
-                    intervention=intervention, mask=mask, mask_semantics=mask_semantics,
-                    rope_scaling=rope_scaling, epsilon=epsilon, block=block, buckets=buckets,
-                    probe_positions=probe_positions, hidden=hidden, dataset=dataset, split=split,
-                    text_field=text_field, limit=limit, batch_size=batch_size, bootstrap=bootstrap,
-                    seed=seed, device=device, dtype=dtype, data_dir=data_dir)
-    from rich.progress import BarColumn, MofNCompleteColumn, TimeElapsedColumn
-
     from pecli.experiments.attn import run
     from pecli.measures.intervals import METHOD
-    from pecli.runs.progress import progress_bar
-
-    with progress_bar("texts", BarColumn(), MofNCompleteColumn(), "texts x conditions",
-                      TimeElapsedColumn(), transient=True) as bar:
-        task = bar.add_task("texts", total=None)
-
-        def advance(n: int, total: int) -> None:
-            bar.update(task, advance=n, total=total)
-
+    with counter("texts", "texts x conditions") as advance:
         tables, paths, pngs, _ = run_and_write("attn", run, options, out, progress=advance,
                                                force=force, notes={"intervals": METHOD})
     console = wide_console()

@@ -2,63 +2,18 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Annotated
-
 import typer
 from rich.table import Table
 
-from pecli.cli.flags import (
-    BootstrapOpt,
-    DataDirOpt,
-    DeviceOpt,
-    DtypeOpt,
-    ForceOpt,
-    ModelArg,
-    OutOpt,
-    SeedOpt,
-    build,
-)
+from pecli.cli.flags import ForceOpt, OutOpt, derived
 from pecli.cli.shared import console as wide_console
 from pecli.cli.shared import run_and_write
 from pecli.runs import parallel
 from pecli.runs.options import FinetuneOptions
 
 
-def finetune(
-    model: ModelArg = FinetuneOptions.model,
-    intervention: Annotated[list[str] | None, typer.Option(
-        "--intervention", help="Conditions trained (repeat or a,b). Default: intact, zero, shuffle "
-                               "(encoder); intact (the control) and zero (causal LM).")] = None,
-    mask: Annotated[str | None, typer.Option(
-        help="Causal LM: also start from zero + this mask (a file of pecli mask fit, log-bias), "
-             "held while training.")] = None,
-    seeds: Annotated[int, typer.Option(min=1, help="Training seeds: --seed, --seed + 1, ...")] = FinetuneOptions.seeds,
-    train_limit: Annotated[int, typer.Option(min=4, help="IMDB train texts.")] = FinetuneOptions.train_limit,
-    limit: Annotated[int | None, typer.Option(
-        min=4, help="IMDB test texts (default 400 for an encoder, 48 for a causal LM).")] = None,
-    max_length: Annotated[int, typer.Option(min=2, help="Tokens per text.")] = FinetuneOptions.max_length,
-    batch: Annotated[int | None, typer.Option(
-        min=1, help="Texts per step (default 16 for an encoder, 8 for a causal LM).")] = None,
-    lr: Annotated[float, typer.Option(help="AdamW's learning rate for the model.")] = FinetuneOptions.lr,
-    head_lr: Annotated[float, typer.Option(help="Encoder: the head's learning rate.")] = FinetuneOptions.head_lr,
-    epochs: Annotated[int, typer.Option(min=1, help="Encoder: passes over the train texts.")] = FinetuneOptions.epochs,
-    train_layers: Annotated[int | None, typer.Option(
-        min=1, help="Encoder: train only the last N layers and the head (default: every layer).")] = None,
-    steps: Annotated[int, typer.Option(min=1, help="Causal LM: training steps.")] = FinetuneOptions.steps,
-    eval_every: Annotated[int, typer.Option(
-        min=1, help="Causal LM: held-out perplexity every N steps.")] = FinetuneOptions.eval_every,
-    model_out: Annotated[Path | None, typer.Option(
-        help="Save the first seed's model of each condition as MODEL_OUT/<condition> (loadable by "
-             "every pecli command; its revision is the weights' sha256).")] = None,
-    bootstrap: BootstrapOpt = 1000,
-    seed: SeedOpt = 0,
-    device: DeviceOpt = "auto",
-    dtype: DtypeOpt = "float32",
-    data_dir: DataDirOpt = None,
-    out: OutOpt = None,
-    force: ForceOpt = False,
-) -> None:
+@derived(FinetuneOptions, "pecli finetune")
+def finetune(options: FinetuneOptions, *, out: OutOpt = None, force: ForceOpt = False) -> None:
     """Fine-tune a model with its positions removed: an encoder on IMDB sentiment, or a
     causal LM's recovery of held-out perplexity. The model's config decides which.
 
@@ -77,12 +32,6 @@ def finetune(
         pecli finetune smollm2 --steps 20 --seeds 2 --batch 4 --mask runs/fit/mask/mask.json
         pecli finetune minilm --intervention zero --seeds 1 --model-out runs/ft-models
     """
-    options = build(FinetuneOptions, "pecli finetune", model=model, intervention=intervention,
-                    mask=mask, seeds=seeds, train_limit=train_limit, limit=limit,
-                    max_length=max_length, batch=batch, lr=lr, head_lr=head_lr, epochs=epochs,
-                    train_layers=train_layers, steps=steps, eval_every=eval_every,
-                    model_out=model_out, bootstrap=bootstrap, seed=seed, device=device,
-                    dtype=dtype, data_dir=data_dir)
     from pecli.experiments.finetune import run
 
     console = wide_console(log_path=False)

@@ -6,7 +6,7 @@ import typer
 from rich.table import Table
 
 from pecli.cli.flags import ForceOpt, OutOpt, derived
-from pecli.cli.shared import ci_text, decimals, number, run_and_write
+from pecli.cli.shared import ci_text, counter, decimals, number, run_and_write
 from pecli.cli.shared import console as wide_console
 from pecli.runs import parallel
 from pecli.runs.options import LengthOptions
@@ -28,20 +28,10 @@ def length(options: LengthOptions, *, out: OutOpt = None, force: ForceOpt = Fals
         pecli length random:llama --lengths 64,128 --windows sliding --stride 16 --limit 8
         pecli length models/sinusoidal models/learned --lengths 128,256,512,1024
     """
-    from rich.progress import BarColumn, MofNCompleteColumn, TimeElapsedColumn
-
     from pecli.experiments.length import run
     from pecli.measures.intervals import METHOD
     from pecli.positions.labels import label as condition_label
-    from pecli.runs.progress import progress_bar
-
-    with progress_bar("scoring", BarColumn(), MofNCompleteColumn(), "tokens", TimeElapsedColumn(),
-                      transient=True, disable=not parallel.is_main()) as bar:
-        task = bar.add_task("scoring", total=None)
-
-        def advance(n: int, total: int) -> None:
-            bar.update(task, advance=n, total=total)
-
+    with counter("scoring", "tokens") as advance:
         tables, paths, pngs, _ = run_and_write("length", run, options, out, progress=advance, force=force,
                                                notes={"intervals": METHOD.replace("texts", "windows")})
     if not parallel.is_main():

@@ -2,22 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
 import typer
 from rich.table import Table
 
-from pecli.cli.flags import (
-    BootstrapOpt,
-    DataDirOpt,
-    DeviceOpt,
-    DtypeOpt,
-    ForceOpt,
-    ModelArg,
-    OutOpt,
-    SeedOpt,
-    build,
-)
+from pecli.cli.flags import ForceOpt, OutOpt, derived
 from pecli.cli.shared import console as wide_console
 from pecli.cli.shared import run_and_write
 from pecli.runs import parallel
@@ -27,35 +15,8 @@ mask_app = typer.Typer(name="mask", no_args_is_help=True,
                        help="Masks that stand in for positions: fit one (see also pecli masks).")
 
 
-def fit(
-    model: ModelArg = MaskFitOptions.model,
-    form: Annotated[str, typer.Option(
-        help="bucket (a bias per distance bucket, shared by heads), bucket-head (per head), slope "
-             "(ALiBi's form: a slope per head), linear (the study's shape, its oldest weight "
-             "fitted per head).")] = "bucket",
-    intervention: Annotated[str, typer.Option(
-        help="How positions are removed while fitting and judging.")] = "zero",
-    train_limit: Annotated[int, typer.Option(
-        min=2, help="IMDB train texts the mask is fitted on.")] = MaskFitOptions.train_limit,
-    steps: Annotated[int, typer.Option(min=1, help="Adam steps.")] = MaskFitOptions.steps,
-    batch: Annotated[int, typer.Option(min=1, help="Texts per step.")] = MaskFitOptions.batch,
-    lr: Annotated[float, typer.Option(help="Adam's learning rate.")] = MaskFitOptions.lr,
-    max_length: Annotated[int, typer.Option(
-        min=2, help="Tokens per text, start token included (fit and evaluation; at most the "
-                    "model's positions).")] = MaskFitOptions.max_length,
-    limit: Annotated[int, typer.Option(
-        min=2, help="Held-out texts per evaluation set (seeded).")] = MaskFitOptions.limit,
-    eval_data: Annotated[list[str] | None, typer.Option(
-        "--eval-data", help="Held-out sets, dataset[:split] (repeat or a,b). Default: imdb:test "
-                            "and truthfulqa.")] = None,
-    bootstrap: BootstrapOpt = 1000,
-    seed: SeedOpt = 0,
-    device: DeviceOpt = "auto",
-    dtype: DtypeOpt = "float32",
-    data_dir: DataDirOpt = None,
-    out: OutOpt = None,
-    force: ForceOpt = False,
-) -> None:
+@derived(MaskFitOptions, "pecli mask fit")
+def fit(options: MaskFitOptions, *, out: OutOpt = None, force: ForceOpt = False) -> None:
     """Fit a mask of a small form to stand in for removed positions; judge it on held-out texts.
 
     The model is frozen and its positions removed (zero); the mask's few parameters are fitted
@@ -72,10 +33,6 @@ def fit(
         pecli mask fit smollm2 --form slope --steps 30 --max-length 128 --limit 32
         pecli perplexity models/tiny-gpt2-imdb --intervention zero --mask runs/fit/mask/mask.json --mask-semantics log-bias
     """
-    options = build(MaskFitOptions, "pecli mask fit", model=model, form=form,
-                    intervention=intervention, train_limit=train_limit, steps=steps, batch=batch,
-                    lr=lr, max_length=max_length, limit=limit, eval_data=eval_data,
-                    bootstrap=bootstrap, seed=seed, device=device, dtype=dtype, data_dir=data_dir)
     from pecli.experiments.mask_fit import run
 
     console = wide_console(log_path=False)

@@ -2,50 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
 import typer
 from rich.table import Table
 
-from pecli.cli.flags import (
-    BatchSizeOpt,
-    DeviceOpt,
-    DtypeOpt,
-    ForceOpt,
-    OutOpt,
-    RopeScalingOpt,
-    SeedOpt,
-    build,
-    intervention_option,
-)
+from pecli.cli.flags import ForceOpt, OutOpt, derived
 from pecli.cli.shared import console as wide_console
-from pecli.cli.shared import run_and_write
+from pecli.cli.shared import counter, run_and_write
 from pecli.runs import parallel
 from pecli.runs.options import PasskeyOptions
 
-ModelsArg = Annotated[list[str], typer.Argument(
-    help="One or more causal LMs: smollm2, random:llama, random:gpt2, a checkpoint directory "
-         "(e.g. from pecli train lm), a hub id.")]
-InterventionOpt = intervention_option("intact (the model unchanged; default), zero, ...; the intact model always runs first")
 
-
-def passkey(
-    models: ModelsArg,
-    lengths: Annotated[str | None, typer.Option(
-        help="Prompt lengths in tokens (special tokens included), e.g. 1024,4096,16384.")] = None,
-    depths: Annotated[str | None, typer.Option(
-        help="Fractions of the filler before the key, e.g. 0,0.5,1 (default).")] = None,
-    trials: Annotated[int | None, typer.Option(
-        min=1, help="Trials per (length, depth), each with its own seeded key (default 5).")] = None,
-    rope_scaling: RopeScalingOpt = None,
-    intervention: InterventionOpt = None,
-    batch_size: BatchSizeOpt = None,
-    seed: SeedOpt = 0,
-    device: DeviceOpt = "auto",
-    dtype: DtypeOpt = "float32",
-    out: OutOpt = None,
-    force: ForceOpt = False,
-) -> None:
+@derived(PasskeyOptions, "pecli passkey")
+def passkey(options: PasskeyOptions, *, out: OutOpt = None, force: ForceOpt = False) -> None:
     """Passkey retrieval: a number hidden in filler text, read back by greedy decoding.
 
     The template is Mohtashami & Jaggi's (as YaRN's evaluation uses it; docs/length.md). The
@@ -61,22 +29,9 @@ def passkey(
         pecli passkey smollm2 --lengths 16384 --rope-scaling yarn:2,linear:2
         pecli passkey random:llama --lengths 128,256 --intervention zero
     """
-    options = build(PasskeyOptions, "pecli passkey", model=models, lengths=lengths, depths=depths,
-                    trials=trials, rope_scaling=rope_scaling, intervention=intervention,
-                    batch_size=batch_size, seed=seed, device=device, dtype=dtype)
-    from rich.progress import BarColumn, MofNCompleteColumn, TimeElapsedColumn
-
     from pecli.experiments.passkey import run
     from pecli.positions.labels import label as condition_label
-    from pecli.runs.progress import progress_bar
-
-    with progress_bar("decoding", BarColumn(), MofNCompleteColumn(), "trials", TimeElapsedColumn(),
-                      transient=True, disable=not parallel.is_main()) as bar:
-        task = bar.add_task("decoding", total=None)
-
-        def advance(n: int, total: int) -> None:
-            bar.update(task, advance=n, total=total)
-
+    with counter("decoding", "trials") as advance:
         tables, paths, pngs, _ = run_and_write(
             "passkey", run, options, out, progress=advance, force=force,
             notes={"intervals": "95 % Wilson score interval over trials"})

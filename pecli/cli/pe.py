@@ -9,24 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from pecli.cli.flags import (
-    BatchSizeOpt,
-    BootstrapOpt,
-    DataDirOpt,
-    DatasetOpt,
-    DeviceMapOpt,
-    DeviceOpt,
-    DtypeOpt,
-    ForceOpt,
-    LimitOpt,
-    MaxMemoryOpt,
-    OutOpt,
-    SeedOpt,
-    SplitOpt,
-    TextAliasOpt,
-    TextFieldOpt,
-    build,
-)
+from pecli.cli.flags import ForceOpt, OutOpt, build, derived
 from pecli.cli.shared import ci_text, run_and_write
 from pecli.cli.shared import console as wide_console
 from pecli.runs import parallel
@@ -35,8 +18,6 @@ from pecli.runs.options import ProbeOptions, RecoverOptions, SinusoidOptions
 pe_app = typer.Typer(name="pe", no_args_is_help=True,
                      help="Position encodings under the microscope: sinusoids and learned tables.")
 
-ModelsArg = Annotated[list[str], typer.Argument(
-    help="One or more models: minilm, smollm2, random:gpt2, random:bert, a hub id or a directory.")]
 IntervOpt = Annotated[list[str] | None, typer.Option(
     "--intervention",
     help="Conditions of the hidden-state probe, repeatable (default: intact and zero).")]
@@ -56,14 +37,8 @@ def _announced(experiment: str, run, options, out: Path | None, status: str, for
     return console, frames, tables, figures
 
 
-def sinusoidal(
-    positions: Annotated[int, typer.Option(help="Positions 0..N-1 to encode.")] = SinusoidOptions.positions,
-    dim: Annotated[int, typer.Option(help="Width of the encoding (even: (sin, cos) pairs).")] = SinusoidOptions.dim,
-    base: Annotated[float, typer.Option(
-        help="Wavelength base (> 1): pair i turns at base^(-2i/dim).")] = SinusoidOptions.base,
-    out: OutOpt = None,
-    force: ForceOpt = False,
-) -> None:
+@derived(SinusoidOptions, "pecli pe sinusoidal")
+def sinusoidal(options: SinusoidOptions, *, out: OutOpt = None, force: ForceOpt = False) -> None:
     """The sinusoidal encoding: heatmaps, the clock, the rotation property, dot products.
 
     Checks PE(pos + k) = M_k PE(pos) for every offset k (M_k block-diagonal 2x2 rotations
@@ -74,12 +49,12 @@ def sinusoidal(
         pecli pe sinusoidal --positions 128 --dim 64 --out /tmp/pe
         pecli pe sinusoidal --positions 512 --dim 512 --base 100
     """
-    options = build(SinusoidOptions, "pecli pe sinusoidal", positions=positions, dim=dim, base=base)
     from pecli.experiments.pe import run_sinusoidal
 
     frames, tables, figures, _ = run_and_write("pe-sinusoidal", run_sinusoidal, options, out, force=force)
     console = wide_console()
-    table = Table(title=f"sinusoidal PE: {positions} positions x {dim} dims, base {base:g}")
+    table = Table(title=f"sinusoidal PE: {options.positions} positions x {options.dim} dims, "
+                        f"base {options.base:g}")
     table.add_column("check")
     table.add_column("value", justify="right")
     table.add_column("how")
@@ -89,29 +64,8 @@ def sinusoidal(
     _paths(console, tables, figures)
 
 
-def probe(
-    models: ModelsArg,
-    dataset: DatasetOpt = "imdb",
-    split: SplitOpt = None,
-    limit: LimitOpt = ProbeOptions.limit,
-    max_length: Annotated[int, typer.Option(
-        help="Tokens kept per text (and at most the model's positions).")] = ProbeOptions.max_length,
-    folds: Annotated[int, typer.Option(help="k of the k-fold cross-validations.")] = ProbeOptions.folds,
-    pairs: Annotated[int, typer.Option(
-        help="Training pairs per fold of the order classifier.")] = ProbeOptions.pairs,
-    intervention: IntervOpt = None,
-    text_field: TextFieldOpt = None,
-    text: TextAliasOpt = None,
-    device: DeviceOpt = "auto",
-    dtype: DtypeOpt = "float32",
-    seed: SeedOpt = 0,
-    data_dir: DataDirOpt = None,
-    batch_size: BatchSizeOpt = None,
-    device_map: DeviceMapOpt = None,
-    max_memory: MaxMemoryOpt = None,
-    out: OutOpt = None,
-    force: ForceOpt = False,
-) -> None:
+@derived(ProbeOptions, "pecli pe probe")
+def probe(options: ProbeOptions, *, out: OutOpt = None, force: ForceOpt = False) -> None:
     """What position information models keep: Wang & Chen's analyses and a per-layer probe.
 
     For a learned table: linear regression row -> index (5-fold CV, MAE of the rounded
@@ -125,11 +79,6 @@ def probe(
         pecli pe probe smollm2 --dataset truthfulqa --limit 32
         pecli pe probe minilm --intervention intact --intervention shuffle --out /tmp/probe
     """
-    options = build(ProbeOptions, "pecli pe probe", models=models, dataset=dataset, split=split,
-                    limit=limit, max_length=max_length, folds=folds, pairs=pairs,
-                    intervention=intervention, text_field=text_field, text=text, device=device,
-                    dtype=dtype, seed=seed, data_dir=data_dir, batch_size=batch_size,
-                    device_map=device_map, max_memory=max_memory)
     from pecli.experiments.pe import ROTARY_NOTE, run_probe
 
     console, frames, tables, figures = _announced("pe-probe", run_probe, options, out, "probing", force=force)
@@ -175,34 +124,8 @@ def _hidden_summary(df) -> Table:
     return table
 
 
-def recover(
-    ctx: typer.Context,
-    models: ModelsArg,
-    tokens: Annotated[int, typer.Option(
-        help="Tokens sampled from the real vocabulary, each put at every position.")] = RecoverOptions.tokens,
-    dataset: DatasetOpt = "imdb",
-    split: SplitOpt = None,
-    limit: LimitOpt = RecoverOptions.limit,
-    max_length: Annotated[int, typer.Option(
-        help="Tokens kept per text for the hidden-state probe.")] = RecoverOptions.max_length,
-    top_k: Annotated[int, typer.Option(
-        help="Classes of the hidden-state token probe: the K most frequent tokens.")] = RecoverOptions.top_k,
-    folds: Annotated[int, typer.Option(help="k of the k-fold cross-validations.")] = RecoverOptions.folds,
-    bootstrap: BootstrapOpt = RecoverOptions.bootstrap,
-    n_boot: Annotated[int | None, typer.Option(
-        "--n-boot", hidden=True, help="Deprecated: use --bootstrap.")] = None,
-    text_field: TextFieldOpt = None,
-    text: TextAliasOpt = None,
-    device: DeviceOpt = "auto",
-    dtype: DtypeOpt = "float32",
-    seed: SeedOpt = 0,
-    data_dir: DataDirOpt = None,
-    batch_size: BatchSizeOpt = None,
-    device_map: DeviceMapOpt = None,
-    max_memory: MaxMemoryOpt = None,
-    out: OutOpt = None,
-    force: ForceOpt = False,
-) -> None:
+@derived(RecoverOptions, "pecli pe recover")
+def recover(flags: dict, *, ctx: typer.Context, out: OutOpt = None, force: ForceOpt = False) -> None:
     """Is adding position embeddings harmless, and can what was added be taken back out?
 
     For learned absolute positions, x = E_tok[v] + E_pos[p] as the first block sees it (the
@@ -218,13 +141,9 @@ def recover(
         pecli pe recover models/tiny-gpt2-imdb random:bert smollm2 --tokens 16
         pecli pe recover minilm --limit 64 --top-k 100 --out /tmp/recover
     """
-    options = build(RecoverOptions, "pecli pe recover", models=models, tokens=tokens,
-                    dataset=dataset, split=split, limit=limit, max_length=max_length, top_k=top_k,
-                    folds=folds, n_boot=n_boot, bootstrap=bootstrap if n_boot is None
-                    or ctx.get_parameter_source("bootstrap").name == "COMMANDLINE" else None,
-                    text_field=text_field, text=text, device=device, dtype=dtype, seed=seed,
-                    data_dir=data_dir, batch_size=batch_size, device_map=device_map,
-                    max_memory=max_memory)
+    if flags["n_boot"] is not None and ctx.get_parameter_source("bootstrap").name != "COMMANDLINE":
+        del flags["bootstrap"]  # --n-boot alone: the deprecated spelling, not two values
+    options = build(RecoverOptions, "pecli pe recover", **flags)
     from pecli.experiments.recover import run_recover
 
     console, frames, tables, figures = _announced("pe-recover", run_recover, options, out, "recovering",

@@ -6,7 +6,7 @@ import typer
 from rich.table import Table
 
 from pecli.cli.flags import ForceOpt, OutOpt, derived
-from pecli.cli.shared import ci_text, decimals, number, run_and_write
+from pecli.cli.shared import ci_text, counter, decimals, number, run_and_write
 from pecli.cli.shared import console as wide_console
 from pecli.runs import parallel
 from pecli.runs.options import PerplexityOptions
@@ -29,41 +29,38 @@ def perplexity(options: PerplexityOptions, *, out: OutOpt = None, force: ForceOp
         pecli perplexity smollm2 --mask linear --mask-semantics log-bias --limit 100
         pecli perplexity smollm2 --intervention intact,zero --mask default,linear --protocol relative,study --limit 50
     """
-    from rich.progress import BarColumn, MofNCompleteColumn, TimeElapsedColumn
-
-    from pecli.experiments.perplexity import HEADLINE, run
+    from pecli.experiments.perplexity import run
     from pecli.measures.intervals import METHOD
-    from pecli.positions.labels import label as condition_label
-    from pecli.runs.progress import progress_bar
 
-    console = wide_console()
-    with progress_bar("scoring", BarColumn(), MofNCompleteColumn(), "tokens",
-                      TimeElapsedColumn(), transient=True,
-                      disable=not parallel.is_main()) as bar:  # piped: plain lines
-        task = bar.add_task("scoring", total=None)
-
-        def advance(n: int, total: int) -> None:
-            bar.update(task, advance=n, total=total)
-
+    with counter("scoring", "tokens") as advance:  # piped: plain lines
         tables, paths, pngs, _ = run_and_write("perplexity", run, options, out, progress=advance, force=force,
                                                notes={"intervals": METHOD})
     if not parallel.is_main():  # launched on N processes: the main one writes and prints
         return
+    console = wide_console()
+    _summary(console, tables["perplexity"])
+    for p in [*paths.values(), *pngs]:
+        console.print(f"wrote {p}")
 
-    df = tables["perplexity"]
+
+def _summary(console, df) -> None:
+    """One row per condition: every aggregation, the headline with its interval."""
+    from pecli.experiments.perplexity import HEADLINE
+    from pecli.positions.labels import label as condition_label
+
     first = df.iloc[0]
     summary = Table(title=f"perplexity: {first['model']} on {first['dataset']}/{first['split']} "
                           f"({first['rows']} texts, {first['tokens']} scored tokens, start token "
                           f"{first['start_token']}, {first['truncated']} truncated)")
     summary.add_column("condition")
-    for col in ("corpus", "mean_per_text", "median_per_text", "mean_per_token"):
+    aggregations = ("corpus", "mean_per_text", "median_per_text", "mean_per_token")
+    for col in aggregations:
         summary.add_column(col + (" * [95 % CI]" if col == HEADLINE else ""), justify="right")
     study = df["study_value"].notna().any()
     if study:
         summary.add_column("study (gpt2)", justify="right")
     summary.add_column("computed as")
     shown = set()
-    aggregations = ("corpus", "mean_per_text", "median_per_text", "mean_per_token")
     digits = {a: decimals(part["value"], part["ci_low"], part["ci_high"])
               for a, part in df.groupby("aggregation")}  # one count per column
     for _, group in df.groupby(["intervention", "mask", "mask_semantics", "protocol"], sort=False):
@@ -84,8 +81,6 @@ def perplexity(options: PerplexityOptions, *, out: OutOpt = None, force: ForceOp
                   "the table: ci_low, ci_high)"
                   + ("; study: its reported number (aggregation not stated; transformers 4.x)"
                      if study else ""))
-    for p in [*paths.values(), *pngs]:
-        console.print(f"wrote {p}")
 
 
 def masks() -> None:

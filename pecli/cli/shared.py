@@ -1,6 +1,7 @@
 """What every command shares: a wide console for piped output, and the one writer of a command's results."""
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from rich.console import Console
@@ -53,6 +54,21 @@ def run_and_write(experiment: str, run, options, out, *, save_dir: bool | str = 
                           soft_wrap=True)
         tables, figures = output.write(frames, config, exp.figures)
     return frames, tables, figures, recorded
+
+
+@contextmanager
+def counter(label: str, unit: str) -> Iterator[Callable[[int, int], None]]:
+    """A progress bar of `unit`s (plain lines when piped, none on a worker process of a
+    parallel launch), advanced by the `progress(n, total)` callback it yields to a run."""
+    from rich.progress import BarColumn, MofNCompleteColumn, TimeElapsedColumn
+
+    from pecli.runs import parallel
+    from pecli.runs.progress import progress_bar
+
+    with progress_bar(label, BarColumn(), MofNCompleteColumn(), unit, TimeElapsedColumn(),
+                      transient=True, disable=not parallel.is_main()) as bar:
+        task = bar.add_task(label, total=None)
+        yield lambda n, total: bar.update(task, advance=n, total=total)
 
 
 def ci_text(row, fmt: str | Callable[[float], str] = ".4f") -> str:

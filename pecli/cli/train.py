@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from pecli.cli.flags import DataDirOpt, ForceOpt, OutOpt, SeedOpt, build
+from pecli.cli.flags import ForceOpt, OutOpt, derived
 from pecli.cli.shared import ci_text, run_and_write
 from pecli.cli.shared import console as wide_console
 from pecli.runs.options import TrainLmOptions
@@ -127,46 +126,9 @@ def _summary(console: Console, experiment: str, tables: dict) -> None:
     console.print(table)
 
 
-D = TrainLmOptions  # the defaults shown in --help
-
-
 @train_app.command()
-def lm(
-    pe: Annotated[list[str] | None, typer.Option(
-        "--pe", help="Position encoding(s) to train with: learned (default), sinusoidal, none, "
-                     "rope, alibi (repeat or comma-separate).")] = None,
-    steps: Annotated[int, typer.Option(help="Optimiser steps per scheme.")] = D.steps,
-    tokenizer: Annotated[str, typer.Option(
-        help="bpe (learned on IMDB train, saved with the checkpoint) or gpt2 (50,257 rows).")] = D.tokenizer,
-    vocab: Annotated[int, typer.Option(help="BPE vocabulary size (at least 300).")] = D.vocab,
-    layers: Annotated[int, typer.Option(help="Transformer blocks.")] = D.layers,
-    width: Annotated[int, typer.Option(help="Hidden size (a multiple of --heads).")] = D.width,
-    heads: Annotated[int, typer.Option(help="Attention heads.")] = D.heads,
-    context: Annotated[int, typer.Option(help="Tokens per training window (= positions).")] = D.context,
-    batch: Annotated[int, typer.Option(help="Windows per step.")] = D.batch,
-    limit: Annotated[int | None, typer.Option(
-        help="IMDB train reviews (seeded, label-balanced subset).")] = D.limit,
-    eval_limit: Annotated[int | None, typer.Option(help="IMDB test reviews scored.")] = D.eval_limit,
-    eval_every: Annotated[int, typer.Option(help="Steps between learning-curve points.")] = D.eval_every,
-    seeds: Annotated[int, typer.Option(
-        help="Training seeds per scheme (--seed, --seed + 1, ...): every perplexity is their "
-             "mean with a 95 % t interval over them.")] = D.seeds,
-    positions_removed: Annotated[bool, typer.Option(
-        help="pecli perplexity --intervention zero on each checkpoint with a position table or "
-             "rotation (positions.csv).")] = D.positions_removed,
-    threads: Annotated[int | None, typer.Option(help="torch threads (default: torch's).")] = None,
-    workers: Annotated[int, typer.Option(
-        help="Models trained at once, each in its own one-thread process.")] = D.workers,
-    model_out: Annotated[Path | None, typer.Option(
-        help="Save the checkpoint exactly here (one --pe), e.g. models/tiny-gpt2-imdb.")] = None,
-    test_lengths: Annotated[str | None, typer.Option(
-        help="Train short, test long: after training, pecli length on the test reviews at these "
-             "window lengths, e.g. 128,256,512,1024 (length.csv, figures/length.png).")] = None,
-    seed: SeedOpt = 0,
-    data_dir: DataDirOpt = None,
-    out: OutOpt = None,
-    force: ForceOpt = False,
-) -> None:
+@derived(TrainLmOptions, "pecli train lm")
+def lm(options: TrainLmOptions, *, out: OutOpt = None, force: ForceOpt = False) -> None:
     """Train a small causal LM per position scheme on IMDB train; IMDB test perplexity vs unigram.
 
     Writes perplexity.csv, curve.csv (+ .json sidecars), figures/train_lm_curve.png,
@@ -182,12 +144,6 @@ def lm(
         pecli train lm --tokenizer gpt2 --steps 20 --limit 500 --eval-limit 50
         pecli train lm --pe learned,sinusoidal,none,rope,alibi --context 128 --test-lengths 128,256,512,1024
     """
-    options = build(TrainLmOptions, "pecli train lm", pe=pe, steps=steps, tokenizer=tokenizer,
-                    vocab=vocab, layers=layers, width=width, heads=heads, context=context,
-                    batch=batch, limit=limit, eval_limit=eval_limit, eval_every=eval_every,
-                    seeds=seeds, positions_removed=positions_removed,
-                    threads=threads, workers=workers, seed=seed, data_dir=data_dir, model_out=model_out,
-                    test_lengths=test_lengths or ())
     run_with_progress("train-lm", options, out, force=force)
 
 

