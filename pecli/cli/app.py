@@ -22,6 +22,7 @@ import typer
 from typer._click.exceptions import NoArgsIsHelpError, UsageError
 from typer.core import TyperGroup
 
+from pecli.experiments import REGISTERED
 from pecli.runs.errors import PecliError
 
 # What survives Ctrl-C; tables themselves are written only once a run completes, atomically.
@@ -103,10 +104,7 @@ def _root(version: bool = typer.Option(False, "--version", is_eager=True, callba
     """Position information in pretrained Transformers: ablate, mask, measure."""
 
 
-COMMAND_MODULES = ("listing", "reproduce", "ablate", "perplexity", "mc", "pe", "toy", "train", "compare",
-                   "length", "passkey", "lm_eval", "mask", "attn", "finetune")
-
-for _name in COMMAND_MODULES:
+for _name, _ in REGISTERED:  # the one table of commands and experiments
     importlib.import_module(f"pecli.cli.{_name}").register(app)
 
 

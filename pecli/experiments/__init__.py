@@ -17,12 +17,14 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from pecli.runs.errors import ConfigError
 from pecli.runs.options import Options
 from pecli.runs.registry import Registry
+
+if TYPE_CHECKING:  # the command line imports this module (REGISTERED): no pandas at its start
+    import pandas as pd
 
 
 @dataclass(frozen=True)
@@ -73,9 +75,17 @@ def register(name: str, version: int, run: Callable[..., dict[str, pd.DataFrame]
     EXPERIMENTS.add(name, experiment)
     return experiment
 
-# Modules that register experiments, imported on first use.
-EXPERIMENT_MODULES: tuple[str, ...] = ("ablate", "perplexity", "mc", "pe", "recover", "toy", "toy_length",
-                                       "train_lm", "length", "passkey", "mask_fit", "attn", "finetune")
+
+# The one table of what pecli registers, in `pecli --help` order: each command module of
+# pecli.cli with the experiment modules of pecli.experiments it runs. A module registers
+# itself when imported: a command with its register(app) (pecli.cli.app), an experiment with
+# `register` (imported on first use, by load_all).
+REGISTERED: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("listing", ()), ("reproduce", ()), ("ablate", ("ablate",)), ("perplexity", ("perplexity",)),
+    ("mc", ("mc",)), ("pe", ("pe", "recover")), ("toy", ("toy", "toy_length")),
+    ("train", ("train_lm",)), ("compare", ()), ("length", ("length",)), ("passkey", ("passkey",)),
+    ("lm_eval", ()), ("mask", ("mask_fit",)), ("attn", ("attn",)), ("finetune", ("finetune",)),
+)
 
 
 def check_before_loading(model: str, grid=(), *, causal: bool = False) -> None:
@@ -110,6 +120,6 @@ def load(name: str, options: Options):
 
 
 def load_all() -> Registry[Experiment]:
-    for module in EXPERIMENT_MODULES:
+    for module in (m for _, modules in REGISTERED for m in modules):
         importlib.import_module(f"pecli.experiments.{module}")
     return EXPERIMENTS
