@@ -4,31 +4,32 @@
         outputs = loaded.model(**batch)
 
 A name is `<intervention>` or `<intervention>:<argument>` (`shift:3`, `swap:random:bert`).
-How each position kind (pecli.models.architectures.POSITION_KINDS) is changed:
+Each remapping (reverse, shift, shuffle) is written once, as a map of positions (MAPS: position
+p gets what position map(p) had), and the same map serves every kind that has positions:
 
-- learned: the embedding table's storage is swapped for a copy made once in `prepare`
-  with its rows (after `spec.pos_offset`) replaced; the model's own storage comes back in
-  `finally`;
-- relative bias: the same for the rows of T5's bias table [buckets, heads];
-- rotary and partial rotary: forward hooks on the module at `spec.rotary` (its cos/sin, or
-  the position ids it is given), removed in `finally`; partial rotary's cos/sin cover only
-  the rotated dimensions, so `zero` leaves the others as they are;
+- learned: the embedding table's storage is swapped for a copy made once in `prepare` with its
+  rows (after `spec.pos_offset`) replaced by rows[map(p)] (clamped: a shift past the end
+  repeats the last/first row); the model's own storage comes back in `finally`;
+- relative bias: the same for the rows of T5's bias table [buckets, heads] (shuffle permutes
+  the buckets);
+- rotary and partial rotary: a forward pre-hook on the module at `spec.rotary` gives it map(ids)
+  for the position ids ids (so a shift keeps every relative offset); `zero` is a forward hook
+  returning cos 1, sin 0 (partial rotary's cos/sin cover only the rotated dimensions);
+- GPT-J's [sin | cos] table in every attention (SINCOS): its rows become the rows of positions
+  map(p), computed by GPT-J's formula where the map reaches past the table;
 - alibi: forward pre-hooks on every block rewrite the bias tensor it receives (keyword
-  `spec.bias`), removed in `finally`.
+  `spec.bias`): zero, negated (reverse), heads permuted (shuffle).
 
-Mapping conventions shared by the kinds (N = the model's positions):
-
-- `reverse`: position p gets what position N-1-p had;
-- `shift:K`: position p gets what position p+K had (learned rows past the end repeat the
-  last/first row; rotary ids just move, so only relative offsets matter);
-- `shuffle`: position p gets what position perm[p] had, perm a seeded permutation of N.
+Implementations are found in ONE table, IMPLEMENTATIONS, keyed by (name, kind) (as transformers
+keys ROPE_INIT_FUNCTIONS by rope type): `prepare` looks up (name, kind_of(spec)) and nothing
+dispatches again inside. Whether a name applies is decided before (check_applies, called by
+pecli.positions.conditions' one check); shuffle past the positions is that check's row note.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -37,6 +38,8 @@ from pecli.models.architectures import (
     ALIBI,
     LEARNED,
     RELATIVE_BIAS,
+    ROTARY,
+    ROTARY_KINDS,
     position_embedding,
     resolve,
     resolve_in,
@@ -45,17 +48,6 @@ from pecli.positions.sinusoid import sinusoidal_at
 from pecli.runs import names
 from pecli.runs.errors import InterventionError
 from pecli.runs.names import INTERVENTIONS, Choice
-
-
-@dataclass(frozen=True)
-class Implementation:
-    """How one intervention (a name in pecli.runs.names.INTERVENTIONS) acts on each position kind."""
-
-    learned: Callable | None  # (loaded, weight_rows[n, d], arg, seed) -> new rows[n, d]
-    rotary: Callable | None  # (loaded, arg, seed) -> contextmanager installing hooks
-    alibi: Callable | None = None  # (bias[b*h | h, ..., k], heads, arg, seed) -> new bias
-    relative: Callable | None = None  # as `learned`, on the bias table's rows [buckets, heads]
-
 
 # Why a name means nothing for a kind, where more can be said than the kinds it needs.
 WHY_NOT = {
@@ -80,9 +72,9 @@ def parse(name: str | Choice) -> Choice:
 
 def check_applies(loaded, name: str | Choice) -> Choice:
     """The parsed intervention, or an InterventionError if it cannot act on this model's
-    positions. `loaded` may be a LoadedModel or, before any weights load, a loading.ModelRef:
+    positions. `loaded` may be a LoadedModel or, before any weights load, a sources.ModelRef:
     then `swap:MODEL` is also checked against MODEL's config (its positions and width)."""
-    from pecli.models.loading import ModelRef, peek
+    from pecli.models.sources import ModelRef, peek
 
     choice = parse(name)
     kinds = choice.term.applies_to
@@ -141,6 +133,12 @@ def intervene(loaded, name: str | Choice, seed: int = 0):
     return prepare(loaded, name, seed)()
 
 
+def kind_of(spec) -> str:
+    """The key under which `spec`'s implementations are found: its position kind, or SINCOS for
+    rotary kept as a sin/cos table in every attention (GPT-J)."""
+    return SINCOS if spec.sincos else spec.position
+
+
 def prepare(loaded, name: str | Choice, seed: int = 0) -> Callable[[], AbstractContextManager]:
     """Do the slow part once (new rows, a donor model); return a cheap context-manager factory.
 
@@ -148,41 +146,12 @@ def prepare(loaded, name: str | Choice, seed: int = 0) -> Callable[[], AbstractC
     Errors (does not apply, bad argument, width mismatch) are raised here, before any change.
     """
     choice = check_applies(loaded, name)
-    iv, arg, spec = IMPLEMENTATIONS[choice.name], choice.argument, loaded.spec
-    if choice.name == names.INTACT:  # the baseline: nothing installed, nothing copied
-        return nullcontext
     if choice.layers is not None:
-        return _layered(loaded, choice, iv, seed)
-    if spec.rotates:
-        return lambda: iv.rotary(loaded, arg, seed)
-    if spec.position == ALIBI:
-        return lambda: _alibi_hooks(loaded, iv.alibi, arg, seed)
-    if spec.position == RELATIVE_BIAS:
-        table, offset, edit = resolve(loaded.model, spec, spec.bias), 0, iv.relative
-    else:
-        table, offset, edit = position_embedding(loaded.model, spec), spec.pos_offset, iv.learned
-    rows = table.weight.detach()[offset:]  # [n, d], a view on the real position rows
-    new = edit(loaded, rows, arg, seed)
-    if new is None:  # nothing to change
-        return nullcontext
-    full = table.weight.detach().clone()  # the whole table once, its position rows replaced
-    full[offset:] = new.to(rows.device, rows.dtype)
-
-    @contextmanager
-    def apply() -> Iterator[None]:
-        # The parameter's storage is swapped, not written: nothing is copied per batch, and the
-        # model's own tensor comes back untouched.
-        own = table.weight.data
-        try:
-            table.weight.data = full
-            yield
-        finally:
-            table.weight.data = own
-
-    return apply
+        return _layered(loaded, choice, seed)
+    return IMPLEMENTATIONS[choice.name, kind_of(loaded.spec)](loaded, choice.argument, seed)
 
 
-def _layered(loaded, choice: Choice, iv: Implementation, seed: int):
+def _layered(loaded, choice: Choice, seed: int):
     """Per-layer surgery: `choice` acting only in the attention layers it names."""
     from pecli.positions import remedies
 
@@ -190,20 +159,18 @@ def _layered(loaded, choice: Choice, iv: Implementation, seed: int):
     if choice.name in REMEDIES:
         remedy = remedies.Remedy.of(choice.name, choice.argument)
         return lambda: remedies.remedied(loaded, remedy, layers)
+    everywhere = IMPLEMENTATIONS[choice.name, kind_of(loaded.spec)](loaded, choice.argument, seed)
 
     @contextmanager
     def apply() -> Iterator[None]:
-        with iv.rotary(loaded, choice.argument, seed), remedies.only_in(loaded, layers):
+        with everywhere(), remedies.only_in(loaded, layers):
             yield
 
     return apply
 
 
-# --- learned tables: new rows from old ---------------------------------------------
-
-
-def _shift_amount(arg: str) -> int:
-    return int(arg)  # checked when parsed (pecli.runs.names)
+# --- the maps of positions: written once, for every kind that has positions to map -------
+# A map takes positions (any integer tensor) to the positions whose rows / rotation they get.
 
 
 def _permutation(n: int, seed: int) -> torch.Tensor:
@@ -211,8 +178,79 @@ def _permutation(n: int, seed: int) -> torch.Tensor:
     return torch.randperm(n, generator=gen)  # [n]
 
 
-def _index_rows(rows: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    return rows[index.to(rows.device)]  # [n, d]
+def _reverse(n: int, arg, seed: int) -> Callable[[torch.Tensor], torch.Tensor]:
+    return lambda p: (n - 1) - p
+
+
+def _shift(n: int, arg, seed: int) -> Callable[[torch.Tensor], torch.Tensor]:
+    k = _shift_amount(arg)
+    return lambda p: p + k
+
+
+def _shuffle(n: int, arg, seed: int) -> Callable[[torch.Tensor], torch.Tensor]:
+    perm = _permutation(n, seed)
+    return lambda p: perm.to(p.device)[p]
+
+
+# name -> (n, argument, seed) -> the map of n positions
+MAPS = {"reverse": _reverse, "shift": _shift, "shuffle": _shuffle}
+
+
+def _shift_amount(arg: str) -> int:
+    return int(arg)  # checked when parsed (pecli.runs.names)
+
+
+# --- tables of rows (learned positions; T5's bias buckets): new rows from old ------------
+# An edit is (loaded, rows[n, d], arg, seed) -> new rows [n, d], or None for no change.
+
+
+def _table(loaded):
+    """The position table and where its position rows start."""
+    spec = loaded.spec
+    if spec.position == RELATIVE_BIAS:
+        return resolve(loaded.model, spec, spec.bias), 0  # [buckets, heads]
+    return position_embedding(loaded.model, spec), spec.pos_offset  # [offset + n, d]
+
+
+def _rows(edit: Callable):
+    """An implementation that swaps the table's position rows for `edit`'s, made once."""
+
+    def implementation(loaded, arg, seed):
+        table, offset = _table(loaded)
+        rows = table.weight.detach()[offset:]  # [n, d], a view on the real position rows
+        new = edit(loaded, rows, arg, seed)
+        full = table.weight.detach().clone()  # the whole table once, its position rows replaced
+        full[offset:] = new.to(rows.device, rows.dtype)
+
+        @contextmanager
+        def apply() -> Iterator[None]:
+            # The parameter's storage is swapped, not written: nothing is copied per batch, and
+            # the model's own tensor comes back untouched.
+            own = table.weight.data
+            try:
+                table.weight.data = full
+                yield
+            finally:
+                table.weight.data = own
+
+        return apply
+
+    return implementation
+
+
+def _mapped_rows(position_map):
+    """Row p becomes row map(p); positions the map sends past the end read the last/first row."""
+
+    def edit(loaded, rows, arg, seed):
+        n = len(rows)
+        index = position_map(n, arg, seed)(torch.arange(n)).clamp(0, n - 1)  # [n]
+        return rows[index.to(rows.device)]
+
+    return edit
+
+
+def _zero_rows(loaded, rows, arg, seed):
+    return torch.zeros_like(rows)
 
 
 def sinusoidal_table(n: int, d: int) -> torch.Tensor:
@@ -221,13 +259,13 @@ def sinusoidal_table(n: int, d: int) -> torch.Tensor:
     return torch.from_numpy(sinusoidal_at(np.arange(n), d))
 
 
-def _learned_sinusoidal(loaded, rows, arg, seed):
+def _sinusoidal_rows(loaded, rows, arg, seed):
     pe = sinusoidal_table(*rows.shape).to(rows.device)  # [n, d], row norms sqrt(d/2)
     target = rows.double().norm(dim=1).mean()
     return pe * (target / pe.norm(dim=1).mean())
 
 
-def _learned_random(loaded, rows, arg, seed):
+def _random_rows(loaded, rows, arg, seed):
     gen = torch.Generator().manual_seed(seed)
     flat = rows.double()
     noise = torch.randn(rows.shape, generator=gen, dtype=torch.float64)  # [n, d]
@@ -241,7 +279,7 @@ def load_donor(name: str, seed: int):
     return load_model(name, device="cpu", seed=seed)
 
 
-def _learned_swap(loaded, rows, arg, seed):
+def _swapped_rows(loaded, rows, arg, seed):
     donor = load_donor(arg, seed)
     _check_donor(arg, donor.spec.position, None, loaded.name, None)
     theirs = position_embedding(donor.model, donor.spec).weight.detach()[donor.spec.pos_offset:]
@@ -250,25 +288,6 @@ def _learned_swap(loaded, rows, arg, seed):
     n = min(len(rows), len(theirs))
     new[:n] = theirs[:n].to(rows.device, rows.dtype)
     return new
-
-
-def _learned(kind: str):
-    def edit(loaded, rows, arg, seed):
-        n = len(rows)
-        if kind == names.INTACT:
-            return None
-        if kind == "zero":
-            return torch.zeros_like(rows)
-        if kind == "reverse":
-            return rows.flip(0)
-        if kind == "shuffle":
-            return _index_rows(rows, _permutation(n, seed))
-        if kind == "shift":
-            k = _shift_amount(arg)
-            return _index_rows(rows, (torch.arange(n) + k).clamp(0, n - 1))
-        raise AssertionError(kind)
-
-    return edit
 
 
 # --- rotary: hooks on the rotary-embedding module ----------------------------------
@@ -287,6 +306,42 @@ def _rotary_module(loaded):
     return resolve(loaded.model, loaded.spec, loaded.spec.rotary)
 
 
+def _identity_rotation(loaded, arg, seed):
+    """Identity rotation: cos = 1, sin = 0 leaves queries and keys unrotated."""
+
+    def out_hook(mod, args, output):
+        cos, sin = output  # [b, t, head_dim] each
+        return torch.ones_like(cos), torch.zeros_like(sin)
+
+    return lambda: _hooks(_rotary_module(loaded).register_forward_hook(out_hook))
+
+
+def _mapped_ids(position_map):
+    """The rotary module is given map(ids) for the position ids ids [b, t]."""
+
+    def implementation(loaded, arg, seed):
+        def install():
+            # n is read on entry: a rope scaling entered first (Condition.applied) changes it
+            remap = position_map(int(loaded.max_positions), arg, seed)
+
+            def pre_hook(mod, args, kwargs):
+                # The base model calls rotary_emb(hidden, position_ids=ids[b, t]): rewrite them.
+                if "position_ids" in kwargs:
+                    kwargs = {**kwargs, "position_ids": remap(kwargs["position_ids"])}
+                else:
+                    args = (args[0], remap(args[1]), *args[2:])
+                return args, kwargs
+
+            return _hooks(_rotary_module(loaded).register_forward_pre_hook(pre_hook, with_kwargs=True))
+
+        return install
+
+    return implementation
+
+
+# --- rotary kept as a [sin | cos] table in every attention (GPT-J) -------------------------
+
+
 def _sincos_at(positions: torch.Tensor, dim: int) -> torch.Tensor:
     """GPT-J's [sin | cos] table rows (its create_sinusoidal_positions) at any integer positions."""
     inv_freq = 1.0 / (10000 ** (torch.arange(0, dim, 2, dtype=torch.int64) / dim))  # [dim/2]
@@ -294,90 +349,66 @@ def _sincos_at(positions: torch.Tensor, dim: int) -> torch.Tensor:
     return torch.cat((torch.sin(angles), torch.cos(angles)), dim=1)  # [n, dim]
 
 
-@contextmanager
-def _sincos_tables(loaded, kind: str, arg, seed) -> Iterator[None]:
-    """Rotary kept as a table in every attention (GPT-J): the rows are remapped, as the ids of
-    a rotary module would be; `zero` makes every row sin 0, cos 1 (the identity rotation)."""
-    parent, _, name = loaded.spec.sincos.rpartition(".")
-    owners = [resolve_in(block, parent) for block in resolve(loaded.model, loaded.spec, loaded.spec.layers)]
-    saved = [getattr(owner, name) for owner in owners]
-    old = saved[0]  # [n, rot]: the same table in every block
-    n, rot = old.shape
-    ids = torch.arange(n)
-    if kind == "zero":
-        new = torch.cat([torch.zeros(n, rot // 2), torch.ones(n, rot // 2)], dim=1)
-    elif kind == "reverse":
-        new = old.flip(0)
-    elif kind == "shuffle":
-        new = old[_permutation(n, seed).to(old.device)]
-    elif kind == "shift":
-        new = _sincos_at(ids + _shift_amount(arg), rot)
-    else:
-        raise AssertionError(kind)
-    new = new.to(old)
-    try:
-        for owner in owners:
-            setattr(owner, name, new)
-        yield
-    finally:
-        for owner, table in zip(owners, saved, strict=True):
-            setattr(owner, name, table)
+def _sincos(edit: Callable):
+    """An implementation that sets every block's table to `edit(old[n, rot], arg, seed)`."""
 
+    def implementation(loaded, arg, seed):
+        parent, _, name = loaded.spec.sincos.rpartition(".")
+        blocks = resolve(loaded.model, loaded.spec, loaded.spec.layers)
+        owners = [resolve_in(block, parent) for block in blocks]
 
-def _rotary(kind: str):
-    @contextmanager
-    def install(loaded, arg, seed):
-        if kind == names.INTACT:
-            yield
-            return
-        if loaded.spec.sincos:
-            with _sincos_tables(loaded, kind, arg, seed):
+        @contextmanager
+        def apply() -> Iterator[None]:
+            saved = [getattr(owner, name) for owner in owners]
+            # [n, rot]: the same table in every block, read on entry (the model moves it to
+            # the device of its inputs on its first call)
+            new = edit(saved[0], arg, seed).to(saved[0])
+            try:
+                for owner in owners:
+                    setattr(owner, name, new)
                 yield
-            return
-        module = _rotary_module(loaded)
-        if kind == "zero":
-            # Identity rotation: cos = 1, sin = 0 leaves queries and keys unrotated.
-            def out_hook(mod, args, output):
-                cos, sin = output  # [b, t, head_dim] each
-                return torch.ones_like(cos), torch.zeros_like(sin)
+            finally:
+                for owner, table in zip(owners, saved, strict=True):
+                    setattr(owner, name, table)
 
-            with _hooks(module.register_forward_hook(out_hook)):
-                yield
-            return
-        n = int(loaded.max_positions)
-        if kind == "reverse":
-            remap = lambda ids: (n - 1) - ids  # noqa: E731
-        elif kind == "shift":
-            k = _shift_amount(arg)
-            remap = lambda ids: ids + k  # noqa: E731
-        elif kind == "shuffle":
-            perm = _permutation(n, seed)
+        return apply
 
-            def remap(ids):
-                return perm.to(ids.device)[ids]
-        else:
-            raise AssertionError(kind)
+    return implementation
 
-        def pre_hook(mod, args, kwargs):
-            # The base model calls rotary_emb(hidden, position_ids=ids[b, t]); rewrite the ids.
-            if "position_ids" in kwargs:
-                kwargs = {**kwargs, "position_ids": remap(kwargs["position_ids"])}
-            else:
-                args = (args[0], remap(args[1]), *args[2:])
-            return args, kwargs
 
-        with _hooks(module.register_forward_pre_hook(pre_hook, with_kwargs=True)):
-            yield
+def _identity_sincos(old, arg, seed):
+    n, rot = old.shape  # every row sin 0, cos 1: the identity rotation
+    return torch.cat([torch.zeros(n, rot // 2), torch.ones(n, rot // 2)], dim=1)
 
-    return install
+
+def _mapped_sincos(position_map):
+    """Row p becomes the row of position map(p): read from the table, or computed by GPT-J's
+    formula where the map reaches past it (a shift)."""
+
+    def edit(old, arg, seed):
+        n, rot = old.shape
+        index = position_map(n, arg, seed)(torch.arange(n))  # [n]
+        if bool(((index >= 0) & (index < n)).all()):
+            return old[index.to(old.device)]
+        return _sincos_at(index, rot)
+
+    return edit
 
 
 # --- alibi: the bias every block receives, rewritten on its way in ---------------------
+# An edit is (bias [b*h | h, ..., k], heads, arg, seed) -> new bias.
 
 
 def _heads(loaded) -> int:
     config = loaded.model.config
     return int(getattr(config, "num_attention_heads", None) or config.n_heads)
+
+
+def _alibi(edit: Callable):
+    def implementation(loaded, arg, seed):
+        return lambda: _alibi_hooks(loaded, edit, arg, seed)
+
+    return implementation
 
 
 @contextmanager
@@ -394,20 +425,17 @@ def _alibi_hooks(loaded, edit, arg, seed) -> Iterator[None]:
         yield
 
 
-def _alibi(kind: str):
-    def edit(bias, heads, arg, seed):
-        if kind == names.INTACT:
-            return bias
-        if kind == "zero":  # every slope 0
-            return torch.zeros_like(bias)
-        if kind == "reverse":  # slope -m: farther keys weigh more, by as much
-            return -bias
-        if kind == "shuffle":  # head h gets head perm[h]'s slope
-            perm = _permutation(heads, seed).to(bias.device)
-            return bias.view(-1, heads, *bias.shape[1:])[:, perm].reshape(bias.shape)
-        raise AssertionError(kind)
+def _zero_bias(bias, heads, arg, seed):  # every slope 0
+    return torch.zeros_like(bias)
 
-    return edit
+
+def _negated_bias(bias, heads, arg, seed):  # slope -m: farther keys weigh more, by as much
+    return -bias
+
+
+def _shuffled_heads(bias, heads, arg, seed):  # head h gets head perm[h]'s slope
+    perm = _permutation(heads, seed).to(bias.device)
+    return bias.view(-1, heads, *bias.shape[1:])[:, perm].reshape(bias.shape)
 
 
 # --- remedies and frequency bands (pecli.positions.remedies) ---------------------------
@@ -417,39 +445,58 @@ ACTS_IN_ATTENTION = (*REMEDIES, "droplow", "drophigh")
 
 
 def _remedy(name: str):
-    def install(loaded, arg, seed):
+    def implementation(loaded, arg, seed):
         from pecli.positions.remedies import Remedy, remedied
 
-        return remedied(loaded, Remedy.of(name, arg))
+        return lambda: remedied(loaded, Remedy.of(name, arg))
 
-    return install
+    return implementation
 
 
 def _bands(which: str):
-    def install(loaded, arg, seed):
+    def implementation(loaded, arg, seed):
         from pecli.positions.remedies import bands_removed
 
-        return bands_removed(loaded, which, float(arg))
+        return lambda: bands_removed(loaded, which, float(arg))
 
-    return install
+    return implementation
 
 
-# Keyed by the names of pecli.runs.names.INTERVENTIONS (which says what each does and where it
-# applies); tests/unit/test_names.py checks the two agree (KIND_FIELDS: which field serves a kind).
-KIND_FIELDS = {"learned": "learned", "rotary": "rotary", "partial rotary": "rotary",
-               "alibi": "alibi", "relative bias": "relative"}
-IMPLEMENTATIONS: dict[str, Implementation] = {
-    "intact": Implementation(_learned("intact"), _rotary("intact"), _alibi("intact"),
-                             _learned("intact")),
-    "zero": Implementation(_learned("zero"), _rotary("zero"), _alibi("zero"), _learned("zero")),
-    "shuffle": Implementation(_learned("shuffle"), _rotary("shuffle"), _alibi("shuffle"),
-                              _learned("shuffle")),
-    "reverse": Implementation(_learned("reverse"), _rotary("reverse"), _alibi("reverse")),
-    "shift": Implementation(_learned("shift"), _rotary("shift")),
-    "sinusoidal": Implementation(_learned_sinusoidal, None),
-    "random": Implementation(_learned_random, None),
-    "swap": Implementation(_learned_swap, None),
-    **{name: Implementation(None, _remedy(name)) for name in REMEDIES},
-    "droplow": Implementation(None, _bands("low")),
-    "drophigh": Implementation(None, _bands("high")),
+def _nothing(loaded, arg, seed):  # intact: nothing installed, nothing copied
+    return nullcontext
+
+
+# --- the one dispatch table ---------------------------------------------------------------
+
+# Rotary kept as a sin/cos table in every block (GPT-J; kind_of): a rotary kind of its own here.
+SINCOS = "rotary (sin/cos table)"
+# How a map of positions acts on each kind that has positions to map.
+MAPPED = {LEARNED: lambda m: _rows(_mapped_rows(m)), RELATIVE_BIAS: lambda m: _rows(_mapped_rows(m)),
+          **dict.fromkeys(ROTARY_KINDS, _mapped_ids), SINCOS: lambda m: _sincos(_mapped_sincos(m))}
+
+
+def _kinds(name: str) -> tuple[str, ...]:
+    """The keys `name` is implemented under: the kinds it applies to (pecli.runs.names), and
+    SINCOS with the rotary kinds where it does not act inside the attention (GPT-J's own)."""
+    kinds = INTERVENTIONS.get(name).applies_to
+    sincos = ROTARY in kinds and name not in ACTS_IN_ATTENTION
+    return (*kinds, SINCOS) if sincos else tuple(kinds)
+
+
+# (name, kind) -> implementation (loaded, argument, seed) -> a context-manager factory; names
+# are pecli.runs.names.INTERVENTIONS's, kinds POSITION_KINDS + SINCOS (as transformers keys
+# ROPE_INIT_FUNCTIONS by rope type). tests/unit/test_names.py checks every name is implemented
+# for exactly the kinds it claims.
+IMPLEMENTATIONS: dict[tuple[str, str], Callable[..., Callable[[], AbstractContextManager]]] = {
+    **{("intact", kind): _nothing for kind in _kinds("intact")},
+    ("zero", LEARNED): _rows(_zero_rows), ("zero", RELATIVE_BIAS): _rows(_zero_rows),
+    **dict.fromkeys((("zero", kind) for kind in ROTARY_KINDS), _identity_rotation),
+    ("zero", SINCOS): _sincos(_identity_sincos), ("zero", ALIBI): _alibi(_zero_bias),
+    **{(name, kind): MAPPED[kind](position_map) for name, position_map in MAPS.items()
+       for kind in _kinds(name) if kind in MAPPED},
+    ("reverse", ALIBI): _alibi(_negated_bias), ("shuffle", ALIBI): _alibi(_shuffled_heads),
+    ("sinusoidal", LEARNED): _rows(_sinusoidal_rows), ("random", LEARNED): _rows(_random_rows),
+    ("swap", LEARNED): _rows(_swapped_rows),
+    **{(name, kind): _remedy(name) for name in REMEDIES for kind in _kinds(name)},
+    **{(name, kind): _bands(name[4:]) for name in ("droplow", "drophigh") for kind in _kinds(name)},
 }

@@ -10,30 +10,50 @@ from pecli.runs import names
 
 
 @pytest.mark.parametrize("vocabulary,implementations", [
-    (names.INTERVENTIONS, interventions.IMPLEMENTATIONS),
+    (names.INTERVENTIONS, {name: None for name, _ in interventions.IMPLEMENTATIONS}),
     (names.MASKS, masks.WEIGHTS),
     (names.MASK_SEMANTICS, masks.PROBS),
 ], ids=["interventions", "masks", "mask_semantics"])
 def test_every_name_has_an_implementation_and_vice_versa(vocabulary, implementations):
-    assert list(implementations) == vocabulary.names()
+    assert sorted(implementations) == sorted(vocabulary.names())
 
 
-def test_every_intervention_implements_the_position_kinds_it_claims():
+def test_every_intervention_implements_exactly_the_position_kinds_it_claims():
+    """One table keyed by (name, kind): a name has an entry for each kind it applies to (and
+    GPT-J's sin/cos table where it applies to rotary positions without acting inside the
+    attention, which GPT-J's own attention refuses), and none for any other."""
     for name, term in names.INTERVENTIONS.items():
-        impl = interventions.IMPLEMENTATIONS[name]
-        for kind, field in interventions.KIND_FIELDS.items():
-            if kind in term.applies_to:
-                assert getattr(impl, field) is not None, (name, kind)
-        fields = {interventions.KIND_FIELDS[k] for k in term.applies_to}
-        for field in set(interventions.KIND_FIELDS.values()) - fields:
-            assert getattr(impl, field) is None, (name, field)
+        kinds = {kind for n, kind in interventions.IMPLEMENTATIONS if n == name}
+        sincos = "rotary" in term.applies_to and name not in interventions.ACTS_IN_ATTENTION
+        assert kinds == {*term.applies_to, *([interventions.SINCOS] if sincos else [])}, name
 
 
 def test_every_position_kind_has_its_implementations():
     from pecli.models.architectures import POSITION_KINDS
 
-    assert set(interventions.KIND_FIELDS) == set(POSITION_KINDS)
+    kinds = {kind for _, kind in interventions.IMPLEMENTATIONS}
+    assert kinds == {*POSITION_KINDS, interventions.SINCOS}
     assert {k for t in names.INTERVENTIONS.values() for k in t.applies_to} == set(POSITION_KINDS)
+
+
+def test_each_remapping_is_one_map_of_positions():
+    """reverse, shift and shuffle are written once, as maps of positions, and mean the same
+    for learned rows, rotary position ids and GPT-J's sin/cos rows."""
+    import torch
+
+    n, p = 8, torch.arange(8)
+    assert interventions.MAPS["reverse"](n, None, 0)(p).tolist() == [7, 6, 5, 4, 3, 2, 1, 0]
+    assert interventions.MAPS["shift"](n, "3", 0)(p).tolist() == list(range(3, 11))
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(5))
+    assert torch.equal(interventions.MAPS["shuffle"](n, None, 5)(p), perm)
+    rows = torch.arange(n * 2, dtype=torch.float32).view(n, 2)
+    edit = interventions._mapped_rows(interventions.MAPS["shift"])
+    assert edit(None, rows, "3", 0)[:, 0].tolist() == [6, 8, 10, 12, 14, 14, 14, 14]  # clamped
+    table = interventions._sincos_at(p, 4)
+    sincos = interventions._mapped_sincos(interventions.MAPS["reverse"])
+    assert torch.equal(sincos(table, None, 0), table.flip(0))
+    shifted = interventions._mapped_sincos(interventions.MAPS["shift"])(table, "3", 0)
+    assert torch.equal(shifted, interventions._sincos_at(p + 3, 4))  # computed past the table
 
 
 @pytest.mark.parametrize("protocol", names.PROTOCOLS.names())
