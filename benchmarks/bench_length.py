@@ -45,16 +45,16 @@ def tiny_rope(layers: int, positions: int):
     ratio a measure of the output layer, which both sides apply to every scored token."""
     from pecli.measures.training import ModelSize, build_model
     from pecli.models.architectures import ARCHITECTURES
-    from pecli.models.loading import (
+    from pecli.models.loading import LoadedModel
+    from pecli.models.sources import package_dir
+    from pecli.models.tokenizers import (
         GPT2_TOKENIZER_PACKAGE,
-        LoadedModel,
-        _prepare_tokenizer,
         gpt2_tokenizer_from,
-        package_dir,
+        prepare_tokenizer,
     )
 
     tok = gpt2_tokenizer_from(package_dir(GPT2_TOKENIZER_PACKAGE))
-    _prepare_tokenizer(tok)
+    prepare_tokenizer(tok)
     tok.pad_token = tok.bos_token = tok.eos_token = tok.convert_ids_to_tokens(0)  # an id below VOCAB
     model = build_model("rope", VOCAB, ModelSize(layers, 128, 4, positions), pad_token_id=0,
                         bos_token_id=0, eos_token_id=0).eval()

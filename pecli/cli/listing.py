@@ -18,7 +18,7 @@ def models() -> None:
         pecli models
     """
     from pecli.models.architectures import ARCHITECTURES
-    from pecli.models.loading import ALIASES, HUB_ALIASES, model_availability
+    from pecli.models.sources import ALIASES, HUB_ALIASES, model_availability
 
     table = Table(title="models")
     for col in ("name", "family", "positions", "status", "to get it"):
@@ -102,7 +102,8 @@ def cache(
     """
     import shutil
 
-    from pecli.models.loading import cache_dir, checksum_problem
+    from pecli.models.gguf import checksum_problem
+    from pecli.runs.io import cache_dir
 
     root = cache_dir()
     models = sorted(p for p in (root / "models").glob("*") if p.is_dir())

@@ -103,7 +103,7 @@ def preflight(models) -> None:
     """Fail before any work when a model cannot be loaded here (not after the first model)."""
     from pathlib import Path
 
-    from pecli.models.loading import missing_models
+    from pecli.models.sources import missing_models
     from pecli.runs.errors import ModelError
 
     missing = missing_models([m for m in models if not Path(m).exists()])  # a local folder loads

@@ -61,7 +61,7 @@ def check_model_out(folder: Path) -> None:
 def run(options: FinetuneOptions, announce: Callable[[str], None] | None = None,
         loaded=None) -> dict[str, pd.DataFrame]:
     from pecli.measures.finetuning import check_train_layers
-    from pecli.models.loading import peek
+    from pecli.models.sources import peek
 
     o = options
     say = announce or (lambda msg: None)

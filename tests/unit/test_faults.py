@@ -93,7 +93,7 @@ def no_model(monkeypatch):
 # --- 1, 2: cached models carry checksums ---------------------------------------------------
 
 def _cached_folder(tmp_path: Path) -> Path:
-    from pecli.models.loading import record_checksums
+    from pecli.models.gguf import record_checksums
 
     folder = tmp_path / "models" / "Model-0123"
     folder.mkdir(parents=True)
@@ -120,7 +120,7 @@ def _zero_in_place(path: Path) -> None:
     (lambda f: (f.parent / "pecli-checksums.json").unlink(), "no checksums were recorded"),
 ])
 def test_cached_model_damage_is_detected(tmp_path, damage, problem):
-    from pecli.models.loading import checksum_problem
+    from pecli.models.gguf import checksum_problem
 
     folder = _cached_folder(tmp_path)
     assert checksum_problem(folder) is None
@@ -135,7 +135,9 @@ def test_damaged_cached_smollm2_is_rebuilt_to_the_same_weights(smollm2, tmp_path
 
     from platformdirs import user_cache_dir
 
-    from pecli.models.loading import cache_dir, checksum_problem, load_model
+    from pecli.models.gguf import checksum_problem
+    from pecli.models.loading import load_model
+    from pecli.runs.io import cache_dir
 
     warm = [p for root in {cache_dir(), Path(user_cache_dir("pecli"))}
             for p in (root / "models").glob("SmolLM2*") if p.is_dir() and not checksum_problem(p)]
@@ -599,7 +601,8 @@ def test_malformed_model_directories_are_one_line_errors(make, message, tmp_path
 @pytest.mark.parametrize("name", ["./no-such-model", "/no/such/model", "~/no-such-model",
                                   "models/a/b", "models/tiny/", "x.gguf"])
 def test_a_missing_local_path_is_no_such_directory_not_a_hub_id(name, tmp_path, monkeypatch, toy_csv):
-    from pecli.models.loading import load_model, model_availability
+    from pecli.models.loading import load_model
+    from pecli.models.sources import model_availability
 
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ModelError, match="no such directory") as err:

@@ -21,7 +21,7 @@ TEXTS = ["the cat sat on the mat and looked around", "a fine film with a worse p
 def _fake_loader(monkeypatch, load):
     """run_probe loads `name` through pecli.models.loading; hand it tiny models instead."""
     monkeypatch.setattr("pecli.models.loading.load_model", load)
-    monkeypatch.setattr("pecli.models.loading.model_availability", lambda name: ("installed (test)", ""))
+    monkeypatch.setattr("pecli.models.sources.model_availability", lambda name: ("installed (test)", ""))
 
 
 @pytest.fixture

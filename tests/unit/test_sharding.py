@@ -12,7 +12,8 @@ import torch
 from conftest import make_tiny
 
 from pecli.measures.lm_scoring import score, windows_for
-from pecli.models.loading import dispatch, load_model, parse_max_memory
+from pecli.models.loading import load_model
+from pecli.models.sharding import dispatch, parse_max_memory
 from pecli.positions.interventions import intervene
 from pecli.runs.errors import DeviceError
 
