@@ -8,19 +8,20 @@ Hugging Face format and load through `pecli.models.loading.load_model(<dir>)`:
 - `none`: GPT-2 whose `wpe` is zero, frozen (NoPE: only the causal mask tells order).
 - `rope`: Llama (rotary embeddings in every attention).
 - `alibi`: GPT-2 with zero frozen `wpe` and the attention function `ALIBI_ATTENTION`
-  from `pecli.positions.masks` (registered through `transformers.AttentionInterface`; the `alibi`
+  (pecli.models.trained, registered through `transformers.AttentionInterface`; the `alibi`
   mask shape under log-bias semantics adds -slope_h * (q - k) to the logits). The name
-  is written into config.json, so a reload uses it again once it is registered (this
-  module registers it on import); loading an alibi checkpoint in a process that has not
-  registered it fails loudly in transformers rather than silently running without
+  is written into config.json, so a reload uses it again once it is registered
+  (pecli.models.trained registers it on import, and pecli.models.loading imports that module
+  before loading any checkpoint pecli trained); loading an alibi checkpoint in a process that
+  has not registered it fails loudly in transformers rather than silently running without
   positions.
 - `t5`: GPT-2 with zero frozen `wpe` and the attention function `T5_ATTENTION`: T5's
   relative bias (Raffel et al. 2020), a learned scalar per head and distance bucket added to
   the logits, buckets from transformers' own `T5Attention._relative_position_bucket`
   (unidirectional, 32 buckets, exact up to distance 15, log-spaced to 128). T5 shares one
   table across layers; here each layer has its own (`attn.relative_bias`, an Embedding of
-  [buckets, heads]). GPT-2 does not build that module, so `after_load` attaches it and reads
-  its weights when pecli loads such a checkpoint.
+  [buckets, heads]). GPT-2 does not build that module, so `after_load` (pecli.models.trained)
+  attaches it and reads its weights when pecli loads such a checkpoint.
 - `randomized`: `rope` trained at randomised positions (Ruoss et al. 2023): each training
   sequence of t tokens gets t distinct positions drawn from [0, size.positions) and sorted
   (`random_position_ids`), so every position of the range, and long distances, are seen
@@ -45,6 +46,17 @@ import numpy as np
 import torch
 
 from pecli.models.architectures import ARCHITECTURES, position_embedding
+from pecli.models.trained import (  # noqa: F401  (the attention of alibi/t5 checkpoints, as before)
+    ALIBI_ATTENTION,
+    ATTENTION,
+    T5_ATTENTION,
+    T5_BUCKETS,
+    T5_MAX_DISTANCE,
+    after_load,
+    attach_relative_bias,
+    t5_bias_attention,
+    t5_buckets,
+)
 from pecli.positions.sinusoid import sinusoidal_at
 from pecli.runs import names
 from pecli.runs.errors import ConfigError
@@ -54,7 +66,6 @@ from pecli.runs.errors import ConfigError
 FAMILY = {"learned": "gpt2", "sinusoidal": "gpt2", "none": "gpt2", "rope": "llama", "alibi": "gpt2",
           "t5": "gpt2", "randomized": "llama", "p-rope": "llama"}
 ROTARY = {"rope": 1.0, "randomized": 1.0, "p-rope": 0.75}  # fraction of frequencies turned
-T5_BUCKETS, T5_MAX_DISTANCE = 32, 128  # T5's defaults
 SCHEMES = tuple(name for name, _ in names.PE_SCHEMES.items())
 assert set(FAMILY) == set(SCHEMES), "every position encoding needs an architecture, and no more"
 
@@ -74,86 +85,6 @@ def sinusoid_table(n_positions: int, dim: int) -> torch.Tensor:
     """PE[pos, 2i] = sin(pos / 10000^(2i/d)), PE[pos, 2i+1] = cos(...): [n_positions, dim]
     float32, pecli.positions.sinusoid's one sinusoid."""
     return torch.from_numpy(sinusoidal_at(np.arange(n_positions), dim)).float()
-
-
-def alibi_attention_name() -> str:
-    """The registered attention implementation that gives ALiBi (pecli.positions.masks: the `alibi`
-    shape, log-bias semantics, relative mode: logits - slope_h * (q - k)); registers it."""
-    from pecli.positions.masks import attention_name
-
-    return attention_name("alibi", "log-bias", "relative")
-
-
-ALIBI_ATTENTION = alibi_attention_name()  # registered on import, so alibi checkpoints reload
-
-
-def t5_buckets(q_len: int, k_len: int) -> torch.Tensor:
-    """T5's unidirectional bucket of every (query, key) pair, queries the last q_len of k_len
-    positions: transformers' `T5Attention._relative_position_bucket(key - query)`. [q, k]."""
-    from transformers.models.t5.modeling_t5 import T5Attention
-
-    query = torch.arange(k_len - q_len, k_len)[:, None]
-    key = torch.arange(k_len)[None, :]
-    return T5Attention._relative_position_bucket(key - query, bidirectional=False,
-                                                 num_buckets=T5_BUCKETS,
-                                                 max_distance=T5_MAX_DISTANCE)
-
-
-def t5_bias_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
-                      **kwargs):
-    """Softmax attention with `module.relative_bias` (T5's bias) added to the logits, under
-    the model's boolean mask (the AttentionInterface signature: q [b, h, q, d], k/v
-    [b, h, k, d]; returns (output [b, q, h, d], probabilities [b, h, q, k]))."""
-    from pecli.positions.masks import _as_visible
-
-    if scaling is None:
-        scaling = query.shape[-1] ** -0.5
-    scores = (query @ key.transpose(-1, -2)) * scaling  # [b, h, q, k]
-    buckets = t5_buckets(query.shape[2], key.shape[2]).to(query.device)  # [q, k]
-    scores = scores + module.relative_bias(buckets).permute(2, 0, 1)[None]  # [1, h, q, k]
-    visible = _as_visible(attention_mask, module, query, key)  # [b, 1, q, k]
-    probs = torch.softmax(scores.masked_fill(~visible, -math.inf), dim=-1)
-    probs = torch.nn.functional.dropout(probs, p=dropout, training=module.training)
-    return (probs @ value).transpose(1, 2).contiguous(), probs
-
-
-def t5_attention_name() -> str:
-    """Register (once) and return the attention implementation of the `t5` scheme."""
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface
-
-    from pecli.positions.masks import _boolean_mask_factory
-
-    name = "pecli_t5_relative_bias"
-    if name not in AttentionInterface():
-        AttentionInterface.register(name, t5_bias_attention)
-        AttentionMaskInterface.register(name, _boolean_mask_factory)
-    return name
-
-
-T5_ATTENTION = t5_attention_name()  # registered on import, so t5 checkpoints reload
-ATTENTION = {"alibi": ALIBI_ATTENTION, "t5": T5_ATTENTION}  # schemes with their own attention
-
-
-def attach_relative_bias(model) -> None:
-    """Give every attention layer of a GPT-2 its T5 bias table (zeros: no preference at first)."""
-    for block in model.transformer.h:
-        block.attn.relative_bias = torch.nn.Embedding(T5_BUCKETS, model.config.n_head)
-        torch.nn.init.zeros_(block.attn.relative_bias.weight)
-
-
-def after_load(model, path: Path) -> None:
-    """Complete a pecli-trained checkpoint that transformers loaded (pecli.models.loading
-    calls this by name): a `t5` model gets its relative-bias tables back from the weights
-    file, which transformers' GPT-2 does not read."""
-    if scheme_of(model) != "t5":
-        return
-    from safetensors.torch import load_file
-
-    attach_relative_bias(model)
-    weights = load_file(Path(path) / "model.safetensors")
-    for i, block in enumerate(model.transformer.h):
-        block.attn.relative_bias.weight.data.copy_(weights[f"transformer.h.{i}.attn.relative_bias.weight"])
 
 
 def random_position_ids(batch: int, length: int, positions: int,

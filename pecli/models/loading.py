@@ -9,7 +9,6 @@ over several devices), pecli.models.tokenizers (GPT-2's offline BPE, padding).
 
 from __future__ import annotations
 
-import importlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -243,10 +242,9 @@ def _load_local(name: str, path: Path) -> LoadedModel:
     except (ValueError, UnicodeDecodeError) as err:
         raise ModelError(f"{path / 'config.json'} is not valid JSON ({str(err).splitlines()[0]}); "
                          "repair it or save the checkpoint again") from None
-    if isinstance(raw, dict) and "pecli_position" in raw:
-        # registers the attention function ALiBi checkpoints name; by name, as training sits
-        # above loading (tests/unit/test_layers.py)
-        importlib.import_module("pecli.measures.training")
+    trained = isinstance(raw, dict) and "pecli_position" in raw  # pecli trained it
+    if trained:
+        from pecli.models import trained as pecli_trained  # registers the attention it names
     weights = [p for pattern in ("*.safetensors", "*.bin", "*.safetensors.index.json", "*.bin.index.json")
                for p in path.glob(pattern)]
     try:
@@ -256,8 +254,8 @@ def _load_local(name: str, path: Path) -> LoadedModel:
             raise ModelError(f"{path} has a config.json but no weights (model.safetensors or "
                              "pytorch_model.bin): copy them beside it or save the checkpoint again")
         model = _auto_class(spec).from_pretrained(path)
-        if isinstance(raw, dict) and "pecli_position" in raw:  # e.g. a t5 model's bias tables
-            importlib.import_module("pecli.measures.training").after_load(model, path)
+        if trained:  # e.g. a t5 model's bias tables
+            pecli_trained.after_load(model, path)
         if not any((path / f).is_file() for f in TOKENIZER_FILES):
             raise ModelError(f"no tokenizer files in {path} (one of {', '.join(TOKENIZER_FILES)}): "
                              "copy the tokenizer beside the weights (tokenizer.save_pretrained)")
