@@ -17,6 +17,11 @@ Tables: `by_seed` (exact match per training seed and test length, with the train
 loss and time), `accuracy` (mean over training seeds with a 95 % t interval over seeds,
 `seeds` the count) and `ranking` (Kazemnejad et al.'s mean reciprocal rank over tasks, from
 each task's mean exact match past the training length, with a bootstrap over seeds).
+With `addition` among the tasks, `attention_map` holds the seed's question at the longest
+test length, never trained on: each scheme's first-seed model reads the probe "11..1+11..1="
+(every operand digit a 1, so only position tells the units' 1 from the tens' 1) with its
+answer teacher-forced, and the table keeps every layer's attention (head mean) of every
+query from "=" on over every key.
 """
 
 from __future__ import annotations
@@ -136,17 +141,7 @@ def attention_profile(model, enc: Encoder, items: list[tuple[str, str]],
     from pecli.measures.attention import Stats
 
     ids = torch.tensor([[enc.bos, *enc.ids(p), *enc.ids(a), enc.eos] for p, a in items])  # [n, t]
-    current = model.config._attn_implementation
-    swap = current in ("sdpa", None)  # sdpa returns no probabilities; registered functions do
-    if swap:
-        model.set_attn_implementation("eager")
-    try:
-        kwargs = {} if position_ids is None else {"position_ids": position_ids[:, : ids.shape[1]]}
-        maps = model(input_ids=ids, attention_mask=torch.ones_like(ids), output_attentions=True,
-                     **kwargs).attentions
-    finally:
-        if swap:
-            model.set_attn_implementation(current)
+    maps = attentions(model, ids, position_ids)
     stats = Stats(texts=len(items), layers=len(maps), heads=maps[0].shape[1], length=ids.shape[1],
                   causal=True)
     for layer, p in enumerate(maps):
@@ -154,6 +149,49 @@ def attention_profile(model, enc: Encoder, items: list[tuple[str, str]],
     far = [j for j, edge in enumerate(stats.edges) if edge >= 8]
     return {"attention_mean_distance": stats.per_text()["mean_distance"].mean((0, 2)),  # [layers]
             "attention_far_mass": stats.distance_histogram()[:, :, far].sum(-1).mean(-1)}
+
+
+def attentions(model, ids: torch.Tensor, position_ids: torch.Tensor | None = None) -> tuple:
+    """transformers' attention probabilities of `ids` [n, t], one [n, heads, t, t] per layer
+    (the model is switched to eager attention for the call when it runs sdpa)."""
+    current = model.config._attn_implementation
+    swap = current in ("sdpa", None)  # sdpa returns no probabilities; registered functions do
+    if swap:
+        model.set_attn_implementation("eager")
+    try:
+        kwargs = {} if position_ids is None else {"position_ids": position_ids[:, : ids.shape[1]]}
+        return model(input_ids=ids, attention_mask=torch.ones_like(ids), output_attentions=True,
+                     **kwargs).attentions
+    finally:
+        if swap:
+            model.set_attn_implementation(current)
+
+
+def probe(length: int) -> tuple[str, str]:
+    """The seed's question at `length` digits: (prompt, answer) of the addition whose operand
+    digits are all 1 ("11+11=" -> "220", 11 + 11 = 22 written least significant first)."""
+    ones = "1" * length
+    return f"{ones}+{ones}=", str(2 * int(ones)).zfill(length + 1)[::-1]
+
+
+@torch.inference_mode()
+def probe_map(model, enc: Encoder, length: int,
+              position_ids: torch.Tensor | None = None) -> list[dict]:
+    """Every layer's head-mean attention on `probe(length)` (answer teacher-forced), from each
+    query at or after "=" (the positions that predict the answer) to every key it sees: rows
+    (layer, query, key, their tokens, weight)."""
+    prompt, answer = probe(length)
+    text = ["<bos>", *prompt, *answer, "<eos>"]
+    ids = torch.tensor([[enc.bos, *enc.ids(prompt), *enc.ids(answer), enc.eos]])  # [1, t]
+    first = len(prompt)  # the "=" (index 0 is <bos>)
+    rows = []
+    for layer, p in enumerate(attentions(model, ids, position_ids), 1):
+        mean = p[0].float().mean(0)  # [t, t], over heads
+        for q in range(first, len(text)):
+            for k in range(q + 1):
+                rows.append({"layer": layer, "query": q, "key": k, "query_token": text[q],
+                             "key_token": text[k], "value": float(mean[q, k])})
+    return rows
 
 
 # --- intervals over seeds and the ranking ---------------------------------------------------
@@ -274,6 +312,15 @@ def _one_model(task: str, scheme: str, seed: int, o: ToyLengthOptions, positions
                      "rows": len(its), "tokens": len(its) * sequence_length(task, n)})
     eval_seconds = time.perf_counter() - start
     rows += _profile_rows(model, enc, task, scheme, items, positions, generator, base, o)
+    longest = max(o.test_lengths)
+    if task == "addition" and seed == o.seed:  # the seed's question, at the longest length
+        pos = None if scheme != "randomized" else random_position_ids(
+            1, sequence_length(task, longest), positions, generator)
+        probe_text = "".join(probe(longest))
+        rows += [{**base, **cell, "metric": "attention_weight", "test_length": longest,
+                  "in_training": longest <= o.train_length, "probe": probe_text, "rows": 1,
+                  "tokens": sequence_length(task, longest)}
+                 for cell in probe_map(model, enc, longest, pos)]
     for metric, value in (("final_train_loss", float(np.mean(result["losses"][-50:]))),
                           ("train_seconds", result["seconds"]),
                           ("eval_seconds", eval_seconds),
@@ -317,10 +364,14 @@ def _run(o: ToyLengthOptions, progress) -> dict[str, pd.DataFrame]:
         rows = [r for part in run_jobs(_one_model, jobs, o.workers) for r in part]
     else:
         rows = [r for job in jobs for r in _one_model(*job, progress=progress)]
-    by_seed = pd.DataFrame(rows)
+    maps = [r for r in rows if r["metric"] == "attention_weight"]
+    by_seed = pd.DataFrame([r for r in rows if r["metric"] != "attention_weight"])
     by_seed["layer"] = by_seed["layer"].fillna(-1).astype(int)  # -1: not a per-layer number
-    return {"by_seed": validate(by_seed), "accuracy": validate(summary(by_seed)),
-            "ranking": validate(_with(ranking(by_seed, o.train_length, seed=o.seed), by_seed))}
+    tables = {"by_seed": validate(by_seed), "accuracy": validate(summary(by_seed)),
+              "ranking": validate(_with(ranking(by_seed, o.train_length, seed=o.seed), by_seed))}
+    if maps:
+        tables["attention_map"] = validate(pd.DataFrame(maps))
+    return tables
 
 
 def summary(by_seed: pd.DataFrame) -> pd.DataFrame:

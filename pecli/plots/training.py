@@ -273,9 +273,59 @@ def toy_length_attention(csv: Path, out: Path) -> Path:
     return save(fig, out)
 
 
+def toy_length_map(csv: Path, out: Path) -> Path:
+    """The seed's question at a length never trained on: the probe's attention (head mean)
+    from every query at or after "=" to every key, one panel per scheme (columns) and layer
+    (rows); keys on the x axis, labelled with their tokens, the operands' digits numbered."""
+    df = pd.read_csv(csv)
+    schemes = _ordered(df.pe)
+    layers = sorted(df.layer.unique())
+    first = df.iloc[0]
+    keys = df.drop_duplicates("key").sort_values("key")
+    queries = df.drop_duplicates("query").sort_values("query")
+    digits = (len(keys) - len(queries)) // 2  # the operand length (prompt = L + 1 + L + 1)
+
+    def label(k: int, token: str) -> str:  # 1-based digit place inside each operand
+        if 1 <= k <= digits:
+            return f"{token}{k}"
+        if digits + 2 <= k <= 2 * digits + 1:
+            return f"{token}{k - digits - 1}"
+        return token
+
+    width = max(WIDTH, 1.9 * len(schemes))
+    fig, axes = plt.subplots(len(layers), len(schemes), figsize=(width, 1.9 * len(layers) + 0.9),
+                             squeeze=False, layout="constrained")
+    image = None
+    for row, layer in enumerate(layers):
+        for col, scheme in enumerate(schemes):
+            ax = axes[row, col]
+            sub = df[(df.pe == scheme) & (df.layer == layer)]
+            grid = sub.pivot(index="query", columns="key", values="value").reindex(
+                index=queries["query"], columns=keys["key"])  # NaN: keys a query cannot see
+            image = ax.imshow(grid.to_numpy(), vmin=0, vmax=1, cmap="viridis", aspect="auto",
+                              interpolation="nearest")
+            ax.set_xticks(range(len(keys)), [label(k, t) for k, t in zip(keys["key"], keys["key_token"],
+                                                                         strict=True)],
+                          fontsize=4, rotation=90)
+            ax.set_yticks(range(len(queries)), list(queries["query_token"]), fontsize=4)
+            if row == 0:
+                ax.set_title(scheme, fontsize=8)
+            if col == 0:
+                ax.set_ylabel(f"layer {layer}: query", fontsize=7)
+    if image is not None:
+        fig.colorbar(image, ax=axes, shrink=0.6, label="attention (head mean)")
+    fig.suptitle(f"the seed's question at {digits} digits (trained on 1-{int(first['train_length'])}): "
+                 f"{first['probe']} teacher-forced, first training seed\n"
+                 "does the answer's k-th digit find the operands' k-th 1s? (x: keys, operand "
+                 "digits numbered by place, units first; y: queries from '=' on)", fontsize=8)
+    return save(fig, out)
+
+
 def toy_length_figures(csv_paths: dict[str, Path], fig_dir: Path) -> list[Path]:
-    """toy-length's figures from its written tables (accuracy, ranking)."""
+    """toy-length's figures from its written tables (accuracy, ranking, attention_map)."""
     out = []
+    if "attention_map" in csv_paths:
+        out.append(toy_length_map(csv_paths["attention_map"], fig_dir / "toy_length_map.png"))
     if "accuracy" in csv_paths:
         out.append(toy_length(csv_paths["accuracy"], fig_dir / "toy_length.png"))
         out.append(toy_length_attention(csv_paths["accuracy"], fig_dir / "toy_length_attention.png"))

@@ -210,7 +210,7 @@ def test_every_committed_experiments_figures_can_be_written_as_pdf(tmp_path):
             assert fig.with_suffix(".svg").exists() and not fig.with_suffix(".png").exists()
     # every experiment of the preset was drawn (the reproduce test checks each has results)
     assert {entry.experiment for entry in load_preset("offline").entries} == seen
-    assert {"ablate", "perplexity", "mc", "length", "passkey", "toy"} <= seen
+    assert {"ablate", "perplexity", "mc", "length", "passkey", "toy", "toy-length", "train-lm"} <= seen
 
 
 def test_titles_name_a_file_by_its_name_and_count_in_words():

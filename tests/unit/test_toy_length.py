@@ -281,3 +281,67 @@ def test_workers_change_nothing_but_the_time():
     two = run(o.replace(workers=2))["by_seed"]
     numbers = one.metric.isin(["exact_match", "final_train_loss", "attention_mean_distance"])
     pd.testing.assert_series_equal(one[numbers]["value"], two[numbers]["value"])
+
+
+# --- the seed's question at a length never trained on -----------------------------------------
+
+
+def test_probe_is_the_all_ones_addition():
+    from pecli.experiments.toy_length import probe
+
+    assert probe(1) == ("1+1=", "20")
+    assert probe(2) == ("11+11=", "220")  # 11 + 11 = 22, least significant digit first
+    for length in range(1, 8):
+        prompt, answer = probe(length)
+        ones = int("1" * length)
+        assert int(answer[::-1]) == ones + ones and len(answer) == length + 1
+        assert len(prompt) + len(answer) + 2 == sequence_length("addition", length)
+
+
+def test_probe_map_is_the_models_head_mean_attention_from_equals_on():
+    """probe_map's weights are transformers' attention probabilities averaged over heads, for
+    every query from "=" on and every key it sees; without positions (none) layer 1 gives
+    every operand 1 the same weight (identical tokens, identical keys): the seed's question
+    answered 'cannot tell them apart' at any length; rope's rotation separates them."""
+    from pecli.experiments.toy_length import probe, probe_map
+
+    prompt, answer = probe(6)
+    ids = torch.tensor([[ENC.bos, *ENC.ids(prompt), *ENC.ids(answer), ENC.eos]])
+    t = ids.shape[1]
+    for scheme in ("none", "rope"):
+        model = tiny(scheme).eval()
+        cells = pd.DataFrame(probe_map(model, ENC, 6))
+        model.set_attn_implementation("eager")
+        with torch.inference_mode():
+            maps = model(input_ids=ids, output_attentions=True).attentions
+        first = len(prompt)  # index of "=" (0 is <bos>)
+        assert len(cells) == 2 * sum(q + 1 for q in range(first, t))
+        for row in cells.itertuples():
+            assert row.value == pytest.approx(float(maps[row.layer - 1][0, :, row.query, row.key].mean()),
+                                              abs=1e-6)
+        sums = cells.groupby(["layer", "query"])["value"].sum()
+        np.testing.assert_allclose(sums.to_numpy(), 1.0, atol=1e-5)
+        layer1 = cells[(cells.layer == 1) & (cells["query"] == first) & (cells.key_token == "1")]
+        assert len(layer1) == 12
+        spread = layer1.value.max() - layer1.value.min()
+        if scheme == "none":
+            assert spread < 1e-6
+        else:
+            assert spread > 1e-4
+
+
+def test_addition_runs_write_the_probe_map_of_the_first_seed_at_the_longest_length(tmp_path):
+    from pecli.experiments.toy_length import run
+    from pecli.plots.training import toy_length_map
+
+    o = ToyLengthOptions.build({"task": "addition,copy", "pe": "none", "train_length": 2,
+                                "steps": 2, "seeds": 2, "eval_items": 2, "width": 16}, "t")
+    tables = run(o)
+    maps = tables["attention_map"]
+    assert set(maps.seed) == {o.seed} and set(maps.task) == {"addition"}
+    assert set(maps.test_length) == {max(o.test_lengths)} and not maps.in_training.any()
+    assert set(maps.probe) == {"111111+111111=2222220"}
+    assert "attention_weight" not in set(tables["by_seed"].metric)
+    maps.to_csv(tmp_path / "map.csv", index=False)
+    out = toy_length_map(tmp_path / "map.csv", tmp_path / "map.png")
+    assert out.exists() and out.stat().st_size > 0
