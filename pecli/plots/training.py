@@ -283,7 +283,9 @@ def toy_length_map(csv: Path, out: Path) -> Path:
     first = df.iloc[0]
     keys = df.drop_duplicates("key").sort_values("key")
     queries = df.drop_duplicates("query").sort_values("query")
-    digits = (len(keys) - len(queries)) // 2  # the operand length (prompt = L + 1 + L + 1)
+    # the operand length: keys <bos> L + L "=" answer <eos>; queries "=" answer <eos>
+    digits = (len(keys) - len(queries) - 2) // 2
+    vmax = float(df.value.max())  # one colour scale for every panel
 
     def label(k: int, token: str) -> str:  # 1-based digit place inside each operand
         if 1 <= k <= digits:
@@ -302,7 +304,7 @@ def toy_length_map(csv: Path, out: Path) -> Path:
             sub = df[(df.pe == scheme) & (df.layer == layer)]
             grid = sub.pivot(index="query", columns="key", values="value").reindex(
                 index=queries["query"], columns=keys["key"])  # NaN: keys a query cannot see
-            image = ax.imshow(grid.to_numpy(), vmin=0, vmax=1, cmap="viridis", aspect="auto",
+            image = ax.imshow(grid.to_numpy(), vmin=0, vmax=vmax, cmap="viridis", aspect="auto",
                               interpolation="nearest")
             ax.set_xticks(range(len(keys)), [label(k, t) for k, t in zip(keys["key"], keys["key_token"],
                                                                          strict=True)],
