@@ -5,9 +5,14 @@
 
 1. Every condition's forward (the base model, hidden states only: the LM head is the same for
    all) against the plain SDPA forward of the same model on the same tokens: time (best of
-   --repeats, interleaved) and peak memory (the resident set sampled every 2 ms during the
-   forward, minus the resident set before it). Goals: time at most 2x (1.2x for the windowed
-   methods, sinks and lminfinite), memory at most 1.5x.
+   --repeats, interleaved) and peak memory: the kernel's own high-water mark of the resident
+   set (VmHWM, reset before each forward by writing 5 to /proc/self/clear_refs) minus the
+   resident set before the forward. So that freed memory leaves the resident set and a
+   forward cannot hide its demand in pages an earlier one left behind, the script re-executes
+   itself with glibc's mmap threshold fixed at 64 KiB and the trim threshold at 0
+   (MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_) and trims the heap before each forward.
+   Goals: time at most 2x (1.2x for the windowed methods, sinks and lminfinite), memory at
+   most 1.5x.
 2. sinks:K:W in one pass against the literal streaming decode of tests/remedy_references.py
    (one token per forward, a rolling cache of unrotated keys rotated at their cache
    positions) on --stream tokens: the NLLs equal, the speed-up (goal: at least 20x).
@@ -18,9 +23,9 @@ Windows are a quarter of --tokens (W), so that every method has far pairs to rem
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -29,31 +34,27 @@ from timing import load_average
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the literal references
 
-PAGE = os.sysconf("SC_PAGE_SIZE")
+MALLOC = {"MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "0"}
 
 
-def rss() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * PAGE
+def _status(field: str) -> int:
+    """A /proc/self/status field in bytes (VmRSS, VmHWM)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no {field} in /proc/self/status")
 
 
 def measured(fn) -> tuple[float, int]:
-    """(wall seconds, peak resident bytes above the start) of fn()."""
-    start, peak, done = rss(), [0], threading.Event()
-
-    def sample():
-        while not done.is_set():
-            peak[0] = max(peak[0], rss())
-            time.sleep(0.002)
-
-    thread = threading.Thread(target=sample, daemon=True)
-    thread.start()
+    """(wall seconds, peak resident bytes above the resident set before) of fn(): the heap
+    trimmed, the kernel's high-water mark reset, fn run, the mark read."""
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
+    Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS (Linux >= 4.0)
+    start = _status("VmRSS")
     began = time.perf_counter()
     fn()
     seconds = time.perf_counter() - began
-    done.set()
-    thread.join()
-    return seconds, max(peak[0], rss()) - start
+    return seconds, _status("VmHWM") - start
 
 
 def conditions(tokens: int) -> list[str]:
@@ -69,6 +70,8 @@ def main() -> None:
     parser.add_argument("--stream", type=int, default=2048, help="tokens of the streaming decode (0: skip)")
     parser.add_argument("--repeats", type=int, default=1)
     args = parser.parse_args()
+    if any(os.environ.get(k) != v for k, v in MALLOC.items()):  # the allocator set before it starts
+        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **MALLOC})
 
     from pecli.models.loading import load_model
     from pecli.positions.interventions import intervene
@@ -78,7 +81,7 @@ def main() -> None:
     ids = torch.randint(0, loaded.model.config.vocab_size, (1, args.tokens),
                         generator=torch.Generator().manual_seed(0))
     print(f"{args.model}, {args.tokens} tokens, {torch.get_num_threads()} threads, "
-          f"load average {load_average()}")
+          f"load average {load_average()}; peak memory = VmHWM above VmRSS before the forward")
 
     def forward():
         loaded.model.base_model(input_ids=ids, use_cache=False)
