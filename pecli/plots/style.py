@@ -118,8 +118,12 @@ def points(ax, x, rows: pd.DataFrame, color: str, label: str, marker: str = "o",
 
 
 def interval_note(df: pd.DataFrame) -> str:
-    """What the bars are, for a legend or caption line ('' when the table has none)."""
-    return "bars: 95 % bootstrap interval over texts" if has_intervals(df) else ""
+    """What the bars are, for a legend or caption line ('' when the table has none): the
+    table's own `interval` text where it names one, else pecli's bootstrap over texts."""
+    if not has_intervals(df):
+        return ""
+    said = df["interval"].dropna().unique() if "interval" in df else ()
+    return f"bars: {said[0]}" if len(said) == 1 else "bars: 95 % bootstrap interval over texts"
 
 
 from pecli.runs.names import FIGURE_FORMATS as FORMATS  # noqa: E402, F401 (what save may write)
