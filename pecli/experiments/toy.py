@@ -205,7 +205,7 @@ def _run(o: ToyOptions, progress) -> dict[str, pd.DataFrame]:
 
 
 def _base_row(model, tokenizer, scheme: str, o: ToyOptions, size, train_examples: int) -> dict:
-    """The columns of every row of one trained model (saved first under --save-dir: its
+    """The columns of every row of one trained model (saved first under --save-models: its
     portable id and weights' sha256 then name it)."""
     from pecli.measures.training import FAMILY, count_parameters, saved_as
 
