@@ -9,7 +9,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from pecli.plots.style import WIDTH, color_of, drawn, save, title
+from pecli.plots.style import WIDTH, color_of, drawn, save, title, wants_log
 
 
 def accuracy(df: pd.DataFrame, path: Path) -> Path:
@@ -66,9 +66,11 @@ def recovery(df: pd.DataFrame, path: Path) -> Path:
             ax.plot(part["step"], part["value"], "-", lw=0.6, color=color, alpha=0.5)
     ax.axhline(intact, color="black", lw=1, label=f"intact, untrained ({intact:.4g})")
     ax.axhline(intact * 1.1, color="black", lw=1, ls="--", label="10 % above intact")
-    ax.set_yscale("log")
+    log = wants_log([*df.loc[df["metric"] == "perplexity_mean", "value"], intact * 1.1])
+    if log:  # a collapse and its recovery span orders of magnitude; a small change does not
+        ax.set_yscale("log")
     ax.set_xlabel("fine-tuning steps")
-    ax.set_ylabel("held-out corpus perplexity (log axis)")
+    ax.set_ylabel("held-out corpus perplexity" + (" (log axis)" if log else ""))
     n = int(df["seeds"].iloc[0])
     ax.set_title(title(df, f"recovery after positions are removed ({n} seeds; band: Student t "
                            "over seeds)"), fontsize=9)
