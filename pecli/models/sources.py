@@ -18,7 +18,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from pecli.models.architectures import ARCHITECTURES, ArchSpec, spec_for_model_type
@@ -142,9 +142,8 @@ def peek(name: str) -> ModelRef | None:
         return ModelRef(name, ARCHITECTURES.get(source.target))
     if source.kind == PYPI:
         folder = package_dir(source.package)
-        config = folder / "config.json" if folder else None  # minilm's; smollm2's GGUF has none
-        return ModelRef(name, ARCHITECTURES.get(source.package.family),
-                        _width(config) if config else None, _layers(config) if config else None)
+        raw = _read_config(folder / "config.json") if folder else {}  # smollm2's GGUF has none
+        return _sized(ModelRef(name, ARCHITECTURES.get(source.package.family)), raw or {})
     if source.kind == LOCAL:
         config = source.path / "config.json"
     elif source.kind == HUB:
@@ -156,31 +155,30 @@ def peek(name: str) -> ModelRef | None:
         config = Path(cached)
     else:
         return None  # missing: loading gives the precise error
-    try:
-        model_type = json.loads(config.read_text(encoding="utf-8"))["model_type"]
-    except (OSError, ValueError, KeyError, TypeError):
+    raw = _read_config(config)
+    if raw is None or "model_type" not in raw:
         return None  # loading gives the precise error
-    return ModelRef(name, spec_for_model_type(model_type), _width(config), _layers(config))
+    return _sized(ModelRef(name, spec_for_model_type(raw["model_type"])), raw)
 
 
-def _config_int(config: Path, *keys: str) -> int | None:
-    """The first of `keys` a config.json gives as an integer; None if it has none."""
+def _read_config(config: Path) -> dict | None:
+    """A config.json as a dict, read once; None where it cannot be read."""
     try:
         raw = json.loads(config.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    value = next((raw[k] for k in keys if k in raw), None)
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    return raw if isinstance(raw, dict) else None
 
 
-def _width(config: Path) -> int | None:
-    """hidden_size (n_embd for GPT-2) of a config.json."""
-    return _config_int(config, "hidden_size", "n_embd")
+def _sized(ref: ModelRef, raw: dict) -> ModelRef:
+    """`ref` with the width (hidden_size, GPT-2's n_embd) and block count its config gives."""
+    def first_int(*keys: str) -> int | None:
+        value = next((raw[k] for k in keys if k in raw), None)
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
 
-
-def _layers(config: Path) -> int | None:
-    """The number of transformer blocks a config.json gives."""
-    return _config_int(config, "num_hidden_layers", "n_layer", "n_layers", "num_layers")
+    return replace(ref, width=first_int("hidden_size", "n_embd"),
+                               layers=first_int("num_hidden_layers", "n_layer", "n_layers",
+                                                "num_layers"))
 
 
 # --- availability: can it load here, without loading it -----------------------------
