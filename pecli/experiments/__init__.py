@@ -3,10 +3,11 @@
 `pecli reproduce` runs from a preset.
 
 Each experiment module registers an `Experiment` whose `run(options)` takes its frozen
-options object (pecli.runs.options: the same names as its CLI flags, checked when built) and
-returns tidy tables that pass `pecli.runs.tables.validate`; `figures` turns the written CSVs
-into PNGs without torch. Experiments name their figures by a "module:function" string
-(`lazy`), so that computing never imports matplotlib.
+options object (a `pecli.runs.options.Options`: the same names as its CLI flags, checked when
+built) and returns tidy tables that pass `pecli.runs.tables.validate`; `figures` turns the
+written CSVs into PNGs without torch; `headlines` are the numbers `pecli compare` reads from
+its tables. Experiments name their figures by a "module:function" string (`lazy`), so that
+computing never imports matplotlib.
 
 May import pecli.measures, pecli.plots, pecli.positions, pecli.models, pecli.data, pecli.runs.
 """
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -28,6 +29,34 @@ if TYPE_CHECKING:  # the command line imports this module (REGISTERED): no panda
 
 
 @dataclass(frozen=True)
+class Headline:
+    """One headline number of an experiment's tables, as `pecli compare` reads it: the rows
+    that give one number per model x condition (x slot)."""
+
+    metric: str  # the table's metric
+    quantity: str  # axis label
+    where: dict = field(default_factory=dict)  # column -> required value (the column must exist)
+    condition: tuple[str, ...] = ("intervention",)  # columns that name the condition (those present)
+    name: str = ""  # the metric in compare's table (default: `metric`)
+    slot: Callable[[pd.Series], str] | None = None  # one number per slot (length, bucket, depth)
+    interval: str = "95 % percentile bootstrap over texts"  # where neither rows nor sidecar say
+    reference: tuple[tuple[float, str], ...] = ()  # lines on the figure: (value, what it means)
+    axis: str = ""  # the y axis in words (default: quantity)
+
+    @property
+    def label(self) -> str:
+        return self.name or self.metric
+
+
+def length_slot(row) -> str:
+    """A headline's slot in a table by length and position bucket (length, train lm):
+    `16,384 tokens, positions 2,048-4,096` (a bucket) or `..., all positions`."""
+    where = ("all positions" if str(row.get("all_positions")).lower() == "true"
+             else f"positions {int(row['window_start']):,}-{int(row['window_end']):,}")
+    return f"{int(row['length']):,} tokens, {where}"
+
+
+@dataclass(frozen=True)
 class Experiment:
     name: str
     version: int  # bump when the meaning of a number changes: cached results are then redone
@@ -36,6 +65,7 @@ class Experiment:
     description: str
     options: type[Options]  # what run() takes: run(options, progress=...)
     files: str | None = None  # a folder of its own files (save_dir), kept under a preset's entry
+    headlines: tuple[Headline, ...] = ()  # what `pecli compare` reads from its tables
 
     def run_with(self, values: dict, where: str, **kwargs) -> dict[str, pd.DataFrame]:
         """Build the options from plain values (a preset's, a test's), check them, and run."""
@@ -67,11 +97,12 @@ def data_of(o, **kwargs):
 
 def register(name: str, version: int, run: Callable[..., dict[str, pd.DataFrame]],
              options: type[Options], figures: str | Callable, description: str,
-             files: str | None = None) -> Experiment:
+             files: str | None = None, headlines: tuple[Headline, ...] = ()) -> Experiment:
     """Add an experiment to EXPERIMENTS under its name (written once) and return it.
-    `figures`: "package.module:function" (imported when first drawn, `lazy`) or the function."""
+    `figures`: "package.module:function" (imported when first drawn, `lazy`) or the function;
+    `headlines`: its numbers `pecli compare` gathers (a run folder with none is refused)."""
     experiment = Experiment(name, version, run, lazy(figures) if isinstance(figures, str) else figures,
-                            description, options, files)
+                            description, options, files, tuple(headlines))
     EXPERIMENTS.add(name, experiment)
     return experiment
 

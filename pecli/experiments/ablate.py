@@ -37,7 +37,7 @@ from functools import partial
 import numpy as np
 import pandas as pd
 
-from pecli.experiments import check_before_loading, data_of, lazy, load, register
+from pecli.experiments import Headline, check_before_loading, data_of, lazy, load, register
 from pecli.measures.baselines import (
     BASELINE_PAIRS,
     baseline_rows,
@@ -432,4 +432,17 @@ figures = lazy("pecli.plots.ablate:ablate_figures")
 
 register(NAME, VERSION, run, AblateOptions, figures,
          "cosine of features with vs without (or with altered) position information, per layer "
-         "and position, against a random baseline; optional linear probe (study E1, E2)")
+         "and position, against a random baseline; optional linear probe (study E1, E2)",
+         headlines=(
+             Headline("cosine_mean", "mean cosine of each token with vs without the intervention "
+                      "(final layer)", {"final_layer": True, "special_tokens": "included"}),
+             Headline("token_pair_cosine_mean", "cosine of two different tokens (final layer, own "
+                      "positions)", {"final_layer": True}),
+             Headline("self_similarity_mean", "cosine of one token in two texts (final layer, own "
+                      "positions)", {"final_layer": True}),
+             Headline("between_baselines", "mean cosine on the in-model scale (0 = as unlike as "
+                      "another token, 1 = as unlike as the same token elsewhere)",
+                      {"final_layer": True, "special_tokens": "included"},
+                      reference=((0.0, "0: as unlike as another token"),
+                                 (1.0, "1: as unlike as the same token in another text"))),
+             Headline("probe_accuracy", "sentiment probe accuracy (held-out texts)")))

@@ -17,12 +17,11 @@ dataset, split, data revision (hash) and row count, or `gather` refuses with the
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
+from pecli.experiments import Headline, load_all
 from pecli.positions import labels
 from pecli.runs.errors import DataError
 
@@ -30,120 +29,30 @@ from pecli.runs.errors import DataError
 SAME_DATA = ("dataset", "split", "data_revision", "rows")
 
 
-def _length_slot(row) -> str:
-    """`16,384 tokens, positions 2,048-4,096` (a bucket) or `..., all positions`."""
-    where = ("all positions" if str(row.get("all_positions")).lower() == "true"
-             else f"positions {int(row['window_start']):,}-{int(row['window_end']):,}")
-    return f"{int(row['length']):,} tokens, {where}"
-
-
-def _passkey_slot(row) -> str:
-    depth = row["depth"]
-    return f"{int(row['length']):,} tokens, depth {'all' if str(depth) == 'all' else f'{float(depth):g}'}"
-
-
-@dataclass(frozen=True)
-class Headline:
-    """One headline metric: the rows that give one number per model x condition (x slot)."""
-
-    metric: str  # the table's metric
-    quantity: str  # axis label
-    where: dict = field(default_factory=dict)  # column -> required value (the column must exist)
-    condition: tuple[str, ...] = ("intervention",)  # columns that name the condition (those present)
-    experiment: str | None = None  # only this experiment's rows (None: any)
-    name: str = ""  # the metric in compare's table (default: `metric`)
-    slot: Callable[[pd.Series], str] | None = None  # one number per slot (length, bucket, depth)
-    interval: str = "95 % percentile bootstrap over texts"  # where neither rows nor sidecar say
-    reference: tuple[tuple[float, str], ...] = ()  # lines on the figure: (value, what it means)
-    axis: str = ""  # the y axis in words (default: quantity)
-
-    @property
-    def label(self) -> str:
-        return self.name or self.metric
-
-
-MASKED = ("intervention", "mask", "mask_semantics", "protocol")
-STRETCHED = ("pe", "intervention", "rope_scaling")
-HEADLINES = (
-    Headline("cosine_mean", "mean cosine of each token with vs without the intervention "
-             "(final layer)", {"final_layer": True, "special_tokens": "included"}, experiment="ablate"),
-    Headline("token_pair_cosine_mean", "cosine of two different tokens (final layer, own positions)",
-             {"final_layer": True}, experiment="ablate"),
-    Headline("self_similarity_mean", "cosine of one token in two texts (final layer, own positions)",
-             {"final_layer": True}, experiment="ablate"),
-    Headline("between_baselines", "mean cosine on the in-model scale (0 = as unlike as another "
-             "token, 1 = as unlike as the same token elsewhere)",
-             {"final_layer": True, "special_tokens": "included"}, experiment="ablate",
-             reference=((0.0, "0: as unlike as another token"), (1.0, "1: as unlike as the same token in another text"))),
-    Headline("probe_accuracy", "sentiment probe accuracy (held-out texts)", experiment="ablate"),
-    Headline("perplexity", "corpus perplexity", {"aggregation": "corpus"}, MASKED, experiment="perplexity"),
-    Headline("mc1", "TruthfulQA MC1 accuracy", {}, MASKED, experiment="mc",
-             interval="95 % percentile bootstrap over items"),
-    Headline("mc2", "TruthfulQA MC2 (mass on the true answers)", {}, MASKED, experiment="mc",
-             interval="95 % percentile bootstrap over items"),
-    Headline("mc1_norm", "TruthfulQA MC1, length-normalised (acc_norm)", {}, MASKED, experiment="mc",
-             interval="95 % percentile bootstrap over items"),
-    Headline("perplexity", "perplexity by position in the window", {}, STRETCHED,
-             experiment="length", name="length_perplexity", slot=_length_slot,
-             interval="95 % percentile bootstrap over windows", axis="perplexity"),
-    Headline("perplexity", "perplexity by position in the window", {}, STRETCHED,
-             experiment="train-lm", name="length_perplexity", slot=_length_slot,
-             interval="95 % percentile bootstrap over windows", axis="perplexity"),
-    Headline("accuracy", "passkey retrieval accuracy", {}, ("intervention", "rope_scaling"),
-             experiment="passkey", name="passkey_accuracy", slot=_passkey_slot,
-             interval="95 % Wilson score interval over trials",
-             axis="share of trials with the key retrieved"),
-    Headline("exact_match", "toy arithmetic exact match", {"operation": "all"}, ("pe",), experiment="toy",
-             interval="95 % percentile bootstrap over test examples"),
-    Headline("exact_match", "exact match by test length (toy length)",
-             {"aggregation": "mean over training seeds"}, ("pe",), experiment="toy-length",
-             name="toy_length_exact_match",
-             slot=lambda r: f"{r['task']}, length {int(r['test_length'])}",
-             interval="95 % Student t interval of the mean over training seeds"),
-    Headline("mrr", "mean reciprocal rank over tasks (toy length)", {}, ("pe",),
-             experiment="toy-length", name="toy_length_mrr",
-             interval="95 % percentile bootstrap over training seeds"),
-    Headline("test_perplexity", "test perplexity of small causal LMs", {}, ("pe",), experiment="train-lm"),
-    Headline("checkpoint_perplexity", "pecli perplexity on each trained checkpoint, intact and "
-             "with positions removed", {}, ("pe", "intervention"), experiment="train-lm",
-             interval="95 % Student t interval of the mean over training seeds"),
-    Headline("order_accuracy", "which-comes-first accuracy of position rows", {}, ("matrix",),
-             experiment="pe-probe", reference=((0.5, "chance"),)),
-    Headline("sink_rate", "attention sink rate (Gu et al.'s Sink_1^eps: share of heads)",
-             {"scope": "model"}, ("intervention", "mask", "mask_semantics", "rope_scaling"),
-             experiment="attn", axis="share of heads whose mean attention to the first token > eps"),
-    Headline("perplexity", "held-out corpus perplexity by mask (mask fit)", {}, ("condition",),
-             experiment="mask-fit", name="mask_fit_perplexity",
-             slot=lambda r: f"{r['dataset']}/{r['split']}", axis="perplexity"),
-    Headline("gap_closed", "share of the gap closed, (zero - x) / (zero - intact) in log perplexity",
-             {}, ("condition",), experiment="mask-fit", name="mask_fit_gap_closed",
-             slot=lambda r: f"{r['dataset']}/{r['split']}", reference=((0.0, "no positions"), (1.0, "intact")),
-             interval="95 % percentile bootstrap over texts, the three conditions' texts paired"),
-    Headline("finetune_accuracy_mean", "IMDB sentiment accuracy after fine-tuning", {},
-             ("intervention",), experiment="finetune", reference=((0.5, "chance"),),
-             interval="95 % Student t interval of the mean over training seeds"),
-    Headline("probe_accuracy", "IMDB sentiment accuracy of the frozen-feature probe", {},
-             ("intervention",), experiment="finetune", name="finetune_probe_accuracy",
-             interval="95 % Wilson score interval over test texts"),
-    Headline("perplexity_mean", "held-out perplexity while fine-tuning without positions", {},
-             ("condition",), experiment="finetune", name="finetune_perplexity",
-             slot=lambda r: f"step {int(r['step'])}", axis="perplexity",
-             interval="95 % Student t interval of the mean over training seeds"),
-)
 # Every metric of `pecli lm-eval`'s table is a headline, named "<task>_<metric>"
+# (pecli.integrations.lm_eval: a command, not a registered experiment)
+LM_EVAL_NAME = "lm-eval"
 LM_EVAL = Headline("", "", {}, ("intervention", "mask", "mask_semantics", "rope_scaling"),
-                   experiment="lm-eval", interval="as lm-eval's rows record it")
-READS = ("ablate, perplexity, mc, lm-eval, length, passkey, toy, toy length, train lm, pe probe, attn, "
-         "mask fit and finetune")
+                   interval="as lm-eval's rows record it")
+
+
+def headlines() -> list[tuple[str, Headline]]:
+    """(experiment, headline) of every registered experiment (`register(..., headlines=...)`),
+    in registration order."""
+    return [(name, h) for name, e in load_all().items() for h in e.headlines]
 
 
 def _headline(experiment: str, metric: str) -> Headline | None:
     """The headline of `metric` in `experiment`'s tables (a table that names no experiment:
     the first headline of that metric)."""
-    for h in HEADLINES:
-        if h.metric == metric and (h.experiment in (None, experiment) or not experiment):
-            return h
-    return None
+    return next((h for name, h in headlines()
+                 if h.metric == metric and (name == experiment or not experiment)), None)
+
+
+def _reads() -> str:
+    """The experiments whose runs compare reads, in words."""
+    names = list(dict.fromkeys(name for name, _ in headlines())) + [LM_EVAL_NAME]
+    return ", ".join(names[:-1]) + " and " + names[-1]
 
 
 def distinct_runs(run_dirs) -> list[Path]:
@@ -222,7 +131,7 @@ def _label(run: Path, table: Path) -> str:
 
 
 def headline_rows(df: pd.DataFrame, recorded_interval: str = "") -> pd.DataFrame:
-    """The headline rows of one table (see HEADLINES), with `metric` the compared name,
+    """The headline rows of one table (its experiment's `headlines`), with `metric` the compared name,
     `condition` naming each, `slot` (a length, bucket or depth; '' for one number per
     condition) and `interval`: the method of its 95 % interval, as the rows record it (an
     `interval_method` or `interval` column), else as `recorded_interval` (the sidecar) says,
@@ -230,7 +139,7 @@ def headline_rows(df: pd.DataFrame, recorded_interval: str = "") -> pd.DataFrame
     if not {"metric", "value"} <= set(df.columns):
         return df.iloc[0:0]
     experiment = str(df["experiment"].iloc[0]) if "experiment" in df and len(df) else ""
-    lm_eval = experiment == "lm-eval" and "task" in df.columns
+    lm_eval = experiment == LM_EVAL_NAME and "task" in df.columns
     if lm_eval:  # pecli lm-eval: every metric of every task is a headline, <task>_<metric>
         df = df.assign(quantity=df["task"] + ": " + df["metric"].astype(str) + " (scored by lm-eval)",
                        metric=df["task"] + "_" + df["metric"].astype(str))
@@ -320,7 +229,7 @@ def gather(run_dirs, allow_mixed: bool = False) -> pd.DataFrame:
             tables = sorted({p.name for r, ps in by_run.items() if r == root.name or
                              r.startswith(root.name + "/") for p in ps})
             raise DataError(f"{root}: no headline numbers compare can use in {', '.join(tables)} "
-                            f"(compare reads {READS} runs)")
+                            f"(compare reads {_reads()} runs)")
     out = pd.concat(frames, ignore_index=True)
     out["mixed"] = False
     for metric, rows in out.groupby("metric", sort=False):
@@ -470,7 +379,7 @@ def _bars(rows: pd.DataFrame) -> str | None:
 def _references(ax, metric: str, rows: pd.DataFrame) -> None:
     """Lines at a scale's meaningful values: its own (between_baselines' 0 and 1) and chance
     where the rows record it (mc's `chance`)."""
-    lines = [h.reference for h in HEADLINES if h.label == metric and h.reference]
+    lines = [h.reference for _, h in headlines() if h.label == metric and h.reference]
     refs = list(lines[0]) if lines else []
     if "chance" in rows:
         chance = pd.to_numeric(rows["chance"], errors="coerce").dropna().unique()

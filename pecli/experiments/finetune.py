@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from pecli.experiments import check_before_loading, load, register
+from pecli.experiments import Headline, check_before_loading, load, register
 from pecli.runs import names
 from pecli.runs.errors import ConfigError, OutputError
 from pecli.runs.options import FinetuneOptions
@@ -319,4 +319,15 @@ def _recovery_rows(o: FinetuneOptions, loaded, cond, mask, initial: dict, seqs, 
 
 register("finetune", 1, run, FinetuneOptions, "pecli.plots.finetune:figures",
          "Fine-tuning after positions are removed: an encoder on IMDB sentiment (with the "
-         "frozen-feature probe beside), a causal LM's recovery curve of held-out perplexity")
+         "frozen-feature probe beside), a causal LM's recovery curve of held-out perplexity",
+         headlines=(
+             Headline("finetune_accuracy_mean", "IMDB sentiment accuracy after fine-tuning", {},
+                      ("intervention",), reference=((0.5, "chance"),),
+                      interval="95 % Student t interval of the mean over training seeds"),
+             Headline("probe_accuracy", "IMDB sentiment accuracy of the frozen-feature probe", {},
+                      ("intervention",), name="finetune_probe_accuracy",
+                      interval="95 % Wilson score interval over test texts"),
+             Headline("perplexity_mean", "held-out perplexity while fine-tuning without positions", {},
+                      ("condition",), name="finetune_perplexity",
+                      slot=lambda r: f"step {int(r['step'])}", axis="perplexity",
+                      interval="95 % Student t interval of the mean over training seeds")))

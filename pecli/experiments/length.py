@@ -16,7 +16,7 @@ from contextlib import nullcontext
 import pandas as pd
 import torch
 
-from pecli.experiments import check_before_loading, data_of, load, register
+from pecli.experiments import Headline, check_before_loading, data_of, length_slot, load, register
 from pecli.measures.lm_scoring import resumed_nlls, start_token  # NLLs per key as an .npz, and back
 from pecli.measures.lm_scoring import saved_nlls as _saved
 from pecli.runs.errors import DataError
@@ -156,4 +156,8 @@ def _checkpoint(loaded, o: LengthOptions, stream: list[int]):
 
 register("length", 1, run, LengthOptions, "pecli.plots.length:figures",
          "Loss by position and window length over a token stream (windows, rope "
-         "scaling, learned tables past their rows)")
+         "scaling, learned tables past their rows)",
+         headlines=(Headline("perplexity", "perplexity by position in the window", {},
+                             ("pe", "intervention", "rope_scaling"), name="length_perplexity",
+                             slot=length_slot, interval="95 % percentile bootstrap over windows",
+                             axis="perplexity"),))

@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from pecli.experiments import check_before_loading, load, register
+from pecli.experiments import Headline, check_before_loading, load, register
 from pecli.runs.errors import DataError
 from pecli.runs.names import INTACT
 from pecli.runs.options import MaskFitOptions
@@ -177,4 +177,13 @@ def curve_rows(mask, max_length: int, common: dict) -> pd.DataFrame:
 register("mask-fit", 1, run, MaskFitOptions, "pecli.plots.mask_fit:figures",
          "A mask of a small form fitted to stand in for removed positions (frozen model, "
          "IMDB train), judged on held-out texts against intact, no positions, the study's "
-         "linear mask and ALiBi", files="mask")
+         "linear mask and ALiBi", files="mask",
+         headlines=(
+             Headline("perplexity", "held-out corpus perplexity by mask (mask fit)", {}, ("condition",),
+                      name="mask_fit_perplexity", slot=lambda r: f"{r['dataset']}/{r['split']}",
+                      axis="perplexity"),
+             Headline("gap_closed", "share of the gap closed, (zero - x) / (zero - intact) in log "
+                      "perplexity", {}, ("condition",), name="mask_fit_gap_closed",
+                      slot=lambda r: f"{r['dataset']}/{r['split']}",
+                      reference=((0.0, "no positions"), (1.0, "intact")),
+                      interval="95 % percentile bootstrap over texts, the three conditions' texts paired")))

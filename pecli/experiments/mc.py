@@ -13,7 +13,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from pecli.experiments import check_before_loading, load, register
+from pecli.experiments import Headline, check_before_loading, load, register
 from pecli.runs.options import McOptions
 from pecli.runs.provenance import row_provenance
 from pecli.runs.tables import validate
@@ -119,4 +119,10 @@ def run(options: McOptions, progress: Callable[[int, int], None] | None = None,
 # version 1: Wilson for MC1 since issue 36: rows say which (interval_method); values unchanged
 register("mc", 1, run, McOptions, "pecli.plots.mc:figures",
          "TruthfulQA MC1/MC2 (lm-evaluation-harness v2.0) under position interventions "
-         "and graded masks, with bootstrap intervals over items")
+         "and graded masks, with bootstrap intervals over items",
+         headlines=tuple(Headline(metric, quantity, {}, ("intervention", "mask", "mask_semantics", "protocol"),
+                                  interval="95 % percentile bootstrap over items")
+                         for metric, quantity in (
+                             ("mc1", "TruthfulQA MC1 accuracy"),
+                             ("mc2", "TruthfulQA MC2 (mass on the true answers)"),
+                             ("mc1_norm", "TruthfulQA MC1, length-normalised (acc_norm)"))))

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import pandas as pd
 
-from pecli.experiments import check_before_loading, load, register
+from pecli.experiments import Headline, check_before_loading, load, register
 from pecli.runs.options import PasskeyOptions
 from pecli.runs.provenance import row_provenance
 from pecli.runs.tables import validate
@@ -121,6 +121,16 @@ def _accuracy(trials: list[dict]) -> list[dict]:
     return rows
 
 
+def _slot(row) -> str:
+    """A headline's slot: `4,096 tokens, depth 0.5` (or `depth all`)."""
+    depth = row["depth"]
+    return f"{int(row['length']):,} tokens, depth {'all' if str(depth) == 'all' else f'{float(depth):g}'}"
+
+
 register("passkey", 1, run, PasskeyOptions, "pecli.plots.passkey:figures",
          "Passkey retrieval by prompt length and depth (greedy decoding; rope scaling, "
-         "interventions)")
+         "interventions)",
+         headlines=(Headline("accuracy", "passkey retrieval accuracy", {}, ("intervention", "rope_scaling"),
+                             name="passkey_accuracy", slot=_slot,
+                             interval="95 % Wilson score interval over trials",
+                             axis="share of trials with the key retrieved"),))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from pecli.experiments import check_before_loading, data_of, load, preflight, register
+from pecli.experiments import Headline, check_before_loading, data_of, load, preflight, register
 from pecli.measures import pe_analysis as pa
 from pecli.measures.pe_analysis import collect_hidden, hidden_states, model_texts  # noqa: F401
 from pecli.measures.pe_analysis import embedding_rows as _embedding_rows
@@ -185,4 +185,6 @@ def run_probe(options: ProbeOptions, announce=None) -> dict[str, pd.DataFrame]:
 # version 2: order_accuracy with ci_low/ci_high; 3: column `protocol` (a CV scheme) -> `evaluation`
 register("pe-probe", 3, run_probe, ProbeOptions, "pecli.plots.pe:probe_figures",
          "Wang & Chen analyses of position-embedding matrices (sinusoidal reference) and a "
-         "per-layer hidden-state probe of position with and without the model's positions")
+         "per-layer hidden-state probe of position with and without the model's positions",
+         headlines=(Headline("order_accuracy", "which-comes-first accuracy of position rows", {},
+                             ("matrix",), reference=((0.5, "chance"),)),))

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import pandas as pd
 
-from pecli.experiments import check_before_loading, data_of, load, register
+from pecli.experiments import Headline, check_before_loading, data_of, load, register
 from pecli.measures.intervals import perplexity_intervals as intervals  # noqa: F401 (tests)
 from pecli.measures.lm_scoring import resumed_nlls, start_token
 from pecli.measures.lm_scoring import saved_nlls as _saved
@@ -156,4 +156,6 @@ def _checkpoint(loaded, texts, prepared, padding_side, batch_size, seed):
 # version 2: per-text rows carry text_id; 3: ci_low/ci_high on every aggregation, study_value
 register("perplexity", 3, run, PerplexityOptions, "pecli.plots.perplexity:figures",
          "Perplexity under position interventions and graded attention masks (E2, E3), "
-         "every aggregation, semantics and protocol named")
+         "every aggregation, semantics and protocol named",
+         headlines=(Headline("perplexity", "corpus perplexity", {"aggregation": "corpus"},
+                             ("intervention", "mask", "mask_semantics", "protocol")),))

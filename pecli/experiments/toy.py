@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from pecli.experiments import lazy, register
+from pecli.experiments import Headline, lazy, register
 from pecli.measures.intervals import METHOD, mean_interval
 from pecli.measures.training import CHARS, SPECIALS, char_tokenizer  # noqa: E402,F401
 from pecli.runs.options import ToyOptions
@@ -274,4 +274,6 @@ figures = lazy("pecli.plots.training:toy_figures")
 
 
 register("toy", VERSION, run, ToyOptions, figures,
-         "Train tiny Transformers on i+j=k / i-j=k per position scheme: exact match, attention on repeats")
+         "Train tiny Transformers on i+j=k / i-j=k per position scheme: exact match, attention on repeats",
+         headlines=(Headline("exact_match", "toy arithmetic exact match", {"operation": "all"}, ("pe",),
+                             interval="95 % percentile bootstrap over test examples"),))

@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from pecli.experiments import lazy, register
+from pecli.experiments import Headline, lazy, register
 from pecli.measures.training import SEED_METHOD, char_tokenizer, over_seeds, seed_interval
 from pecli.runs.options import ToyLengthOptions
 from pecli.runs.provenance import row_provenance
@@ -400,4 +400,11 @@ figures = lazy("pecli.plots.training:toy_length_figures")
 
 register("toy-length", VERSION, run, ToyLengthOptions, figures,
          "Train short, test long: copy / reverse / addition / sort per position scheme and training "
-         "seed; exact match by test length with intervals over seeds, MRR ranking")
+         "seed; exact match by test length with intervals over seeds, MRR ranking",
+         headlines=(
+             Headline("exact_match", "exact match by test length (toy length)",
+                      {"aggregation": "mean over training seeds"}, ("pe",), name="toy_length_exact_match",
+                      slot=lambda r: f"{r['task']}, length {int(r['test_length'])}",
+                      interval="95 % Student t interval of the mean over training seeds"),
+             Headline("mrr", "mean reciprocal rank over tasks (toy length)", {}, ("pe",),
+                      name="toy_length_mrr", interval="95 % percentile bootstrap over training seeds")))
