@@ -56,7 +56,7 @@ from pecli.models.architectures import resolve
 from pecli.runs.errors import InterventionError, ModelError
 
 ATTENTION = "pecli_remedy"  # the name registered in transformers' AttentionInterface
-SCORE_BUDGET = 1 << 23  # scores per query block (heads x queries x keys): ~32 MB in fp32
+MASK_BUDGET = 1 << 22  # (query, key) pairs per query block: a 16 MB mask in fp32
 WINDOWED = ("sinks", "lminfinite")
 
 
@@ -202,18 +202,54 @@ def state_literal(module) -> bool:
     return bool(getattr(module, "pecli_remedy_literal", False))
 
 
+def _attend(q, k, v, seen, scaling) -> tuple[torch.Tensor, torch.Tensor]:
+    """Softmax attention of q [b, h, B, d] over k/v [b, h, n, d] where `seen` [b, B, n]:
+    (output [b, h, B, d], log-sum-exp of the scores [b, h, B], -inf on a row that sees
+    nothing). On the CPU, ATen's fused flash kernel (memory linear in n); elsewhere the
+    scores written out."""
+    empty = ~seen.any(-1)[:, None]  # [b, 1, B]
+    if q.device.type == "cpu" and q.dtype in (torch.float32, torch.bfloat16, torch.float16):
+        bias = torch.zeros(seen.shape, dtype=q.dtype, device=q.device).masked_fill_(~seen, -math.inf)
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            q, k, v, 0.0, False, attn_mask=bias[:, None], scale=scaling)
+    else:
+        scores = (q @ k.transpose(-1, -2)).float() * scaling
+        scores = scores.masked_fill(~seen[:, None], -math.inf)
+        lse = torch.logsumexp(scores, dim=-1)
+        out = torch.softmax(scores, dim=-1).nan_to_num(0.0).to(v.dtype) @ v
+    return out, lse.float().masked_fill(empty, -math.inf)
+
+
+def _merged(parts) -> torch.Tensor:
+    """The softmax over the union of disjoint key sets, from each set's (output, lse)."""
+    total = torch.logsumexp(torch.stack([lse for _, lse in parts]), dim=0)
+    acc = None
+    for out, lse in parts:
+        term = out.float() * torch.exp(lse - total).nan_to_num(0.0)[..., None]
+        acc = term if acc is None else acc + term
+    return acc
+
+
+def _kv_heads(x: torch.Tensor, g: int) -> torch.Tensor:
+    """Grouped-query attention: kv head j serves query heads j*g .. j*g+g-1."""
+    return x if g == 1 else x.repeat_interleave(g, dim=1)
+
+
 def blocked(module, remedy: Remedy, rotary, query, key, value, q_near, k_near, key_pos, real,
             scaling) -> torch.Tensor:
-    """The remedy's attention, query block by query block: output [b, q, h, d]."""
+    """The remedy's attention, query block by query block: output [b, q, h, d]. A block's near
+    keys (d < W) and far keys are attended separately and merged by their log-sum-exp: one
+    softmax over both."""
     b, h, q_len, d = query.shape
     h_kv, k_len = key.shape[1], key.shape[2]
-    g = h // h_kv  # grouped-query attention: query head kv*g + r reads kv head kv
+    g = h // h_kv
     first = k_len - q_len  # key index of the first query
     q_pos = key_pos[:, first:]
     cq, sq = _cos_sin(rotary, value, remedy.far_query(q_pos))
     q_far = rotate(query, cq, sq)
     ck, sk = _cos_sin(rotary, value, remedy.far_key(key_pos))
-    k_far = rotate(key, ck, sk)
+    k_far = _kv_heads(rotate(key, ck, sk), g)
+    k_near, v = _kv_heads(k_near, g), _kv_heads(value, g)
     w = remedy.window
     if remedy.windowed:  # the sinks: the first K real keys (after any left padding)
         pads = 0 if real is None else int((~real).sum(-1).max())
@@ -221,10 +257,10 @@ def blocked(module, remedy: Remedy, rotary, query, key, value, q_near, k_near, k
         span = w + far_keys
     else:
         span = k_len
-    block = max(16, min(q_len, SCORE_BUDGET // max(b * h * (span + 1), 1)))
+    block = max(16, min(q_len, MASK_BUDGET // max(b * (span + 1), 1)))
     if remedy.windowed:
-        block = min(block, max(w, 64))
-    out = torch.empty(b, h_kv, g, q_len, value.shape[-1], dtype=value.dtype, device=value.device)
+        block = min(block, max(w // 2, 64))
+    out = torch.empty(b, h, q_len, value.shape[-1], dtype=value.dtype, device=value.device)
     idx = torch.arange(k_len, device=query.device)
     for a in range(0, q_len, block):
         e = min(a + block, q_len)
@@ -245,20 +281,10 @@ def blocked(module, remedy: Remedy, rotary, query, key, value, q_near, k_near, k
                 seen = seen & (dist < w)
             else:
                 seen = seen & remedy.far_visible(key_pos[:, None, keys], dist)
-            qb = q_rot[:, :, a:e].reshape(b, h_kv, g * (e - a), d)
-            scores = (qb @ k_rot[:, :, keys].transpose(-1, -2)) * scaling  # [b, h_kv, g*B, n]
-            scores = scores.view(b, h_kv, g, e - a, -1).masked_fill(~seen[:, None, None], -math.inf)
-            parts.append((scores, value[:, :, keys]))
-        probs = torch.softmax(torch.cat([s for s, _ in parts], dim=-1), dim=-1)
-        acc, at = None, 0
-        for scores, v in parts:
-            n = scores.shape[-1]
-            p = probs[..., at:at + n].reshape(b, h_kv, g * (e - a), n)
-            term = (p @ v).view(b, h_kv, g, e - a, -1)
-            acc = term if acc is None else acc + term
-            at += n
-        out[:, :, :, a:e] = acc
-    return out.view(b, h, q_len, -1).transpose(1, 2).contiguous()
+            parts.append(_attend(q_rot[:, :, a:e], k_rot[:, :, keys], v[:, :, keys],
+                                 seen.expand(b, -1, -1), scaling))
+        out[:, :, a:e] = _merged(parts).to(out.dtype)
+    return out.transpose(1, 2).contiguous()
 
 
 def _mask_factory(*args, attention_mask=None, **kwargs):

@@ -186,7 +186,7 @@ def test_small_query_blocks_change_nothing(model, monkeypatch):
     for name in ("sinks:2:8", "selfextend:2:8", "rerope:8"):
         with intervene(model, name):
             whole = _logits(model, ids)
-        monkeypatch.setattr(remedies, "SCORE_BUDGET", 1)  # 16-query blocks
+        monkeypatch.setattr(remedies, "MASK_BUDGET", 1)  # 16-query blocks
         with intervene(model, name):
             assert torch.allclose(_logits(model, ids), whole, atol=1e-5)
         monkeypatch.undo()
