@@ -45,10 +45,12 @@ bench: setup
 	$(PY) benchmarks/bench_length.py
 	$(PY) benchmarks/bench_families.py
 
-# The CLI reference is generated from the app, never written by hand (a test checks it).
+# The CLI reference and README's table of commands are generated from the app, never written
+# by hand (tests/cli/test_docs.py checks them).
 docs: setup
 	$(VENV)/bin/typer pecli.cli.app utils docs --name pecli --output docs/cli.md
-	$(VENV)/bin/python -m pecli.runs.options >> docs/cli.md
+	$(VENV)/bin/python -m pecli.cli.docs names >> docs/cli.md
+	$(VENV)/bin/python -m pecli.cli.docs README.md
 	$(VENV)/bin/python -m pecli.models.architectures docs/positions.md
 
 # Golden tables (tests/golden/*.csv): recompute after a change that moves numbers on purpose,

@@ -7,6 +7,7 @@ import time
 import typer
 from rich.table import Table
 
+from pecli.cli.docs import Row
 from pecli.cli.flags import ForceOpt, OutOpt, build, derived
 from pecli.cli.shared import ci_text, decimals, run_and_write
 from pecli.cli.shared import console as wide_console
@@ -143,6 +144,12 @@ def interventions() -> None:
     for _, term in INTERVENTIONS.items():
         table.add_row(escape(term.shown()), ", ".join(term.applies_to), escape(term.description))
     wide_console().print(table)
+
+
+# Its row in README.md's table of commands (`make docs`)
+README = Row(("pecli ablate minilm",), "how much do hidden states change without positions, per layer, "
+             "against in-model baselines?", "ablate.csv, ablate_positions.csv, figures", "63 s (500 reviews)",
+             "data")
 
 
 def register(app: typer.Typer) -> None:

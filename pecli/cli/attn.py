@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 from rich.table import Table
 
+from pecli.cli.docs import Row
 from pecli.cli.flags import ForceOpt, OutOpt, derived
 from pecli.cli.shared import ci_text, counter, run_and_write
 from pecli.cli.shared import console as wide_console
@@ -70,6 +71,11 @@ def _condition(row) -> str:
     if str(row.get("rope_scaling", "none")) not in ("none", "nan"):
         parts.append(str(row["rope_scaling"]))
     return ", ".join(parts)
+
+
+# Its row in README.md's table of commands (`make docs`)
+README = Row(("pecli attn smollm2",), "attention sinks, entropy and distance, rotary frequency use, per layer "
+             "and head", "attn.csv", needs="data")
 
 
 def register(app: typer.Typer) -> None:

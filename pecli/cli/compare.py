@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from pecli.cli.docs import Row
 from pecli.cli.flags import ForceOpt, OutOpt
 from pecli.cli.shared import ci_text, decimals, short_method
 from pecli.cli.shared import console as wide_console
@@ -15,9 +16,8 @@ from pecli.cli.shared import console as wide_console
 
 def compare(
     runs: Annotated[list[Path], typer.Argument(
-        help="Run folders written by pecli (ablate, perplexity, mc, lm-eval, length, passkey, "
-             "toy, train lm, pe probe --out, or a reproduce folder); a folder without headline "
-             "numbers is refused.")],
+        help="Run folders written by pecli (the --out of any command, or a reproduce folder); a "
+             "folder without headline numbers is refused.")],
     allow_mixed: Annotated[bool, typer.Option(
         "--allow-mixed", help="Gather rows measured on different data (dataset, split, data "
                               "revision or row count) instead of refusing.")] = False,
@@ -68,6 +68,11 @@ def compare(
         console.print("MIXED: some metrics gather rows of different data (--allow-mixed)")
     for p in [*paths.values(), *pngs]:
         console.print(f"wrote {p}", soft_wrap=True)
+
+
+# Its row in README.md's table of commands (`make docs`)
+README = Row(("pecli compare RUN RUN ...",), "several runs' headline numbers side by side, intervals labelled "
+             "by method", "compare.csv, a figure per metric", "seconds")
 
 
 def register(app: typer.Typer) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 from rich.table import Table
 
+from pecli.cli.docs import Row
 from pecli.cli.flags import ForceOpt, OutOpt, derived
 from pecli.cli.shared import console as wide_console
 from pecli.cli.shared import run_and_write
@@ -81,6 +82,11 @@ def _recovery_table(df) -> Table:
                   f"{int(within['value'])} {within['interval']}",
                   "" if within["steps_mean"] != within["steps_mean"] else f"{within['steps_mean']:.0f}")
     return t
+
+
+# Its row in README.md's table of commands (`make docs`)
+README = Row(("pecli finetune minilm",), "how much fine-tuning recovers without positions",
+             "finetune.csv / recovery.csv", needs="data")
 
 
 def register(app: typer.Typer) -> None:

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from pecli.cli.docs import Row
 from pecli.cli.flags import ForceOpt, OutOpt, build, derived
 from pecli.cli.shared import ci_text, console, decimals, run_and_write, short_method
 from pecli.runs.errors import ConfigError
@@ -109,6 +110,12 @@ def seeds(text: str | None) -> tuple[int, tuple[int | None, ...] | None]:
                           "numpy, torch, few-shot; None leaves one unset), e.g. 42 or 0,1234,1234,1234")
     four = tuple(values * 4) if len(values) == 1 else tuple(values)
     return (four[0] if four[0] is not None else 0), four
+
+
+# Its row in README.md's table of commands (`make docs`)
+README = Row(("pecli lm-eval --model_args pretrained=smollm2 --tasks ...",), "any lm-eval task under pecli's "
+             "conditions, scored by lm-eval", "lm_eval.csv, lm-eval's JSON", "3 min (20 items, 2 conditions)",
+             "causal")
 
 
 def register(app: typer.Typer) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 from rich.table import Table
 
+from pecli.cli.docs import Row
 from pecli.cli.flags import ForceOpt, OutOpt, derived
 from pecli.cli.shared import console as wide_console
 from pecli.cli.shared import run_and_write
@@ -63,6 +64,11 @@ def fit(options: MaskFitOptions, *, out: OutOpt = None, force: ForceOpt = False)
 
 def _num(x: float) -> str:
     return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.4g}"
+
+
+# Its row in README.md's table of commands (`make docs`)
+README = Row(("pecli mask fit",), "fit a small mask that stands in for removed positions", "mask file, tables",
+             needs="data")
 
 
 def register(app: typer.Typer) -> None:

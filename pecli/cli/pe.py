@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from pecli.cli.docs import Row
 from pecli.cli.flags import ForceOpt, OutOpt, build, derived
 from pecli.cli.shared import ci_text, run_and_write
 from pecli.cli.shared import console as wide_console
@@ -178,6 +179,11 @@ def _recover_summary(df) -> Table:
     if notes:
         table.caption = "\n".join(notes)
     return table
+
+
+# Its row in README.md's table of commands (`make docs`)
+README = Row(("pecli pe sinusoidal", "pe probe", "pe recover"), "what a position encoding holds; can token and "
+             "position be read back out?", "tables, figures", "1-101 s", "data (probe, recover)")
 
 
 def register(app: typer.Typer) -> None:

@@ -14,6 +14,7 @@ import torch
 
 from pecli.runs.errors import ArchSpecError, ModelError
 from pecli.runs.registry import Registry
+from pecli.runs.sections import with_section
 
 # Position kinds (`ArchSpec.position`, the `position_kind` column of every row):
 LEARNED = "learned"  # absolute rows added to the token embeddings
@@ -338,11 +339,7 @@ def families_markdown() -> str:
 
 def with_families_table(page: str) -> str:
     """`page` with the text between DOCS_START and DOCS_END replaced by the current table."""
-    head, start, rest = page.partition(DOCS_START)
-    _, end, tail = rest.partition(DOCS_END)
-    if not start or not end:
-        raise ArchSpecError(f"the page has no {DOCS_START} ... {DOCS_END} section")
-    return f"{head}{DOCS_START}\n{families_markdown()}{DOCS_END}{tail}"
+    return with_section(page, DOCS_START, DOCS_END, families_markdown(), ArchSpecError)
 
 
 if __name__ == "__main__":  # python -m pecli.models.architectures docs/positions.md

@@ -1264,7 +1264,8 @@ CONCEPTS = [  # (name in flags, options and columns, what it is)
 
 
 def vocabulary_markdown() -> str:
-    """The names section of docs/cli.md (`make docs`), from the registries themselves."""
+    """The names section of docs/cli.md (`make docs`: pecli.cli.docs, once every options class
+    is imported), from the registries themselves."""
     lines = ["", "## Names", "",
              "One name per concept, the same as a flag (`_` written `-`), a preset key and a "
              "table column.", "", "| name | flag | what it is | values |", "|---|---|---|---|"]
@@ -1291,6 +1292,3 @@ def _subclasses(cls) -> list[type]:
         out += [sub, *_subclasses(sub)]
     return out
 
-
-if __name__ == "__main__":
-    print(vocabulary_markdown(), end="")
