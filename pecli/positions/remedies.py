@@ -202,22 +202,25 @@ def state_literal(module) -> bool:
     return bool(getattr(module, "pecli_remedy_literal", False))
 
 
-def _attend(q, k, v, seen, scaling) -> tuple[torch.Tensor, torch.Tensor]:
-    """Softmax attention of q [b, h, B, d] over k/v [b, h, n, d] where `seen` [b, B, n]:
-    (output [b, h, B, d], log-sum-exp of the scores [b, h, B], -inf on a row that sees
-    nothing). On the CPU, ATen's fused flash kernel (memory linear in n); elsewhere the
-    scores written out."""
-    empty = ~seen.any(-1)[:, None]  # [b, 1, B]
+def _attend(q, k, v, bias, scaling) -> tuple[torch.Tensor, torch.Tensor]:
+    """Softmax attention of q [b, h, B, d] over k/v [b, h, n, d] with an additive `bias`
+    ([B, n] or [b, 1, B, n], 0 or -inf; None: every pair): (output [b, h, B, d], log-sum-exp
+    of the scores [b, h, B], -inf on a row that sees nothing). On the CPU, ATen's fused flash
+    kernel (memory linear in n); elsewhere the scores written out."""
     if q.device.type == "cpu" and q.dtype in (torch.float32, torch.bfloat16, torch.float16):
-        bias = torch.zeros(seen.shape, dtype=q.dtype, device=q.device).masked_fill_(~seen, -math.inf)
         out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-            q, k, v, 0.0, False, attn_mask=bias[:, None], scale=scaling)
+            q, k, v, 0.0, False, attn_mask=bias, scale=scaling)
     else:
         scores = (q @ k.transpose(-1, -2)).float() * scaling
-        scores = scores.masked_fill(~seen[:, None], -math.inf)
+        if bias is not None:
+            scores = scores + bias.float()
         lse = torch.logsumexp(scores, dim=-1)
         out = torch.softmax(scores, dim=-1).nan_to_num(0.0).to(v.dtype) @ v
-    return out, lse.float().masked_fill(empty, -math.inf)
+    lse = lse.float()
+    if bias is not None:  # the kernel gives a row that sees nothing lse 0: it must weigh nothing
+        empty = ~(bias > -math.inf).any(-1)
+        lse = lse.masked_fill(empty if empty.dim() == 1 else empty, -math.inf)
+    return out, lse
 
 
 def _merged(parts) -> torch.Tensor:
@@ -235,11 +238,44 @@ def _kv_heads(x: torch.Tensor, g: int) -> torch.Tensor:
     return x if g == 1 else x.repeat_interleave(g, dim=1)
 
 
+def band_tiles(qa: int, qe: int, lo: int, hi: int | None) -> list[tuple[int, int, str]]:
+    """The keys j that queries i in [qa, qe) see with lo <= i - j < hi (hi None: no upper
+    edge), all indices, as tiles (start, stop, pattern): 'all' (every pair), 'causal' (column
+    c <= row r) or 'anti' (c >= r), r and c counted from the tile's corner; a tile may start
+    below key 0 (its first columns do not exist). Needs hi - lo >= qe - qa."""
+    n = qe - qa
+    tiles = [(qa - lo, qe - lo, "causal")]  # j <= i - lo, on the diagonal band
+    if hi is None:
+        return [(0, qa - lo, "all"), *tiles]
+    return [(qa - hi + 1, qa - hi + 1 + n, "anti"), (qa - hi + 1 + n, qa - lo, "all"), *tiles]
+
+
+def _tiled(q, k, v, tiles, triangles, scaling) -> list:
+    """(output, lse) of each non-empty tile, cut at key 0; the triangles' biases precomputed."""
+    parts = []
+    rows = q.shape[2]
+    for start, stop, pattern in tiles:
+        if stop <= max(start, 0):
+            continue
+        cut = max(0, -start)
+        bias = None if pattern == "all" else triangles[pattern][:rows, cut:stop - start]
+        parts.append(_attend(q, k[:, :, start + cut:stop], v[:, :, start + cut:stop], bias, scaling))
+    return parts
+
+
+def _masked(q, k, v, keys: slice, seen, scaling) -> tuple[torch.Tensor, torch.Tensor]:
+    """(output, lse) over keys `keys` where `seen` [b, B, n]."""
+    bias = torch.zeros(seen.shape, dtype=q.dtype, device=q.device).masked_fill_(~seen, -math.inf)
+    return _attend(q, k[:, :, keys], v[:, :, keys], bias[:, None], scaling)
+
+
 def blocked(module, remedy: Remedy, rotary, query, key, value, q_near, k_near, key_pos, real,
             scaling) -> torch.Tensor:
     """The remedy's attention, query block by query block: output [b, q, h, d]. A block's near
-    keys (d < W) and far keys are attended separately and merged by their log-sum-exp: one
-    softmax over both."""
+    keys (d < W) and far keys are attended in tiles, each by a fused kernel, and the tiles
+    merged by their log-sum-exp: one softmax over all. Without padding, a pair's distance is
+    its index difference, so the near band and the far region (d >= W) are full rectangles
+    and two triangles, the same for every block; with padding, masks from the positions."""
     b, h, q_len, d = query.shape
     h_kv, k_len = key.shape[1], key.shape[2]
     g = h // h_kv
@@ -251,40 +287,55 @@ def blocked(module, remedy: Remedy, rotary, query, key, value, q_near, k_near, k
     k_far = _kv_heads(rotate(key, ck, sk), g)
     k_near, v = _kv_heads(k_near, g), _kv_heads(value, g)
     w = remedy.window
-    if remedy.windowed:  # the sinks: the first K real keys (after any left padding)
-        pads = 0 if real is None else int((~real).sum(-1).max())
-        far_keys = min(remedy.sinks + pads, k_len)
-        span = w + far_keys
-    else:
-        span = k_len
+    if real is not None and bool(real.all()):
+        real = None
+    tiles = real is None and w >= 2  # positions are indices: tiles; else masks from positions
+    pads = 0 if real is None else int((~real).sum(-1).max())
+    far_keys = min(remedy.sinks + pads, k_len) if remedy.windowed else k_len
+    span = w + far_keys if remedy.windowed else k_len
     block = max(16, min(q_len, MASK_BUDGET // max(b * (span + 1), 1)))
-    if remedy.windowed:
-        block = min(block, max(w // 2, 64))
+    if tiles:
+        block = min(q_len, w - 1, max(w // 2, 64))  # a near band wider than a block
+        r = torch.arange(block, device=query.device)
+        cut = torch.zeros(block, block, dtype=query.dtype, device=query.device)
+        triangles = {"causal": cut.masked_fill(r[None] > r[:, None], -math.inf),
+                     "anti": cut.masked_fill(r[None] < r[:, None], -math.inf)}
     out = torch.empty(b, h, q_len, value.shape[-1], dtype=value.dtype, device=value.device)
     idx = torch.arange(k_len, device=query.device)
     for a in range(0, q_len, block):
         e = min(a + block, q_len)
         qa, qe = first + a, first + e  # key indices of the block's queries
-        near = slice(max(0, qa - w + 1), qe)
-        far = slice(0, min(far_keys, qe) if remedy.windowed else max(0, qe - w))
-        qi, qp = idx[qa:qe], q_pos[:, a:e]  # [B], [b, B]
-        parts = []
-        for keys, q_rot, k_rot, region in ((near, q_near, k_near, "near"),
-                                           (far, q_far, k_far, "far")):
-            if keys.stop <= keys.start:
-                continue
-            dist = qp[:, :, None] - key_pos[:, None, keys]  # [b, B, n]
-            seen = idx[None, keys] <= qi[:, None]  # causal, by index [B, n]
-            if real is not None:
-                seen = seen & (real[:, None, keys] | (idx[None, keys] == qi[:, None]))
-            if region == "near":
-                seen = seen & (dist < w)
-            else:
-                seen = seen & remedy.far_visible(key_pos[:, None, keys], dist)
-            parts.append(_attend(q_rot[:, :, a:e], k_rot[:, :, keys], v[:, :, keys],
-                                 seen.expand(b, -1, -1), scaling))
+        qn, qf = q_near[:, :, a:e], q_far[:, :, a:e]
+        if tiles:
+            parts = _tiled(qn, k_near, v, band_tiles(qa, qe, 0, w), triangles, scaling)
+            if not remedy.windowed:
+                parts += _tiled(qf, k_far, v, band_tiles(qa, qe, w, None), triangles, scaling)
+        else:
+            near = slice(max(0, qa - w + 1), qe)
+            dist = q_pos[:, a:e, None] - key_pos[:, None, near]  # [b, B, n]
+            seen = _causal(idx, qa, qe, near, real) & (dist < w)
+            parts = [_masked(qn, k_near, v, near, seen, scaling)]
+            if not remedy.windowed and qe - w > 0:
+                far = slice(0, qe - w)
+                dist = q_pos[:, a:e, None] - key_pos[:, None, far]
+                seen = _causal(idx, qa, qe, far, real) & remedy.far_visible(key_pos[:, None, far], dist)
+                parts.append(_masked(qf, k_far, v, far, seen, scaling))
+        if remedy.windowed and min(far_keys, qe) > 0:  # the sinks: a few keys, by mask
+            far = slice(0, min(far_keys, qe))
+            dist = q_pos[:, a:e, None] - key_pos[:, None, far]
+            seen = _causal(idx, qa, qe, far, real) & remedy.far_visible(key_pos[:, None, far], dist)
+            parts.append(_masked(qf, k_far, v, far, seen.expand(b, -1, -1), scaling))
         out[:, :, a:e] = _merged(parts).to(out.dtype)
     return out.transpose(1, 2).contiguous()
+
+
+def _causal(idx, qa: int, qe: int, keys: slice, real) -> torch.Tensor:
+    """[b or 1, B, n]: key index <= query index, and (with padding) a real key or the query itself."""
+    qi = idx[qa:qe, None]
+    seen = (idx[None, keys] <= qi)[None]
+    if real is not None:
+        seen = seen & (real[:, None, keys] | (idx[None, keys] == qi)[None])
+    return seen
 
 
 def _mask_factory(*args, attention_mask=None, **kwargs):

@@ -263,3 +263,24 @@ def test_generation_with_the_cache_equals_one_pass_per_prefix(tiny):
             steps.append(out.logits[0, -1])
         full = [loaded.model(input_ids=ids[:, :t + 1]).logits[0, -1] for t in range(12, 20)]
     assert torch.allclose(torch.stack(steps), torch.stack(full), atol=2e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("w", [2, 3, 8, 20])
+def test_band_tiles_cover_each_visible_pair_once(w):
+    """The tiles of a query block are exactly the pairs lo <= i - j < hi (keys >= 0), each once."""
+    from pecli.positions.remedies import band_tiles
+
+    for block in range(1, w):
+        for qa in range(0, 40, block):
+            qe = qa + block
+            for lo, hi in ((0, w), (w, None)):
+                want = {(i, j) for i in range(qa, qe) for j in range(qe)
+                        if i - j >= lo and (hi is None or i - j < hi)}
+                got = []
+                for start, stop, pattern in band_tiles(qa, qe, lo, hi):
+                    for r, i in enumerate(range(qa, qe)):
+                        for c, j in enumerate(range(start, stop)):
+                            seen = {"all": True, "causal": c <= r, "anti": c >= r}[pattern]
+                            if j >= 0 and seen:
+                                got.append((i, j))
+                assert sorted(got) == sorted(want), (w, block, qa, lo, hi)
