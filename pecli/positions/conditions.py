@@ -368,13 +368,15 @@ def grid(options, *, pairs=None, default_once: bool = True) -> list[Condition]:
     first_semantics, first_protocol = (_choice(r, r.names()[0]) for r in
                                        (names.MASK_SEMANTICS, names.PROTOCOLS))
     ropes = (None, *(getattr(options, "rope_scaling", None) or ()))
+    scaled_intact_only = getattr(options, "rope_scaling_on", "every") == "intact"
     out = []
     for intervention, mask in [intact, *(p for p in pairs if p != intact)]:
+        crossed = ropes if not scaled_intact_only or (intervention, mask) == intact else (None,)
         for s in given("mask_semantics", "legacy"):
             for pr in given("protocol", "relative"):
                 if default_once and mask.name == "default":
                     s, pr = first_semantics, first_protocol
-                out += [plan(mask, s, pr, intervention, rope=r) for r in ropes]
+                out += [plan(mask, s, pr, intervention, rope=r) for r in crossed]
     return list(dict.fromkeys(out))
 
 

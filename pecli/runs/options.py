@@ -388,6 +388,9 @@ class Rope:
         return self.text
 
 
+ROPE_SCALING_ON = ("every", "intact")
+
+
 @dataclass(frozen=True)
 class RopeScaled(Options):
     """Options of an experiment on a causal LM that `--rope-scaling` can stretch (length,
@@ -399,6 +402,12 @@ class RopeScaled(Options):
              "yarn:S (original context: the model's own), or a JSON dict of rope_parameters for "
              "any transformers type, e.g. '{\"rope_type\": \"llama3\", \"factor\": 8, "
              "\"low_freq_factor\": 1, \"high_freq_factor\": 4}' (repeat or a,b; docs/length.md).")
+    rope_scaling_on: str = option(
+        "every", choices=ROPE_SCALING_ON, flag={"default": None},
+        help="Which conditions each rope scaling is crossed with: every (default: each "
+             "intervention, mask and semantics, unscaled and scaled) or intact (the unmodified "
+             "model only: the scalings as baselines beside training-free remedies, "
+             "docs/remedies.md).")
 
     def check(self) -> None:
         super().check()
@@ -605,7 +614,8 @@ class LengthOptions(MaskGrid, RopeScaled):
     tokenizer's EOS make one token stream, cut into windows of each of `lengths` tokens.
     """
 
-    FLAGS: ClassVar[str] = ("model lengths windows stride start_token rope_scaling intervention "
+    FLAGS: ClassVar[str] = ("model lengths windows stride start_token rope_scaling rope_scaling_on "
+                            "intervention "
                             "mask mask_semantics buckets dataset split text_field limit batch_size "
                             "bootstrap seed device dtype data_dir out force")
 
@@ -753,7 +763,8 @@ class PasskeyOptions(Running, RopeScaled):
     """`pecli passkey` and the `passkey` experiment: a number hidden in filler, retrieved by
     greedy decoding, by prompt length and depth (pecli.measures.passkey)."""
 
-    FLAGS: ClassVar[str] = ("model lengths depths trials rope_scaling intervention batch_size seed "
+    FLAGS: ClassVar[str] = ("model lengths depths trials rope_scaling rope_scaling_on intervention "
+                            "batch_size seed "
                             "device dtype out force")
 
     model: tuple[str, ...] | str = models(("random:llama",), CAUSAL_MODELS_HELP)  # "a,b" or a list

@@ -87,6 +87,12 @@ def test_one_grid_rule_intact_first_then_the_crossing():
     k = PasskeyOptions.build({"intervention": "zero", "rope_scaling": "linear:2"}, "t")
     assert [(g[0], g[4]) for g in _grid(k)] == [("intact", "none"), ("intact", "linear:2"),
                                                 ("zero", "none"), ("zero", "linear:2")]
+    # rope_scaling_on intact: the scalings as baselines, on the intact model only
+    k = PasskeyOptions.build({"intervention": "zero,rerope:64", "rope_scaling": "linear:2,yarn:2",
+                              "rope_scaling_on": "intact"}, "t")
+    assert [(g[0], g[4]) for g in _grid(k)] == [("intact", "none"), ("intact", "linear:2"),
+                                                ("intact", "yarn:2"), ("zero", "none"),
+                                                ("rerope:64", "none")]
 
 
 def _grid_of(p):
