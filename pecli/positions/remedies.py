@@ -29,9 +29,9 @@ How: the model's attention is set to `remedy` (transformers' AttentionInterface)
 pre-hook on each chosen attention module hands it the identity rotation (cos 1, sin 0), so the
 function receives queries and keys *before* rotation and rotates them itself, at any position,
 through the model's own rotary module (its frequencies, rope scaling and attention factor
-included). Queries go in blocks; a block's keys are its near window and its far set (the K
-sinks for the windowed methods: memory and work linear in K + W + block), scored with one
-matmul each and one softmax. Layers outside the chosen set get plain SDPA on the model's own
+included). Queries go in blocks; a block's near keys and far keys (only the K sinks for the
+windowed methods: memory and work linear in K + W + block) are attended by a fused kernel
+that also returns the log-sum-exp, and merged by it: one softmax over both. Layers outside the chosen set get plain SDPA on the model's own
 rotation. Where a remedy cannot change any pair at this length (sinks with K+W >= the
 sequence, W >= the sequence, Self-Extend with G = 1) the function is exactly the plain one.
 
