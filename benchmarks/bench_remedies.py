@@ -69,6 +69,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=8192)
     parser.add_argument("--stream", type=int, default=2048, help="tokens of the streaming decode (0: skip)")
     parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--dtype", default="float32", help="float32 (default) or bfloat16")
     args = parser.parse_args()
     if any(os.environ.get(k) != v for k, v in MALLOC.items()):  # the allocator set before it starts
         os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **MALLOC})
@@ -77,10 +78,10 @@ def main() -> None:
     from pecli.positions.interventions import intervene
 
     torch.set_grad_enabled(False)
-    loaded = load_model(args.model, device="cpu")
+    loaded = load_model(args.model, device="cpu", dtype=args.dtype)
     ids = torch.randint(0, loaded.model.config.vocab_size, (1, args.tokens),
                         generator=torch.Generator().manual_seed(0))
-    print(f"{args.model}, {args.tokens} tokens, {torch.get_num_threads()} threads, "
+    print(f"{args.model} ({args.dtype}), {args.tokens} tokens, {torch.get_num_threads()} threads, "
           f"load average {load_average()}; peak memory = VmHWM above VmRSS before the forward")
 
     def forward():

@@ -51,24 +51,40 @@ def _context(ax, part: pd.DataFrame) -> None:
                         textcoords="offset points", fontsize=7, color="0.3")
 
 
-def _finish(ax, title: str, shorter: bool = False) -> None:
+def _finish(ax, title: str, shorter: bool = False, legend: bool = True) -> None:
     if shorter:  # what the dotted lines are, in the legend itself
         ax.plot([], [], ":", color="0.35", lw=0.9, label="dotted: a shorter window (fainter band)")
     ax.fill_between([], [], [], color="0.5", alpha=0.15, lw=0, label="band: 95 % bootstrap over windows")
     ax.set_xlabel("position in the window (tokens; bucket midpoints)")
     ax.set_ylabel("mean NLL (nats)")
     ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, frameon=False)
+    if legend:
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, frameon=False)
     ax.grid(alpha=0.3)  # the legend below the axes: it never hides a line
 
 
-def _panel(ax, part: pd.DataFrame) -> None:
+def _panel(ax, part: pd.DataFrame, title: str | None = None, legend: bool = True) -> None:
     """One model, a line per condition."""
     part = part.assign(condition=[condition_label(r) for _, r in part.iterrows()])
     for condition, rows in part.groupby("condition", sort=False):
         _lines(ax, rows, condition, color_of(condition))
     _context(ax, part)
-    _finish(ax, short_name(part["model"].iloc[0]), part["length"].nunique() > 1)
+    _finish(ax, title or short_name(part["model"].iloc[0]), part["length"].nunique() > 1, legend)
+
+
+def detail_limits(df: pd.DataFrame) -> tuple[float, float] | None:
+    """y-limits of a detail panel where one condition's rise squeezes the others: its top lies
+    more than twice the others' whole span above them (None: one panel shows every line)."""
+    at = df[(df["tokens"] > 0) & ~df["all_positions"].astype(bool)]
+    at = at.assign(condition=[condition_label(r) for _, r in at.iterrows()])
+    tops = at.groupby("condition")["nll_mean"].max().sort_values()
+    if len(tops) < 3:
+        return None
+    low, high = float(at["nll_mean"].min()), float(tops.iloc[-2])
+    span = high - low
+    if float(tops.iloc[-1]) - high <= 2 * span:
+        return None
+    return low - 0.1 * span, high + 0.1 * span
 
 
 def _overlay(ax, df: pd.DataFrame) -> None:
@@ -84,12 +100,18 @@ def nll_by_position(df: pd.DataFrame, path: Path) -> Path:
     models = list(dict.fromkeys(df["model"]))
     one_condition = df.assign(c=[condition_label(r) for _, r in df.iterrows()])["c"].nunique() == 1
     panels = 1 if one_condition else len(models)
-    cols = min(panels, 2)
+    detail = detail_limits(df) if panels == 1 and not one_condition else None
+    cols = 2 if detail else min(panels, 2)
     rows = -(-panels // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(WIDTH * (1 if cols == 1 else 0.8 * cols), 4.2 * rows),
                              squeeze=False)
     if one_condition:
         _overlay(axes[0, 0], df)
+    elif detail:  # the same lines, the rising one's scale beside the others' detail
+        _panel(axes[0, 0], df)
+        _panel(axes[0, 1], df, f"{short_name(models[0])}: detail", legend=False)
+        axes[0, 1].set_ylim(*detail)
+        panels = 2
     else:
         for ax, model in zip(axes.flat, models, strict=False):
             _panel(ax, df[df["model"] == model])
@@ -97,8 +119,9 @@ def nll_by_position(df: pd.DataFrame, path: Path) -> Path:
         ax.axis("off")
     first = df.iloc[0]
     lengths = ", ".join(str(n) for n in sorted(df["length"].unique()))
+    dtype = "" if str(first.get("dtype", "float32")) == "float32" else f", {first['dtype']}"
     fig.suptitle(f"NLL by position, {first['window_protocol']} windows of {lengths} tokens\n"
-                 f"{data_label(first, 'document')}, {first['stream_tokens']:,} stream tokens",
+                 f"{data_label(first, 'document')}, {first['stream_tokens']:,} stream tokens{dtype}",
                  fontsize=8.5, y=1.0)
     fig.tight_layout()
     return save(fig, path)

@@ -44,6 +44,10 @@ _FIXED = {
     "identity": "#D55E00",
     "unigram": "#888888",
 }
+# Training-free remedies (docs/remedies.md), by method: `sinks:0:W` is window attention.
+_METHODS = {"window": "#661100", "sinks": "#0072B2", "lminfinite": "#E69F00",
+            "selfextend": "#CC79A7", "rerope": "#117733", "droplow": "#332288",
+            "drophigh": "#AA4499"}
 _SPARE = ("#332288", "#117733", "#44AA99", "#88CCEE", "#DDCC77", "#AA4499", "#999933",
           "#661100", "#6699CC")
 MARKERS = ("o", "s", "D", "^", "v", "P", "X")
@@ -52,13 +56,17 @@ LOG_SPAN = 30.0  # max / min beyond which a positive axis goes logarithmic
 
 
 def color_of(name: str) -> str:
-    """The colour of a condition, by name: fixed for known names, else a stable hash pick.
-    `swap:MODEL`, `shift:K` and `toy-learned` / `lm-learned` take their kind's colour."""
+    """The colour of a condition, by name: fixed for known names and the remedies' methods
+    (`rerope:W` any W), else a stable hash pick. `toy-learned` / `lm-learned` take their
+    kind's colour."""
     key = str(name)
     for prefix in ("lm-", "toy-", "train-lm:", "toy:"):
         key = key.removeprefix(prefix)
     if key in _FIXED:
         return _FIXED[key]
+    method = "window" if key.startswith("sinks:0:") else key.split(":")[0]
+    if ":" in key and "@" not in key and method in _METHODS:  # per-layer variants: their own
+        return _METHODS[method]
     digest = int(hashlib.sha256(key.encode()).hexdigest(), 16)
     return _SPARE[digest % len(_SPARE)]
 

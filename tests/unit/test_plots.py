@@ -39,6 +39,31 @@ def test_color_of_is_fixed_for_study_names_and_stable_for_others():
     assert style.color_of("swap:gpt2") == style.color_of("swap:gpt2")
 
 
+def test_the_remedies_of_one_figure_have_distinct_colours():
+    """The conditions the offline preset draws together: each its own colour, any parameters."""
+    together = [["intact", "yarn:2", "sinks:0:2048", "sinks:4:2044", "lminfinite:4:8192",
+                 "selfextend:4:2048", "rerope:2048"],
+                ["intact", "droplow:0.25", "drophigh:0.25", "zero@even", "zero"]]
+    for names in together:
+        assert len({style.color_of(n) for n in names}) == len(names), names
+    assert style.color_of("rerope:512") == style.color_of("rerope:2048")
+    assert style.color_of("sinks:0:64") != style.color_of("sinks:4:60")  # window attention apart
+    assert style.color_of("sinks:4:60@even") != style.color_of("sinks:4:60")  # per-layer apart
+
+
+def test_a_length_figure_gets_a_detail_panel_only_where_one_line_squeezes_the_rest():
+    from pecli.plots.length import detail_limits
+
+    def table(tops: dict[str, list[float]]) -> pd.DataFrame:
+        return pd.DataFrame([{"intervention": c, "nll_mean": v, "tokens": 1, "all_positions": False}
+                             for c, values in tops.items() for v in values])
+
+    rising = table({"intact": [3.7, 4.3, 7.4], "yarn:2": [3.8, 3.6, 3.6], "rerope:64": [3.7, 3.6, 3.6]})
+    low, high = detail_limits(rising)
+    assert low < 3.6 and 3.8 < high < 4.3  # the flat lines fill the panel; the rise leaves it
+    assert detail_limits(table({"intact": [3.7, 3.9], "zero": [6.0, 6.3], "drophigh:0.25": [5.7, 5.9]})) is None
+
+
 def test_wants_log_only_across_decades():
     assert not style.wants_log([905, 1385, 227])
     assert style.wants_log([120, 19600])
