@@ -301,7 +301,7 @@ def _section(res: EntryResult, rec: dict, out: Path, level: str) -> list[str]:
     if e.study_notes:
         lines += [e.study_notes.strip(), ""]
     if e.report:
-        lines += ["| quantity | study (its model) | pecli (this section's model) [95 % interval, where computed] |",
+        lines += [f"| quantity | {e.reference} | pecli (this section's model) [95 % interval, where computed] |",
                   "|---|---|---|"]
         for line in e.report:
             csv = res.tables.get(line.table)

@@ -13,6 +13,8 @@ A preset is data:
         options: {model: minilm, limit: 500}
         report:                            # rows of REPORT.md: a number beside the study's
           - {label: ..., study: 0.7702, table: summary, where: {metric: cosine_mean}}
+        reference: "..."                   # optional: whose numbers `study` gives (a paper's),
+                                           # the header of that column (default: the study's)
 
 Each entry's options build the experiment's options object (pecli.runs.options), which checks
 every key, type, range and name: a mistake fails before any model is loaded, in one line.
@@ -37,7 +39,8 @@ from pecli.runs.options import Options
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 
 PRESET_KEYS = {"name", "description", "defaults", "choices", "experiments", "format", "short_titles"}
-ENTRY_KEYS = {"id", "experiment", "title", "options", "report", "study_notes", "appendix"}
+ENTRY_KEYS = {"id", "experiment", "title", "options", "report", "study_notes", "appendix", "reference"}
+STUDY_COLUMN = "study (its model)"  # REPORT's reference column, unless an entry names its own
 LOCATION_OPTIONS = {"data_dir", "workers"}  # where / how, not what: excluded from keys and reports
 REPORT_KEYS = {"label", "study", "table", "where", "format"}
 ENTRY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # a folder name under --out
@@ -62,6 +65,7 @@ class Entry:
     study_notes: str = ""
     built: Options | None = None  # the experiment's options object, checked
     appendix: str = ""  # a code-path check, not a finding: what it checks (REPORT's appendix)
+    reference: str = STUDY_COLUMN  # whose numbers stand beside pecli's (a report line's `study`)
 
     def key(self, version: int, spelling: dict[str, str] | None = None,
             old_values: bool = False) -> str:
@@ -204,7 +208,7 @@ def _entry(item, where: str, seen: set, defaults: dict, overrides: dict, experim
     if item["id"] in seen:
         raise ConfigError(f"{where}: id {item['id']!r} is used twice")
     seen.add(item["id"])
-    for key in ("title", "study_notes", "appendix"):
+    for key in ("title", "study_notes", "appendix", "reference"):
         if not isinstance(item.get(key, ""), str):
             raise ConfigError(f"{where}: {key} must be a string, not {type(item[key]).__name__}")
     exp = experiments.get(str(item["experiment"]))
@@ -223,7 +227,8 @@ def _entry(item, where: str, seen: set, defaults: dict, overrides: dict, experim
             raise ConfigError(f"{where}: a report line needs label, table and where (a mapping)")
         report.append(ReportLine(**line))
     return Entry(item["id"], item["experiment"], item.get("title", item["id"]), options,
-                 tuple(report), item.get("study_notes", ""), built, item.get("appendix", ""))
+                 tuple(report), item.get("study_notes", ""), built, item.get("appendix", ""),
+                 item.get("reference", STUDY_COLUMN))
 
 
 def load_preset(name_or_path: str, overrides: dict | None = None, *, experiments) -> Preset:

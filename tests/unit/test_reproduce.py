@@ -181,6 +181,18 @@ def test_report_names_the_commit_of_each_section_and_the_study(fake_experiment, 
     assert "| quantity | study (its model) | pecli (this section's model) [95 % interval, where computed] |" in report
 
 
+def test_a_section_may_stand_a_papers_numbers_beside_pecli_s(fake_experiment, tmp_path):
+    """`reference` names whose numbers a report line's `study` gives: that column's header."""
+    text = PRESET.replace('    title: "E0: fake"\n', '    title: "E0: fake"\n    reference: "the paper (Llama-2-7B)"\n')
+    out = tmp_path / "out"
+    run_preset(load_preset(_write(tmp_path, text)), out, announce=lambda s: None)
+    report = (out / "REPORT.md").read_text()
+    assert "| quantity | the paper (Llama-2-7B) | pecli (this section's model)" in report
+    assert "| value at i=1 | 2.5 |" in report
+    with pytest.raises(ConfigError, match="reference must be a string"):
+        load_preset(_write(tmp_path, text.replace('"the paper (Llama-2-7B)"', "[1]")))
+
+
 def test_a_copied_results_folder_reports_its_own_figures(fake_experiment, tmp_path):
     import shutil
 
