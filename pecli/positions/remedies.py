@@ -218,8 +218,7 @@ def _attend(q, k, v, bias, scaling) -> tuple[torch.Tensor, torch.Tensor]:
         out = torch.softmax(scores, dim=-1).nan_to_num(0.0).to(v.dtype) @ v
     lse = lse.float()
     if bias is not None:  # the kernel gives a row that sees nothing lse 0: it must weigh nothing
-        empty = ~(bias > -math.inf).any(-1)
-        lse = lse.masked_fill(empty if empty.dim() == 1 else empty, -math.inf)
+        lse = lse.masked_fill(~(bias > -math.inf).any(-1), -math.inf)
     return out, lse
 
 
