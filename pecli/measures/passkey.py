@@ -110,13 +110,15 @@ def decode(loaded, trials: list[Trial], batch_size: int | None = None,
 
     # Prompts past the model's context are the point here: the table says so in each row, and
     # transformers' reminder that generation passed max_position_embeddings stays quiet.
-    quiet = logging.getLogger("transformers.generation.utils")
-    level = quiet.level
-    quiet.setLevel(logging.ERROR)
+    quiet = [logging.getLogger(f"transformers.generation.{m}") for m in ("utils", "stopping_criteria")]
+    levels = [q.level for q in quiet]
+    for q in quiet:
+        q.setLevel(logging.ERROR)
     try:
         plan, done = run_batches(plan, [len(t.ids) for t in trials], one)
     finally:
-        quiet.setLevel(level)
+        for q, level in zip(quiet, levels, strict=True):
+            q.setLevel(level)
     out: list[str] = [""] * len(trials)
     for b, texts in done.items():
         for i, text in zip(plan[b], texts, strict=True):
