@@ -57,8 +57,9 @@ def heatmap(df: pd.DataFrame, path: Path) -> Path:
     if image is not None:
         fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.8, label="accuracy")
     first = df.iloc[0]
+    dtype = "" if str(first.get("dtype", "float32")) == "float32" else f", {first['dtype']}"
     fig.suptitle(f"passkey retrieval: greedy decoding, up to {first['max_new_tokens']} new tokens, "
-                 f"context {first['context']} tokens\n"
+                 f"context {first['context']} tokens{dtype}\n"
                  "cells: accuracy, right/trials, 95 % Wilson interval",
                  fontsize=9)
     return save(fig, path)
