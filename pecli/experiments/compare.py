@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from pecli.experiments import Headline, load_all
+from pecli.experiments import REGISTERED, Headline, load_all
 from pecli.positions import labels
 from pecli.runs.errors import DataError
 
@@ -38,8 +38,15 @@ LM_EVAL = Headline("", "", {}, ("intervention", "mask", "mask_semantics", "rope_
 
 def headlines() -> list[tuple[str, Headline]]:
     """(experiment, headline) of every registered experiment (`register(..., headlines=...)`),
-    in registration order."""
-    return [(name, h) for name, e in load_all().items() for h in e.headlines]
+    in the order of REGISTERED (the --help order), whatever order their modules were imported
+    in: a table that names no experiment takes the first headline of its metric."""
+    modules = [f"pecli.experiments.{m}" for _, names in REGISTERED for m in names]
+
+    def rank(item) -> int:
+        module = item[1].run.__module__
+        return modules.index(module) if module in modules else len(modules)
+
+    return [(name, h) for name, e in sorted(load_all().items(), key=rank) for h in e.headlines]
 
 
 def _headline(experiment: str, metric: str) -> Headline | None:

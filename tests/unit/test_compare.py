@@ -172,3 +172,16 @@ def test_mask_fit_and_finetune_tables_have_headlines():
                           "interval": ["Student t over 3 seeds", "Wilson over test texts"]})
     got = headline_rows(tuned)
     assert got["metric"].tolist() == ["finetune_accuracy_mean"] and got["interval"].tolist() == ["Student t over 3 seeds"]
+
+
+def test_headlines_follow_the_registered_order_whatever_the_import_order(monkeypatch):
+    """A table without an experiment column takes the first headline of its metric: that must
+    not depend on which experiment module a process happened to import first."""
+    from pecli.experiments import EXPERIMENTS, load_all
+    from pecli.experiments.compare import headlines
+
+    load_all()
+    before = headlines()
+    monkeypatch.setattr(EXPERIMENTS, "_entries", dict(reversed(list(EXPERIMENTS._entries.items()))))
+    assert headlines() == before
+    assert [n for n, h in before if h.metric == "perplexity"][0] == "perplexity"
