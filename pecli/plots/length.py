@@ -10,7 +10,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from pecli.plots.style import WIDTH, color_of, data_label, drawn, save
+from pecli.plots.style import WIDTH, color_of, data_label, drawn, dtype_note, save
 from pecli.positions.labels import label as condition_label
 
 
@@ -119,9 +119,8 @@ def nll_by_position(df: pd.DataFrame, path: Path) -> Path:
         ax.axis("off")
     first = df.iloc[0]
     lengths = ", ".join(str(n) for n in sorted(df["length"].unique()))
-    dtype = "" if str(first.get("dtype", "float32")) == "float32" else f", {first['dtype']}"
     fig.suptitle(f"NLL by position, {first['window_protocol']} windows of {lengths} tokens\n"
-                 f"{data_label(first, 'document')}, {first['stream_tokens']:,} stream tokens{dtype}",
+                 f"{data_label(first, 'document')}, {first['stream_tokens']:,} stream tokens{dtype_note(first)}",
                  fontsize=8.5, y=1.0)
     fig.tight_layout()
     return save(fig, path)

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from pecli.plots.length import short_name
-from pecli.plots.style import WIDTH, drawn, save
+from pecli.plots.style import WIDTH, drawn, dtype_note, save
 from pecli.positions.labels import label as condition_label
 
 
@@ -57,9 +57,8 @@ def heatmap(df: pd.DataFrame, path: Path) -> Path:
     if image is not None:
         fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.8, label="accuracy")
     first = df.iloc[0]
-    dtype = "" if str(first.get("dtype", "float32")) == "float32" else f", {first['dtype']}"
     fig.suptitle(f"passkey retrieval: greedy decoding, up to {first['max_new_tokens']} new tokens, "
-                 f"context {first['context']} tokens{dtype}\n"
+                 f"context {first['context']} tokens{dtype_note(first)}\n"
                  "cells: accuracy, right/trials, 95 % Wilson interval",
                  fontsize=9)
     return save(fig, path)

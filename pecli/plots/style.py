@@ -80,6 +80,12 @@ def model_name(df: pd.DataFrame) -> str:
     return name
 
 
+def dtype_note(row) -> str:
+    """`, bfloat16` for a title where the rows were computed in another dtype than float32."""
+    dtype = str(row.get("dtype", "float32"))
+    return "" if dtype == "float32" else f", {dtype}"
+
+
 def data_label(row, word: str = "text") -> str:
     """`imdb/test, 20 texts`; a file by its name, without the split a file does not have
     (`mydoc.csv, 1 document`)."""

@@ -232,11 +232,6 @@ def _merged(parts) -> torch.Tensor:
     return acc
 
 
-def _kv_heads(x: torch.Tensor, g: int) -> torch.Tensor:
-    """Grouped-query attention: kv head j serves query heads j*g .. j*g+g-1."""
-    return x if g == 1 else x.repeat_interleave(g, dim=1)
-
-
 def band_tiles(qa: int, qe: int, lo: int, hi: int | None) -> list[tuple[int, int, str]]:
     """The keys j that queries i in [qa, qe) see with lo <= i - j < hi (hi None: no upper
     edge), all indices, as tiles (start, stop, pattern): 'all' (every pair), 'causal' (column
@@ -275,6 +270,8 @@ def blocked(module, remedy: Remedy, rotary, query, key, value, q_near, k_near, k
     merged by their log-sum-exp: one softmax over all. Without padding, a pair's distance is
     its index difference, so the near band and the far region (d >= W) are full rectangles
     and two triangles, the same for every block; with padding, masks from the positions."""
+    from transformers.integrations.sdpa_attention import repeat_kv
+
     b, h, q_len, d = query.shape
     h_kv, k_len = key.shape[1], key.shape[2]
     g = h // h_kv
@@ -283,8 +280,8 @@ def blocked(module, remedy: Remedy, rotary, query, key, value, q_near, k_near, k
     cq, sq = _cos_sin(rotary, value, remedy.far_query(q_pos))
     q_far = rotate(query, cq, sq)
     ck, sk = _cos_sin(rotary, value, remedy.far_key(key_pos))
-    k_far = _kv_heads(rotate(key, ck, sk), g)
-    k_near, v = _kv_heads(k_near, g), _kv_heads(value, g)
+    k_far = repeat_kv(rotate(key, ck, sk), g)  # grouped-query attention: kv head j serves j*g..
+    k_near, v = repeat_kv(k_near, g), repeat_kv(value, g)
     w = remedy.window
     if real is not None and bool(real.all()):
         real = None
