@@ -44,6 +44,7 @@ from pecli.models.architectures import (
     resolve,
     resolve_in,
 )
+from pecli.positions.remedies import METHODS
 from pecli.positions.sinusoid import sinusoidal_at
 from pecli.runs import names
 from pecli.runs.errors import InterventionError
@@ -440,7 +441,7 @@ def _shuffled_heads(bias, heads, arg, seed):  # head h gets head perm[h]'s slope
 
 # --- remedies and frequency bands (pecli.positions.remedies) ---------------------------
 
-REMEDIES = ("sinks", "lminfinite", "selfextend", "rerope")
+REMEDIES = tuple(METHODS)  # pecli.positions.remedies' table, one entry per remedy
 ACTS_IN_ATTENTION = (*REMEDIES, "droplow", "drophigh")
 
 

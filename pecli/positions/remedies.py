@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -57,15 +57,14 @@ from pecli.runs.errors import InterventionError, ModelError
 
 ATTENTION = "pecli_remedy"  # the name registered in transformers' AttentionInterface
 MASK_BUDGET = 1 << 22  # (query, key) pairs per query block: a 16 MB mask in fp32
-WINDOWED = ("sinks", "lminfinite")
 
 
 @dataclass(frozen=True)
 class Remedy:
-    """One remedy's parameters (see the module docstring for what each does)."""
+    """One remedy's parameters, typed once by `of` (see the module docstring for each)."""
 
     method: str
-    window: int  # W: near pairs are d < W
+    window: int = 0  # W: near pairs are d < W
     sinks: int = 0  # K (sinks, lminfinite)
     group: int = 1  # G (selfextend)
     cap: float = 0.0  # D (lminfinite)
@@ -73,57 +72,95 @@ class Remedy:
 
     @classmethod
     def of(cls, name: str, argument: str) -> Remedy:
-        """From a parsed intervention name and its (checked) argument."""
+        """From a parsed intervention name and its (checked) argument: each part typed by its
+        entry's parameters, in order; a part left out takes its default."""
         parts = argument.split(":")
-        if name in WINDOWED:
-            k, w = int(parts[0]), int(parts[1])
-            cap = float(parts[2]) if len(parts) > 2 else float(w)
-            return cls(name, w, sinks=k, cap=cap)
-        if name == "selfextend":
-            return cls(name, int(parts[1]), group=int(parts[0]))
-        if name == "rerope":
-            return cls(name, int(parts[0]), leak=float(parts[1]) if len(parts) > 1 else 1.0)
-        raise AssertionError(name)
+        values: dict[str, float] = {}
+        for i, param in enumerate(METHODS[name].params):
+            values[param.name] = param.kind(parts[i]) if i < len(parts) else param.default(values)
+        return cls(name, **values)
+
+    @property
+    def entry(self) -> Method:
+        return METHODS[self.method]
 
     @property
     def windowed(self) -> bool:
-        return self.method in WINDOWED
+        return self.entry.windowed
 
     def changes_nothing(self, length: int) -> bool:
         """Whether, on sequences of `length` tokens, every pair keeps its distance and is seen."""
-        if self.method == "sinks":
-            return self.sinks + self.window >= length
-        if self.method == "selfextend" and self.group == 1:
-            return True  # i + W - W - j: the ordinary distance everywhere
-        return self.window >= length  # no pair at d >= W
+        return self.entry.changes_nothing(self, length)
 
     def far_query(self, pos: torch.Tensor) -> torch.Tensor:
         """fq(i) for query positions `pos` (integers)."""
-        w = self.window
-        if self.method == "sinks":
-            return pos.clamp(max=self.sinks + w - 1)
-        if self.method == "lminfinite":
-            return torch.full_like(pos, self.cap, dtype=torch.float32)
-        if self.method == "selfextend":
-            return torch.div(pos, self.group, rounding_mode="floor") + (w - w / self.group)
-        if self.leak == 1.0:
-            return torch.full_like(pos, w)
-        return pos / self.leak + (w - w / self.leak)
+        return self.entry.far_query(self, pos)
 
     def far_key(self, pos: torch.Tensor) -> torch.Tensor:
         """fk(j) for key positions `pos`."""
-        if self.method == "sinks":
-            return pos
-        if self.method == "selfextend":
-            return torch.div(pos, self.group, rounding_mode="floor")
-        if self.method == "rerope" and self.leak != 1.0:
-            return pos / self.leak
-        return torch.zeros_like(pos)
+        return self.entry.far_key(self, pos)
 
     def far_visible(self, key_pos: torch.Tensor, dist: torch.Tensor) -> torch.Tensor:
         """Which pairs at distance `dist` >= 0 are seen through the far scores."""
         far = dist >= self.window
         return far & (key_pos < self.sinks) if self.windowed else far
+
+
+@dataclass(frozen=True)
+class Param:
+    """One part of a remedy's argument: the Remedy field it sets, its type, and its default
+    from the parts before it (None: required)."""
+
+    name: str
+    kind: type
+    default: Callable[[dict], float] | None = None
+
+
+@dataclass(frozen=True)
+class Method:
+    """One remedy: its parameters in argument order, when it changes nothing on sequences of
+    a length (its reduction to intact), and its far query and key positions fq(i), fk(j);
+    `windowed`: far pairs are only those with the first K keys (sinks)."""
+
+    params: tuple[Param, ...]
+    changes_nothing: Callable[[Remedy, int], bool]
+    far_query: Callable[[Remedy, torch.Tensor], torch.Tensor]
+    far_key: Callable[[Remedy, torch.Tensor], torch.Tensor]
+    windowed: bool = False
+
+
+def _floor(pos: torch.Tensor, g: int) -> torch.Tensor:
+    return torch.div(pos, g, rounding_mode="floor")
+
+
+def _zeros(r: Remedy, pos: torch.Tensor) -> torch.Tensor:
+    return torch.zeros_like(pos)
+
+
+def _no_far_pair(r: Remedy, length: int) -> bool:
+    return r.window >= length
+
+
+_K, _W = Param("sinks", int), Param("window", int)
+
+# name -> its entry (names and help: pecli.runs.names.INTERVENTIONS; references:
+# tests/remedy_references.py). Adding a remedy: one entry here, its Term, its reference test.
+METHODS: dict[str, Method] = {
+    "sinks": Method((_K, _W), lambda r, n: r.sinks + r.window >= n,
+                    lambda r, pos: pos.clamp(max=r.sinks + r.window - 1), lambda r, pos: pos,
+                    windowed=True),
+    "lminfinite": Method((_K, _W, Param("cap", float, lambda v: float(v["window"]))), _no_far_pair,
+                         lambda r, pos: torch.full_like(pos, r.cap, dtype=torch.float32), _zeros,
+                         windowed=True),
+    # G = 1: i + W - W - j, the ordinary distance everywhere
+    "selfextend": Method((Param("group", int), _W), lambda r, n: r.group == 1 or r.window >= n,
+                         lambda r, pos: _floor(pos, r.group) + (r.window - r.window / r.group),
+                         lambda r, pos: _floor(pos, r.group)),
+    "rerope": Method((_W, Param("leak", float, lambda v: 1.0)), _no_far_pair,
+                     lambda r, pos: (torch.full_like(pos, r.window) if r.leak == 1.0
+                                     else pos / r.leak + (r.window - r.window / r.leak)),
+                     lambda r, pos: _zeros(r, pos) if r.leak == 1.0 else pos / r.leak),
+}
 
 
 # --- rotation, as the model's own apply_rotary_pos_emb computes it ------------------------
