@@ -35,7 +35,7 @@ LAYERS = [
     {"pecli", "runs"},
     {"data"},
     {"models"},
-    {"positions"},
+    {"positions", "conditions"},
     {"measures", "plots"},
     {"experiments"},
     {"integrations"},
