@@ -49,11 +49,40 @@ def sinks_distance(i, j, k, w):
     return min(i, k + w - 1) - j if j < k else None
 
 
-def literal_attention(loaded, distance, keep=None):
+def string_distance(i, j, s, w):
+    """STRING (An et al. 2025, Eq. 3 and HKUNLP/STRING): P[i][j] = i - j where i - j < w, the
+    diagonal kept; beyond, the position matrix shifted: i - j - s."""
+    d = i - j
+    return d if d < w else d - s
+
+
+def dca_distance(i, j, chunk, local):
+    """Dual Chunk Attention (An et al. 2024, §3; HKUNLP/ChunkLlama): chunks of s = chunk - local
+    tokens, key position j mod s; query position i mod s within its own chunk (intra), i mod s
+    + s capped at chunk for the chunk just before (successive), chunk capped at 2s - 1 for
+    every chunk before that (inter)."""
+    s = chunk - local
+    pk = j % s
+    if i // s == j // s:
+        return i % s - pk
+    if i // s == j // s + 1:
+        return min(i % s + s, chunk) - pk
+    return min(2 * s - 1, chunk) - pk
+
+
+def log_length_scale(i, c, trained):
+    """Log-length logit scaling (YaRN's 0.1 ln s + 1, Scalable-Softmax's s ln n): a query that
+    sees n = i + 1 tokens, more than the trained `trained`, has its logits times 1 + c ln(n / trained)."""
+    n = i + 1
+    return 1 + c * math.log(n / trained) if n > trained else 1.0
+
+
+def literal_attention(loaded, distance, keep=None, logit_scale=None):
     """A context manager: the model's attention replaced by the literal eager one.
 
     distance(layer, i, j) -> the distance of that pair, or None where unseen; keep(layer) ->
-    bool [pairs] of the rotary pairs that rotate (None: all)."""
+    bool [pairs] of the rotary pairs that rotate (None: all); logit_scale(i) -> the factor of
+    query i's logits (None: 1)."""
     from contextlib import contextmanager
 
     from transformers import AttentionInterface
@@ -85,6 +114,8 @@ def literal_attention(loaded, distance, keep=None):
         cross = q1[:, :, :, None] * k2[:, :, None] - q2[:, :, :, None] * k1[:, :, None]
         scores = (same * angle.cos() + cross * angle.sin()).sum(-1) * scale ** 2
         scores = scores + qp @ kp.transpose(-1, -2)  # partial rotary: the unrotated dims
+        if logit_scale is not None:
+            scores = scores * torch.tensor([logit_scale(i) for i in range(n)], dtype=torch.float64)[:, None]
         scores = (scores * (scaling or d ** -0.5)).masked_fill(~seen, -math.inf)
         out = torch.softmax(scores, -1) @ value.double().repeat_interleave(g, dim=1)
         return out.to(query.dtype).transpose(1, 2).contiguous(), None
@@ -161,4 +192,47 @@ def streaming_nll(loaded, ids: torch.Tensor, k: int, w: int) -> torch.Tensor:
             hook.remove()
     return torch.stack(nll)
 
+
+def without_shortcut(loaded):
+    """A context manager: the remedies' exact shortcut off (pecli_remedy_literal) in every layer."""
+    from contextlib import contextmanager
+
+    @contextmanager
+    def off():
+        modules = attention_modules(loaded)
+        for m in modules:
+            m.pecli_remedy_literal = True
+        try:
+            yield
+        finally:
+            for m in modules:
+                del m.pecli_remedy_literal
+
+    return off()
+
+
+def cached_and_full(loaded, ids, start: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Next-token logits of ids[start:] decoded one token at a time with transformers' KV cache
+    after a prefill of ids[:start], and the same from one full pass over each prefix."""
+    with torch.no_grad():
+        out = loaded.model(input_ids=ids[:, :start], use_cache=True)
+        steps = []
+        for t in range(start, ids.shape[1]):
+            out = loaded.model(input_ids=ids[:, t:t + 1], past_key_values=out.past_key_values, use_cache=True)
+            steps.append(out.logits[0, -1])
+        full = [loaded.model(input_ids=ids[:, :t + 1]).logits[0, -1] for t in range(start, ids.shape[1])]
+    return torch.stack(steps), torch.stack(full)
+
+
+def random_ids(loaded, n: int, batch: int = 1, seed: int = 0) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randint(0, loaded.model.config.vocab_size, (batch, n), generator=gen)
+
+
+def logits_of(loaded, ids, mask=None) -> torch.Tensor:
+    """The model's logits, position ids counting real tokens (as pecli's scoring gives them)."""
+    mask = torch.ones_like(ids) if mask is None else mask
+    with torch.no_grad():
+        return loaded.model(input_ids=ids, attention_mask=mask,
+                            position_ids=(mask.cumsum(-1) - 1).clamp(min=0)).logits
 

@@ -48,7 +48,7 @@ import inspect
 import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -69,12 +69,18 @@ class Remedy:
     group: int = 1  # G (selfextend)
     cap: float = 0.0  # D (lminfinite)
     leak: float = 1.0  # k (rerope; 1 = plain ReRoPE)
+    shift: int = 0  # S (string)
+    chunk: int = 0  # C (dca)
+    local: int = 0  # L (dca)
+    temperature: float = 1.0  # T
+    slope: float = 0.0  # c (logscale)
+    trained: int = 0  # the model's trained context, set when applied (logscale's n_train)
 
     @classmethod
     def of(cls, name: str, argument: str) -> Remedy:
         """From a parsed intervention name and its (checked) argument: each part typed by its
         entry's parameters, in order; a part left out takes its default."""
-        parts = argument.split(":")
+        parts = argument.split(":") if argument else []
         values: dict[str, float] = {}
         for i, param in enumerate(METHODS[name].params):
             values[param.name] = param.kind(parts[i]) if i < len(parts) else param.default(values)
@@ -89,7 +95,8 @@ class Remedy:
         return self.entry.windowed
 
     def changes_nothing(self, length: int) -> bool:
-        """Whether, on sequences of `length` tokens, every pair keeps its distance and is seen."""
+        """Whether, on sequences of `length` tokens, every pair keeps its distance and is seen
+        and no logit is scaled."""
         return self.entry.changes_nothing(self, length)
 
     def far_query(self, pos: torch.Tensor) -> torch.Tensor:
@@ -119,14 +126,18 @@ class Param:
 @dataclass(frozen=True)
 class Method:
     """One remedy: its parameters in argument order, when it changes nothing on sequences of
-    a length (its reduction to intact), and its far query and key positions fq(i), fk(j);
-    `windowed`: far pairs are only those with the first K keys (sinks)."""
+    a length (its reduction to intact), and how its scores are built: `attend` (`blocked`:
+    near pairs at their distance, far pairs at fq(i) - fk(j) from `far_query` and `far_key`,
+    `windowed` when only the first K keys are far pairs; `chunked`: DCA's three parts;
+    `scaled`: the plain attention with each query's logits times `logit_scale`)."""
 
     params: tuple[Param, ...]
     changes_nothing: Callable[[Remedy, int], bool]
-    far_query: Callable[[Remedy, torch.Tensor], torch.Tensor]
-    far_key: Callable[[Remedy, torch.Tensor], torch.Tensor]
+    attend: Callable
+    far_query: Callable[[Remedy, torch.Tensor], torch.Tensor] | None = None
+    far_key: Callable[[Remedy, torch.Tensor], torch.Tensor] | None = None
     windowed: bool = False
+    logit_scale: Callable[[Remedy, torch.Tensor], torch.Tensor] | None = None
 
 
 def _floor(pos: torch.Tensor, g: int) -> torch.Tensor:
@@ -139,28 +150,6 @@ def _zeros(r: Remedy, pos: torch.Tensor) -> torch.Tensor:
 
 def _no_far_pair(r: Remedy, length: int) -> bool:
     return r.window >= length
-
-
-_K, _W = Param("sinks", int), Param("window", int)
-
-# name -> its entry (names and help: pecli.runs.names.INTERVENTIONS; references:
-# tests/remedy_references.py). Adding a remedy: one entry here, its Term, its reference test.
-METHODS: dict[str, Method] = {
-    "sinks": Method((_K, _W), lambda r, n: r.sinks + r.window >= n,
-                    lambda r, pos: pos.clamp(max=r.sinks + r.window - 1), lambda r, pos: pos,
-                    windowed=True),
-    "lminfinite": Method((_K, _W, Param("cap", float, lambda v: float(v["window"]))), _no_far_pair,
-                         lambda r, pos: torch.full_like(pos, r.cap, dtype=torch.float32), _zeros,
-                         windowed=True),
-    # G = 1: i + W - W - j, the ordinary distance everywhere
-    "selfextend": Method((Param("group", int), _W), lambda r, n: r.group == 1 or r.window >= n,
-                         lambda r, pos: _floor(pos, r.group) + (r.window - r.window / r.group),
-                         lambda r, pos: _floor(pos, r.group)),
-    "rerope": Method((_W, Param("leak", float, lambda v: 1.0)), _no_far_pair,
-                     lambda r, pos: (torch.full_like(pos, r.window) if r.leak == 1.0
-                                     else pos / r.leak + (r.window - r.window / r.leak)),
-                     lambda r, pos: _zeros(r, pos) if r.leak == 1.0 else pos / r.leak),
-}
 
 
 # --- rotation, as the model's own apply_rotary_pos_emb computes it ------------------------
@@ -231,7 +220,8 @@ def remedy_attention(module, query, key, value, attention_mask, scaling=None, dr
     q_near = rotate(query, cos[:, k_len - q_len:], sin[:, k_len - q_len:])
     if remedy.changes_nothing(int(key_pos.max()) + 1) and not state_literal(module):
         return _plain(module, q_near, k_near, value, real, scaling, dropout)
-    return blocked(module, remedy, rotary, query, key, value, q_near, k_near, key_pos, real, scaling), None
+    return remedy.entry.attend(module, remedy, rotary, query, key, value, q_near, k_near, key_pos, real,
+                               scaling), None
 
 
 def state_literal(module) -> bool:
@@ -371,6 +361,121 @@ def _causal(idx, qa: int, qe: int, keys: slice, real) -> torch.Tensor:
     return seen
 
 
+def chunked(module, remedy: Remedy, rotary, query, key, value, q_near, k_near, key_pos, real,
+            scaling) -> torch.Tensor:
+    """Dual chunk attention (An et al. 2024; HKUNLP/ChunkLlama's prefill and decode): chunks of
+    c = C - L tokens; a key at j mod c; a query i at i mod c for keys of its own chunk (causal),
+    at min(i mod c + c, C) for the previous chunk's, at min(2c - 1, C) for every earlier one;
+    the three parts merged before one softmax. Without padding, each query block lies in one
+    chunk and the parts are rectangles (and the own chunk's diagonal triangle) for the fused
+    kernel; with padding, masks from the positions. Output [b, q, h, d]."""
+    from transformers.integrations.sdpa_attention import repeat_kv
+
+    b, h, q_len, _ = query.shape
+    k_len = key.shape[2]
+    g = h // key.shape[1]
+    first = k_len - q_len
+    c, top = remedy.chunk - remedy.local, remedy.chunk
+    q_pos = key_pos[:, first:]
+    inner = q_pos % c
+    at = (inner, (inner + c).clamp(max=top), torch.full_like(inner, min(2 * c - 1, top)))
+    qs = [rotate(query, *_cos_sin(rotary, value, p)) for p in at]  # own, previous, earlier
+    k = repeat_kv(rotate(key, *_cos_sin(rotary, value, key_pos % c)), g)
+    v = repeat_kv(value, g)
+    if real is not None and bool(real.all()):
+        real = None
+    out = torch.empty(b, h, q_len, value.shape[-1], dtype=value.dtype, device=value.device)
+    if real is None:
+        block = min(q_len, c, 512)
+        r = torch.arange(block, device=query.device)
+        cut = torch.zeros(block, block, dtype=query.dtype, device=query.device)
+        triangles = {"causal": cut.masked_fill(r[None] > r[:, None], -math.inf)}
+        a = 0
+        while a < q_len:
+            qa = first + a
+            start = qa - qa % c  # the key index where the block's chunk starts
+            e = min(a + block, start + c - first, q_len)
+            qe = first + e
+            regions = ([(start, qa, "all"), (qa, qe, "causal")], [(start - c, start, "all")],
+                       [(0, start - c, "all")])
+            parts = [p for q, tiles in zip(qs, regions, strict=True)
+                     for p in _tiled(q[:, :, a:e], k, v, tiles, triangles, scaling)]
+            out[:, :, a:e] = _merged(parts).to(out.dtype)
+            a = e
+        return out.transpose(1, 2).contiguous()
+    block = max(16, min(q_len, MASK_BUDGET // max(b * (k_len + 1), 1)))
+    idx = torch.arange(k_len, device=query.device)
+    k_chunk, q_chunk = torch.div(key_pos, c, rounding_mode="floor"), torch.div(q_pos, c, rounding_mode="floor")
+    for a in range(0, q_len, block):
+        e = min(a + block, q_len)
+        keys = slice(0, first + e)
+        seen = _causal(idx, first + a, first + e, keys, real)
+        apart = q_chunk[:, a:e, None] - k_chunk[:, None, keys]  # [b, B, n]: chunks between
+        regions = (apart == 0, apart == 1, apart >= 2)
+        parts = [_masked(q[:, :, a:e], k, v, keys, seen & region, scaling) for q, region in zip(qs, regions, strict=True)]
+        out[:, :, a:e] = _merged(parts).to(out.dtype)
+    return out.transpose(1, 2).contiguous()
+
+
+def scaled(module, remedy: Remedy, rotary, query, key, value, q_near, k_near, key_pos, real,
+           scaling) -> torch.Tensor:
+    """The plain attention with each query's logits multiplied by the remedy's logit scale
+    (the query scaled: q.k is linear in q). Output [b, q, h, d]."""
+    q_pos = key_pos[:, key.shape[2] - query.shape[2]:]
+    factor = remedy.entry.logit_scale(remedy, q_pos)[:, None, :, None].to(q_near.dtype)
+    return _plain(module, q_near * factor, k_near, value, real, scaling, 0.0)[0]
+
+
+# --- the remedies: one entry each ------------------------------------------------------
+
+_K, _W = Param("sinks", int), Param("window", int)
+
+# name -> its entry (names and help: pecli.runs.names.INTERVENTIONS; references:
+# tests/remedy_references.py). Adding a remedy: one entry here, its Term, its reference test.
+METHODS: dict[str, Method] = {
+    "sinks": Method((_K, _W), lambda r, n: r.sinks + r.window >= n, blocked,
+                    lambda r, pos: pos.clamp(max=r.sinks + r.window - 1), lambda r, pos: pos,
+                    windowed=True),
+    "lminfinite": Method((_K, _W, Param("cap", float, lambda v: float(v["window"]))), _no_far_pair,
+                         blocked, lambda r, pos: torch.full_like(pos, r.cap, dtype=torch.float32), _zeros,
+                         windowed=True),
+    # G = 1: i + W - W - j, the ordinary distance everywhere
+    "selfextend": Method((Param("group", int), _W), lambda r, n: r.group == 1 or r.window >= n,
+                         blocked, lambda r, pos: _floor(pos, r.group) + (r.window - r.window / r.group),
+                         lambda r, pos: _floor(pos, r.group)),
+    "rerope": Method((_W, Param("leak", float, lambda v: 1.0)), _no_far_pair, blocked,
+                     lambda r, pos: (torch.full_like(pos, r.window) if r.leak == 1.0
+                                     else pos / r.leak + (r.window - r.window / r.leak)),
+                     lambda r, pos: _zeros(r, pos) if r.leak == 1.0 else pos / r.leak),
+    # STRING: d >= W at d - S (the query at i - S); S = 0 or W >= n: nothing to shift
+    "string": Method((Param("shift", int), Param("window", int, lambda v: v["shift"] + 128)),
+                     lambda r, n: r.shift == 0 or r.window >= n, blocked,
+                     lambda r, pos: pos - r.shift, lambda r, pos: pos),
+    # DCA: with L <= C / 2, n <= C tokens fall in two chunks whose positions are i and j
+    "dca": Method((Param("chunk", int), Param("local", int, lambda v: v["chunk"] // 12)),
+                  lambda r, n: n <= r.chunk, chunked),
+    "temperature": Method((Param("temperature", float),), lambda r, n: r.temperature == 1.0, scaled,
+                          logit_scale=lambda r, pos: torch.full_like(pos, 1 / r.temperature,
+                                                                      dtype=torch.float32)),
+    "logscale": Method((Param("slope", float, lambda v: 0.1),),
+                       lambda r, n: r.slope == 0.0 or n <= r.trained, scaled,
+                       logit_scale=lambda r, pos: _log_length(r, pos)),
+}
+
+
+def _log_length(r: Remedy, pos: torch.Tensor) -> torch.Tensor:
+    """1 + c ln(n / n_train) for a query at position i seeing n = i + 1 > n_train tokens, else 1."""
+    n = (pos + 1).float()
+    return torch.where(n > r.trained, 1 + r.slope * torch.log(n / r.trained), torch.ones_like(n))
+
+
+def trained_length(config) -> int:
+    """The context a model was trained on: a rope scaling's original one, else its own."""
+    rope = getattr(config, "rope_parameters", None)
+    original = rope.get("original_max_position_embeddings") if isinstance(rope, dict) else None
+    return int(original or config.max_position_embeddings)
+
+
 def _mask_factory(*args, attention_mask=None, **kwargs):
     """The model's 2-D padding mask as it is (or None): the function builds its own masks."""
     return attention_mask
@@ -452,6 +557,7 @@ def remedied(loaded, remedy: Remedy, layers: tuple[int, ...] | None = None) -> I
         return args, {**kwargs, "position_embeddings": (torch.ones_like(cos), torch.zeros_like(sin))}
 
     handles = [m.register_forward_pre_hook(identity, with_kwargs=True) for m in chosen]
+    remedy = replace(remedy, trained=trained_length(model.config))
     for m in chosen:
         m.pecli_remedy = (remedy, rotary)
     model.set_attn_implementation(register())

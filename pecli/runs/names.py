@@ -30,7 +30,8 @@ from pecli.runs.registry import Registry
 class Term:
     """One name of a vocabulary.
 
-    argument: the placeholder of a required argument (`shift:K` -> "K"), None if it takes none;
+    argument: the placeholder of its argument (`shift:K` -> "K"), None if it takes none; in
+        brackets when it may be left out (`logscale[:c]` -> "[c]");
     check: raises on a malformed argument (a message naming the fix);
     applies_to: the position kinds it acts on (interventions: learned, rotary);
     traits: facts the computation plan reads (mask shapes: positive, rises_to_newest).
@@ -46,7 +47,9 @@ class Term:
     note: str = ""  # mask semantics: which transformers behaviour it reproduces
 
     def shown(self) -> str:
-        """As a user types it: `shift:K`."""
+        """As a user types it: `shift:K`, `logscale[:c]`."""
+        if self.argument and self.argument.startswith("["):
+            return f"{self.name}[:{self.argument[1:-1]}]"
         return f"{self.name}:{self.argument}" if self.argument else self.name
 
 
@@ -93,7 +96,7 @@ def parse(registry: Registry[Term], text: str) -> Choice:
     if registry is MASKS and (base == MASK_FILE.name or (base not in registry and _is_file(text))):
         return mask_file(text)
     term = registry.get(base)
-    if term.argument and not arg:
+    if term.argument and not arg and not term.argument.startswith("["):
         raise registry.error(f"{registry.kind} {base!r} needs an argument: write "
                              f"{term.shown()} (e.g. {term.example})")
     if not term.argument and colon:
@@ -184,6 +187,30 @@ def _fields(what: str, example: str, least: tuple[int, ...], optional: float | N
     return check
 
 
+def _parts(what: str, example: str, kinds: str, least: tuple[float, ...], required: int,
+           relation: Callable[[list], str | None] | None = None):
+    """Arguments of parts typed by `kinds` ("i" an integer, "f" a number), the first `required`
+    needed, each >= its least value; `relation(values)` says why they do not fit together."""
+    def check(arg: str) -> None:
+        parts = arg.split(":")
+        shape = ":".join("N" if k == "i" else "x" for k in kinds)
+        if not required <= len(parts) <= len(kinds):
+            raise InterventionError(f"{what} takes {shape} (the first {required} needed), got "
+                                    f"{arg!r}; e.g. {example}")
+        try:
+            values = [int(p) if k == "i" else float(p) for p, k in zip(parts, kinds, strict=False)]
+        except ValueError:
+            raise InterventionError(f"{what} needs numbers, got {arg!r}; e.g. {example}") from None
+        for value, low in zip(values, least, strict=False):
+            if not value >= low:
+                raise InterventionError(f"{what}:{arg}: {value:g} is below {low:g}; e.g. {example}")
+        why = relation(values) if relation else None
+        if why:
+            raise InterventionError(f"{what}:{arg}: {why}; e.g. {example}")
+
+    return check
+
+
 def _fraction(what: str):
     def check(arg: str) -> None:
         try:
@@ -242,6 +269,30 @@ INTERVENTIONS = _registry("intervention", InterventionError, [
     Term("rerope", "ReRoPE (Su 2023): every distance d becomes min(d, W); rerope:W:k is leaky "
                    "ReRoPE, W + (d - W)/k past W", argument="W[:k]", example="rerope:1024",
          check=_fields("rerope", "rerope:1024", (1,), 1.0), applies_to=_ROTARY, traits=_REMEDY),
+    Term("string", "STRING (An et al. 2025): distances d >= W shifted down by S (the well-trained "
+                   "small distances reused for the far pairs), those below W kept; W defaults to "
+                   "S + 128 (the paper's local value 128)", argument="S[:W]", example="string:2048",
+         check=_parts("string", "string:2048", "ii", (0, 1), 1,
+                      lambda v: "W must be at least S (no negative distance)" if len(v) > 1
+                      and v[1] < v[0] else None), applies_to=_ROTARY, traits=_REMEDY),
+    Term("dca", "Dual Chunk Attention (An et al. 2024, ChunkLlama): chunks of C - L tokens, keys "
+                "at their index in the chunk; a query sees its own chunk (intra), the previous "
+                "(successive) and the earlier ones (inter) at three positions of its own; L "
+                "defaults to C // 12", argument="C[:L]", example="dca:6144",
+         check=_parts("dca", "dca:6144:512", "ii", (2, 0), 1,
+                      lambda v: "L must be at most C / 2" if len(v) > 1 and 2 * v[1] > v[0]
+                      else None), applies_to=_ROTARY, traits=_REMEDY),
+    Term("temperature", "every attention logit divided by T (a fixed softmax temperature; "
+                        "T < 1 sharpens)", argument="T", example="temperature:0.8",
+         check=_parts("temperature", "temperature:0.8", "f", (0,), 1,
+                      lambda v: "T must be above 0" if v[0] <= 0 else None),
+         applies_to=_ROTARY, traits=_REMEDY),
+    Term("logscale", "log-length attention scaling: a query that sees n > n_train tokens has its "
+                     "logits multiplied by 1 + c ln(n / n_train) (n_train: the trained context; "
+                     "YaRN's 0.1 ln s + 1, Scalable-Softmax, Llama 4); c defaults to 0.1",
+         argument="[c]", example="logscale:0.1",
+         check=_parts("logscale", "logscale:0.1", "f", (0,), 1), applies_to=_ROTARY,
+         traits=_REMEDY),
     Term("droplow", "remove the rotation of the lowest fraction F of the rotary frequency pairs "
                     "(p-RoPE, Barbero et al. 2024, at inference)", argument="F",
          example="droplow:0.25", check=_fraction("droplow"), applies_to=_ROTARY, traits=_LAYERED),
