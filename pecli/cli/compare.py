@@ -30,10 +30,12 @@ def compare(
     Each interval is labelled with the method its rows record.
 
     Numbers of one metric are compared only when measured on the same texts (dataset,
-    split, data revision and row count); otherwise the command says which runs differ.
+    split, data revision and row count), slot by slot (a length, a depth, a held-out set);
+    otherwise the command says which runs differ.
 
     Examples:
-        pecli compare results/offline
+        pecli compare results/offline/passkey-smollm2 results/offline/remedies-passkey-smollm2
+        pecli compare results/offline --allow-mixed
         pecli compare runs/ablate/A runs/ablate/B --out runs/compare/AB
     """
     from pecli.experiments.compare import figures, gather

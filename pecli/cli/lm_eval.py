@@ -19,11 +19,15 @@ from pecli.runs.options import LmEvalOptions
 def lm_eval(
     flags: dict,
     *,
+    model: Annotated[str | None, typer.Argument(
+        show_default=False, help="The model, as every command names it (smollm2, random:gpt2, a "
+                                 "directory, a hub id); the same as --model_args pretrained=NAME.")] = None,
     model_args: Annotated[str, typer.Option(
         "--model_args", help="lm-eval's model_args for the `pecli` model: pretrained=NAME (any "
                              "model pecli loads: smollm2, random:gpt2, a directory, a hub id), "
                              "and HFLM's keys for a loaded model (max_length=..., ...); the "
-                             "condition, seed, device, dtype and batch size are flags here.")] = "pretrained=random:gpt2",
+                             "condition, seed, device, dtype and batch size are flags here; default "
+                             "pretrained=random:gpt2.")] = "",
     output_path: Annotated[Path | None, typer.Option(
         "--output_path", help="Same as --out (lm-eval's spelling).")] = None,
     predict_only: Annotated[bool, typer.Option(
@@ -46,7 +50,7 @@ def lm_eval(
     hence this command (docs/lm-eval.md).
 
     Examples:
-        pecli lm-eval --model_args pretrained=smollm2 --intervention zero --tasks truthfulqa_mc1,truthfulqa_mc2 --include_path configs/lm_eval --limit 20
+        pecli lm-eval smollm2 --intervention zero --tasks truthfulqa_mc1,truthfulqa_mc2 --include_path configs/lm_eval --limit 20
         pecli lm-eval --model_args pretrained=smollm2,max_length=10250 --rope-scaling yarn:2 --tasks passkey --include_path configs/lm_eval --metadata '{"passkey_lengths": [4096, 10240], "passkey_trials": 5}'
     """
     from pecli.integrations.lm_eval import split_model_args
@@ -59,6 +63,11 @@ def lm_eval(
     if out is not None and output_path is not None and out != output_path:
         raise ConfigError("--out and --output_path name the output folder; give one")
     pecli_args, hflm_args = split_model_args(model_args)  # condition keys: refused, see FLAGS
+    if model is not None:
+        if pecli_args.get("pretrained", model) != model:
+            raise ConfigError(f"the model is given twice ({model} and --model_args "
+                              f"pretrained={pecli_args['pretrained']}); give one")
+        pecli_args["pretrained"] = model
     hflm = ",".join(f"{k}={v}" for k, v in hflm_args.items())
     options = build(LmEvalOptions, "pecli lm-eval", **flags, model=pecli_args.get("pretrained"),
                     model_args=hflm, seed=pecli_seed, lm_eval_seed=lm_eval_seed)
@@ -82,11 +91,10 @@ def _summary(show, df, options) -> None:
     digits = decimals(df["value"], df["ci_low"], df["ci_high"])
     paired_digits = decimals(df["diff_vs_intact"], df["diff_ci_low"], df["diff_ci_high"])
     for _, r in df.iterrows():
-        cond = f"{r['intervention']}, {r['mask']}/{r['mask_semantics']}, rope {r['rope_scaling']}"
         diff = r["diff_vs_intact"]
         paired = "" if diff != diff else f"{diff:+.{paired_digits}f}" + ci_text(
             {"ci_low": r["diff_ci_low"], "ci_high": r["diff_ci_high"]}, f"+.{paired_digits}f")
-        summary.add_row(r["dataset"], r["metric"], cond, f"{r['value']:.{digits}f}{ci_text(r, f'.{digits}f')}",
+        summary.add_row(r["dataset"], r["metric"], r["condition"], f"{r['value']:.{digits}f}{ci_text(r, f'.{digits}f')}",
                         f"{r['stderr']:.{digits}f}", paired, short_method(r["interval_method"]))
     show.print(summary)
     if options.apply_chat_template:
@@ -113,7 +121,7 @@ def seeds(text: str | None) -> tuple[int, tuple[int | None, ...] | None]:
 
 
 # Its row in README.md's table of commands (`make docs`)
-README = Row(("pecli lm-eval --model_args pretrained=smollm2 --tasks ...",), "any lm-eval task under pecli's "
+README = Row(("pecli lm-eval smollm2 --tasks ...",), "any lm-eval task under pecli's "
              "conditions, scored by lm-eval", "lm_eval.csv, lm-eval's JSON", "3 min (20 items, 2 conditions)",
              "causal")
 

@@ -256,17 +256,23 @@ def gather(run_dirs, allow_mixed: bool = False) -> pd.DataFrame:
 
 
 def _incomparable(rows: pd.DataFrame) -> str:
-    """Why rows of one metric cannot be compared ('' when they can)."""
+    """Why rows of one metric cannot be compared ('' when they can). Rows of different slots
+    (a passkey depth and all depths, two held-out sets of one mask fit) are not compared with
+    each other: each slot's rows are, across runs and conditions."""
     cols = [c for c in SAME_DATA if c in rows]
     if not cols:
         return ""
+    if "slot" in rows and rows["slot"].nunique() > 1:
+        return next((why for _, part in rows.groupby("slot", sort=False)
+                     if (why := _incomparable(part))), "")
     key = pd.Series([" ".join(map(str, t)) for t in rows[cols].itertuples(index=False)],
                     index=rows.index)
     if key.nunique() <= 1:
         return ""
     a, b = rows.loc[key.drop_duplicates().index[:2]].to_dict("records")
     diff = next(c for c in cols if str(a[c]) != str(b[c]))
-    return (f"{a['run']} has {diff} {_short(a[diff])}, {b['run']} has {_short(b[diff])}")
+    at = f" at {a['slot']}" if str(a.get("slot", "")) not in ("", "nan") else ""
+    return (f"{a['run']} has {diff} {_short(a[diff])}, {b['run']} has {_short(b[diff])}{at}")
 
 
 def _short(value) -> str:

@@ -21,13 +21,14 @@ CONFIGS = str(Path(__file__).resolve().parents[2] / "configs" / "lm_eval")
 def test_two_conditions_write_lm_evals_json_a_table_and_a_figure(tmp_path, shared_data):
     out = tmp_path / "run"
     result = runner.invoke(app, [
-        "lm-eval", "--model_args", "pretrained=models/tiny-gpt2-imdb", "--intervention", "zero",
+        "lm-eval", "models/tiny-gpt2-imdb", "--intervention", "zero",  # the model as every command names it
         "--tasks", "truthfulqa_mc1,truthfulqa_mc2", "--include_path", CONFIGS, "--limit", "4",
         "--device", "cpu", "--bootstrap", "200", "--out", str(out), "--log_samples",
         "--data-dir", str(shared_data)])
     assert result.exit_code == 0, result.output
     df = pd.read_csv(out / "lm_eval.csv")
     assert list(dict.fromkeys(df["intervention"])) == ["intact", "zero"]  # intact first
+    assert "default/legacy" not in result.output  # the summary names conditions by their label
     assert set(df["task"]) == {"truthfulqa_mc1", "truthfulqa_mc2"} and (df["rows"] == 4).all()
     assert df[["model_revision", "lm_eval_version", "task_version", "tokens"]].notna().all().all()
     assert (df["ci_low"] <= df["value"]).all() and (df["value"] <= df["ci_high"]).all()
@@ -86,6 +87,8 @@ def test_two_conditions_write_lm_evals_json_a_table_and_a_figure(tmp_path, share
     (["--tasks", "truthfulqa_mc1", "--model_args", "pretrained=random:gpt2,intervention=zero",
       "--intervention", "shuffle"], "give --intervention instead"),
     (["--tasks", "truthfulqa_mc1", "--protocol", "study"], "relative"),
+    (["random:gpt2", "--tasks", "truthfulqa_mc1", "--model_args", "pretrained=random:llama"],
+     "the model is given twice"),
     (["--tasks", "truthfulqa_mc1", "--model_args", "pretrained=random:bert"], "encoder"),
     (["--tasks", "truthfulqa_mc1", "--predict_only"], "predict_only skips"),
     (["--tasks", "truthfulqa_mc1", "--fewshot_as_multiturn"], "add --apply_chat_template"),

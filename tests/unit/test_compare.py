@@ -185,3 +185,31 @@ def test_headlines_follow_the_registered_order_whatever_the_import_order(monkeyp
     monkeypatch.setattr(EXPERIMENTS, "_entries", dict(reversed(list(EXPERIMENTS._entries.items()))))
     assert headlines() == before
     assert [n for n, h in before if h.metric == "perplexity"][0] == "perplexity"
+
+
+# Experiments whose tables hold no number compare reads (refused in one line, test above)
+NO_HEADLINES = {"pe-recover", "pe-sinusoidal", "pe-sinusoidal-512"}
+
+
+@pytest.mark.parametrize("folder", sorted(p.name for p in OFFLINE.iterdir()
+                                          if p.is_dir() and p.name != "figures"))
+def test_every_committed_run_folder_compares_alone(folder):
+    """One run's rows of different slots (a passkey depth and all depths, a mask fit's two
+    held-out sets) are one run's, not two runs on different texts."""
+    if folder in NO_HEADLINES:
+        with pytest.raises(DataError, match="no headline numbers compare can use"):
+            gather([OFFLINE / folder])
+        return
+    table = gather([OFFLINE / folder])
+    assert len(table) and not table["mixed"].any()
+
+
+def test_committed_run_folders_compare_with_others():
+    """Runs of one experiment on the same texts gather without --allow-mixed, slot by slot;
+    every folder together gathers with it (their data differ: e1-minilm 500 texts, e1-random-bert 32)."""
+    table = gather([OFFLINE / "passkey-smollm2", OFFLINE / "remedies-passkey-smollm2",
+                    OFFLINE / "bands-passkey-smollm2"])
+    assert not table["mixed"].any() and table["run"].nunique() == 3
+    everything = gather([OFFLINE], allow_mixed=True)
+    assert {r.split("/")[-1] for r in everything["run"]} == {
+        p.name for p in OFFLINE.iterdir() if p.is_dir() and p.name not in NO_HEADLINES | {"figures"}}
