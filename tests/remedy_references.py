@@ -236,3 +236,10 @@ def logits_of(loaded, ids, mask=None) -> torch.Tensor:
         return loaded.model(input_ids=ids, attention_mask=mask,
                             position_ids=(mask.cumsum(-1) - 1).clamp(min=0)).logits
 
+
+def nll_of(loaded, ids) -> torch.Tensor:
+    """NLL of ids[0, 1:] from one forward (float64 log-softmax)."""
+    with torch.inference_mode():
+        logits = loaded.model(input_ids=ids).logits[0, :-1].double()
+    return -torch.log_softmax(logits, -1).gather(-1, ids[0, 1:, None])[:, 0]
+

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from remedy_references import dca_distance, literal_attention, random_ids, string_distance
+from remedy_references import dca_distance, literal_attention, nll_of, random_ids, string_distance
 
 from pecli.positions.interventions import intervene
 
@@ -18,19 +18,13 @@ CASES = {  # name -> (distance, logit scale)
 }
 
 
-def _nll(loaded, ids):
-    with torch.inference_mode():
-        logits = loaded.model(input_ids=ids).logits[0, :-1].double()
-    return -torch.log_softmax(logits, -1).gather(-1, ids[0, 1:, None])[:, 0]
-
-
 @pytest.mark.parametrize("name", CASES)
 def test_smollm2_equals_the_literal_reference(smollm2, name):
     ids = random_ids(smollm2, 48)
     with intervene(smollm2, name):
-        ours = _nll(smollm2, ids)
+        ours = nll_of(smollm2, ids)
     distance, scale = CASES[name]
     with literal_attention(smollm2, distance, logit_scale=scale):
-        literal = _nll(smollm2, ids)
+        literal = nll_of(smollm2, ids)
     assert torch.allclose(ours, literal, atol=1e-3), (ours - literal).abs().max()
-    assert (ours - _nll(smollm2, ids)).abs().max() > 1e-2
+    assert (ours - nll_of(smollm2, ids)).abs().max() > 1e-2
