@@ -37,6 +37,7 @@ from timing import load_average
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the literal references
 
 MALLOC = {"MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "0"}
+CLOCK = [time.perf_counter]  # --cpu-time: the process's CPU time (a machine others load)
 
 
 def _status(field: str) -> int:
@@ -53,9 +54,9 @@ def measured(fn) -> tuple[float, int]:
     ctypes.CDLL("libc.so.6").malloc_trim(0)
     Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS (Linux >= 4.0)
     start = _status("VmRSS")
-    began = time.perf_counter()
+    began = CLOCK[0]()
     fn()
-    seconds = time.perf_counter() - began
+    seconds = CLOCK[0]() - began
     return seconds, _status("VmHWM") - start
 
 
@@ -79,6 +80,10 @@ def main() -> None:
     parser.add_argument("--stream", type=int, default=2048, help="tokens of the streaming decode (0: skip)")
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--dtype", default="float32", help="float32 (default) or bfloat16")
+    parser.add_argument("--cpu-time", action="store_true",
+                        help="time by the process's CPU time, not the wall clock (with --threads 1: "
+                             "steadier on a machine that other work loads)")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument("--only", default="", help="run only the conditions whose name starts "
                                                    "with one of these (comma-separated)")
     args = parser.parse_args()
@@ -89,11 +94,15 @@ def main() -> None:
     from pecli.positions.interventions import intervene
 
     torch.set_grad_enabled(False)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.cpu_time:
+        CLOCK[0] = time.process_time
     loaded = load_model(args.model, device="cpu", dtype=args.dtype)
     ids = torch.randint(0, loaded.model.config.vocab_size, (1, args.tokens),
                         generator=torch.Generator().manual_seed(0))
     print(f"{args.model} ({args.dtype}), {args.tokens} tokens, {torch.get_num_threads()} threads, "
-          f"load average {load_average()}; peak memory = VmHWM above VmRSS before the forward")
+          f"load average {load_average()}; time: {'CPU' if args.cpu_time else 'wall'}; peak memory = VmHWM above VmRSS before the forward")
 
     def forward():
         loaded.model.base_model(input_ids=ids, use_cache=False)

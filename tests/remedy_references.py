@@ -50,14 +50,14 @@ def sinks_distance(i, j, k, w):
 
 
 def string_distance(i, j, s, w):
-    """STRING (An et al. 2025, Eq. 3 and HKUNLP/STRING): P[i][j] = i - j where i - j < w, the
+    """STRING (An et al. 2025; HKUNLP/STRING): P[i][j] = i - j where i - j < w, the
     diagonal kept; beyond, the position matrix shifted: i - j - s."""
     d = i - j
     return d if d < w else d - s
 
 
 def dca_distance(i, j, chunk, local):
-    """Dual Chunk Attention (An et al. 2024, §3; HKUNLP/ChunkLlama): chunks of s = chunk - local
+    """Dual Chunk Attention (An et al. 2024; HKUNLP/ChunkLlama): chunks of s = chunk - local
     tokens, key position j mod s; query position i mod s within its own chunk (intra), i mod s
     + s capped at chunk for the chunk just before (successive), chunk capped at 2s - 1 for
     every chunk before that (inter)."""
@@ -235,4 +235,11 @@ def logits_of(loaded, ids, mask=None) -> torch.Tensor:
     with torch.no_grad():
         return loaded.model(input_ids=ids, attention_mask=mask,
                             position_ids=(mask.cumsum(-1) - 1).clamp(min=0)).logits
+
+
+def nll_of(loaded, ids) -> torch.Tensor:
+    """NLL of ids[0, 1:] from one forward (float64 log-softmax)."""
+    with torch.inference_mode():
+        logits = loaded.model(input_ids=ids).logits[0, :-1].double()
+    return -torch.log_softmax(logits, -1).gather(-1, ids[0, 1:, None])[:, 0]
 

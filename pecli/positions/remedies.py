@@ -1,5 +1,6 @@
 """Stretching position without training: attention sinks, LM-Infinite, Self-Extend, ReRoPE,
-rotary frequency bands and per-layer surgery (docs/remedies.md).
+STRING, Dual Chunk Attention, attention temperature, rotary frequency bands and per-layer
+surgery (docs/remedies.md). Each remedy is one entry of METHODS.
 
 In a rotary model a logit depends only on the distance assigned to a (query, key) pair. Each
 remedy keeps the ordinary distance d = i - j for near pairs (d < W) and assigns far pairs
@@ -11,6 +12,7 @@ fk(j); the two score sets are merged before one softmax:
     lminfinite:K:W[:D]   j < K                          D (default W)              0
     selfextend:G:W       every j <= i - W               i // G + W - W / G         j // G
     rerope:W[:k]         every j <= i - W               W  (leaky: i/k + W - W/k)   0  (leaky: j/k)
+    string:S[:W]         every j <= i - W               i - S                      j
 
 - sinks (Xiao et al. 2023, §3.2): a rolling cache of K+W keys; positions are those inside the
   cache, contiguous from 0, the query at the last slot: a recent key keeps its distance i - j,
@@ -24,6 +26,10 @@ fk(j); the two score sets are merged before one softmax:
   regions meet exactly), key position j // G.
 - rerope (Su 2023, bojone/rerope): near iff d < W; far: the query at W, the key unrotated;
   leaky: the query at (i + W(k-1)) / k, the key at j / k (their linear-scaled second rotary).
+- string (An et al. 2025, HKUNLP/STRING): the paper's shifted offset is W, its local value
+  W - S (default 128); each pair counted once (their flash window counts d = W twice).
+- dca (An et al. 2024, HKUNLP/ChunkLlama): not near/far but three parts by chunk (`chunked`).
+- temperature, logscale: the ordinary distances, each query's logits scaled (`scaled`).
 
 How: the model's attention is set to `remedy` (transformers' AttentionInterface); a forward
 pre-hook on each chosen attention module hands it the identity rotation (cos 1, sin 0), so the
