@@ -395,8 +395,10 @@ def _random_rows(m: Measured, rand: np.ndarray, common: dict) -> list[dict]:
     from pecli.measures.metrics import histogram, summarize
 
     counts, edges = histogram(rand, HIST_BINS)
-    rnd = {**common, "intervention": "none", "dim": m.width, "pairs": len(rand),
-           "tokens": m.tokens, "aggregation": "random pairs of standard-normal vectors"}
+    # no model condition: the baseline is the same for every one, named as such
+    rnd = {**common, "condition": "random vectors", "intervention": "none", "dim": m.width,
+           "pairs": len(rand), "tokens": m.tokens,
+           "aggregation": "random pairs of standard-normal vectors"}
     rows = [{**rnd, "metric": "random_cosine_mean", "value": summarize(rand)["mean"]},
             {**rnd, "metric": "random_cosine_std", "value": float(np.std(rand, ddof=1))},
             {**rnd, "metric": "random_cosine_1_over_sqrt_dim", "value": 1 / np.sqrt(m.width)}]

@@ -46,8 +46,9 @@ def _enough(texts: int, n_boot: int) -> bool:
     if n_boot <= 0:
         return False
     if texts < MIN_TEXTS:
+        # from this line, whoever calls: Python's default filter then says it once per run
         warnings.warn(f"{texts} text(s): no 95 % interval from fewer than {MIN_TEXTS} texts "
-                      "(ci_low, ci_high are NaN); evaluate more texts", stacklevel=3)
+                      "(ci_low, ci_high are NaN); evaluate more texts", stacklevel=1)
         return False
     return n_boot >= MIN_RESAMPLES
 

@@ -65,13 +65,13 @@ def label(row: Mapping) -> str:
 def labelled(df):
     """A table (pandas) with its `condition` column (`label` of each row's columns) just
     before its first condition column; a table with no condition column, or whose
-    `intervention` names no intervention (`none`: a model as trained, random vectors), is
-    returned as is."""
+    `intervention` names no intervention (`none`: a model as trained), is returned as is
+    (ablate's random-vector baseline names its own condition, `random vectors`)."""
     known = [c for c in ("intervention", "mask", "rope_scaling") if c in df.columns]
     if not known or "condition" in df.columns:
         return df
     if "intervention" in df.columns and not df["intervention"].map(_is_intervention).any():
-        return df  # no row is a condition of a model (a trained scheme's run, random vectors)
+        return df  # no row is a condition of a model (a trained scheme's run)
     cols = [c for c in df.columns if c in ("intervention", "mask", "mask_semantics", "protocol",
                                            "rope_scaling")]
     values = [label(dict(zip(cols, row, strict=True))) for row in df[cols].itertuples(index=False)]

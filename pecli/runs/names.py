@@ -93,7 +93,8 @@ def parse(registry: Registry[Term], text: str) -> Choice:
         warnings.warn(f"{registry.kind} {base!r} is deprecated; use {new!r} (the same: "
                       f"{registry.get(new).description})", FutureWarning, stacklevel=2)
         base = new
-    if registry is MASKS and (base == MASK_FILE.name or (base not in registry and _is_file(text))):
+    path = text.partition(HASH_MARK)[0]  # PATH#sha256:DIGEST without file: is a file too
+    if registry is MASKS and (base == MASK_FILE.name or (base not in registry and _is_file(path))):
         return mask_file(text)
     term = registry.get(base)
     if term.argument and not arg and not term.argument.startswith("["):
@@ -103,7 +104,24 @@ def parse(registry: Registry[Term], text: str) -> Choice:
         raise registry.error(f"{registry.kind} {base!r} takes no argument; write {base!r}")
     if term.check and arg:
         term.check(arg)
+        arg = ":".join(_number(p) for p in arg.split(":"))  # sinks:04:+16 is sinks:4:16
     return Choice(term, arg or None, layers if at else None)
+
+
+def _number(text: str) -> str:
+    """A number as one spelling names it (`04`, `+4` -> `4`; `0.250` -> `0.25`; `8192.0` ->
+    `8192`), so that one condition has one label; anything else as given."""
+    try:
+        return str(int(text))
+    except ValueError:
+        pass
+    try:
+        value = float(text)
+    except ValueError:
+        return text
+    if value != value or value in (float("inf"), float("-inf")):
+        return text
+    return str(int(value)) if value.is_integer() and abs(value) < 2**53 else repr(value)
 
 
 # Per-layer surgery (`@LAYERS`): items joined by '+': N, N-M (inclusive), N- (to the last

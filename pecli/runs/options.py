@@ -46,6 +46,9 @@ DTYPES = ("float32", "bfloat16", "float16")
 MIN_RESAMPLES, MAX_RESAMPLES = 100, 100_000  # --bootstrap: 0 (none) or within these
 MAX_TOKENS = 131_072  # the longest window or prompt pecli builds (2^17: YaRN's longest evaluations)
 TOKEN_FIELDS = ("length", "max_length", "context")  # one input's tokens: at most MAX_TOKENS
+# What a learning rate or a number of optimiser steps can mean: 0 trains nothing; past these an
+# optimiser diverges (a learning rate of 1e12 fits mask values of 1e12) or a run never ends
+MIN_LR, MAX_LR, MAX_STEPS = 1e-8, 1.0, 1_000_000
 
 
 def option(default=None, *, low: int | float | None = None, high: int | float | None = None,
@@ -205,7 +208,11 @@ def _parse_names(key: str, value, meta) -> Choice | tuple[Choice, ...] | None:
     if not parsed:
         raise ConfigError(f"{_label(key)}: no {registry.kind} given")
     if meta["many"]:
-        return parsed
+        repeated = [str(c) for c in dict.fromkeys(c for c in parsed if parsed.count(c) > 1)]
+        if repeated:  # one condition, one row: a repeat would be a second label of the same numbers
+            warnings.warn(f"{_label(key)}: {', '.join(repeated)} given more than once; each runs once",
+                          stacklevel=2)
+        return tuple(dict.fromkeys(parsed))
     if len(parsed) > 1:
         raise ConfigError(f"{_label(key)}: one {registry.kind}, not {len(parsed)}")
     return parsed[0]
@@ -738,22 +745,23 @@ def _model_names(value) -> tuple[str, ...]:
 
 
 
-def _token_counts(value, what: str) -> tuple[int, ...]:
-    """`--lengths` as distinct integers of at least 2 tokens and at most MAX_TOKENS, in the
-    order given."""
+def _token_counts(value, what: str, field: str = "lengths") -> tuple[int, ...]:
+    """`--lengths` (or the option `field`) as distinct integers of at least 2 tokens and at
+    most MAX_TOKENS, in the order given."""
+    flag = f"{field} (--{field.replace('_', '-')})"
     counts = value
     if isinstance(counts, str):
         try:
             counts = [int(x) for x in names.split_names(counts)]
         except ValueError:
-            raise ConfigError(f"lengths (--lengths): {value!r} must be integers, "
+            raise ConfigError(f"{flag}: {value!r} must be integers, "
                               "e.g. 128,256,512") from None
     if not counts or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 2
                              for n in counts):
-        raise ConfigError(f"lengths (--lengths): {value!r}: give {what} of at least 2 tokens, "
+        raise ConfigError(f"{flag}: {value!r}: give {what} of at least 2 tokens, "
                           "e.g. 128,256,512")
     if max(counts) > MAX_TOKENS:
-        raise ConfigError(f"lengths (--lengths): {max(counts)} is past the longest {what[:-1]} "
+        raise ConfigError(f"{flag}: {max(counts)} is past the longest {what[:-1]} "
                           f"pecli builds, {MAX_TOKENS} tokens")
     return tuple(dict.fromkeys(counts))
 
@@ -835,9 +843,10 @@ class MaskFitOptions(Running):
                                   help="How positions are removed while fitting and judging.")
     train_limit: int = option(256, low=2, flag={"min": 2},
                               help="IMDB train texts the mask is fitted on.")
-    steps: int = option(40, low=1, flag={"min": 1}, help="Adam steps.")
+    steps: int = option(40, low=1, high=MAX_STEPS, flag={"min": 1}, help="Adam steps.")
     batch: int = option(8, low=1, flag={"min": 1}, help="Texts per step.")
-    lr: float = option(0.1, low=0.0, help="Adam's learning rate.")
+    lr: float = option(0.1, low=MIN_LR, high=10.0,
+                       help="Adam's learning rate (a mask value moves by about lr per step).")
     max_length: int = option(128, low=2, flag={"min": 2},
                              help="Tokens per text, start token included (fit and evaluation; at "
                                   "most the model's positions).")
@@ -889,13 +898,13 @@ class FinetuneOptions(Running):
     max_length: int = option(128, low=2, flag={"min": 2}, help="Tokens per text.")
     batch: int | None = option(None, low=1, flag={"min": 1}, help="Texts per step (default 16 for "
                                "an encoder, 8 for a causal LM).")
-    lr: float = option(1e-4, low=0.0, help="AdamW's learning rate for the model.")
-    head_lr: float = option(1e-3, low=0.0, help="Encoder: the head's learning rate.")
+    lr: float = option(1e-4, low=MIN_LR, high=MAX_LR, help="AdamW's learning rate for the model.")
+    head_lr: float = option(1e-3, low=MIN_LR, high=MAX_LR, help="Encoder: the head's learning rate.")
     epochs: int = option(1, low=1, flag={"min": 1}, help="Encoder: passes over the train texts.")
     train_layers: int | None = option(None, low=1, flag={"min": 1},  # None: full fine-tuning
                                       help="Encoder: train only the last N layers and the head "
                                            "(default: every layer).")
-    steps: int = option(60, low=1, flag={"min": 1}, help="Causal LM: training steps.")
+    steps: int = option(60, low=1, high=MAX_STEPS, flag={"min": 1}, help="Causal LM: training steps.")
     eval_every: int = option(10, low=1, flag={"min": 1},
                              help="Causal LM: held-out perplexity every N steps.")
     bootstrap: int = option(1000, low=0, high=MAX_RESAMPLES, help=BOOTSTRAP_HELP)
@@ -1093,14 +1102,14 @@ class Training(Options):
 
     pe: tuple[Choice, ...] = option(
         ("learned",), vocabulary=names.PE_SCHEMES, many=True, flag={"decls": ("--pe",)},
-        help="Position encoding(s) to train with: learned (default), sinusoidal, none, rope, alibi "
-             "(repeat or comma-separate).")
-    steps: int = option(400, low=1, help="Optimiser steps per scheme.")
+        help="Position encoding(s) to train with: learned (default), sinusoidal, none, rope, alibi, "
+             "t5, randomized, p-rope (repeat or comma-separate).")
+    steps: int = option(400, low=1, high=MAX_STEPS, help="Optimiser steps per scheme.")
     layers: int = option(4, low=1, help="Transformer blocks.")
     width: int = option(128, low=1, help="Hidden size (a multiple of --heads).")
     heads: int = option(4, low=1, help="Attention heads.")
     batch: int = option(16, low=1, help="Windows per step.")
-    lr: float = option(3e-3, low=0.0)
+    lr: float = option(3e-3, low=MIN_LR, high=MAX_LR)
     seed: int = option(0, low=0, high=SEED_MAX, flag={"min": 0, "max": SEED_MAX}, help=SEED_HELP)
     threads: int | None = option(None, low=1, help="torch threads (default: torch's).")
     save_dir: str | None = option(None, location=True)  # checkpoints: <save_dir>/<pe>
@@ -1123,10 +1132,10 @@ class ToyOptions(Training):
     pe: tuple[Choice, ...] = option(
         ("learned", "sinusoidal", "none", "rope", "alibi"), vocabulary=names.PE_SCHEMES, many=True,
         flag={"decls": ("--pe",)},
-        help="Position encoding(s) to train with: learned, sinusoidal, none, rope, alibi (repeat "
-             "the flag or comma-separate; default: all five).")
+        help="Position encoding(s) to train with: learned, sinusoidal, none, rope, alibi, t5, p-rope "
+             "(repeat the flag or comma-separate; default: the first five).")
     max_n: int = option(100, low=2, flag={"decls": ("--max",)}, help="Operands 0 <= i, j < MAX.")
-    steps: int = option(2000, low=1)
+    steps: int = option(2000, low=1, high=MAX_STEPS)
     layers: int = option(2, low=1)
     width: int = option(64, low=1)
     heads: int = option(4, low=1)
@@ -1140,6 +1149,9 @@ class ToyOptions(Training):
 
     def check(self) -> None:
         super().check()
+        if any(c.name == "randomized" for c in self.pe):  # its positions are sampled while training
+            raise ConfigError("pe (--pe): randomized is trained by pecli toy length and pecli train lm, "
+                              "not toy arithmetic; give learned, sinusoidal, none, rope, alibi, t5 or p-rope")
         match = TOY_PROBE.fullmatch(self.probe) if self.probe is not None else None
         if self.probe is not None and not (match and all(int(g) < self.max_n for g in match.groups())):
             raise ConfigError(f"probe (--probe): {self.probe!r} must look like 'i+j=' or 'i-j=' "
@@ -1169,12 +1181,12 @@ class ToyLengthOptions(Training):
         (), help="Test lengths, e.g. 8,16,24 (default: N/2, N, 1.5N, 2N, 2.5N, 3N).")
     seeds: int = option(3, low=1, help="Training seeds per (task, scheme): --seed, --seed + 1, ...")
     eval_items: int = option(64, low=1, help="Test instances per length.")
-    steps: int = option(300, low=1, help="Optimiser steps per model.")
+    steps: int = option(300, low=1, high=MAX_STEPS, help="Optimiser steps per model.")
     layers: int = option(2, low=1)
     width: int = option(64, low=1)
     heads: int = option(4, low=1)
     batch: int = option(32, low=1, help="Instances per step.")
-    lr: float = option(1e-2, low=0.0, help="Peak learning rate.")
+    lr: float = option(1e-2, low=MIN_LR, high=MAX_LR, help="Peak learning rate.")
     threads: int | None = option(1, low=1, flag={"type": int},
                                  help="torch threads (1 is fastest at this size).")
     workers: int = option(1, low=1, location=True, help="Models trained at once, each in its own "
@@ -1248,7 +1260,7 @@ class TrainLmOptions(Training):
     def check(self) -> None:
         super().check()
         if self.test_lengths not in ((), ""):
-            object.__setattr__(self, "test_lengths", _token_counts(self.test_lengths, "window lengths"))
+            object.__setattr__(self, "test_lengths", _token_counts(self.test_lengths, "window lengths", "test_lengths"))
         if self.model_out is not None and (len(self.pe) != 1 or self.seeds != 1):
             raise ConfigError("model_out (--model-out) names one checkpoint directory: give "
                               "exactly one --pe and --seeds 1")

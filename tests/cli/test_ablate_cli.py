@@ -44,6 +44,7 @@ def test_ablate_writes_tables_figures_and_summary(assets, tmp_path):
     for png in ("ablate_layers", "ablate_positions", "ablate_random_baseline"):
         assert (out / "figures" / f"{png}.png").stat().st_size > 1000
     main = pd.read_csv(out / "ablate.csv")
+    assert (pd.read_csv(out / "ablate_random.csv")["condition"] == "random vectors").all()
     assert set(main.intervention) == {"intact", "zero", "shift:2"}  # intact: the in-model baselines
     own = main[main.intervention == "intact"]
     assert set(own.metric) == {"token_pair_cosine_mean", "token_pair_cosine_std",
