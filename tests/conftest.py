@@ -92,6 +92,13 @@ TINY = {
                        initializer_range=0.3),  # sharper attention: positions show above 1e-4
     "phi": dict(num_key_value_heads=4),
     "gptj": dict(rotary_dim=4, n_inner=64),
+    # windows shorter than the tests' texts; SmolLM3's fourth layer a NoPE layer
+    "mistral": dict(num_key_value_heads=2, head_dim=8, sliding_window=8),
+    "gemma2": dict(num_key_value_heads=2, head_dim=8, sliding_window=8, query_pre_attn_scalar=16,
+                   attn_logit_softcapping=5.0),
+    "smollm3": dict(num_key_value_heads=2, num_hidden_layers=4),
+    "gpt_oss": dict(num_key_value_heads=2, head_dim=8, sliding_window=8, num_local_experts=4,
+                    num_experts_per_tok=2),
 }
 
 

@@ -50,7 +50,7 @@ def _families_table() -> Table:
 
     rows = family_rows()
     table = Table(title="families: where positions live and what pecli can do to them")
-    cols = ("family", "positions", "interventions", "reference", "note")
+    cols = ("family", "positions", "layout (per layer type)", "interventions", "reference", "note")
     for col in cols:
         table.add_column(col)
     for row in rows:

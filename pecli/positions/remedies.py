@@ -56,7 +56,7 @@ from dataclasses import dataclass
 
 import torch
 
-from pecli.models.architectures import resolve
+from pecli.models.architectures import resolve, rope_layers
 from pecli.runs.errors import InterventionError, ModelError
 
 ATTENTION = "pecli_remedy"  # the name registered in transformers' AttentionInterface
@@ -150,8 +150,12 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
 
 
 def _cos_sin(rotary, like: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The rotary module's cos/sin at `pos` [b, t] (any real positions), without its hooks."""
-    return rotary.forward(like, pos)
+    """The rotary module's cos/sin at `pos` [b, t] (any real positions), without its hooks, one
+    per rotated dimension (gpt-oss gives one per frequency pair, for both halves: doubled)."""
+    cos, sin = rotary.forward(like, pos)
+    if cos.shape[-1] == rotary.inv_freq.shape[-1]:
+        cos, sin = torch.cat([cos, cos], -1), torch.cat([sin, sin], -1)
+    return cos, sin
 
 
 # --- the attention function ---------------------------------------------------------------
@@ -442,7 +446,8 @@ def remedied(loaded, remedy: Remedy, layers: tuple[int, ...] | None = None) -> I
                          f"{' or '.join(OWN)} (load it with one of those)")
     rotary = resolve(model, loaded.spec, loaded.spec.rotary)  # the scaled one under rope_scaled
     modules = attention_modules(loaded)
-    chosen = [m for i, m in enumerate(modules) if layers is None or i in layers]
+    rope = rope_layers(model.config)  # a NoPE layer has no rotation to remedy: left as it is
+    chosen = [m for i, m in enumerate(modules) if (layers is None or i in layers) and rope[i]]
 
     def identity(mod, args, kwargs):
         cos, sin = kwargs["position_embeddings"]
@@ -478,16 +483,17 @@ def bands_removed(loaded, which: str, fraction: float) -> Iterator[None]:
     rotary = resolve(loaded.model, loaded.spec, loaded.spec.rotary)
     pairs = rotary.inv_freq.shape[0]
     cols = band_columns(pairs, which, fraction)
-    cols = torch.cat([cols, cols + pairs])  # cos/sin are [freqs, freqs]
     scale = float(getattr(rotary, "attention_scaling", 1.0))
 
     def hook(mod, args, output):
         if not len(cols):
             return output
         cos, sin = output
+        # cos/sin are [freqs, freqs] (gpt-oss: [freqs], for both halves)
+        at = cols if cos.shape[-1] == pairs else torch.cat([cols, cols + pairs])
         cos, sin = cos.clone(), sin.clone()
-        cos[..., cols] = scale
-        sin[..., cols] = 0
+        cos[..., at] = scale
+        sin[..., at] = 0
         return cos, sin
 
     handle = rotary.register_forward_hook(hook)

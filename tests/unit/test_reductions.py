@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pecli.models.architectures import ARCHITECTURES
+from pecli.models.architectures import ARCHITECTURES, layer_types
 from pecli.positions.interventions import check_applies, intervene
 from pecli.positions.remedies import attention_modules
 from pecli.runs.errors import InterventionError, ModelError
@@ -21,33 +21,14 @@ N = 24  # tokens: three sliding windows of 8
 REDUCTIONS = [f"sinks:4:{N}", f"sinks:0:{N}", "selfextend:1:4", f"rerope:{N}", f"rerope:{N}:4",
               f"lminfinite:2:{N}", "droplow:0", "drophigh:0", "zero@none", "selfextend:2:4@none"]
 BLOCKED = {f"sinks:4:{N}", "selfextend:1:4", f"rerope:{N}", f"lminfinite:2:{N}"}
-# Layouts beyond each family's reference config: model types of a family with attention of
-# their own (a window smaller than the text; Gemma 2's scaling and soft-capping).
-LAYOUTS = {"mistral": dict(sliding_window=8),
-           "gemma2": dict(sliding_window=8, num_hidden_layers=4, query_pre_attn_scalar=16,
-                          attn_logit_softcapping=5.0, final_logit_softcapping=None)}
+WINDOWED = [f for f in ARCHITECTURES.names()
+            if "sliding_attention" in layer_types(ARCHITECTURES.get(f).random_config())
+            and ARCHITECTURES.get(f).causal]
 
 
-def _of_type(model_type: str, **extra):
-    import transformers
-
-    from pecli.models.architectures import spec_for_model_type
-    from pecli.models.loading import LoadedModel
-
-    size = dict(vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=64,
-                pad_token_id=0, bos_token_id=1, eos_token_id=2, initializer_range=0.3)
-    config = transformers.AutoConfig.for_model(model_type, **{**size, **extra})
-    torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(config).eval()
-    return LoadedModel(model, None, spec_for_model_type(model_type), model_type, model_type,
-                       "random", "seed:0", torch.device("cpu"), torch.float32)
-
-
-@pytest.fixture(params=[*ARCHITECTURES.names(), *LAYOUTS])
+@pytest.fixture(params=ARCHITECTURES.names())
 def model(request, tiny):
-    name = request.param
-    return _of_type(name, **LAYOUTS[name]) if name in LAYOUTS else tiny(name, initializer_range=0.3)
+    return tiny(request.param, initializer_range=0.3)
 
 
 def _hidden(loaded, ids, mask):
@@ -115,12 +96,12 @@ def test_the_default_mask_is_the_intact_model(model):
             assert _relative(_hidden(model, ids, mask), intact, mask) <= 1e-5, semantics
 
 
-def test_the_window_and_the_cap_are_what_the_remedies_keep():
-    """The layouts above do matter: without its window (or its cap) the model answers otherwise,
-    so the reductions' equality is not vacuous."""
-    for name, extra in LAYOUTS.items():
-        loaded = _of_type(name, **extra)
-        ids, mask = _batch(loaded)
-        own = _hidden(loaded, ids, mask)
-        loaded.model.config.sliding_window = 10 * N  # the masks are built from the config
-        assert _relative(_hidden(loaded, ids, mask), own, mask) > 1e-3, name
+@pytest.mark.parametrize("family", WINDOWED)
+def test_the_window_is_what_the_remedies_keep(family, tiny):
+    """The windows do matter: without its window the model answers otherwise, so the
+    reductions' equality is not vacuous."""
+    loaded = tiny(family, initializer_range=0.3)
+    ids, mask = _batch(loaded)
+    own = _hidden(loaded, ids, mask)
+    loaded.model.config.sliding_window = 10 * N  # the masks are built from the config
+    assert _relative(_hidden(loaded, ids, mask), own, mask) > 1e-3
