@@ -314,11 +314,14 @@ def _identity_rotation(loaded, arg, seed):
     queries and keys by it at every position: the rotation goes, the factor stays), as if every
     frequency were 0. The mask and windows keep the true order; NoPE layers never read it."""
 
-    def out_hook(mod, args, output):
-        cos, sin = output  # [b, t, head_dim] each
-        return torch.full_like(cos, float(getattr(mod, "attention_scaling", 1.0))), torch.zeros_like(sin)
+    from pecli.positions.remedies import attention_factor
 
-    return lambda: _hooks(_rotary_module(loaded).register_forward_hook(out_hook))
+    def out_hook(mod, args, kwargs, output):
+        cos, sin = output  # [b, t, head_dim] each
+        layer_type = args[2] if len(args) > 2 else kwargs.get("layer_type")  # Gemma 3, ModernBERT
+        return torch.full_like(cos, attention_factor(mod, layer_type)), torch.zeros_like(sin)
+
+    return lambda: _hooks(_rotary_module(loaded).register_forward_hook(out_hook, with_kwargs=True))
 
 
 def _mapped_ids(position_map):

@@ -48,6 +48,7 @@ model's own rotation back (pecli.positions.interventions).
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 from collections.abc import Iterator
@@ -149,11 +150,48 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
     return torch.cat(((turned * cos) + (_rotate_half(turned) * sin), kept), dim=-1)
 
 
-def _cos_sin(rotary, like: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The rotary module's cos/sin at `pos` [b, t] (any real positions), without its hooks, one
-    per rotated dimension (gpt-oss gives one per frequency pair, for both halves: doubled)."""
-    cos, sin = rotary.forward(like, pos)
-    if cos.shape[-1] == rotary.inv_freq.shape[-1]:
+@dataclass(frozen=True)
+class Rotation:
+    """One layer's rotation: the rotary module and the layer type it is called with (None: one
+    rotation for every layer; Gemma 3 and ModernBERT keep one per layer type in one module)."""
+
+    module: torch.nn.Module
+    layer_type: str | None = None
+
+    def __call__(self, like: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos/sin at `pos` [b, t], without the module's hooks."""
+        if self.layer_type is None:
+            return self.module.forward(like, pos)
+        return self.module.forward(like, pos, self.layer_type)
+
+    @property
+    def pairs(self) -> int:
+        prefix = "" if self.layer_type is None else f"{self.layer_type}_"
+        return getattr(self.module, f"{prefix}inv_freq").shape[-1]
+
+
+def attention_factor(rotary: torch.nn.Module, layer_type: str | None = None) -> float:
+    """What the rotary module multiplies cos and sin by (1; YaRN's factor), per layer type."""
+    prefix = "" if layer_type is None else f"{layer_type}_"
+    return float(getattr(rotary, f"{prefix}attention_scaling", 1.0))
+
+
+def rotations(loaded) -> list[Rotation]:
+    """Each attention layer's rotation (the rotary module at the layer's type where it keeps
+    one per type)."""
+    from pecli.models.architectures import layer_types
+
+    rotary = resolve(loaded.model, loaded.spec, loaded.spec.rotary)  # the scaled one under rope_scaled
+    if hasattr(rotary, "inv_freq"):
+        return [Rotation(rotary)] * len(attention_modules(loaded))
+    return [Rotation(rotary, t) for t in layer_types(loaded.model.config)]
+
+
+def _cos_sin(rotation: Rotation, like: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The rotation's cos/sin at `pos` [b, t] (any real positions), one per rotated dimension
+    (gpt-oss gives one per frequency pair, for both halves: doubled)."""
+    cos, sin = rotation(like, pos)
+    if cos.shape[-1] == rotation.pairs:
         cos, sin = torch.cat([cos, cos], -1), torch.cat([sin, sin], -1)
     return cos, sin
 
@@ -373,8 +411,6 @@ OWN = ("sdpa", "eager")  # the implementations a remedy runs beside (their masks
 def register(own: str) -> str:
     """Register (once) the remedy attention beside the model's own implementation `own` in
     transformers' registries; return its name."""
-    import functools
-
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface
 
@@ -413,12 +449,6 @@ def check_supported(loaded) -> None:
             "(outside transformers' attention registry and a rotary module): remedies, bands and "
             "per-layer surgery need a Llama- or GPT-NeoX-style rotary model (e.g. smollm2, "
             "random:llama, random:pythia)")
-    model = getattr(loaded, "model", None)
-    if model is not None and not hasattr(resolve(model, spec, spec.rotary), "inv_freq"):
-        raise InterventionError(
-            f"{loaded.name} ({spec.family}) has one rotation per layer type (no single inv_freq): "
-            "remedies, bands and per-layer surgery need one rotary module (e.g. smollm2, "
-            "random:llama, random:pythia)")
 
 
 def check_causal(loaded, what: str) -> None:
@@ -444,8 +474,7 @@ def remedied(loaded, remedy: Remedy, layers: tuple[int, ...] | None = None) -> I
     if old not in OWN:
         raise ModelError(f"{loaded.name} runs {old!r} attention; remedies run beside "
                          f"{' or '.join(OWN)} (load it with one of those)")
-    rotary = resolve(model, loaded.spec, loaded.spec.rotary)  # the scaled one under rope_scaled
-    modules = attention_modules(loaded)
+    modules, turns = attention_modules(loaded), rotations(loaded)
     rope = rope_layers(model.config)  # a NoPE layer has no rotation to remedy: left as it is
     chosen = [m for i, m in enumerate(modules) if (layers is None or i in layers) and rope[i]]
 
@@ -454,8 +483,9 @@ def remedied(loaded, remedy: Remedy, layers: tuple[int, ...] | None = None) -> I
         return args, {**kwargs, "position_embeddings": (torch.ones_like(cos), torch.zeros_like(sin))}
 
     handles = [m.register_forward_pre_hook(identity, with_kwargs=True) for m in chosen]
-    for m in chosen:
-        m.pecli_remedy = (remedy, rotary)
+    for i, m in enumerate(modules):
+        if m in chosen:
+            m.pecli_remedy = (remedy, turns[i])
     model.set_attn_implementation(register(old))
     try:
         yield
@@ -481,13 +511,13 @@ def bands_removed(loaded, which: str, fraction: float) -> Iterator[None]:
     """The rotary module's output without rotation on the chosen frequency pairs."""
     check_supported(loaded)
     rotary = resolve(loaded.model, loaded.spec, loaded.spec.rotary)
-    pairs = rotary.inv_freq.shape[0]
+    pairs = rotations(loaded)[0].pairs
     cols = band_columns(pairs, which, fraction)
-    scale = float(getattr(rotary, "attention_scaling", 1.0))
 
-    def hook(mod, args, output):
+    def hook(mod, args, kwargs, output):
         if not len(cols):
             return output
+        scale = attention_factor(mod, args[2] if len(args) > 2 else kwargs.get("layer_type"))
         cos, sin = output
         # cos/sin are [freqs, freqs] (gpt-oss: [freqs], for both halves)
         at = cols if cos.shape[-1] == pairs else torch.cat([cols, cols + pairs])
@@ -496,7 +526,7 @@ def bands_removed(loaded, which: str, fraction: float) -> Iterator[None]:
         sin[..., at] = 0
         return cos, sin
 
-    handle = rotary.register_forward_hook(hook)
+    handle = rotary.register_forward_hook(hook, with_kwargs=True)
     try:
         yield
     finally:
@@ -509,22 +539,22 @@ def only_in(loaded, layers: tuple[int, ...]) -> Iterator[None]:
     rotary module's forward without hooks, at the position ids the layer is given. Enter it
     inside an intervention that changes the rotary module's output for every layer."""
     check_supported(loaded)
-    rotary = resolve(loaded.model, loaded.spec, loaded.spec.rotary)
-    modules = attention_modules(loaded)
-    cache: dict[int, tuple] = {}
+    modules, turns = attention_modules(loaded), rotations(loaded)
+    cache: dict[tuple, tuple] = {}
 
-    def own(mod, args, kwargs):
+    def own(rotation, mod, args, kwargs):
         ids = kwargs.get("position_ids")
         hidden = kwargs.get("hidden_states", args[0] if args else None)
         if ids is None:
             ids = torch.arange(hidden.shape[1], device=hidden.device)[None]
-        key = (id(ids), ids.shape)
+        key = (id(ids), ids.shape, rotation.layer_type)
         if key not in cache:
-            cache.clear()
-            cache[key] = (ids, rotary.forward(hidden, ids))  # ids kept: its id stays unique
+            if not any(k[:2] == key[:2] for k in cache):
+                cache.clear()
+            cache[key] = (ids, rotation(hidden, ids))  # ids kept: its id stays unique
         return args, {**kwargs, "position_embeddings": cache[key][1]}
 
-    handles = [m.register_forward_pre_hook(own, with_kwargs=True)
+    handles = [m.register_forward_pre_hook(functools.partial(own, turns[i]), with_kwargs=True)
                for i, m in enumerate(modules) if i not in layers]
     try:
         yield

@@ -9,6 +9,7 @@ import torch
 
 from pecli.models.architectures import ARCHITECTURES, layer_groups, layout_line
 from pecli.positions.interventions import intervene
+from pecli.positions.remedies import attention_modules
 from pecli.runs.errors import InterventionError
 
 
@@ -57,18 +58,20 @@ def _without_rotation_in(loaded, kind: str):
     rope = getattr(config, "no_rope_layers", None) or [1] * n
     marks = {"nope": [not m for m in rope][:n], "rope": [bool(m) for m in rope][:n]}
     chosen = marks.get(kind) or [t == kind for t in config.layer_types[:n]]
-    scale = float(getattr(loaded.model.model.rotary_emb, "attention_scaling", 1.0))
+    scale = float(getattr(loaded.model.base_model.rotary_emb, "attention_scaling", 1.0))
 
     def hook(mod, args, kwargs):
         cos, sin = kwargs["position_embeddings"]
         return args, {**kwargs, "position_embeddings": (torch.full_like(cos, scale), torch.zeros_like(sin))}
 
-    return [layer.self_attn.register_forward_pre_hook(hook, with_kwargs=True)
-            for layer, yes in zip(loaded.model.model.layers, chosen, strict=True) if yes]
+    return [attention.register_forward_pre_hook(hook, with_kwargs=True)
+            for attention, yes in zip(attention_modules(loaded), chosen, strict=True) if yes]
 
 
 @pytest.mark.parametrize("family, kind", [("gemma2", "sliding_attention"), ("gemma2", "full_attention"),
-                                          ("gpt_oss", "sliding_attention"), ("smollm3", "rope")])
+                                          ("gpt_oss", "sliding_attention"), ("smollm3", "rope"),
+                                          ("modernbert", "sliding_attention"),
+                                          ("modernbert", "full_attention")])
 def test_zero_by_layer_type_equals_the_rotation_removed_in_those_layers(tiny, family, kind):
     loaded = tiny(family, initializer_range=0.3)
     ids = torch.randint(5, 200, (1, 20), generator=torch.Generator().manual_seed(0))

@@ -227,7 +227,6 @@ def test_small_query_blocks_change_nothing(model, monkeypatch):
     ("gptj", "selfextend:2:8", ["its own code"]),
     ("gptj", "zero@0", ["its own code"]),
     ("llama", "zero@7", ["has 2 layers"]),
-    ("modernbert", "droplow:0.5", ["one rotation per layer type"]),
     ("modernbert", "sinks:2:8", ["an encoder"]),
 ])
 def test_meaningless_conditions_are_refused_in_one_line(tiny, family, name, words):
