@@ -104,6 +104,13 @@ TINY = {
     "gptj": dict(rotary_dim=4, n_inner=64),
     "gemma3": dict(num_key_value_heads=2, head_dim=8, query_pre_attn_scalar=8, sliding_window=6,
                    layer_types=["sliding_attention", "full_attention"]),
+    # windows shorter than the tests' texts; SmolLM3's fourth layer a NoPE layer
+    "mistral": dict(num_key_value_heads=2, head_dim=8, sliding_window=8),
+    "gemma2": dict(num_key_value_heads=2, head_dim=8, sliding_window=8, query_pre_attn_scalar=16,
+                   attn_logit_softcapping=5.0),
+    "smollm3": dict(num_key_value_heads=2, num_hidden_layers=4),
+    "gpt_oss": dict(num_key_value_heads=2, head_dim=8, sliding_window=8, num_local_experts=4,
+                    num_experts_per_tok=2),
 }
 
 

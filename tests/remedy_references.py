@@ -91,8 +91,6 @@ def literal_attention(loaded, distance, keep=None):
 
     @contextmanager
     def installed():
-        from pecli.positions.remedies import _mask_factory  # noqa: F401 (any mask will do)
-
         AttentionInterface.register("pecli_test_literal", attend)
         old = loaded.model.config._attn_implementation
         hooks = [m.register_forward_pre_hook(identity_rotation, with_kwargs=True)

@@ -21,7 +21,7 @@ import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from pecli.models.architectures import ARCHITECTURES, ArchSpec, spec_for_model_type
+from pecli.models.architectures import ARCHITECTURES, ArchSpec, layer_groups, spec_for_model_type
 from pecli.runs.errors import ModelError
 from pecli.runs.hub import hub_reachable
 from pecli.runs.io import cache_dir
@@ -133,6 +133,7 @@ class ModelRef:
     spec: ArchSpec
     width: int | None = None  # hidden size, where the config file says it
     layers: int | None = None  # transformer blocks, where the config file says it
+    groups: dict | None = None  # the layers of each layer type (layer_groups), where known
 
     def layer_count(self) -> int | None:
         """The blocks per the config file, or the family's published config for random:."""
@@ -149,7 +150,8 @@ def peek(name: str) -> ModelRef | None:
     """
     source = source_of(name)
     if source.kind == RANDOM:
-        return ModelRef(name, ARCHITECTURES.get(source.target))
+        spec = ARCHITECTURES.get(source.target)
+        return ModelRef(name, spec, groups=layer_groups(spec.random_config()))
     if source.kind == PYPI:
         folder = package_dir(source.package)
         raw = _read_config(folder / "config.json") if folder else {}  # smollm2's GGUF has none
@@ -186,9 +188,9 @@ def _sized(ref: ModelRef, raw: dict) -> ModelRef:
         value = next((raw[k] for k in keys if k in raw), None)
         return value if isinstance(value, int) and not isinstance(value, bool) else None
 
-    return replace(ref, width=first_int("hidden_size", "n_embd"),
-                               layers=first_int("num_hidden_layers", "n_layer", "n_layers",
-                                                "num_layers"))
+    layers = first_int("num_hidden_layers", "n_layer", "n_layers", "num_layers")
+    return replace(ref, width=first_int("hidden_size", "n_embd"), layers=layers,
+                   groups=layer_groups(raw) if layers else None)
 
 
 # --- availability: can it load here, without loading it -----------------------------

@@ -31,9 +31,13 @@ function receives queries and keys *before* rotation and rotates them itself, at
 through the model's own rotary module (its frequencies, rope scaling and attention factor
 included). Queries go in blocks; a block's near keys and far keys (only the K sinks for the
 windowed methods: memory and work linear in K + W + block) are attended by a fused kernel
-that also returns the log-sum-exp, and merged by it: one softmax over both. Layers outside the chosen set get plain SDPA on the model's own
-rotation. Where a remedy cannot change any pair at this length (sinks with K+W >= the
-sequence, W >= the sequence, Self-Extend with G = 1) the function is exactly the plain one.
+that also returns the log-sum-exp, and merged by it: one softmax over both. Everything else the
+layer's own attention does is kept: its mask (built by the model's own mask function: sliding
+windows, chunks, padding) hides what it hides, its query scaling and logit soft-capping apply
+to every score set, and learned sink logits (gpt-oss) join the one softmax. Layers outside the
+chosen set run the model's own attention function (SDPA or its eager one) on its own rotation.
+Where a remedy cannot change any pair at this length (sinks with K+W >= the sequence, W >= the
+sequence, Self-Extend with G = 1) the function is exactly that own one.
 
 Frequency bands (`droplow:F`, `drophigh:F`): the rotary module's cos/sin are set to no
 rotation (cos = the attention factor, sin = 0) on the lowest / highest fraction F of the
@@ -52,7 +56,7 @@ from dataclasses import dataclass
 
 import torch
 
-from pecli.models.architectures import resolve
+from pecli.models.architectures import resolve, rope_layers
 from pecli.runs.errors import InterventionError, ModelError
 
 ATTENTION = "pecli_remedy"  # the name registered in transformers' AttentionInterface
@@ -146,55 +150,66 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
 
 
 def _cos_sin(rotary, like: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The rotary module's cos/sin at `pos` [b, t] (any real positions), without its hooks."""
-    return rotary.forward(like, pos)
+    """The rotary module's cos/sin at `pos` [b, t] (any real positions), without its hooks, one
+    per rotated dimension (gpt-oss gives one per frequency pair, for both halves: doubled)."""
+    cos, sin = rotary.forward(like, pos)
+    if cos.shape[-1] == rotary.inv_freq.shape[-1]:
+        cos, sin = torch.cat([cos, cos], -1), torch.cat([sin, sin], -1)
+    return cos, sin
 
 
 # --- the attention function ---------------------------------------------------------------
 
 
-def _positions(attention_mask, b: int, k_len: int, device) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Key positions [b, k] counting real tokens (as pecli and generate give position ids) and
-    the real-key mask [b, k] (None: every key is real)."""
-    if attention_mask is None:
-        return torch.arange(k_len, device=device).expand(b, k_len), None
-    real = attention_mask.bool()[:, -k_len:]
-    return (real.long().cumsum(-1) - 1).clamp(min=0), real
+def _positions(visible: torch.Tensor) -> torch.Tensor:
+    """Key positions [b, k] counting real tokens (as pecli and generate give position ids), read
+    from the layer's own mask [b, 1, q, k]: a real key is one some query sees (itself at least)."""
+    real = visible[:, 0].any(dim=-2)  # [b, k]
+    return (real.long().cumsum(-1) - 1).clamp(min=0)
 
 
-def _plain(module, query, key, value, real, scaling, dropout):
-    """transformers' SDPA attention on already-rotated queries and keys (causal, padding)."""
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+def own_attention(module, own: str):
+    """The attention function the model runs under its own implementation `own` (eager: the
+    function of the module's own modeling file)."""
+    import sys
 
-    mask = None
-    if real is not None and not bool(real.all()):
-        q_len, k_len = query.shape[2], key.shape[2]
-        causal = torch.ones(q_len, k_len, dtype=torch.bool, device=query.device).tril(k_len - q_len)
-        mask = causal & real[:, None, None, :]  # [b, 1, q, k]
-        # a padding query still sees itself: no empty row, no NaN to multiply by zero later
-        qi = torch.arange(k_len - q_len, k_len, device=query.device)
-        mask = mask | (qi[:, None] == torch.arange(k_len, device=query.device)[None, :])
-    return sdpa_attention_forward(module, query, key, value, mask, dropout=dropout, scaling=scaling)
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    if own == "eager":
+        return sys.modules[type(module).__module__].eager_attention_forward
+    return ALL_ATTENTION_FUNCTIONS[own]
 
 
-def remedy_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+def remedy_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, *,
+                     own: str, **kwargs):
     """The AttentionInterface function: query [b, h, q, d], key/value [b, h_kv, k, d] (unrotated
-    in a remedied layer); returns (output [b, q, h, d], None)."""
+    in a remedied layer); returns (output [b, q, h, d], weights or None). `attention_mask` is the
+    layer's own (causal, padding, sliding window or chunks: built by the model's own mask
+    function); `kwargs` carry the rest of what the layer's attention does (`softcap`, the
+    learned sink logits `s_aux`), and `scaling` its query scaling: all are kept."""
+    from pecli.models.attention import as_visible
+
     state = getattr(module, "pecli_remedy", None)
+    plain = own_attention(module, own)
+    if state is None:  # a layer outside the chosen set: its own rotation was applied
+        return plain(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                     **kwargs)
     if scaling is None:
         scaling = query.shape[-1] ** -0.5
-    b, _, q_len, _ = query.shape
-    k_len = key.shape[2]
-    key_pos, real = _positions(attention_mask, b, k_len, query.device)
-    if state is None:  # a layer outside the chosen set: its own rotation was applied
-        return _plain(module, query, key, value, real, scaling, dropout)
+    q_len, k_len = query.shape[2], key.shape[2]
+    visible = as_visible(attention_mask, module, query, key)  # [b, 1, q, k]
+    key_pos = _positions(visible)
     remedy, rotary = state
     cos, sin = _cos_sin(rotary, value, key_pos)
     k_near = rotate(key, cos, sin)
     q_near = rotate(query, cos[:, k_len - q_len:], sin[:, k_len - q_len:])
     if remedy.changes_nothing(int(key_pos.max()) + 1) and not state_literal(module):
-        return _plain(module, q_near, k_near, value, real, scaling, dropout)
-    return blocked(module, remedy, rotary, query, key, value, q_near, k_near, key_pos, real, scaling), None
+        return plain(module, q_near, k_near, value, attention_mask, dropout=dropout,
+                     scaling=scaling, **kwargs)
+    out = blocked(module, remedy, rotary, query, key, value, q_near, k_near, key_pos,
+                  None if attention_mask is None else visible, scaling, kwargs.get("softcap"),
+                  kwargs.get("s_aux"))
+    return out, None
 
 
 def state_literal(module) -> bool:
@@ -202,16 +217,20 @@ def state_literal(module) -> bool:
     return bool(getattr(module, "pecli_remedy_literal", False))
 
 
-def _attend(q, k, v, bias, scaling) -> tuple[torch.Tensor, torch.Tensor]:
+def _attend(q, k, v, bias, scaling, softcap=None) -> tuple[torch.Tensor, torch.Tensor]:
     """Softmax attention of q [b, h, B, d] over k/v [b, h, n, d] with an additive `bias`
-    ([B, n] or [b, 1, B, n], 0 or -inf; None: every pair): (output [b, h, B, d], log-sum-exp
-    of the scores [b, h, B], -inf on a row that sees nothing). On the CPU, ATen's fused flash
-    kernel (memory linear in n); elsewhere the scores written out."""
-    if q.device.type == "cpu" and q.dtype in (torch.float32, torch.bfloat16, torch.float16):
+    ([B, n] or [b, 1, B, n], 0 or -inf; None: every pair), logits soft-capped at `softcap`
+    (cap * tanh(logit / cap), Gemma 2's) where given: (output [b, h, B, d], log-sum-exp of the
+    scores [b, h, B], -inf on a row that sees nothing). On the CPU without a cap, ATen's fused
+    flash kernel (memory linear in n); else the scores written out."""
+    fused = q.dtype in (torch.float32, torch.bfloat16, torch.float16)
+    if q.device.type == "cpu" and fused and softcap is None:
         out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
             q, k, v, 0.0, False, attn_mask=bias, scale=scaling)
     else:
         scores = (q @ k.transpose(-1, -2)).float() * scaling
+        if softcap is not None:
+            scores = torch.tanh(scores / softcap) * softcap
         if bias is not None:
             scores = scores + bias.float()
         lse = torch.logsumexp(scores, dim=-1)
@@ -222,9 +241,11 @@ def _attend(q, k, v, bias, scaling) -> tuple[torch.Tensor, torch.Tensor]:
     return out, lse
 
 
-def _merged(parts) -> torch.Tensor:
-    """The softmax over the union of disjoint key sets, from each set's (output, lse)."""
-    total = torch.logsumexp(torch.stack([lse for _, lse in parts]), dim=0)
+def _merged(parts, sink: torch.Tensor | None = None) -> torch.Tensor:
+    """The softmax over the union of disjoint key sets, from each set's (output, lse); `sink`
+    [b, h, B]: a logit in the denominator with no value (gpt-oss's learned sink per head)."""
+    lses = [lse for _, lse in parts] + ([] if sink is None else [sink])
+    total = torch.logsumexp(torch.stack(lses), dim=0)
     acc = None
     for out, lse in parts:
         term = out.float() * torch.exp(lse - total).nan_to_num(0.0)[..., None]
@@ -244,7 +265,7 @@ def band_tiles(qa: int, qe: int, lo: int, hi: int | None) -> list[tuple[int, int
     return [(qa - hi + 1, qa - hi + 1 + n, "anti"), (qa - hi + 1 + n, qa - lo, "all"), *tiles]
 
 
-def _tiled(q, k, v, tiles, triangles, scaling) -> list:
+def _tiled(q, k, v, tiles, triangles, scaling, softcap) -> list:
     """(output, lse) of each non-empty tile, cut at key 0; the triangles' biases precomputed."""
     parts = []
     rows = q.shape[2]
@@ -253,23 +274,26 @@ def _tiled(q, k, v, tiles, triangles, scaling) -> list:
             continue
         cut = max(0, -start)
         bias = None if pattern == "all" else triangles[pattern][:rows, cut:stop - start]
-        parts.append(_attend(q, k[:, :, start + cut:stop], v[:, :, start + cut:stop], bias, scaling))
+        parts.append(_attend(q, k[:, :, start + cut:stop], v[:, :, start + cut:stop], bias,
+                             scaling, softcap))
     return parts
 
 
-def _masked(q, k, v, keys: slice, seen, scaling) -> tuple[torch.Tensor, torch.Tensor]:
+def _masked(q, k, v, keys: slice, seen, scaling, softcap) -> tuple[torch.Tensor, torch.Tensor]:
     """(output, lse) over keys `keys` where `seen` [b, B, n]."""
     bias = torch.zeros(seen.shape, dtype=q.dtype, device=q.device).masked_fill_(~seen, -math.inf)
-    return _attend(q, k[:, :, keys], v[:, :, keys], bias[:, None], scaling)
+    return _attend(q, k[:, :, keys], v[:, :, keys], bias[:, None], scaling, softcap)
 
 
-def blocked(module, remedy: Remedy, rotary, query, key, value, q_near, k_near, key_pos, real,
-            scaling) -> torch.Tensor:
+def blocked(module, remedy: Remedy, rotary, query, key, value, q_near, k_near, key_pos, visible,
+            scaling, softcap=None, sink=None) -> torch.Tensor:
     """The remedy's attention, query block by query block: output [b, q, h, d]. A block's near
     keys (d < W) and far keys are attended in tiles, each by a fused kernel, and the tiles
-    merged by their log-sum-exp: one softmax over all. Without padding, a pair's distance is
-    its index difference, so the near band and the far region (d >= W) are full rectangles
-    and two triangles, the same for every block; with padding, masks from the positions."""
+    merged by their log-sum-exp: one softmax over all. `visible` [b, 1, q, k] is the layer's
+    own mask (None: causal, every key real): a pair it hides (padding, outside a sliding
+    window or a chunk) stays hidden. Where it is the causal mask, a pair's distance is its
+    index difference, so the near band and the far region (d >= W) are full rectangles and two
+    triangles, the same for every block; else masks from the positions and `visible`."""
     from transformers.integrations.sdpa_attention import repeat_kv
 
     b, h, q_len, d = query.shape
@@ -282,11 +306,12 @@ def blocked(module, remedy: Remedy, rotary, query, key, value, q_near, k_near, k
     ck, sk = _cos_sin(rotary, value, remedy.far_key(key_pos))
     k_far = repeat_kv(rotate(key, ck, sk), g)  # grouped-query attention: kv head j serves j*g..
     k_near, v = repeat_kv(k_near, g), repeat_kv(value, g)
+    idx = torch.arange(k_len, device=query.device)
+    if visible is not None and torch.equal(visible, (idx[first:, None] >= idx[None]).expand_as(visible)):
+        visible = None  # a materialised causal mask (eager attention) is the causal mask
     w = remedy.window
-    if real is not None and bool(real.all()):
-        real = None
-    tiles = real is None and w >= 2  # positions are indices: tiles; else masks from positions
-    pads = 0 if real is None else int((~real).sum(-1).max())
+    tiles = visible is None and w >= 2  # positions are indices: tiles; else masks
+    pads = 0 if visible is None else int((~visible[:, 0].any(dim=-2)).sum(-1).max())
     far_keys = min(remedy.sinks + pads, k_len) if remedy.windowed else k_len
     span = w + far_keys if remedy.windowed else k_len
     block = max(16, min(q_len, MASK_BUDGET // max(b * (span + 1), 1)))
@@ -297,57 +322,67 @@ def blocked(module, remedy: Remedy, rotary, query, key, value, q_near, k_near, k
         triangles = {"causal": cut.masked_fill(r[None] > r[:, None], -math.inf),
                      "anti": cut.masked_fill(r[None] < r[:, None], -math.inf)}
     out = torch.empty(b, h, q_len, value.shape[-1], dtype=value.dtype, device=value.device)
-    idx = torch.arange(k_len, device=query.device)
     for a in range(0, q_len, block):
         e = min(a + block, q_len)
         qa, qe = first + a, first + e  # key indices of the block's queries
         qn, qf = q_near[:, :, a:e], q_far[:, :, a:e]
         if tiles:
-            parts = _tiled(qn, k_near, v, band_tiles(qa, qe, 0, w), triangles, scaling)
+            parts = _tiled(qn, k_near, v, band_tiles(qa, qe, 0, w), triangles, scaling, softcap)
             if not remedy.windowed:
-                parts += _tiled(qf, k_far, v, band_tiles(qa, qe, w, None), triangles, scaling)
+                parts += _tiled(qf, k_far, v, band_tiles(qa, qe, w, None), triangles, scaling,
+                                softcap)
         else:
             near = slice(max(0, qa - w + 1), qe)
             dist = q_pos[:, a:e, None] - key_pos[:, None, near]  # [b, B, n]
-            seen = _causal(idx, qa, qe, near, real) & (dist < w)
-            parts = [_masked(qn, k_near, v, near, seen, scaling)]
+            # a padding query sees itself: no empty row, no NaN to multiply by zero later
+            seen = _seen(visible, idx, a, qa, qe, near) | (idx[None, near] == idx[qa:qe, None])
+            parts = [_masked(qn, k_near, v, near, seen & (dist < w), scaling, softcap)]
             if not remedy.windowed and qe - w > 0:
                 far = slice(0, qe - w)
                 dist = q_pos[:, a:e, None] - key_pos[:, None, far]
-                seen = _causal(idx, qa, qe, far, real) & remedy.far_visible(key_pos[:, None, far], dist)
-                parts.append(_masked(qf, k_far, v, far, seen, scaling))
+                seen = _seen(visible, idx, a, qa, qe, far) & remedy.far_visible(key_pos[:, None, far], dist)
+                parts.append(_masked(qf, k_far, v, far, seen, scaling, softcap))
         if remedy.windowed and min(far_keys, qe) > 0:  # the sinks: a few keys, by mask
             far = slice(0, min(far_keys, qe))
             dist = q_pos[:, a:e, None] - key_pos[:, None, far]
-            seen = _causal(idx, qa, qe, far, real) & remedy.far_visible(key_pos[:, None, far], dist)
-            parts.append(_masked(qf, k_far, v, far, seen.expand(b, -1, -1), scaling))
-        out[:, :, a:e] = _merged(parts).to(out.dtype)
+            seen = _seen(visible, idx, a, qa, qe, far) & remedy.far_visible(key_pos[:, None, far], dist)
+            parts.append(_masked(qf, k_far, v, far, seen.expand(b, -1, -1), scaling, softcap))
+        logit = None if sink is None else sink.float().view(1, h, 1).expand(b, h, e - a)
+        out[:, :, a:e] = _merged(parts, logit).to(out.dtype)
     return out.transpose(1, 2).contiguous()
 
 
-def _causal(idx, qa: int, qe: int, keys: slice, real) -> torch.Tensor:
-    """[b or 1, B, n]: key index <= query index, and (with padding) a real key or the query itself."""
-    qi = idx[qa:qe, None]
-    seen = (idx[None, keys] <= qi)[None]
-    if real is not None:
-        seen = seen & (real[:, None, keys] | (idx[None, keys] == qi)[None])
-    return seen
+def _seen(visible, idx, a: int, qa: int, qe: int, keys: slice) -> torch.Tensor:
+    """[b or 1, B, n]: what the layer's own mask lets queries qa..qe (rows a..) see of `keys`
+    (None: the causal mask)."""
+    if visible is None:
+        return (idx[None, keys] <= idx[qa:qe, None])[None]
+    return visible[:, 0, a:a + qe - qa, keys]
 
 
-def _mask_factory(*args, attention_mask=None, **kwargs):
-    """The model's 2-D padding mask as it is (or None): the function builds its own masks."""
-    return attention_mask
+def _own_mask(*args, own: str, **kwargs):
+    """The mask the model's own implementation `own` builds (its sliding windows and chunks)."""
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
+
+    return ALL_MASK_ATTENTION_FUNCTIONS[own](*args, **kwargs)
 
 
-def register() -> str:
-    """Register (once) the remedy attention in transformers' registries; return its name."""
+OWN = ("sdpa", "eager")  # the implementations a remedy runs beside (their masks, their function)
+
+
+def register(own: str) -> str:
+    """Register (once) the remedy attention beside the model's own implementation `own` in
+    transformers' registries; return its name."""
+    import functools
+
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface
 
-    if ATTENTION not in AttentionInterface():
-        AttentionInterface.register(ATTENTION, remedy_attention)
-        AttentionMaskInterface.register(ATTENTION, _mask_factory)
-    return ATTENTION
+    name = f"{ATTENTION}_{own}"
+    if name not in AttentionInterface():
+        AttentionInterface.register(name, functools.partial(remedy_attention, own=own))
+        AttentionMaskInterface.register(name, functools.partial(_own_mask, own=own))
+    return name
 
 
 # --- installing: hooks on attention modules, the attention implementation ------------------
@@ -406,9 +441,13 @@ def remedied(loaded, remedy: Remedy, layers: tuple[int, ...] | None = None) -> I
     if old.startswith("pecli_"):
         raise ModelError(f"{loaded.name} already runs pecli's {old!r} attention (a mask or another "
                          "remedy): one condition at a time")
+    if old not in OWN:
+        raise ModelError(f"{loaded.name} runs {old!r} attention; remedies run beside "
+                         f"{' or '.join(OWN)} (load it with one of those)")
     rotary = resolve(model, loaded.spec, loaded.spec.rotary)  # the scaled one under rope_scaled
     modules = attention_modules(loaded)
-    chosen = [m for i, m in enumerate(modules) if layers is None or i in layers]
+    rope = rope_layers(model.config)  # a NoPE layer has no rotation to remedy: left as it is
+    chosen = [m for i, m in enumerate(modules) if (layers is None or i in layers) and rope[i]]
 
     def identity(mod, args, kwargs):
         cos, sin = kwargs["position_embeddings"]
@@ -417,7 +456,7 @@ def remedied(loaded, remedy: Remedy, layers: tuple[int, ...] | None = None) -> I
     handles = [m.register_forward_pre_hook(identity, with_kwargs=True) for m in chosen]
     for m in chosen:
         m.pecli_remedy = (remedy, rotary)
-    model.set_attn_implementation(register())
+    model.set_attn_implementation(register(old))
     try:
         yield
     finally:
@@ -444,16 +483,17 @@ def bands_removed(loaded, which: str, fraction: float) -> Iterator[None]:
     rotary = resolve(loaded.model, loaded.spec, loaded.spec.rotary)
     pairs = rotary.inv_freq.shape[0]
     cols = band_columns(pairs, which, fraction)
-    cols = torch.cat([cols, cols + pairs])  # cos/sin are [freqs, freqs]
     scale = float(getattr(rotary, "attention_scaling", 1.0))
 
     def hook(mod, args, output):
         if not len(cols):
             return output
         cos, sin = output
+        # cos/sin are [freqs, freqs] (gpt-oss: [freqs], for both halves)
+        at = cols if cos.shape[-1] == pairs else torch.cat([cols, cols + pairs])
         cos, sin = cos.clone(), sin.clone()
-        cos[..., cols] = scale
-        sin[..., cols] = 0
+        cos[..., at] = scale
+        sin[..., at] = 0
         return cos, sin
 
     handle = rotary.register_forward_hook(hook)
