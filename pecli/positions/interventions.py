@@ -101,7 +101,7 @@ def check_applies(loaded, name: str | Choice) -> Choice:
 
         if choice.name in REMEDIES:
             check_causal(loaded, choice.name)
-        check_supported(loaded)
+        check_supported(loaded, surgery=choice.name not in ACTS_IN_ATTENTION)
     n = getattr(loaded, "max_positions", None)  # known once weights load
     if choice.name == "shift" and loaded.spec.position == LEARNED and n \
             and abs(_shift_amount(choice.argument)) >= n:

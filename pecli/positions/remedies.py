@@ -403,9 +403,11 @@ def attention_modules(loaded) -> list[torch.nn.Module]:
     return found
 
 
-def check_supported(loaded) -> None:
+def check_supported(loaded, surgery: bool = False) -> None:
     """An InterventionError unless pecli can act inside this model's attention (a LoadedModel
-    or a ModelRef): a rotary module and transformers' attention registry."""
+    or a ModelRef): a rotary module and transformers' attention registry. `surgery`: per-layer
+    surgery of a position intervention only, which also serves a rotary module with one rotation
+    per layer type (Gemma 3's: `only_in` asks it for each layer's)."""
     spec = loaded.spec
     if spec.sincos or spec.own_attention or not spec.rotary:
         raise InterventionError(
@@ -414,7 +416,8 @@ def check_supported(loaded) -> None:
             "per-layer surgery need a Llama- or GPT-NeoX-style rotary model (e.g. smollm2, "
             "random:llama, random:pythia)")
     model = getattr(loaded, "model", None)
-    if model is not None and not hasattr(resolve(model, spec, spec.rotary), "inv_freq"):
+    if model is not None and not hasattr(resolve(model, spec, spec.rotary), "inv_freq") \
+            and not (surgery and _per_layer_type(resolve(model, spec, spec.rotary))):
         raise InterventionError(
             f"{loaded.name} ({spec.family}) has one rotation per layer type (no single inv_freq): "
             "remedies, bands and per-layer surgery need one rotary module (e.g. smollm2, "
@@ -503,28 +506,37 @@ def bands_removed(loaded, which: str, fraction: float) -> Iterator[None]:
         handle.remove()
 
 
+def _per_layer_type(rotary) -> bool:
+    """A rotary module that rotates by the layer's type (Gemma 3: forward(x, ids, layer_type))."""
+    return "layer_type" in inspect.signature(rotary.forward).parameters
+
+
 @contextmanager
 def only_in(loaded, layers: tuple[int, ...]) -> Iterator[None]:
     """Attention modules outside `layers` get the model's own rotation back: cos/sin from the
     rotary module's forward without hooks, at the position ids the layer is given. Enter it
     inside an intervention that changes the rotary module's output for every layer."""
-    check_supported(loaded)
+    check_supported(loaded, surgery=True)
     rotary = resolve(loaded.model, loaded.spec, loaded.spec.rotary)
     modules = attention_modules(loaded)
-    cache: dict[int, tuple] = {}
+    types = loaded.model.config.layer_types if _per_layer_type(rotary) else [None] * len(modules)
+    cache: dict = {}
 
-    def own(mod, args, kwargs):
-        ids = kwargs.get("position_ids")
-        hidden = kwargs.get("hidden_states", args[0] if args else None)
-        if ids is None:
-            ids = torch.arange(hidden.shape[1], device=hidden.device)[None]
-        key = (id(ids), ids.shape)
-        if key not in cache:
-            cache.clear()
-            cache[key] = (ids, rotary.forward(hidden, ids))  # ids kept: its id stays unique
-        return args, {**kwargs, "position_embeddings": cache[key][1]}
+    def own_for(layer_type: str | None):  # Gemma 3's rotary module takes the layer's type
+        def own(mod, args, kwargs):
+            ids = kwargs.get("position_ids")
+            hidden = kwargs.get("hidden_states", args[0] if args else None)
+            if ids is None:
+                ids = torch.arange(hidden.shape[1], device=hidden.device)[None]
+            if cache.get("ids") is not ids:  # ids kept: its identity names one forward's
+                cache.clear()
+                cache["ids"] = ids
+            if layer_type not in cache:
+                cache[layer_type] = rotary.forward(hidden, ids, *([layer_type] if layer_type else []))
+            return args, {**kwargs, "position_embeddings": cache[layer_type]}
+        return own
 
-    handles = [m.register_forward_pre_hook(own, with_kwargs=True)
+    handles = [m.register_forward_pre_hook(own_for(types[i]), with_kwargs=True)
                for i, m in enumerate(modules) if i not in layers]
     try:
         yield
