@@ -25,8 +25,7 @@ def models() -> None:
         table.add_column(col)
     for alias, pkg in ALIASES.items():
         status, fix = model_availability(alias)
-        family = "bert" if alias == "minilm" else "llama"
-        table.add_row(alias, family, pkg.note, status, fix)
+        table.add_row(alias, pkg.family, pkg.note, status, fix)
     for family, spec in ARCHITECTURES.items():
         status, fix = model_availability(f"random:{family}")
         table.add_row(f"random:{family}", family, f"{spec.position}; config of {spec.reference}",

@@ -206,6 +206,24 @@ def _gptj_config():
     )
 
 
+def _gemma3_config():
+    from transformers import Gemma3TextConfig
+
+    # google/gemma-3-270m's config.json: 18 x 640, 4 heads of 256, one key-value head; five
+    # sliding-window layers (512 tokens, rope_theta 10,000) to each full-attention layer
+    # (rope_theta 1,000,000); queries scaled by query_pre_attn_scalar; 32,768 positions.
+    return Gemma3TextConfig(
+        vocab_size=262144, hidden_size=640, intermediate_size=2048, num_hidden_layers=18,
+        num_attention_heads=4, num_key_value_heads=1, head_dim=256, query_pre_attn_scalar=256,
+        hidden_activation="gelu_pytorch_tanh", max_position_embeddings=32768, rms_norm_eps=1e-6,
+        sliding_window=512, layer_types=(["sliding_attention"] * 5 + ["full_attention"]) * 3,
+        rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1000000.0},
+                         "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}},
+        final_logit_softcapping=None, attn_logit_softcapping=None, attention_bias=False,
+        tie_word_embeddings=True, pad_token_id=0, bos_token_id=2, eos_token_id=1,
+    )
+
+
 def _mistral_config():
     from transformers import MistralConfig
 
@@ -304,6 +322,10 @@ for _spec in [
     ArchSpec("gptj", ("gptj",), PARTIAL_ROTARY, None, None, 0, True, "h",
              "AutoModelForCausalLM", "EleutherAI/gpt-j-6b", _gptj_config, "gpt2",
              sincos="attn.embed_positions", own_attention=True, note="gpt-j-6b's config shrunk to 2 of its 28 layers"),
+    ArchSpec("gemma3", ("gemma3_text",), ROTARY, None, "rotary_emb", 0, True, "layers",
+             "AutoModelForCausalLM", "google/gemma-3-270m", _gemma3_config, "smollm2",
+             note="one rotary module, a base per layer type (sliding 1e4, full 1e6); "
+                  "offline tokenizer for random:gemma3: SmolLM2's (its ids fit)"),
 ]:
     ARCHITECTURES.add(_spec.family, _spec)
 

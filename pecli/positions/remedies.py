@@ -441,7 +441,8 @@ def attention_modules(loaded) -> list[torch.nn.Module]:
 
 def check_supported(loaded) -> None:
     """An InterventionError unless pecli can act inside this model's attention (a LoadedModel
-    or a ModelRef): a rotary module and transformers' attention registry."""
+    or a ModelRef): a rotary module (one rotation, or one per layer type: `rotations`) and
+    transformers' attention registry."""
     spec = loaded.spec
     if spec.sincos or spec.own_attention or not spec.rotary:
         raise InterventionError(

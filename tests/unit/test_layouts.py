@@ -71,7 +71,8 @@ def _without_rotation_in(loaded, kind: str):
 @pytest.mark.parametrize("family, kind", [("gemma2", "sliding_attention"), ("gemma2", "full_attention"),
                                           ("gpt_oss", "sliding_attention"), ("smollm3", "rope"),
                                           ("modernbert", "sliding_attention"),
-                                          ("modernbert", "full_attention")])
+                                          ("modernbert", "full_attention"),
+                                          ("gemma3", "sliding_attention"), ("gemma3", "full_attention")])
 def test_zero_by_layer_type_equals_the_rotation_removed_in_those_layers(tiny, family, kind):
     loaded = tiny(family, initializer_range=0.3)
     ids = torch.randint(5, 200, (1, 20), generator=torch.Generator().manual_seed(0))
