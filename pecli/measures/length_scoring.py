@@ -35,8 +35,8 @@ import numpy as np
 import torch
 
 from pecli.measures.intervals import ratio_interval
-from pecli.measures.lm_scoring import HEAD_CHUNK, Window
-from pecli.measures.metrics import target_nll
+from pecli.measures.lm_scoring import Window
+from pecli.measures.metrics import head_nll
 from pecli.runs import names
 from pecli.runs.errors import ConfigError
 
@@ -157,7 +157,6 @@ def score_band(loaded, stream: list[int], windows: Cut, *, chunk: int = BAND_TOK
     n = len(stream)
     out: list[torch.Tensor] = []
     nll = torch.empty(max(n - 1, 0))
-    head = loaded.model.get_output_embeddings()
     with torch.inference_mode():
         for q0 in range(0, n - 1, chunk):
             q1 = min(q0 + chunk, n - 1)  # queries q0..q1-1 predict tokens q0+1..q1
@@ -172,8 +171,7 @@ def score_band(loaded, stream: list[int], windows: Cut, *, chunk: int = BAND_TOK
                     position_ids=rows[None], use_cache=False).last_hidden_state[0]  # [m, d]
             picked = hidden[q0 - begin:]  # [q1 - q0, d]
             targets = torch.tensor(stream[q0 + 1:q1 + 1], device=dev)
-            nll[q0:q1] = torch.cat([target_nll(head(picked[i:i + HEAD_CHUNK]), targets[i:i + HEAD_CHUNK])
-                                    for i in range(0, len(picked), HEAD_CHUNK)]).cpu()
+            nll[q0:q1] = head_nll(loaded.model, picked, targets).cpu()
             if progress:
                 progress(q1 - q0)
     for begin, first, size in zip(windows.offsets, windows.firsts, windows.sizes, strict=True):

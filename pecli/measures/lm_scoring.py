@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from pecli.measures.metrics import target_nll
+from pecli.measures.metrics import head_nll
 
 # a condition and how it is computed (its plan) are pecli.positions.conditions'
 from pecli.positions.conditions import Condition as Plan
@@ -46,8 +46,6 @@ from pecli.runs.batching import (
 )
 from pecli.runs.errors import ConfigError, DataError
 from pecli.runs.loop import run_batches
-
-HEAD_CHUNK = 256  # scored rows per LM-head matmul: [256, vocab] logits at a time
 
 
 @dataclass(frozen=True)
@@ -138,10 +136,7 @@ def _nll_at(loaded, ids: torch.Tensor, mask: torch.Tensor, rows: torch.Tensor, c
     hidden = loaded.model.base_model(input_ids=ids, attention_mask=mask,
                                      position_ids=_position_ids(mask),
                                      use_cache=False).last_hidden_state  # [b, t, d]
-    picked = hidden[rows, cols]  # [n, d]: only scored rows meet the LM head
-    head = loaded.model.get_output_embeddings()
-    return torch.cat([target_nll(head(picked[i:i + HEAD_CHUNK]), targets[i:i + HEAD_CHUNK])
-                      for i in range(0, len(picked), HEAD_CHUNK)])  # [n]
+    return head_nll(loaded.model, hidden[rows, cols], targets)  # only scored rows meet the head
 
 
 def _batches(lengths: list[int], batch_size: int | None, device: torch.device) -> list[list[int]]:

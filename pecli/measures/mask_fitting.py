@@ -35,13 +35,22 @@ SLOPE_START, OLDEST_START = 0.01, 0.1  # slope: nearly the default mask; linear:
 def lm_loss(model, seqs: list[list[int]], pad_id: int, device) -> torch.Tensor:
     """Mean next-token NLL over the real tokens of `seqs` (right padding, positions counted
     over real tokens): what fitting and fine-tuning minimise."""
+    from torch.utils.checkpoint import checkpoint
+
+    from pecli.measures.metrics import HEAD_CHUNK, head_nll
+
     ids, mask = pad(seqs, pad_id, device, "right")  # [b, t]
     position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
-    logits = model(input_ids=ids, attention_mask=mask, position_ids=position_ids,
-                   use_cache=False).logits  # [b, t, vocab]
-    target = ids[:, 1:].masked_fill(mask[:, 1:] == 0, -100)  # [b, t-1]
-    return torch.nn.functional.cross_entropy(logits[:, :-1].float().flatten(0, 1), target.flatten(),
-                                             ignore_index=-100)
+    hidden = model.base_model(input_ids=ids, attention_mask=mask, position_ids=position_ids,
+                              use_cache=False).last_hidden_state  # [b, t, d]
+    real = mask[:, 1:] != 0  # [b, t-1]: real targets
+    picked, target = hidden[:, :-1][real], ids[:, 1:][real]  # [n, d], [n]
+    # the head's logits in chunks, recomputed in the backward pass rather than kept: never
+    # [n, vocab] at once (Gemma's 262k vocabulary)
+    total = sum(checkpoint(lambda h, t: head_nll(model, h, t).sum(), picked[i:i + HEAD_CHUNK],
+                           target[i:i + HEAD_CHUNK], use_reentrant=False)
+                for i in range(0, len(picked), HEAD_CHUNK))
+    return total / len(picked)
 
 
 def sequences(tokenizer, texts: list[str], max_length: int, bos: int | None) -> list[list[int]]:

@@ -99,15 +99,11 @@ def _sequence(context: list[int], cont: list[int], max_positions: int) -> tuple[
 def _scored(loaded, hidden: torch.Tensor, rows: list[int], cols: list[int], targets: list[int]
             ) -> torch.Tensor:
     """Log-probabilities of targets[n] predicted at hidden[rows[n], cols[n]]: [n]."""
-    from pecli.measures.lm_scoring import HEAD_CHUNK
-    from pecli.measures.metrics import target_nll
+    from pecli.measures.metrics import head_nll
 
     dev = hidden.device
     picked = hidden[torch.tensor(rows, device=dev), torch.tensor(cols, device=dev)]  # [n, d]
-    tgt = torch.tensor(targets, device=dev)
-    head = loaded.model.get_output_embeddings()
-    return -torch.cat([target_nll(head(picked[i:i + HEAD_CHUNK]), tgt[i:i + HEAD_CHUNK])
-                       for i in range(0, len(picked), HEAD_CHUNK)]).cpu()
+    return -head_nll(loaded.model, picked, torch.tensor(targets, device=dev)).cpu()
 
 
 def _positions(mask: torch.Tensor) -> torch.Tensor:

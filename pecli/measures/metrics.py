@@ -126,6 +126,29 @@ def target_nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.cross_entropy(logits.float(), targets, reduction="none")
 
 
+HEAD_CHUNK = 256  # scored rows per LM-head matmul at most: [256, vocab] logits at a time
+HEAD_LOGITS = 1 << 24  # and at most this many logits (64 MiB of fp32): 64 rows of Gemma's 262k
+
+
+def head_nll(model, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """NLL [n] of targets[n] from the final hidden states hidden[n, d] (after the final norm:
+    a base model's last_hidden_state), through the LM head a chunk of rows at a time, so that
+    a 262k vocabulary's logits never exist whole; Gemma's final_logit_softcapping
+    (cap * tanh(logits / cap)) applied where the config has it."""
+    head = model.get_output_embeddings()
+    cap = getattr(model.config, "final_logit_softcapping", None)
+    step = max(1, min(HEAD_CHUNK, HEAD_LOGITS // head.weight.shape[0]))
+
+    def nll(rows: slice) -> torch.Tensor:
+        logits = head(hidden[rows])
+        if cap is not None:
+            logits = torch.tanh(logits / cap) * cap
+        return target_nll(logits, targets[rows])
+
+    return torch.cat([nll(slice(i, i + step)) for i in range(0, len(hidden), step)]
+                     or [torch.zeros(0, device=hidden.device)])
+
+
 def token_nll(logits: torch.Tensor, input_ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """NLL of every next token of a padded batch, labels shifted by one.
 

@@ -133,7 +133,8 @@ def greedy_without_cache(loaded, ids: list[int]) -> str:
     seq = list(ids)
     with torch.inference_mode():
         for _ in range(NEW_TOKENS):
-            logits = loaded.model(torch.tensor([seq], device=loaded.device)).logits[0, -1]
+            logits = loaded.model(torch.tensor([seq], device=loaded.device),
+                                  logits_to_keep=1).logits[0, -1]  # the last row's only
             nxt = int(logits.argmax())
             if nxt == tok.eos_token_id:
                 break

@@ -206,6 +206,65 @@ def _gptj_config():
     )
 
 
+def _gemma3_config():
+    from transformers import Gemma3TextConfig
+
+    # google/gemma-3-270m's config.json: 18 x 640, 4 heads of 256, one key-value head; five
+    # sliding-window layers (512 tokens, rope_theta 10,000) to each full-attention layer
+    # (rope_theta 1,000,000); queries scaled by query_pre_attn_scalar; 32,768 positions.
+    return Gemma3TextConfig(
+        vocab_size=262144, hidden_size=640, intermediate_size=2048, num_hidden_layers=18,
+        num_attention_heads=4, num_key_value_heads=1, head_dim=256, query_pre_attn_scalar=256,
+        hidden_activation="gelu_pytorch_tanh", max_position_embeddings=32768, rms_norm_eps=1e-6,
+        sliding_window=512, layer_types=(["sliding_attention"] * 5 + ["full_attention"]) * 3,
+        rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1000000.0},
+                         "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}},
+        final_logit_softcapping=None, attn_logit_softcapping=None, attention_bias=False,
+        tie_word_embeddings=True, pad_token_id=0, bos_token_id=2, eos_token_id=1,
+    )
+
+
+def _mistral_config():
+    from transformers import MistralConfig
+
+    # mistralai/Mistral-7B-v0.1's config.json (4096 wide, 32 heads, 8 key-value heads, a
+    # 4,096-token sliding window in every layer, 32,768 positions), SHRUNK to 2 of its 32 layers.
+    return MistralConfig(
+        vocab_size=32000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=2,
+        num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=32768,
+        sliding_window=4096, rms_norm_eps=1e-5, rope_parameters={"rope_type": "default",
+                                                                 "rope_theta": 10000.0},
+        tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
+    )
+
+
+def _gemma2_config():
+    from transformers import Gemma2Config
+
+    # transformers' Gemma2Config defaults are google/gemma-2-2b's (2304 wide, 8 heads of 256,
+    # sliding 4,096 and full layers alternating, query_pre_attn_scalar 256, logits soft-capped
+    # at 50), SHRUNK to 2 of its 26 layers (one of each type).
+    return Gemma2Config(num_hidden_layers=2)
+
+
+def _smollm3_config():
+    from transformers import SmolLM3Config
+
+    # transformers' SmolLM3Config defaults are HuggingFaceTB/SmolLM3-3B's (2048 wide, 16 heads,
+    # rotary base 2e6, no rotary in every fourth layer), SHRUNK to 4 of its 36 layers.
+    return SmolLM3Config(num_hidden_layers=4)
+
+
+def _gpt_oss_config():
+    from transformers import GptOssConfig
+
+    # openai/gpt-oss-20b's config.json (2880 wide, 64 heads of 64, 8 key-value heads, sliding
+    # 128 and full layers alternating, a learned sink logit per head, YaRN x32 on 4,096
+    # positions, rotary base 150,000; 24 layers of 32 experts, 4 per token), SHRUNK to 2 layers
+    # of 4 experts (2 per token).
+    return GptOssConfig(num_hidden_layers=2, num_local_experts=4, num_experts_per_tok=2)
+
+
 for _spec in [
     ArchSpec("bert", ("bert",), LEARNED, "embeddings.position_embeddings", None, 0,
              False, "encoder.layer", "AutoModel", "bert-base-uncased", _bert_config, "bert"),
@@ -215,10 +274,24 @@ for _spec in [
     ArchSpec("gpt2", ("gpt2",), LEARNED, "wpe", None, 0, True, "h",
              "AutoModelForCausalLM", "gpt2", _gpt2_config, "gpt2"),
     # Llama-style rotary decoders: one rotary module at model.rotary_emb, blocks at .layers
-    ArchSpec("llama", ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "olmo", "olmo2",
-                       "phi3"), ROTARY, None, "rotary_emb", 0,
+    ArchSpec("llama", ("llama", "qwen2", "qwen3", "gemma", "olmo", "olmo2", "phi3"), ROTARY, None, "rotary_emb", 0,
              True, "layers", "AutoModelForCausalLM", "HuggingFaceTB/SmolLM2-135M", _llama_config,
              "smollm2", note="every Llama-style rotary decoder (one rotary module)"),
+    *(ArchSpec(family, (family,), ROTARY, None, "rotary_emb", 0, True, "layers",
+               "AutoModelForCausalLM", reference, config, tokenizer, note=note)
+      for family, reference, config, tokenizer, note in [
+        ("mistral", "mistralai/Mistral-7B-v0.1", _mistral_config, "bert",
+         "a sliding window in every layer; Mistral-7B's config shrunk to 2 of its 32 layers; "
+         "BERT's uncased vocabulary stands in (GPT-2's exceeds its 32,000)"),
+        ("gemma2", "google/gemma-2-2b", _gemma2_config, "gpt2",
+         "sliding and full layers; query scaling, soft-capped logits; gemma-2-2b's config "
+         "shrunk to 2 of its 26 layers; GPT-2's BPE stands in"),
+        ("smollm3", "HuggingFaceTB/SmolLM3-3B", _smollm3_config, "gpt2",
+         "no rotary in every fourth layer (NoPE); SmolLM3-3B's config shrunk to 4 of its 36 "
+         "layers; GPT-2's BPE stands in"),
+        ("gpt_oss", "openai/gpt-oss-20b", _gpt_oss_config, "gpt2",
+         "learned sinks, sliding and full layers, YaRN; gpt-oss-20b's config shrunk to 2 of "
+         "its 24 layers and 4 of its 32 experts; GPT-2's BPE stands in")]),
     ArchSpec("pythia", ("gpt_neox",), PARTIAL_ROTARY, None, "rotary_emb", 0, True, "layers",
              "AutoModelForCausalLM", "EleutherAI/pythia-160m", _pythia_config, "gpt2",
              note="offline tokenizer: GPT-2's BPE (its ids fit; Pythia's own differs)"),
@@ -249,6 +322,10 @@ for _spec in [
     ArchSpec("gptj", ("gptj",), PARTIAL_ROTARY, None, None, 0, True, "h",
              "AutoModelForCausalLM", "EleutherAI/gpt-j-6b", _gptj_config, "gpt2",
              sincos="attn.embed_positions", own_attention=True, note="gpt-j-6b's config shrunk to 2 of its 28 layers"),
+    ArchSpec("gemma3", ("gemma3_text",), ROTARY, None, "rotary_emb", 0, True, "layers",
+             "AutoModelForCausalLM", "google/gemma-3-270m", _gemma3_config, "smollm2",
+             note="one rotary module, a base per layer type (sliding 1e4, full 1e6); "
+                  "offline tokenizer for random:gemma3: SmolLM2's (its ids fit)"),
 ]:
     ARCHITECTURES.add(_spec.family, _spec)
 
@@ -307,6 +384,103 @@ def max_positions(model: torch.nn.Module, spec: ArchSpec) -> int:
     return spec.context
 
 
+# --- the position layout per layer, read from the config -----------------------------------
+# transformers' `layer_types` names the attention span of each layer; NoPE layers are those
+# `no_rope_layers` marks 0 (SmolLM3, Llama 4). Layer-type selectors (`X@full_attention`) are
+# these names.
+LAYER_GROUPS = ("full_attention", "sliding_attention", "chunked_attention", "nope", "rope")
+
+
+def _get(config, key: str, default=None):
+    """A config value from a config object or a config.json dict."""
+    value = config.get(key, default) if isinstance(config, dict) else getattr(config, key, default)
+    return default if value is None else value
+
+
+def _layer_count(config) -> int:
+    return int(next((v for k in ("num_hidden_layers", "n_layer", "n_layers", "num_layers")
+                     if isinstance(v := _get(config, k), int)), 0))
+
+
+def layer_types(config) -> list[str]:
+    """Each layer's attention span by transformers' names: `layer_types` where the config has
+    them; else every layer sliding where it names a window (Mistral), full otherwise."""
+    n = _layer_count(config)
+    types = _get(config, "layer_types")
+    if types:
+        return list(types)[:n]
+    window = _get(config, "sliding_window") if _get(config, "use_sliding_window", True) else None
+    return ["sliding_attention" if window else "full_attention"] * n
+
+
+def rope_layers(config) -> list[bool]:
+    """Whether each layer rotates (False: a NoPE layer)."""
+    marks, n = _get(config, "no_rope_layers"), _layer_count(config)
+    return [bool(m) for m in marks][:n] if marks else [True] * n
+
+
+def layer_groups(config) -> dict[str, tuple[int, ...]]:
+    """The layers of each group of LAYER_GROUPS that the model has (absent: none)."""
+    groups: dict[str, list[int]] = {}
+    for i, (kind, rope) in enumerate(zip(layer_types(config), rope_layers(config), strict=False)):
+        groups.setdefault(kind, []).append(i)
+        groups.setdefault("rope" if rope else "nope", []).append(i)
+    return {k: tuple(v) for k, v in groups.items() if k in LAYER_GROUPS}
+
+
+def _number(x: float) -> str:
+    """1e4, 1.5e5, 5e5: a rotary base as the layout names it."""
+    mantissa, exponent = f"{x:.1e}".split("e")
+    return f"{mantissa.removesuffix('.0')}e{int(exponent)}"
+
+
+def layer_layout(spec: ArchSpec, config) -> list[str]:
+    """Each layer's position layout in words: its span, its position mechanism, and what else
+    its attention does to scores, all from the config."""
+    types, rope = layer_types(config), rope_layers(config)
+    params = _get(config, "rope_parameters", {}) or {}
+    out = []
+    for i, kind in enumerate(types):
+        span = {"full_attention": "full", "sliding_attention": f"sliding {_get(config, 'sliding_window')}",
+                "chunked_attention": f"chunked {_get(config, 'attention_chunk_size')}"}.get(kind, kind)
+        if not spec.rotates:
+            mechanism = spec.position
+        elif not rope[i]:
+            mechanism = "none"
+        else:
+            own = params.get(kind, params) if isinstance(params.get(kind), dict) else params
+            theta = own.get("rope_theta", _get(config, "rope_theta", _get(config, "rotary_emb_base")))
+            kind_of = own.get("rope_type", "default")
+            mechanism = "rotary" + (f" {_number(float(theta))}" if theta else "")
+            if kind_of not in ("default", None):
+                mechanism = f"{kind_of} {mechanism}"
+            fraction = own.get("partial_rotary_factor", _get(config, "partial_rotary_factor", 1.0))
+            if _get(config, "qk_rope_head_dim"):
+                mechanism += f" on {_get(config, 'qk_rope_head_dim')} of " \
+                             f"{_get(config, 'qk_rope_head_dim') + _get(config, 'qk_nope_head_dim', 0)} dims"
+            elif fraction and fraction < 1:
+                mechanism += f" on {fraction:.0%}"
+        extras = []
+        if _get(config, "attn_logit_softcapping"):
+            extras.append(f"softcap {_get(config, 'attn_logit_softcapping'):g}")
+        if _get(config, "query_pre_attn_scalar"):
+            extras.append(f"query scale 1/sqrt({_get(config, 'query_pre_attn_scalar')})")
+        if _get(config, "model_type") == "gpt_oss":
+            extras.append("learned sinks")
+        if _get(config, "attn_temperature_tuning") and not rope[i]:
+            extras.append("temperature")
+        out.append(" ".join([span, mechanism, *(["(" + ", ".join(extras) + ")"] if extras else [])]))
+    return out
+
+
+def layout_line(spec: ArchSpec, config) -> str:
+    """One line per layer type: `15 x sliding 512 rotary 1e4, 3 x full rotary 1e6`."""
+    counts: dict[str, int] = {}
+    for layer in layer_layout(spec, config):
+        counts[layer] = counts.get(layer, 0) + 1
+    return ", ".join(f"{n} x {layer}" for layer, n in counts.items())
+
+
 # --- the families table (`pecli models`, docs/positions.md via `make docs`) ----------------
 
 DOCS_START, DOCS_END = "<!-- families: generated by `make docs` -->", "<!-- families: end -->"
@@ -321,6 +495,7 @@ def family_rows() -> list[dict[str, str]]:
     for family, spec in ARCHITECTURES.items():
         applies = [t.shown() for t in INTERVENTIONS.values() if spec.position in t.applies_to]
         rows.append({"family": family, "positions": spec.position,
+                     "layout (per layer type)": layout_line(spec, spec.random_config()),
                      "encoder or decoder": "decoder" if spec.causal else "encoder",
                      "interventions": ", ".join(applies),
                      "masks": "no (own attention code)" if spec.own_attention else "yes",

@@ -127,7 +127,10 @@ def as_visible(attention_mask, module, query, key) -> torch.Tensor:
 def masked_attention_forward(module, query, key, value, attention_mask, scaling=None,
                              dropout=0.0, *, weights: Weights, probs: Probs, mode: str,
                              **kwargs):
-    """Attention with mask weights m(q, k) under `semantics` (the AttentionInterface signature).
+    """Attention with mask weights m(q, k) under `semantics` (the AttentionInterface signature),
+    keeping what else the layer's attention does: its scaling, `softcap`, and sink logits `s_aux`
+    (a column every query sees with weight 1, dropped after the softmax); its sliding window or
+    chunks come in its own mask.
 
     query [b, h, q, d], key/value [b, h_kv, k, d]; returns (output [b, q, h, d], probs [b, h, q, k]).
     """
@@ -140,10 +143,21 @@ def masked_attention_forward(module, query, key, value, attention_mask, scaling=
         scaling = query.shape[-1] ** -0.5
     # fp32 logits: legacy's (1 - m) * min must not meet bf16 rounding
     scores = (query.float() @ key.float().transpose(-1, -2)) * scaling  # [b, h, q, k]
+    if kwargs.get("softcap") is not None:  # the layer's own logit soft-capping (Gemma 2)
+        cap = kwargs["softcap"]
+        scores = torch.tanh(scores / cap) * cap
     visible = as_visible(attention_mask, module, query, key)  # [b, 1, q, k]
     dist, span = mask_geometry(visible, mode)
     m = weights(dist, span, heads).float()  # [b, h|1, q, k]
+    sink = kwargs.get("s_aux")  # gpt-oss's learned sink logit per head: a column of weight 1
+    if sink is not None:
+        b, _, q_len, k_len = scores.shape
+        scores = torch.cat([scores, sink.float().view(1, heads, 1, 1).expand(b, heads, q_len, 1)], -1)
+        visible = torch.cat([visible, visible.new_ones(b, 1, q_len, 1)], -1)
+        m = torch.cat([m.expand(b, -1, q_len, k_len), m.new_ones(b, m.shape[1], q_len, 1)], -1)
     p = probs(scores, visible, m, torch.finfo(query.dtype).min)
+    if sink is not None:
+        p = p[..., :-1]  # the sink weighs, and is dropped: it has no value
     p = torch.nn.functional.dropout(p, p=dropout, training=module.training)
     out = p.to(value.dtype) @ value  # [b, h, q, d]
     return out.transpose(1, 2).contiguous(), p

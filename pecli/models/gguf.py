@@ -1,7 +1,9 @@
-"""GGUF checkpoints: dequantised once to fp32, cached as safetensors, verified by checksums."""
+"""GGUF checkpoints: dequantised once to fp32, cached as safetensors, verified by checksums;
+one shipped in chunk packages is first joined by its package's own `assemble(path)`."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import shutil
@@ -48,6 +50,28 @@ def checksum_problem(folder: Path) -> str | None:
     return None
 
 
+def assembled(package: str, name: str) -> Path:
+    """The GGUF `package` joins from its chunk packages, written by its `assemble(path)` (which
+    checks the file's sha256, on every call) into the cache once; a damaged copy is rebuilt."""
+    assemble = importlib.import_module(package).assemble  # the package's one API: import it
+    target = cache_dir() / "models" / name
+    if target.exists():
+        try:
+            return Path(assemble(target))
+        except (FileExistsError, ValueError):
+            print(f"assembled {target} does not match its sha256; assembling it again", file=sys.stderr)
+    tmp = target.with_name(f"{name}.tmp{os.getpid()}")
+    try:
+        assemble(tmp, overwrite=True)
+        tmp.replace(target)
+    except (OSError, ValueError) as err:
+        tmp.unlink(missing_ok=True)
+        raise ModelError(f"cannot assemble {name} from {package}'s chunk packages into "
+                         f"{target.parent} ({type(err).__name__}: {err}); reinstall them "
+                         "(make setup) or free space in PECLI_CACHE_DIR") from None
+    return target
+
+
 def load(gguf: Path) -> tuple[object, object, str]:
     """(model, tokenizer, revision) of a GGUF file: dequantised once; later loads read the
     fp32 safetensors copy from the cache (the revision names the GGUF's sha256 either way)."""
@@ -57,7 +81,7 @@ def load(gguf: Path) -> tuple[object, object, str]:
     warm = _from_cache(cached)
     if warm is not None:
         return (*warm, revision)
-    print(f"dequantising {gguf.name} once (about 30 s); cached in {cached.parent}", file=sys.stderr)
+    print(f"dequantising {gguf.name} once (30 s to a few minutes); cached in {cached.parent}", file=sys.stderr)
     model, tokenizer = _dequantised(gguf)
     _save(model, tokenizer, cached)
     return model, tokenizer, revision

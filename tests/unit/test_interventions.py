@@ -28,7 +28,8 @@ def _applicable(family: str) -> list[str]:
         iv = INTERVENTIONS.get(base)
         if spec.position not in iv.applies_to:
             continue
-        if base in ACTS_IN_ATTENTION and (spec.sincos or spec.own_attention or family == "modernbert"
+        if base in ACTS_IN_ATTENTION and (spec.sincos or spec.own_attention
+                                          or family in ("modernbert", "gemma3")  # a rotation per layer type
                                           or (base in REMEDIES and not spec.causal)):
             continue  # refused (tests/unit/test_remedies.py)
         names.append(ARGUMENTS.get(name, name))
