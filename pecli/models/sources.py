@@ -123,12 +123,21 @@ class ModelRef:
     spec: ArchSpec
     width: int | None = None  # hidden size, where the config file says it
     layers: int | None = None  # transformer blocks, where the config file says it
+    heads: int | None = None  # attention heads, where the config file says it
 
     def layer_count(self) -> int | None:
         """The blocks per the config file, or the family's published config for random:."""
         if self.layers is None and self.name.startswith("random:"):
             return getattr(self.spec.random_config(), "num_hidden_layers", None)
         return self.layers
+
+    def head_count(self) -> int | None:
+        """The attention heads per the config file, or the published config for random:."""
+        if self.heads is None and self.name.startswith("random:"):
+            config = self.spec.random_config()
+            return next((v for k in ("num_attention_heads", "n_head", "n_heads", "num_heads")
+                         if isinstance(v := getattr(config, k, None), int)), None)
+        return self.heads
 
 
 def peek(name: str) -> ModelRef | None:
@@ -178,7 +187,8 @@ def _sized(ref: ModelRef, raw: dict) -> ModelRef:
 
     return replace(ref, width=first_int("hidden_size", "n_embd"),
                                layers=first_int("num_hidden_layers", "n_layer", "n_layers",
-                                                "num_layers"))
+                                                "num_layers"),
+                               heads=first_int("num_attention_heads", "n_head", "n_heads", "num_heads"))
 
 
 # --- availability: can it load here, without loading it -----------------------------

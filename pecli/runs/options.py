@@ -554,6 +554,16 @@ class Masked(Options):
     protocol: tuple[Choice, ...] = option(("relative",), vocabulary=names.PROTOCOLS, many=True,
                                           flag={"decls": ("--protocol",)}, help=PROTOCOL_HELP)
 
+    def check(self) -> None:
+        super().check()
+        given = {s.name for s in self.mask_semantics}
+        for m in self.mask:
+            own = names.mask_file_fields(m)["semantics"] if m.term is names.MASK_FILE else None
+            if own and given != {"legacy"} and own not in given:  # legacy: the default
+                raise ConfigError(f"mask {m.argument.partition(names.HASH_MARK)[0]} was fitted "
+                                  f"with {own} semantics and runs under them; drop "
+                                  f"--mask-semantics {','.join(sorted(given))} (or add {own})")
+
 
 @dataclass(frozen=True)
 class MaskGrid(OnData, Masked):
