@@ -415,6 +415,10 @@ class RopeScaled(Options):
         if not (isinstance(items, tuple) and all(isinstance(r, Rope) for r in items)):
             items = tuple(Rope.parse(item) for item in split_rope_scalings(items))
         object.__setattr__(self, "rope_scaling", items)
+        if self.rope_scaling_on != "every" and not items:
+            raise ConfigError(f"rope_scaling_on (--rope-scaling-on): {self.rope_scaling_on} says which "
+                              "conditions each rope scaling is crossed with, and none is given; "
+                              "add --rope-scaling (e.g. yarn:2) or drop it")
 
     def rope_conditions(self) -> list[tuple[str, dict[str, Any] | None]]:
         """(name, rope_parameters) per condition, the unscaled model ("none", None) first."""

@@ -77,6 +77,11 @@ CASES = [
     *[["length", "random:llama", "--intervention", i] for i in (
         "lminfinite:4:16:nan", "lminfinite:4:16:inf", "rerope:16:nan", "rerope:16:-inf",
         "droplow:nan", "drophigh:inf", "shift:-99999999999", "shift:1048577")],
+    # options that do not apply to the model the config names, refused, not recorded and ignored
+    *[["finetune", "random:bert", *a] for a in (["--steps", "5"], ["--eval-every", "3"])],
+    *[["finetune", "random:gpt2", *a] for a in (["--train-layers", "1"], ["--head-lr", "0.5"],
+                                                 ["--epochs", "2"])],
+    *[[cmd, "random:llama", "--rope-scaling-on", "intact"] for cmd in ("length", "passkey")],
 ]
 
 
@@ -260,3 +265,19 @@ def test_a_mask_file_runs_under_its_own_semantics(no_loading, tmp_path):
     assert files and {c.mask_semantics.name for c in files} == {"log-bias"}
     result = runner.invoke(app, [*PPL, "--mask", mask, "--mask-semantics", "boolean"])
     assert result.exit_code == 1 and "fitted with log-bias semantics" in result.output, result.output
+
+
+@pytest.mark.parametrize("args,checkpoint", [
+    (["finetune", "random:bert", "--intervention", "zero", "--model-out", "m"], "m/zero/config.json"),
+    (["train", "lm", "--pe", "learned", "--seeds", "1", "--model-out", "m"], "m/config.json"),
+], ids=lambda v: " ".join(v) if isinstance(v, list) else v)
+def test_model_out_over_an_existing_checkpoint_needs_force(no_loading, tmp_path, args, checkpoint):
+    """Issue 46 §1: the first run's checkpoint_revision must not point at weights replaced."""
+    (tmp_path / checkpoint).parent.mkdir(parents=True)
+    (tmp_path / checkpoint).write_text("{}")
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1 and not isinstance(result.exception, AssertionError), result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and "already holds a checkpoint" in lines[0] and "--force" in lines[0], lines
+    result = runner.invoke(app, [*args, "--force"])  # past the check: the (patched) loading
+    assert isinstance(result.exception, AssertionError), result.output
