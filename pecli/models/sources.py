@@ -124,12 +124,30 @@ class ModelRef:
     width: int | None = None  # hidden size, where the config file says it
     layers: int | None = None  # transformer blocks, where the config file says it
     heads: int | None = None  # attention heads, where the config file says it
+    layered_rope: bool = False  # one rotation per layer type (modernbert, gemma3), per the config
+    rows: int | None = None  # a learned table's positions that do not extend, per the config
+
+    def learned_rows(self) -> int | None:
+        """The positions of a learned table with no row past them (None: another kind, a table
+        pecli trained that extends, or a config that does not say), before loading."""
+        if self.spec.position != "learned":
+            return None
+        rows = _table_rows(vars(self.spec.random_config())) if self.name.startswith("random:") \
+            else self.rows
+        return None if rows is None else rows - self.spec.position_ids_offset  # RoBERTa's 2
 
     def layer_count(self) -> int | None:
         """The blocks per the config file, or the family's published config for random:."""
         if self.layers is None and self.name.startswith("random:"):
             return getattr(self.spec.random_config(), "num_hidden_layers", None)
         return self.layers
+
+    def rope_per_layer_type(self) -> bool:
+        """One rotation per layer type (no single rotary module), per the config file or the
+        published config for random:."""
+        if self.name.startswith("random:"):
+            return _layered_rope(vars(self.spec.random_config()))
+        return self.layered_rope
 
     def head_count(self) -> int | None:
         """The attention heads per the config file, or the published config for random:."""
@@ -188,7 +206,23 @@ def _sized(ref: ModelRef, raw: dict) -> ModelRef:
     return replace(ref, width=first_int("hidden_size", "n_embd"),
                                layers=first_int("num_hidden_layers", "n_layer", "n_layers",
                                                 "num_layers"),
-                               heads=first_int("num_attention_heads", "n_head", "n_heads", "num_heads"))
+                               heads=first_int("num_attention_heads", "n_head", "n_heads", "num_heads"),
+                               layered_rope=_layered_rope(raw), rows=_table_rows(raw))
+
+
+def _table_rows(config: dict) -> int | None:
+    if config.get("pecli_position") in ("sinusoidal", "none", "alibi"):  # extends exactly
+        return None
+    value = next((config[k] for k in ("max_position_embeddings", "n_positions") if k in config), None)
+    return value if type(value) is int else None
+
+
+def _layered_rope(config: dict) -> bool:
+    """A config whose rope parameters are one dict per layer type, or that names a global and a
+    local rope base (modernbert's and gemma3's config.json before transformers 5)."""
+    rope = config.get("rope_parameters")
+    per_type = isinstance(rope, dict) and bool(rope) and all(isinstance(v, dict) for v in rope.values())
+    return per_type or "global_rope_theta" in config or "rope_local_base_freq" in config
 
 
 # --- availability: can it load here, without loading it -----------------------------

@@ -379,7 +379,9 @@ def check_supported(loaded) -> None:
             "per-layer surgery need a Llama- or GPT-NeoX-style rotary model (e.g. smollm2, "
             "random:llama, random:pythia)")
     model = getattr(loaded, "model", None)
-    if model is not None and not hasattr(resolve(model, spec, spec.rotary), "inv_freq"):
+    layered = loaded.rope_per_layer_type() if model is None and hasattr(loaded, "rope_per_layer_type") \
+        else model is not None and not hasattr(resolve(model, spec, spec.rotary), "inv_freq")
+    if layered:
         raise InterventionError(
             f"{loaded.name} ({spec.family}) has one rotation per layer type (no single inv_freq): "
             "remedies, bands and per-layer surgery need one rotary module (e.g. smollm2, "

@@ -82,6 +82,11 @@ CASES = [
     *[["finetune", "random:gpt2", *a] for a in (["--train-layers", "1"], ["--head-lr", "0.5"],
                                                  ["--epochs", "2"])],
     *[[cmd, "random:llama", "--rope-scaling-on", "intact"] for cmd in ("length", "passkey")],
+    # what the config alone decides: a remedy on a family with one rotation per layer type; a
+    # length past a learned table (every row would be "not applicable")
+    ["attn", "random:modernbert", "--intervention", "droplow:0.5"],
+    ["length", "random:modernbert", "--intervention", "zero@0", "--lengths", "16"],
+    ["attn", "random:bert", "--length", "1000"],
 ]
 
 
