@@ -903,8 +903,9 @@ class FinetuneOptions(Running):
     max_length: int = option(128, low=2, flag={"min": 2}, help="Tokens per text.")
     batch: int | None = option(None, low=1, flag={"min": 1}, help="Texts per step (default 16 for "
                                "an encoder, 8 for a causal LM).")
-    lr: float = option(1e-4, low=0.0, help="AdamW's learning rate for the model.")
-    head_lr: float = option(1e-3, low=0.0, help="Encoder: the head's learning rate.")
+    # 0 trains nothing ("fine-tuned" would be the untrained model); past 1 AdamW only diverges
+    lr: float = option(1e-4, low=1e-10, high=1.0, help="AdamW's learning rate for the model.")
+    head_lr: float = option(1e-3, low=1e-10, high=1.0, help="Encoder: the head's learning rate.")
     epochs: int = option(1, low=1, flag={"min": 1}, help="Encoder: passes over the train texts.")
     train_layers: int | None = option(None, low=1, flag={"min": 1},  # None: full fine-tuning
                                       help="Encoder: train only the last N layers and the head "
