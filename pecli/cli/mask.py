@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import typer
 from rich.table import Table
 
@@ -54,12 +56,18 @@ def fit(options: MaskFitOptions, *, out: OutOpt = None, force: ForceOpt = False)
     for _, row in df.iterrows():
         summary.add_row(f"{row['dataset']}/{row['split']}", row["condition"],
                         f"{_num(row['value'])} [{_num(row['ci_low'])}, {_num(row['ci_high'])}]",
-                        f"{row['gap_closed']:+.1%} [{row['gap_ci_low']:+.1%}, {row['gap_ci_high']:+.1%}]")
+                        _gap(row))
     console.print(summary)
-    console.print(f"mask file: {recorded.save_dir}/mask.json (give it back as --mask, with "
-                  "--mask-semantics log-bias)")
+    console.print(f"mask file: {recorded.save_dir}/mask.json (give it back as --mask: it runs "
+                  "under the log-bias semantics it was fitted with)")
     for p in [*tables.values(), *figures]:
         console.print(f"wrote {p}")
+
+
+def _gap(row) -> str:
+    if math.isnan(row["gap_closed"]):  # no positions not worse than intact: no gap to close
+        return "undefined (no gap)"
+    return f"{row['gap_closed']:+.1%} [{row['gap_ci_low']:+.1%}, {row['gap_ci_high']:+.1%}]"
 
 
 def _num(x: float) -> str:

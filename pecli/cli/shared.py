@@ -35,6 +35,7 @@ def run_and_write(experiment: str, run, options, out, *, save_dir: bool | str = 
     from pecli.runs.io import RunOutput, default_out_dir
 
     exp = load_all().get(experiment)
+    _check_model_out(getattr(options, "model_out", None), force)
     target = Path(out or default_out_dir(experiment)).expanduser()
     folder = save_dir if isinstance(save_dir, str) else "models"
     recorded = options.replace(save_dir=str(target / folder)) if save_dir else options
@@ -54,6 +55,20 @@ def run_and_write(experiment: str, run, options, out, *, save_dir: bool | str = 
                           soft_wrap=True)
         tables, figures = output.write(frames, config, exp.figures)
     return frames, tables, figures, recorded
+
+
+def _check_model_out(model_out, force: bool) -> None:
+    """--model-out over a checkpoint an earlier run wrote (its config.json, here or a level
+    down) is refused unless --force: that run's recorded revision would name weights gone."""
+    if model_out is None or force:
+        return
+    folder = Path(model_out).expanduser()
+    found = [p for p in (folder / "config.json", *folder.glob("*/config.json")) if p.is_file()]
+    if found:
+        from pecli.runs.errors import OutputError
+
+        raise OutputError(f"--model-out {model_out}: {found[0].parent} already holds a checkpoint; "
+                          "give another folder, or --force to replace it")
 
 
 @contextmanager

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -174,7 +175,7 @@ def data_dir(explicit: str | Path | None = None) -> Path | None:
 
 def _read_jsonl(source, path: Path) -> pd.DataFrame:
     """One JSON object per line; a bad line is named by its number (pandas gives a byte offset)."""
-    rows = []
+    rows, lines = [], []
     with io.TextIOWrapper(source, encoding="utf-8") as f:
         for number, line in enumerate(f, 1):
             if not line.strip():
@@ -187,7 +188,10 @@ def _read_jsonl(source, path: Path) -> pd.DataFrame:
             if not isinstance(row, dict):
                 raise DataError(f"{path}: line {number} is not a JSON object ({{\"text\": ...}})")
             rows.append(row)
-    return pd.DataFrame(rows)
+            lines.append(number)
+    frame = pd.DataFrame(rows)
+    frame.attrs["lines"] = lines  # the file's line of each row, for the text check
+    return frame
 
 
 CUSTOM_READERS = {  # suffix (any case) -> read(bytes buffer, path)
@@ -314,6 +318,21 @@ def _read_bounded(path: Path) -> bytes:
     return raw
 
 
+def _refuse_non_text(frame: pd.DataFrame, column: str, path: Path) -> None:
+    """A text column holding numbers, lists, dicts or booleans (JSON, JSONL, parquet) is refused
+    with its line, not turned into strings and scored."""
+    if column not in frame.columns:
+        return
+    values = frame[column].tolist()
+    bad = next((i for i, v in enumerate(values) if not isinstance(v, str) and not
+                (isinstance(v, float) and math.isnan(v)) and v is not None), None)
+    if bad is not None:
+        lines = frame.attrs.get("lines")
+        where = f"line {lines[bad]}" if lines else f"data row {bad + 1}"
+        raise DataError(f"{path.name}: {where}: {column!r} is {type(values[bad]).__name__} "
+                        f"{str(values[bad])[:40]!r}, not a string; give text (quote it)")
+
+
 def _load_custom(path: Path, text_field: str | None) -> TextData:
 
     if not path.exists():
@@ -341,6 +360,8 @@ def _load_custom(path: Path, text_field: str | None) -> TextData:
             "(name one with --text-field)"
         )
     for column in field.split("+"):
+        if path.suffix.lower() in (".json", ".jsonl", ".parquet"):  # typed values (CSV's are text)
+            _refuse_non_text(frame, column, path)
         if column in frame.columns:
             chars = frame[column].astype(str).str.len()
             if len(chars) and chars.max() > MAX_TEXT_CHARS:

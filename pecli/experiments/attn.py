@@ -104,6 +104,7 @@ def run(options: AttnOptions, progress: Callable[[int, int], None] | None = None
         loaded=None) -> dict[str, pd.DataFrame]:
     """The attn tables (module doc); `loaded` replaces loading the one model (tests)."""
     from pecli.data.datasets import load_data
+    from pecli.models.sources import peek
     from pecli.positions.conditions import grid as conditions
 
     o = options
@@ -115,6 +116,11 @@ def run(options: AttnOptions, progress: Callable[[int, int], None] | None = None
                           "on the positions themselves, masks and rope scaling work)")
     for name in o.model if loaded is None else ():
         check_before_loading(name, grid)
+        ref = peek(name)
+        rows = ref.learned_rows() if ref is not None else None
+        if rows is not None and o.length > rows:  # every row would be "not applicable"
+            raise ConfigError(f"--length {o.length}: {name} has {rows} learned positions and no row "
+                              f"past them; use --length {rows} or less")
     data = load_data(o.dataset, o.split, data_dir_=o.data_dir, seed=o.seed, text_field=o.text_field)
     tables: dict[str, list] = {}
     for name in o.model:

@@ -58,6 +58,25 @@ def check_model_out(folder: Path) -> None:
                               "folder for the checkpoints")
 
 
+# options of one task only; given a value other than the default on the other task's model,
+# they would be recorded and ignored
+ONLY = {"encoder": ("head_lr", "epochs", "train_layers"), "lm": ("mask", "steps", "eval_every")}
+
+
+def check_applies(o: FinetuneOptions, causal: bool) -> None:
+    """Refuse an option of the other task (--steps on an encoder, --train-layers on a causal
+    LM), in one line, before loading where the config says which."""
+    from dataclasses import fields
+
+    task, other = ("lm", "encoder") if causal else ("encoder", "lm")
+    defaults = {f.name: f.default for f in fields(o)}
+    given = [k for k in ONLY[other] if getattr(o, k) != defaults[k]]
+    if given:
+        flags = ", ".join("--" + k.replace("_", "-") for k in given)
+        raise ConfigError(f"{flags} {'applies' if len(given) == 1 else 'apply'} to {'an encoder' if other == 'encoder' else 'a causal LM'}; "
+                          f"{o.model} is {'a causal LM' if causal else 'an encoder'}: drop it")
+
+
 def run(options: FinetuneOptions, announce: Callable[[str], None] | None = None,
         loaded=None) -> dict[str, pd.DataFrame]:
     from pecli.measures.finetuning import check_train_layers
@@ -72,16 +91,15 @@ def run(options: FinetuneOptions, announce: Callable[[str], None] | None = None,
     if loaded is None:
         if ref is not None:
             check_train_layers(o.train_layers, ref.layer_count(), o.model)
-        if ref is not None and not ref.spec.causal and o.mask is not None:
-            raise ConfigError(f"--mask applies to a causal LM; {o.model} is an encoder")
+        if ref is not None:
+            check_applies(o, ref.spec.causal)
         from pecli.positions.conditions import plan
 
         masked = [plan(o.mask, "log-bias", "relative", "zero")] if o.mask is not None else []
         check_before_loading(o.model, [*interventions, *masked])
     loaded = loaded or load(o.model, o)
     task = "lm" if loaded.spec.causal else "encoder"
-    if task == "encoder" and o.mask is not None:
-        raise ConfigError(f"--mask applies to a causal LM; {o.model} is an encoder")
+    check_applies(o, loaded.spec.causal)
     conds = [names.parse(names.INTERVENTIONS, c) for c in
              (interventions or (LM_CONDITIONS if task == "lm" else ENCODER_CONDITIONS))]
     initial = {k: v.detach().clone() for k, v in loaded.model.state_dict().items()}

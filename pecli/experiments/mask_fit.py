@@ -135,7 +135,8 @@ def evaluate(loaded, data, plans, max_length: int, bos, parameters: int, n_boot:
         ci = intervals(nlls[label], n_boot, seed)["corpus"]
         gap = gap_closed(nll["no positions"], nll[label], nll["intact"])
         g_low, g_high = gap_interval({"zero": sums["no positions"], "intact": sums["intact"],
-                                      label: sums[label]}, counts, label, n_boot, seed)
+                                      label: sums[label]}, counts, label, n_boot, seed
+                                     ) if np.isfinite(gap) else (np.nan, np.nan)  # no gap: undefined
         row = {**common, **data.provenance(), **how.names, "condition": label,
                "computation": how.computation,
                "parameters": parameters if label.startswith("fitted") else 0,

@@ -15,6 +15,7 @@ from collections.abc import Callable
 import pandas as pd
 
 from pecli.experiments import Headline, check_before_loading, load, register
+from pecli.runs.errors import ConfigError
 from pecli.runs.options import PasskeyOptions
 from pecli.runs.provenance import row_provenance
 from pecli.runs.tables import validate
@@ -53,7 +54,7 @@ def run(options: PasskeyOptions, progress: Callable[[int, int], None] | None = N
 
 
 def _trials_for(loaded, grid, o: PasskeyOptions, progress) -> list[dict]:
-    from pecli.measures.passkey import NEW_TOKENS, answer, decode, fit, keys
+    from pecli.measures.passkey import NEW_TOKENS, answer, decode, fit, keys, prompt
     from pecli.positions.conditions import check_all
 
     check_all(grid, loaded, causal=True)
@@ -63,6 +64,14 @@ def _trials_for(loaded, grid, o: PasskeyOptions, progress) -> list[dict]:
     cells = {(n, d): [] if past[n] else [fit(loaded.tokenizer, k, n, d)
                                          for k in keys(o.seed, n, d, o.trials)]
              for n in o.lengths for d in o.depths}
+    if all(past[n] or None in ts for (n, _), ts in cells.items()):  # nothing could be measured
+        need = max(len(loaded.tokenizer(prompt(k, 0, d))["input_ids"]) for (n, d), ts in cells.items()
+                   for k in keys(o.seed, n, d, 1))
+        fits = "at most " + f"{loaded.max_positions - NEW_TOKENS}" if all(past.values()) else \
+            f"at least {need}"
+        raise ConfigError(f"--lengths {','.join(map(str, o.lengths))}: no passkey trial fits "
+                          f"{loaded.name} (the template alone takes {need} tokens, the answer "
+                          f"{NEW_TOKENS}); give lengths of {fits} tokens")
     total = len(grid) * sum(len(ts) for ts in cells.values())
     tick = (lambda k: progress(k, total)) if progress else None
     common = {"experiment": "passkey", "seed": o.seed, **loaded.provenance(), "dataset": "passkey",

@@ -139,7 +139,10 @@ def fit(loaded, form: str, seqs: list[list[int]], *, steps: int, lr: float, batc
 
 def gap_closed(nll_zero: float, nll_condition: float, nll_intact: float) -> float:
     """(NLL_zero - NLL_condition) / (NLL_zero - NLL_intact): the share of the gap in log
-    perplexity between positions removed and the intact model that a condition closes."""
+    perplexity between positions removed and the intact model that a condition closes; NaN
+    (undefined) where there is no gap: positions removed are not worse than intact."""
+    if not nll_zero - nll_intact > 0:
+        return math.nan
     return (nll_zero - nll_condition) / (nll_zero - nll_intact)
 
 

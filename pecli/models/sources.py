@@ -134,12 +134,31 @@ class ModelRef:
     width: int | None = None  # hidden size, where the config file says it
     layers: int | None = None  # transformer blocks, where the config file says it
     groups: dict | None = None  # the layers of each layer type (layer_groups), where known
+    heads: int | None = None  # attention heads, where the config file says it
+    rows: int | None = None  # a learned table's positions that do not extend, per the config
+
+    def learned_rows(self) -> int | None:
+        """The positions of a learned table with no row past them (None: another kind, a table
+        pecli trained that extends, or a config that does not say), before loading."""
+        if self.spec.position != "learned":
+            return None
+        rows = _table_rows(vars(self.spec.random_config())) if self.name.startswith("random:") \
+            else self.rows
+        return None if rows is None else rows - self.spec.position_ids_offset  # RoBERTa's 2
 
     def layer_count(self) -> int | None:
         """The blocks per the config file, or the family's published config for random:."""
         if self.layers is None and self.name.startswith("random:"):
             return getattr(self.spec.random_config(), "num_hidden_layers", None)
         return self.layers
+
+    def head_count(self) -> int | None:
+        """The attention heads per the config file, or the published config for random:."""
+        if self.heads is None and self.name.startswith("random:"):
+            config = self.spec.random_config()
+            return next((v for k in ("num_attention_heads", "n_head", "n_heads", "num_heads")
+                         if isinstance(v := getattr(config, k, None), int)), None)
+        return self.heads
 
 
 def peek(name: str) -> ModelRef | None:
@@ -190,7 +209,16 @@ def _sized(ref: ModelRef, raw: dict) -> ModelRef:
 
     layers = first_int("num_hidden_layers", "n_layer", "n_layers", "num_layers")
     return replace(ref, width=first_int("hidden_size", "n_embd"), layers=layers,
-                   groups=layer_groups(raw) if layers else None)
+                   groups=layer_groups(raw) if layers else None,
+                   heads=first_int("num_attention_heads", "n_head", "n_heads", "num_heads"),
+                   rows=_table_rows(raw))
+
+
+def _table_rows(config: dict) -> int | None:
+    if config.get("pecli_position") in ("sinusoidal", "none", "alibi"):  # extends exactly
+        return None
+    value = next((config[k] for k in ("max_position_embeddings", "n_positions") if k in config), None)
+    return value if type(value) is int else None
 
 
 # --- availability: can it load here, without loading it -----------------------------

@@ -193,6 +193,13 @@ def _mask_check(c: Condition, ref) -> None:
         from pecli.positions.masks import check_maskable
 
         check_maskable(ref)
+    if c.mask.term is names.MASK_FILE:
+        fitted = names.mask_file_fields(c.mask)
+        heads = ref.head_count() if hasattr(ref, "head_count") else None
+        if fitted["form"] in names.PER_HEAD_FORMS and heads is not None and heads != fitted["heads"]:
+            raise ModelError(f"mask file {c.mask.argument.partition(names.HASH_MARK)[0]!r} was "
+                             f"fitted per head for {fitted['heads']} heads; {ref.name} has {heads}: "
+                             "fit it on this model")
 
 
 def _mask_prepare(c: Condition, loaded, seed: int):
@@ -376,6 +383,8 @@ def grid(options, *, pairs=None, default_once: bool = True) -> list[Condition]:
             for pr in given("protocol", "relative"):
                 if default_once and mask.name == "default":
                     s, pr = first_semantics, first_protocol
+                if mask.term is names.MASK_FILE:  # a fitted file knows its semantics
+                    s = _choice(names.MASK_SEMANTICS, names.mask_file_fields(mask)["semantics"])
                 out += [plan(mask, s, pr, intervention, rope=r) for r in crossed]
     return list(dict.fromkeys(out))
 

@@ -18,6 +18,7 @@ The vocabulary (docs/cli.md has the table):
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -179,12 +180,20 @@ def split_names(value) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def _integer(what: str, example: str):
+# |K| past this: rotary angles (p + K) * theta are float32, whose integers stop being exact at
+# 2**24, so positions far out collapse onto each other (shift:-99999999999 equals zero).
+SHIFT_BOUND = 2**20
+
+
+def _integer(what: str, example: str, bound: int):
     def check(arg: str) -> None:
         try:
-            int(arg)
+            value = int(arg)
         except ValueError:
             raise InterventionError(f"{what} needs an integer, got {arg!r}; e.g. {example}") from None
+        if abs(value) > bound:
+            raise InterventionError(f"{what}:{arg}: |{what}| is at most {bound:,}; farther, positions "
+                                    f"lose their meaning in float32; e.g. {example}")
 
     return check
 
@@ -209,6 +218,8 @@ def _fields(what: str, example: str, least: tuple[int, ...], optional: float | N
         except ValueError:
             raise InterventionError(f"{what} needs numbers, got {arg!r}; e.g. {example}") from None
         for value, low in zip(values, (*least, 1), strict=False):
+            if not math.isfinite(value):
+                raise InterventionError(f"{what}:{arg}: {value} is not a finite number; e.g. {example}")
             if value < low:
                 raise InterventionError(f"{what}:{arg}: {value:g} is below {low}; e.g. {example}")
 
@@ -273,7 +284,7 @@ INTERVENTIONS = _registry("intervention", InterventionError, [
                     "flipped (farther keys weigh more)", applies_to=("learned", *_ROTARY, "alibi"),
          traits=_LAYERED),
     Term("shift", "position p gets position p+K's rows / rotation", argument="K",
-         example="shift:3", check=_integer("shift", "shift:3"), applies_to=("learned", *_ROTARY),
+         example="shift:3", check=_integer("shift", "shift:3", SHIFT_BOUND), applies_to=("learned", *_ROTARY),
          traits=_LAYERED),
     Term("sinusoidal", "Vaswani sinusoids scaled to the learned rows' mean norm",
          applies_to=("learned",)),
@@ -449,4 +460,51 @@ def mask_file(text: str) -> Choice:
     if digest and digest != actual:
         raise ConfigError(f"mask file {path!r} has changed: its sha256 starts {actual}, the name "
                           f"says {digest}; use the file the results were computed with")
+    problem = _mask_file_problem(json.loads(raw))
+    if problem:
+        raise ConfigError(f"mask file {path!r} {problem}; fit it again with `pecli mask fit`")
     return Choice(MASK_FILE, f"{path}{HASH_MARK}{actual}")
+
+
+PER_HEAD_FORMS = ("bucket-head", "slope", "linear")  # one row of values per head
+
+
+def _mask_file_problem(raw: dict) -> str:
+    """What makes a mask file's content unusable (not numbers, NaN, a slope < 0, rows that
+    disagree with its heads or buckets), or "" where it is sound; torch-free, before loading."""
+    def ints(value) -> bool:
+        return isinstance(value, list) and all(type(v) is int for v in value)
+
+    form, heads, values, edges = (raw.get(k) for k in ("form", "heads", "values", "edges"))
+    if form not in MASK_FORMS.names():
+        return f"has form {form!r}, not one of {', '.join(MASK_FORMS.names())}"
+    if raw.get("semantics", "log-bias") not in MASK_SEMANTICS.names():
+        return f"has semantics {raw.get('semantics')!r}, not one of {', '.join(MASK_SEMANTICS.names())}"
+    if type(heads) is not int or heads < 1:
+        return f"has heads {heads!r}, not a positive integer"
+    if not (isinstance(values, list) and values and all(isinstance(r, list) and r for r in values)
+            and all(type(v) in (int, float) for r in values for v in r)):
+        return "has values that are not rows of numbers"
+    if not all(math.isfinite(v) for r in values for v in r):
+        return "has values that are not finite (NaN or infinite)"
+    rows = heads if form in PER_HEAD_FORMS else 1
+    n = len(edges) if form in ("bucket", "bucket-head") else 1
+    if form in ("bucket", "bucket-head") and not (ints(edges) and edges and edges[0] == 0
+                                                  and edges == sorted(set(edges))):
+        return "has bucket edges that are not increasing integers from 0"
+    if len(values) != rows or any(len(r) != n for r in values):
+        return (f"has {len(values)} rows of {sorted({len(r) for r in values})} values; a {form} mask "
+                f"for {heads} heads has {rows} of {n}")
+    if form == "slope" and min(min(r) for r in values) < 0:
+        return "has a negative slope (the slope form's s >= 0)"
+    if form == "linear" and not all(0 <= v <= 1 for r in values for v in r):
+        return "has an oldest weight outside [0, 1] (the linear form's a in (0, 1))"
+    return ""
+
+
+def mask_file_fields(choice: Choice) -> dict:
+    """The `form`, `heads` and `semantics` of a mask file (a Choice mask_file gave)."""
+    import json
+
+    raw = json.loads(open(choice.argument.partition(HASH_MARK)[0], "rb").read())  # noqa: SIM115
+    return {"form": raw["form"], "heads": raw["heads"], "semantics": raw.get("semantics", "log-bias")}

@@ -422,6 +422,10 @@ class RopeScaled(Options):
         if not (isinstance(items, tuple) and all(isinstance(r, Rope) for r in items)):
             items = tuple(Rope.parse(item) for item in split_rope_scalings(items))
         object.__setattr__(self, "rope_scaling", items)
+        if self.rope_scaling_on != "every" and not items:
+            raise ConfigError(f"rope_scaling_on (--rope-scaling-on): {self.rope_scaling_on} says which "
+                              "conditions each rope scaling is crossed with, and none is given; "
+                              "add --rope-scaling (e.g. yarn:2) or drop it")
 
     def rope_conditions(self) -> list[tuple[str, dict[str, Any] | None]]:
         """(name, rope_parameters) per condition, the unscaled model ("none", None) first."""
@@ -560,6 +564,16 @@ class Masked(Options):
                                                 flag={"decls": ("--mask-semantics",)}, help=SEMANTICS_HELP)
     protocol: tuple[Choice, ...] = option(("relative",), vocabulary=names.PROTOCOLS, many=True,
                                           flag={"decls": ("--protocol",)}, help=PROTOCOL_HELP)
+
+    def check(self) -> None:
+        super().check()
+        given = {s.name for s in self.mask_semantics}
+        for m in self.mask:
+            own = names.mask_file_fields(m)["semantics"] if m.term is names.MASK_FILE else None
+            if own and given != {"legacy"} and own not in given:  # legacy: the default
+                raise ConfigError(f"mask {m.argument.partition(names.HASH_MARK)[0]} was fitted "
+                                  f"with {own} semantics and runs under them; drop "
+                                  f"--mask-semantics {','.join(sorted(given))} (or add {own})")
 
 
 @dataclass(frozen=True)

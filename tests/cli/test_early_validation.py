@@ -72,6 +72,19 @@ CASES = [
     ["length", "random:llama", "--intervention", "zero@99"],
     ["finetune", "random:bert", "--train-layers", "99"],
     ["attn", "random:gpt2", "--buckets", "100000"],
+    # issue 46: a number checked only by a bound lets NaN/inf through; a shift past float32's
+    # exact positions equals `zero`
+    *[["length", "random:llama", "--intervention", i] for i in (
+        "lminfinite:4:16:nan", "lminfinite:4:16:inf", "rerope:16:nan", "rerope:16:-inf",
+        "droplow:nan", "drophigh:inf", "shift:-99999999999", "shift:1048577")],
+    # options that do not apply to the model the config names, refused, not recorded and ignored
+    *[["finetune", "random:bert", *a] for a in (["--steps", "5"], ["--eval-every", "3"])],
+    *[["finetune", "random:gpt2", *a] for a in (["--train-layers", "1"], ["--head-lr", "0.5"],
+                                                 ["--epochs", "2"])],
+    *[[cmd, "random:llama", "--rope-scaling-on", "intact"] for cmd in ("length", "passkey")],
+    # what the config alone decides: a length past a learned table (every row would be "not
+    # applicable")
+    ["attn", "random:bert", "--length", "1000"],
 ]
 
 
@@ -207,3 +220,67 @@ def test_an_output_or_held_out_file_is_checked_before_the_model_loads(monkeypatc
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error:"), result.output
     assert ("afile" in lines[0] and "not a folder" in lines[0]) or "nosuch.csv" in lines[0], lines
+
+
+def _mask_file(path, **changes) -> str:
+    """A slope mask file for gpt2's 12 heads, with `changes` to its fields."""
+    import json
+
+    raw = {"format": "pecli-mask/1", "form": "slope", "semantics": "log-bias", "heads": 12,
+           "parameters": 12, "edges": [], "values": [[0.1]] * 12, "fitted": {}, **changes}
+    path.write_text(json.dumps(raw))
+    return str(path)
+
+
+@pytest.mark.parametrize("changes,message", [
+    ({"values": [[float("nan")]] * 12}, "not finite"),
+    ({"values": [[float("inf")]] * 12}, "not finite"),
+    ({"values": [[-0.5]] * 12}, "negative slope"),
+    ({"values": [["0.1"]] * 12}, "not rows of numbers"),
+    ({"values": [[True]] * 12}, "not rows of numbers"),
+    ({"values": [[0.1]] * 3}, "has 3 rows"),
+    ({"form": "linear", "values": [[1.5]] * 12}, "outside [0, 1]"),
+    ({"form": "bucket", "values": [[0.0, 1.0]], "edges": [0, 5, 2]}, "bucket edges"),
+    ({"heads": 0}, "not a positive integer"),
+    ({"heads": 4, "values": [[0.1]] * 4}, "fitted per head for 4 heads; random:gpt2 has 12"),
+    ({"semantics": "log-bais"}, "has semantics"),
+], ids=lambda v: v if isinstance(v, str) else None)
+def test_a_bad_mask_file_fails_before_loading(no_loading, tmp_path, changes, message):
+    """Issue 46 §1/§3: NaN, a negative slope, values that are not numbers or for another head
+    count than the model's config: one line before any weights load, never `nan [a, b]`."""
+    mask = _mask_file(tmp_path / "m.json", **changes)
+    for cmd in (PPL, ["length", "random:gpt2", "--lengths", "16"]):
+        result = runner.invoke(app, [*cmd, "--mask", mask])
+        assert result.exit_code == 1 and not isinstance(result.exception, AssertionError), result.output
+        lines = [line for line in result.output.splitlines() if line.strip()]
+        assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], result.output
+
+
+def test_a_mask_file_runs_under_its_own_semantics(no_loading, tmp_path):
+    """Issue 46 §1: a log-bias file given back without --mask-semantics runs as log-bias (not
+    the default legacy); a contradicting --mask-semantics is refused."""
+    from pecli.positions.conditions import grid
+    from pecli.runs.options import PerplexityOptions
+
+    mask = _mask_file(tmp_path / "m.json")
+    built = PerplexityOptions.build({"model": "random:gpt2", "intervention": ["zero"], "mask": [mask]}, "test")
+    files = [c for c in grid(built) if c.mask.name == "file"]
+    assert files and {c.mask_semantics.name for c in files} == {"log-bias"}
+    result = runner.invoke(app, [*PPL, "--mask", mask, "--mask-semantics", "boolean"])
+    assert result.exit_code == 1 and "fitted with log-bias semantics" in result.output, result.output
+
+
+@pytest.mark.parametrize("args,checkpoint", [
+    (["finetune", "random:bert", "--intervention", "zero", "--model-out", "m"], "m/zero/config.json"),
+    (["train", "lm", "--pe", "learned", "--seeds", "1", "--model-out", "m"], "m/config.json"),
+], ids=lambda v: " ".join(v) if isinstance(v, list) else v)
+def test_model_out_over_an_existing_checkpoint_needs_force(no_loading, tmp_path, args, checkpoint):
+    """Issue 46 §1: the first run's checkpoint_revision must not point at weights replaced."""
+    (tmp_path / checkpoint).parent.mkdir(parents=True)
+    (tmp_path / checkpoint).write_text("{}")
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1 and not isinstance(result.exception, AssertionError), result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and "already holds a checkpoint" in lines[0] and "--force" in lines[0], lines
+    result = runner.invoke(app, [*args, "--force"])  # past the check: the (patched) loading
+    assert isinstance(result.exception, AssertionError), result.output

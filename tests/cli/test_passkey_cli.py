@@ -45,3 +45,14 @@ def test_bad_input_one_line(use_tiny, invoke, args, words):
     assert result.exit_code != 0
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and words in lines[0] and "Traceback" not in result.output, result.output
+
+
+@pytest.mark.parametrize("lengths, fix", [("10", "at least"), ("8,12", "at least")])
+def test_a_run_that_can_only_give_not_applicable_rows_is_refused(use_tiny, tmp_path, invoke, lengths, fix):
+    """Issue 46 §3: every length shorter than the template: one line naming the smallest length
+    that works, before any trial is scored, and no folder written."""
+    result = invoke("passkey", "llama", "--lengths", lengths, "--trials", "1", "--out", str(tmp_path / "o"))
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 1 and len(lines) == 1 and lines[0].startswith("error:"), result.output
+    assert "no passkey trial fits" in lines[0] and fix in lines[0]
+    assert not (tmp_path / "o" / "passkey.csv").exists()

@@ -274,3 +274,13 @@ def test_messages_name_current_flags_only():
                 if flag in deprecated - current or (flag not in current and flag not in outside):
                     wrong.append(f"{path.relative_to(root)}:{number}: {flag}")
     assert not wrong, wrong
+
+
+@pytest.mark.parametrize("value, kind", [("42", "int"), ("4.5", "float"), ('["a", "b"]', "list"),
+                                         ('{"a": 1}', "dict"), ("true", "bool")])
+def test_a_jsonl_text_that_is_not_a_string_is_refused_with_its_line(tmp_path, value, kind):
+    """Issue 46 §1: not coerced to a string and scored; the line counts blank lines too."""
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"text": "A boat drifted."}\n\n{"text": ' + value + "}\n")
+    with pytest.raises(DataError, match=rf"t.jsonl: line 3: 'text' is {kind} .*not a string"):
+        load_data(str(path))

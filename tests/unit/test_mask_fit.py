@@ -143,3 +143,13 @@ def test_fitting_is_deterministic_and_leaves_the_model_as_it_was(tiny):
     assert loaded.model.config._attn_implementation != "" and "pecli" not in str(
         loaded.model.config._attn_implementation)
     assert batch_order(5, 3, 2, 0) == batch_order(5, 3, 2, 0)
+
+
+def test_gap_closed_is_undefined_without_a_gap():
+    """Issue 46 §1: positions removed not worse than intact: no share of a gap to close (NaN,
+    printed "undefined"), not +46262.2 % on its interval's edge."""
+    from pecli.cli.mask import _gap
+
+    assert math.isnan(gap_closed(2.0, 1.5, 2.0)) and math.isnan(gap_closed(1.9, 1.5, 2.0))
+    assert _gap({"gap_closed": math.nan, "gap_ci_low": math.nan, "gap_ci_high": math.nan}) == \
+        "undefined (no gap)"
