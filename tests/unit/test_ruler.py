@@ -15,13 +15,17 @@ from pecli.runs.errors import ConfigError
 SYLLABLES = [c + v for c in "bdfgklmnprstvz" for v in "aeiou"]
 
 
-@pytest.fixture(scope="module")
-def hay():
+def made_up():
     """A haystack of 400 sentences of made-up words (no data directory needed)."""
     words = ["".join(p) for p in itertools.product(SYLLABLES[:40], SYLLABLES[:40])][:1600]
     rng = np.random.default_rng(0)
     text = " ".join(" ".join(rng.choice(words, 9)).capitalize() + "." for _ in range(400))
     return R.haystack_of([text], "made-up")
+
+
+@pytest.fixture(scope="module")
+def hay():
+    return made_up()
 
 
 @pytest.fixture(scope="module")
@@ -157,3 +161,33 @@ def test_essay_refuses_a_missing_file(tmp_path):
 
     with pytest.raises(DataError, match="not found"):
         essay(str(tmp_path / "none.txt"))
+
+
+def test_the_lm_eval_route_gives_pecli_rulers_samples_outputs_and_scores(tiny, hay, monkeypatch):
+    """configs/lm_eval/ruler_vt.yaml through `pecli`'s lm-eval model: the same documents as
+    `pecli ruler` builds, the same greedy outputs and recalls."""
+    lm_eval = pytest.importorskip("lm_eval", reason="lm-eval not installed (make setup)")
+    from pathlib import Path
+
+    from lm_eval.tasks import TaskManager
+
+    from pecli.integrations import lm_eval as plugin
+
+    loaded = tiny("llama", max_position_embeddings=512)
+    monkeypatch.setattr("pecli.experiments.ruler.essay", lambda *a: hay)
+    monkeypatch.setattr("pecli.models.loading.load_model", lambda *a, **k: loaded)
+    o = RulerOptions.build({"model": "tiny", "tasks": "vt", "lengths": "320", "samples": 2}, "test")
+    ours = run(o, loaded=loaded)["ruler_samples"]
+    meta = {"pretrained": "tiny", "ruler_tasks": "vt", "ruler_lengths": [320], "ruler_samples": 2}
+    configs = Path(__file__).resolve().parents[2] / "configs" / "lm_eval"
+    manager = TaskManager(include_path=str(configs), metadata=meta)
+    docs = list(manager.load_task_or_group(["ruler_vt"])["ruler_vt"].test_docs())
+    assert [d["prompt"] for d in docs] == list(ours["prompt"])
+    lm = plugin.PecliLM(pretrained="tiny", loaded=loaded, batch_size=1)
+    try:
+        out = lm_eval.simple_evaluate(model=lm, tasks=["ruler_vt"], task_manager=manager)
+    finally:
+        lm.close()
+    samples = sorted(out["samples"]["ruler_vt"], key=lambda s: s["doc_id"])
+    assert [s["resps"][0][0] for s in samples] == list(ours["output"])
+    assert [s["recall"] for s in samples] == list(ours["value"])
