@@ -78,3 +78,51 @@ def passkey_results(doc: dict, results: list[str]) -> dict:
     from pecli.measures.passkey import answer
 
     return {"acc": float(answer(results[0]) == doc["k"])}
+
+
+def _ruler(family: str, kwargs: dict) -> datasets.DatasetDict:
+    """pecli ruler's samples of one family of tasks (niah, vt, cwe, fwe) as documents: for each
+    task among metadata `ruler_tasks` (default: pecli ruler's), length (`ruler_lengths`) and
+    sample (`ruler_samples`, seed `ruler_seed`, haystack `ruler_haystack`), the same prompt and
+    answers `pecli ruler` builds for the same tokenizer."""
+    from pecli.experiments.ruler import RulerOptions, essay, samples_for
+    from pecli.measures.ruler import TASKS
+
+    keys = {"ruler_tasks": "tasks", "ruler_lengths": "lengths", "ruler_samples": "samples",
+            "ruler_seed": "seed", "ruler_haystack": "haystack"}
+    values = {name: kwargs[k] for k, name in keys.items() if k in kwargs}
+    o = RulerOptions.build(values, "ruler metadata")  # checked as pecli ruler checks its flags
+    o = o.replace(tasks=tuple(t for t in o.tasks if TASKS[t].family == family))
+    rows = []
+    for (task, length), samples in samples_for(_tokenizer(kwargs), o, essay(o.haystack, str(data_dir()))).items():
+        for s in samples:
+            if s is None:
+                raise ValueError(f"{task}'s template alone is longer than {length} tokens")
+            rows.append({"prompt": s.text, "answers": list(s.answers), "task": task, "length": length,
+                         "sample": s.index, "tokens": len(s.ids)})
+    if not rows:
+        raise ValueError(f"ruler_tasks names no {family} task")
+    return datasets.DatasetDict({"test": datasets.Dataset.from_list(rows)})
+
+
+def ruler_niah(**kwargs) -> datasets.DatasetDict:
+    return _ruler("niah", kwargs)
+
+
+def ruler_vt(**kwargs) -> datasets.DatasetDict:
+    return _ruler("vt", kwargs)
+
+
+def ruler_cwe(**kwargs) -> datasets.DatasetDict:
+    return _ruler("cwe", kwargs)
+
+
+def ruler_fwe(**kwargs) -> datasets.DatasetDict:
+    return _ruler("fwe", kwargs)
+
+
+def ruler_results(doc: dict, results: list[str]) -> dict:
+    """pecli ruler's score: RULER's recall of the expected strings in the output."""
+    from pecli.measures.ruler import score
+
+    return {"recall": score(results[0], tuple(doc["answers"]))}

@@ -115,7 +115,7 @@ REGISTERED: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("listing", ()), ("reproduce", ()), ("ablate", ("ablate",)), ("perplexity", ("perplexity",)),
     ("mc", ("mc",)), ("pe", ("pe", "recover")), ("toy", ("toy", "toy_length")),
     ("train", ("train_lm",)), ("compare", ()), ("length", ("length",)), ("passkey", ("passkey",)),
-    ("lm_eval", ()), ("mask", ("mask_fit",)), ("attn", ("attn",)), ("finetune", ("finetune",)),
+    ("ruler", ("ruler",)), ("lm_eval", ()), ("mask", ("mask_fit",)), ("attn", ("attn",)), ("finetune", ("finetune",)),
 )
 
 

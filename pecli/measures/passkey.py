@@ -86,14 +86,14 @@ def batches(trials: list[Trial], batch_size: int | None = None) -> list[list[int
 
 
 def decode(loaded, trials: list[Trial], batch_size: int | None = None,
-           progress: Callable[[int], None] | None = None) -> list[str]:
-    """Each trial's greedy continuation (at most NEW_TOKENS tokens, the KV cache on), decoded,
-    each process generating its share of the batches."""
+           progress: Callable[[int], None] | None = None, new_tokens: int = NEW_TOKENS) -> list[str]:
+    """Each trial's greedy continuation (at most `new_tokens` tokens, the KV cache on), decoded,
+    each process generating its share of the batches (anything with `.ids`: ruler's samples too)."""
     from transformers import GenerationConfig
 
     tok = loaded.tokenizer
     stop = tok.eos_token_id
-    config = GenerationConfig(max_new_tokens=NEW_TOKENS, do_sample=False, num_beams=1,
+    config = GenerationConfig(max_new_tokens=new_tokens, do_sample=False, num_beams=1,
                               use_cache=True, eos_token_id=stop,
                               pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else stop)
     plan = batches(trials, batch_size)

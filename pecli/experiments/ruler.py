@@ -1,0 +1,251 @@
+"""RULER's synthetic long-context tasks by length, under every condition (pecli.measures.ruler).
+
+For every model and condition (the intact, unscaled model first; then every intervention,
+remedy and mask crossed with every --rope-scaling, conditions.grid), `samples` seeded samples
+per (task, length), each with its own haystack slice, needles and depth, are read back by
+greedy decoding with the KV cache (passkey's decode: one prefill per sample, samples of one
+token count batched). The samples are the same under every condition, so conditions differ
+only in the model. A length no condition can take, or one shorter than a task's template,
+gives "not applicable" rows, never a clamped number. Scores are RULER's recall of the
+expected strings; docs/ruler.md says where pecli's tasks differ from RULER's and why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import TYPE_CHECKING, ClassVar
+
+from pecli.experiments import Headline, check_before_loading, load, register
+from pecli.runs import names
+from pecli.runs.errors import ConfigError
+from pecli.runs.options import (
+    CAUSAL_MODELS_HELP,
+    MAX_RESAMPLES,
+    Masked,
+    RopeScaled,
+    Running,
+    _model_names,
+    _token_counts,
+    interventions,
+    models,
+    option,
+)
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+TASK_NAMES = ("niah_single_1", "niah_single_2", "niah_single_3", "niah_multikey_1", "niah_multikey_2",
+              "niah_multikey_3", "niah_multivalue", "niah_multiquery", "vt", "cwe", "fwe")
+HAYSTACK_TEXTS = 5000  # a dataset's texts the essay haystack is cut from (a fixed, seeded subset)
+INTERVAL = "95 % Wilson score interval over samples (all-or-nothing), else percentile bootstrap over samples"
+
+
+@dataclass(frozen=True)
+class RulerOptions(Running, RopeScaled, Masked):
+    """`pecli ruler` and the `ruler` experiment: RULER's synthetic tasks (needles in a haystack,
+    variable tracking, common/frequent words) by length, greedy decoding (pecli.measures.ruler)."""
+
+    FLAGS: ClassVar[str] = ("model tasks lengths samples haystack intervention mask mask_semantics "
+                            "rope_scaling rope_scaling_on batch_size bootstrap seed device dtype "
+                            "data_dir out force")
+
+    model: tuple[str, ...] | str = models(("random:llama",), CAUSAL_MODELS_HELP)
+    intervention: tuple[names.Choice, ...] = interventions(
+        ("intact",), "intact (the model unchanged; default), zero, sinks:4:2044, selfextend:4:2048, "
+        "...; the intact model always runs first")
+    tasks: tuple[str, ...] | str = option(
+        ("niah_single_1", "niah_multikey_1", "vt", "cwe"),
+        help="RULER tasks, a,b: " + ", ".join(TASK_NAMES) + " (default: niah_single_1, "
+             "niah_multikey_1, vt, cwe).")
+    lengths: tuple[int, ...] | str = option(
+        (1024, 4096), help="Sequence lengths in tokens: the prompt plus the task's new tokens, as "
+                           "RULER counts them, e.g. 4096,8192 (default 1024,4096).")
+    samples: int = option(20, low=1, high=10_000, flag={"type": int | None, "default": None, "min": 1},
+                          help="Samples per (task, length), each its own haystack slice, needles "
+                               "and depth (default 20).")
+    haystack: str = option("imdb", help="The essay haystack: imdb, truthfulqa (from the data "
+                                        "directory) or a .txt/.md file.")
+    bootstrap: int = option(1000, low=0, high=MAX_RESAMPLES,
+                            help="Resamples of the bootstrap intervals over samples (recall "
+                                 "below 1 and above 0): 0 (none) or 100 to 100000.")
+
+    def check(self) -> None:
+        super().check()
+        object.__setattr__(self, "model", _model_names(self.model))
+        object.__setattr__(self, "lengths", _token_counts(self.lengths, "sequence lengths"))
+        tasks = tuple(dict.fromkeys(names.split_names(self.tasks)))
+        unknown = [t for t in tasks if t not in TASK_NAMES]
+        if not tasks or unknown:
+            raise ConfigError(f"tasks (--tasks): {unknown[0] if unknown else self.tasks!r} is not a "
+                              f"RULER task here; choose from {', '.join(TASK_NAMES)}")
+        object.__setattr__(self, "tasks", tasks)
+        from pecli.measures.ruler import TASKS
+
+        for t in tasks:
+            if min(self.lengths) < TASKS[t].min_length:
+                raise ConfigError(f"lengths (--lengths): {min(self.lengths)} tokens is shorter than "
+                                  f"{t}'s template, needles and {TASKS[t].new_tokens} new tokens; "
+                                  f"give at least {TASKS[t].min_length}")
+        if self.protocol != (names.parse(names.PROTOCOLS, "relative"),):
+            raise ConfigError("protocol (--protocol): ruler decodes with the KV cache, where every "
+                              "query weighs its own prefix (relative); drop --protocol")
+
+
+@lru_cache(maxsize=4)
+def essay(source: str, data_dir: str | None = None):
+    """The essay haystack (pecli.measures.ruler.Haystack): a dataset pecli reads (imdb,
+    truthfulqa: its text column) or a .txt/.md file."""
+    from pathlib import Path
+
+    from pecli.data.datasets import load_data
+    from pecli.measures.ruler import haystack_of
+    from pecli.runs.errors import DataError
+
+    path = Path(source).expanduser()
+    try:
+        if path.suffix.lower() in (".txt", ".md"):
+            if not path.is_file():
+                raise DataError(f"haystack (--haystack): {path} not found")
+            return haystack_of([path.read_text(encoding="utf-8", errors="replace")], str(path))
+        data = load_data(source, data_dir_=data_dir, limit=HAYSTACK_TEXTS, at_most=True)
+        return haystack_of(data.texts(), f"{data.dataset}/{data.split}")
+    except ValueError as err:
+        raise DataError(str(err)) from None
+
+
+def samples_for(tokenizer, o: RulerOptions, hay) -> dict[tuple[str, int], list]:
+    """Every (task, length)'s samples for this tokenizer (None where the template does not fit):
+    the same under every condition, and the same for the lm-eval route."""
+    from pecli.measures.ruler import fit
+
+    try:
+        return {(t, n): [fit(tokenizer, t, o.seed, n, i, hay) for i in range(o.samples)]
+                for t in o.tasks for n in o.lengths}
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+
+
+def run(options: RulerOptions, progress: Callable[[int, int], None] | None = None,
+        loaded=None) -> dict[str, pd.DataFrame]:
+    """`ruler` (mean recall with a 95 % interval over samples per model, condition, task and
+    length) and `ruler_samples` (every sample: its depth, haystack slice, answers, output and
+    recall; its prompt in the rows of the first condition). `loaded` replaces loading the one
+    model (tests, benchmarks); `progress(advance, total)` counts samples."""
+    import pandas as pd
+
+    from pecli.positions.conditions import grid as grid_of
+    from pecli.runs.provenance import row_provenance
+    from pecli.runs.tables import validate
+
+    o = options
+    grid = grid_of(o)
+    for name in o.model if loaded is None else ():
+        check_before_loading(name, grid, causal=True)
+    hay = essay(o.haystack, o.data_dir)
+    rows, summary = [], []
+    for name in o.model:
+        model = loaded or load(name, o)
+        got = _samples_under(model, grid, o, hay, progress)
+        rows += got
+        summary += _accuracy(got, o)
+        del model
+    extra = row_provenance()
+    return {"ruler": validate(pd.DataFrame(summary).assign(**extra)),
+            "ruler_samples": validate(pd.DataFrame(rows).assign(**extra))}
+
+
+def _samples_under(loaded, grid, o: RulerOptions, hay, progress) -> list[dict]:
+    from pecli.measures.passkey import decode
+    from pecli.measures.ruler import TASKS, score
+    from pecli.positions.conditions import check_all
+
+    check_all(grid, loaded, causal=True)
+    past = {n: all(how.reason(loaded, n, "the prompt and its answer") for how in grid) for n in o.lengths}
+    cells = {(t, n): [None] * o.samples if past[n] else got
+             for (t, n), got in samples_for(loaded.tokenizer, o, hay).items()}
+    total = len(grid) * len(cells) * o.samples
+    tick = (lambda k: progress(k, total)) if progress else None
+    common = {"experiment": "ruler", "seed": o.seed, **loaded.provenance(), "dataset": "ruler",
+              "split": "synthetic", "haystack": hay.name,
+              "decoding": "greedy, KV cache; recall of the expected strings (RULER's string_match_all)",
+              "context": loaded.max_positions}
+    rows = []
+    for c, how in enumerate(grid):
+        columns = how.columns(loaded)
+        with how.applied(loaded, o.seed):
+            for (task, length), samples in cells.items():
+                why = how.reason(loaded, length, "the prompt and its answer")
+                if why is None and samples[0] is None:
+                    why = f"not applicable: {task}'s template alone is longer than {length} tokens"
+                base = {**common, **columns, "task": task, "length": length,
+                        "max_new_tokens": TASKS[task].new_tokens}
+                if why is not None:
+                    rows += [{**base, "sample": i, "tokens": 0, "metric": "recall", "value": float("nan"),
+                              "rows": 1, "note": why} for i in range(o.samples)]
+                    if tick:
+                        tick(o.samples)
+                    continue
+                outputs = decode(loaded, samples, o.batch_size, progress=tick,
+                                 new_tokens=TASKS[task].new_tokens)
+                for s, text in zip(samples, outputs, strict=True):
+                    rows.append({**base, "sample": s.index, "attempt": s.attempt, "depth": s.depth,
+                                 "start": s.start, "size": s.size, "tokens": len(s.ids),
+                                 "answers": "|".join(s.answers), "output": text,
+                                 "prompt": s.text if c == 0 else "", "metric": "recall",
+                                 "value": score(text, s.answers), "rows": 1, "note": ""})
+    return rows
+
+
+def interval(values: list[float], n_boot: int, seed: int) -> tuple[float, float, str]:
+    """A 95 % interval of the mean over samples: Wilson's where every sample is all-or-nothing,
+    else a percentile bootstrap over samples; never of zero width (a bootstrap of equal values
+    falls back to Wilson's on the expected number right)."""
+    from pecli.measures.intervals import MIN_TEXTS, mean_interval, wilson
+
+    n = len(values)
+    if n < MIN_TEXTS:
+        return float("nan"), float("nan"), ""
+    if set(values) <= {0.0, 1.0} or not n_boot:
+        return (*wilson(round(sum(values)), n), "Wilson score interval over samples")
+    low, high = mean_interval(values, n_boot=n_boot, seed=seed)
+    if high > low:
+        return low, high, "percentile bootstrap over samples"
+    return (*wilson(round(sum(values)), n), "Wilson score interval over samples (equal values)")
+
+
+def _accuracy(samples: list[dict], o: RulerOptions) -> list[dict]:
+    """Mean recall per (model, condition, task, length), with its interval over samples."""
+    import pandas as pd
+
+    df = pd.DataFrame(samples)
+    keys = ["model", "condition", "task", "length"]
+    rows = []
+    for _, part in df.groupby(keys, sort=False, dropna=False):
+        first = part.iloc[0].to_dict()
+        scored = part[part["note"] == ""]
+        values = [float(v) for v in scored["value"]]
+        low, high, method = interval(values, o.bootstrap, o.seed)
+        keep = {k: v for k, v in first.items() if k not in (
+            "sample", "attempt", "depth", "start", "size", "tokens", "answers", "output", "prompt",
+            "value", "note")}
+        rows.append({**keep, "metric": "accuracy", "value": sum(values) / len(values) if values
+                     else float("nan"), "ci_low": low, "ci_high": high, "interval": method,
+                     "all_right": sum(v == 1.0 for v in values), "samples": len(values),
+                     "rows": len(part), "tokens": int(scored["tokens"].sum()) if values else 0,
+                     "note": "" if values else first["note"]})
+    return rows
+
+
+def _slot(row) -> str:
+    """A headline's slot: `niah_single_1, 4,096 tokens`."""
+    return f"{row['task']}, {int(row['length']):,} tokens"
+
+
+register("ruler", 1, run, RulerOptions, "pecli.plots.ruler:figures",
+         "RULER's synthetic long-context tasks by length (greedy decoding; every condition)",
+         headlines=(Headline("accuracy", "RULER accuracy (recall of the expected strings)", {},
+                             ("intervention", "mask", "mask_semantics", "rope_scaling"),
+                             name="ruler_accuracy", slot=_slot, interval=INTERVAL,
+                             axis="mean recall of the expected strings"),))

@@ -1,0 +1,42 @@
+"""`pecli ruler` end to end on a tiny model (CliRunner): every kind of condition crossed with a
+task, the tables, the samples JSONL, the figure; refusals before loading."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+
+def test_ruler_writes_tables_samples_and_figure_under_every_kind_of_condition(
+        use_tiny, tmp_path, invoke, monkeypatch):
+    from tests.unit.test_ruler import made_up
+
+    monkeypatch.setattr("pecli.experiments.ruler.essay", lambda *a: made_up())
+    out = tmp_path / "run"
+    result = invoke("ruler", "llama", "--tasks", "vt", "--lengths", "320", "--samples", "2",
+                    "--intervention", "zero", "--mask", "linear", "--rope-scaling", "linear:2",
+                    "--rope-scaling-on", "intact", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    acc = pd.read_csv(out / "ruler.csv")
+    # conditions.grid: the intact model, the scaling on it alone, each (intervention, mask) pair
+    assert list(acc["condition"]) == ["intact", "linear:2", "zero + linear/legacy"]
+    assert acc["value"].notna().all() and (acc["ci_high"] > acc["ci_low"]).all()
+    lines = [json.loads(x) for x in (out / "ruler_samples.jsonl").read_text().splitlines()]
+    assert len(lines) == 2 and all(len(x["outputs"]) == 3 and x["prompt"].startswith("Memorize")
+                                   for x in lines)
+    assert (out / "figures" / "ruler.png").stat().st_size > 10_000
+
+
+@pytest.mark.parametrize("args, words", [
+    (["llama", "--tasks", "qa"], "not a RULER task"),
+    (["llama", "--tasks", "cwe", "--lengths", "512"], "give at least 1024"),
+    (["random:gpt2", "--rope-scaling", "linear:2", "--lengths", "512", "--tasks", "vt"],
+     "rope-scaling applies to rotary"),
+])
+def test_ruler_refuses_in_one_line_before_loading(invoke, monkeypatch, args, words):
+    monkeypatch.setattr("pecli.models.loading.load_model", lambda *a, **k: pytest.fail("loaded"))
+    result = invoke("ruler", *args)
+    assert result.exit_code != 0 and words in result.output
+    assert "Traceback" not in result.output

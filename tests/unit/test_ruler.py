@@ -1,0 +1,193 @@
+"""pecli ruler: RULER's templates literally, seeded samples, no answer in its haystack, RULER's
+scoring (lm-eval's own string_match_all), intervals, refusals, and a run twice."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from pecli.experiments.ruler import RulerOptions, essay, interval, run
+from pecli.measures import ruler as R
+from pecli.runs.errors import ConfigError
+
+SYLLABLES = [c + v for c in "bdfgklmnprstvz" for v in "aeiou"]
+
+
+def made_up():
+    """A haystack of 400 sentences of made-up words (no data directory needed)."""
+    words = ["".join(p) for p in itertools.product(SYLLABLES[:40], SYLLABLES[:40])][:1600]
+    rng = np.random.default_rng(0)
+    text = " ".join(" ".join(rng.choice(words, 9)).capitalize() + "." for _ in range(400))
+    return R.haystack_of([text], "made-up")
+
+
+@pytest.fixture(scope="module")
+def hay():
+    return made_up()
+
+
+@pytest.fixture(scope="module")
+def tok():
+    from conftest import make_tiny
+
+    return make_tiny("llama").tokenizer
+
+
+@pytest.mark.parametrize("task", list(R.TASKS))
+def test_samples_are_seeded_and_fit_the_length(tok, hay, task):
+    length = max(R.TASKS[task].min_length, 1024 if task == "cwe" else 512)
+    a, b = (R.fit(tok, task, 0, length, 3, hay) for _ in range(2))
+    assert a == b  # the same seed: the same sample
+    assert a != R.fit(tok, task, 0, length, 4, hay) and a != R.fit(tok, task, 1, length, 3, hay)
+    assert len(a.ids) + R.TASKS[task].new_tokens <= length  # RULER's sizing
+    bigger = R.draw(task, 0, length, 3, a.attempt, hay, a.size + 1)
+    assert len(tok(bigger.text)["input_ids"]) + R.TASKS[task].new_tokens > length  # the most that fits
+    assert not any(R.found_in(x, R.draw(task, 0, length, 3, a.attempt, hay, a.size).rest) for x in a.answers)
+
+
+def test_niah_is_rulers_template_literally(tok, hay):
+    s = R.fit(tok, "niah_single_1", 0, 512, 0, hay)
+    value, = s.answers
+    head = ("A special magic number is hidden within the following text. Make sure to memorize it. "
+            "I will quiz you about the number afterwards.\n")
+    assert s.text.startswith(head) and len(value) == 7 and value.isdigit()
+    key = s.text.split("What is the special magic number for ")[1].split(" mentioned")[0]
+    assert s.text.endswith(f"What is the special magic number for {key} mentioned in the provided "
+                           f"text? The special magic number for {key} mentioned in the provided text is")
+    body = s.text[len(head):].split("\nWhat is")[0].split("\n")
+    needle = f"One of the special magic numbers for {key} is: {value}."
+    assert body.count(needle) == 1 and set(body) == {R.NOISE, needle}
+    assert body.index(needle) == round(s.depth * s.size)  # the depth recorded is where it sits
+
+
+def test_multikey_has_three_distractor_keys_and_multiquery_asks_four(tok, hay):
+    s = R.fit(tok, "niah_multikey_1", 0, 1024, 0, hay)
+    assert s.text.count("One of the special magic numbers for ") == 4 and len(s.answers) == 1
+    q = R.fit(tok, "niah_multiquery", 0, 1024, 0, hay)
+    assert len(q.answers) == 4 and "What are all the special magic numbers for " in q.text
+    assert ", and " in q.text.split("What are all")[1]
+    v = R.fit(tok, "niah_multivalue", 0, 1024, 0, hay)
+    assert len(v.answers) == 4 and all(f"is: {a}." in v.text for a in v.answers)
+
+
+def test_vt_answers_are_the_queried_chain_and_the_distractor_chain_is_there(tok, hay):
+    s = R.fit(tok, "vt", 0, 512, 1, hay)
+    value = s.text.split("assigned the value ")[1].split(" ")[0]
+    first, *rest = s.answers
+    assert f"VAR {first} = {value}" in s.text and len(s.answers) == 5
+    for a, b in zip(s.answers, s.answers[1:], strict=False):
+        assert f"VAR {b} = VAR {a} " in s.text
+    assert s.text.count(" = VAR ") == 8  # two chains of four hops
+
+
+def test_cwe_and_fwe_answers_are_the_most_frequent(tok, hay):
+    import re
+
+    s = R.fit(tok, "cwe", 0, 1024, 0, hay)
+    listed = s.text.rsplit("Memorize the ones that appear most often.\n", 1)[1].split("\nQuestion")[0]
+    counts = {w: len(re.findall(rf"\d+\. {w}(?= |$)", listed)) for w in set(re.findall(r"\d+\. (\S+)", listed))}
+    assert sorted(s.answers) == sorted(sorted(counts, key=counts.get)[-10:])
+    assert min(counts[a] for a in s.answers) > max(c for w, c in counts.items() if w not in s.answers)
+    f = R.fit(tok, "fwe", 0, 1024, 0, hay)
+    words = f.text.split("coded words. ")[1].split("\nQuestion")[0].split()
+    top = [w for w, _ in __import__("collections").Counter(words).most_common(4)]
+    assert top[0] == "..." and top[1:] == list(f.answers)
+
+
+def test_an_answer_in_the_haystack_draws_again_or_refuses(tok, hay, monkeypatch):
+    real = R.draw
+
+    def planted(task, seed, length, index, attempt, hay_, size):
+        d = real(task, seed, length, index, attempt, hay_, size)
+        return d if attempt >= 2 else R.Drawn(d.text, d.answers, d.rest + " " + d.answers[0])
+
+    monkeypatch.setattr(R, "draw", planted)
+    assert R.fit(tok, "niah_single_2", 0, 512, 0, hay).attempt == 2
+    monkeypatch.setattr(R, "ATTEMPTS", 2)
+    with pytest.raises(ValueError, match="an answer occurs in the haystack"):
+        R.fit(tok, "niah_single_2", 0, 512, 0, hay)
+
+
+def test_score_is_lm_evals_string_match_all():
+    from lm_eval.tasks.ruler.common_utils import string_match_all
+
+    cases = [("The numbers are 123 and 456.", ("123", "456", "789")), ("nothing", ("1",)),
+             ("ABC-def", ("abc-DEF",)), ("1234567", ("1234567",))]
+    for out, answers in cases:
+        assert R.score(out, answers) == pytest.approx(string_match_all([out], [list(answers)]))
+
+
+def test_intervals_are_wilson_or_bootstrap_and_never_zero_width():
+    from pecli.measures.intervals import wilson
+
+    assert interval([1.0, 1.0, 1.0], 1000, 0)[:2] == wilson(3, 3)
+    low, high, how = interval([0.5, 0.5, 0.5], 1000, 0)
+    assert high > low and "Wilson" in how
+    low, high, how = interval([0.2, 0.6, 1.0, 0.0], 1000, 0)
+    assert low < 0.45 < high and "bootstrap" in how
+    assert all(np.isnan(interval([1.0], 1000, 0)[:2]))
+
+
+@pytest.mark.parametrize("values, words", [
+    ({"tasks": "niah_single_1,qa"}, "not a RULER task"),
+    ({"tasks": "cwe", "lengths": "512"}, "give at least 1024"),
+    ({"tasks": "vt", "lengths": "100"}, "shorter than vt's template"),
+    ({"protocol": "study"}, "drop --protocol"),
+])
+def test_bad_options_are_refused_in_one_line(values, words):
+    with pytest.raises(ConfigError, match=words) as err:
+        RulerOptions.build({"model": "llama", **values}, "test")
+    assert "\n" not in str(err.value)
+
+
+def test_two_runs_give_identical_samples_and_answers(tiny, tmp_path, hay, monkeypatch):
+    monkeypatch.setattr("pecli.experiments.ruler.essay", lambda *a: hay)
+    o = RulerOptions.build({"model": "tiny", "tasks": "vt", "lengths": "320",
+                            "samples": 2, "intervention": "zero"}, "test")
+    a, b = (run(o, loaded=tiny("llama", max_position_embeddings=512)) for _ in range(2))
+    cols = ["condition", "task", "sample", "depth", "tokens", "answers", "output", "value", "prompt"]
+    assert a["ruler_samples"][cols].equals(b["ruler_samples"][cols])
+    s = a["ruler_samples"]
+    assert list(dict.fromkeys(s["condition"])) == ["intact", "zero"]
+    assert (s[s["condition"] == "intact"]["prompt"] != "").all() and (s[s["condition"] == "zero"]["prompt"] == "").all()
+    acc = a["ruler"]
+    assert len(acc) == 2 and acc["samples"].eq(2).all() and (acc["ci_high"] > acc["ci_low"]).all()
+
+
+def test_essay_refuses_a_missing_file(tmp_path):
+    from pecli.runs.errors import DataError
+
+    with pytest.raises(DataError, match="not found"):
+        essay(str(tmp_path / "none.txt"))
+
+
+def test_the_lm_eval_route_gives_pecli_rulers_samples_outputs_and_scores(tiny, hay, monkeypatch):
+    """configs/lm_eval/ruler_vt.yaml through `pecli`'s lm-eval model: the same documents as
+    `pecli ruler` builds, the same greedy outputs and recalls."""
+    lm_eval = pytest.importorskip("lm_eval", reason="lm-eval not installed (make setup)")
+    from pathlib import Path
+
+    from lm_eval.tasks import TaskManager
+
+    from pecli.integrations import lm_eval as plugin
+
+    loaded = tiny("llama", max_position_embeddings=512)
+    monkeypatch.setattr("pecli.experiments.ruler.essay", lambda *a: hay)
+    monkeypatch.setattr("pecli.models.loading.load_model", lambda *a, **k: loaded)
+    o = RulerOptions.build({"model": "tiny", "tasks": "vt", "lengths": "320", "samples": 2}, "test")
+    ours = run(o, loaded=loaded)["ruler_samples"]
+    meta = {"pretrained": "tiny", "ruler_tasks": "vt", "ruler_lengths": [320], "ruler_samples": 2}
+    configs = Path(__file__).resolve().parents[2] / "configs" / "lm_eval"
+    manager = TaskManager(include_path=str(configs), metadata=meta)
+    docs = list(manager.load_task_or_group(["ruler_vt"])["ruler_vt"].test_docs())
+    assert [d["prompt"] for d in docs] == list(ours["prompt"])
+    lm = plugin.PecliLM(pretrained="tiny", loaded=loaded, batch_size=1)
+    try:
+        out = lm_eval.simple_evaluate(model=lm, tasks=["ruler_vt"], task_manager=manager)
+    finally:
+        lm.close()
+    samples = sorted(out["samples"]["ruler_vt"], key=lambda s: s["doc_id"])
+    assert [s["resps"][0][0] for s in samples] == list(ours["output"])
+    assert [s["recall"] for s in samples] == list(ours["value"])
