@@ -7,8 +7,8 @@ from rich.table import Table
 
 from pecli.cli.docs import Row
 from pecli.cli.flags import ForceOpt, OutOpt, derived
+from pecli.cli.shared import ci_text, run_and_write
 from pecli.cli.shared import console as wide_console
-from pecli.cli.shared import run_and_write
 from pecli.runs import parallel
 from pecli.runs.options import FinetuneOptions
 
@@ -51,7 +51,7 @@ def finetune(options: FinetuneOptions, *, out: OutOpt = None, force: ForceOpt = 
 
 
 def _ci(row) -> str:
-    return f"{row['value']:.3f} [{row['ci_low']:.3f}, {row['ci_high']:.3f}]"
+    return f"{row['value']:.3f}{ci_text(row, '.3f')}"
 
 
 def _accuracy_table(df) -> Table:

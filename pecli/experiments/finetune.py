@@ -197,7 +197,7 @@ def _finetuned_rows(o: FinetuneOptions, loaded, cond, initial: dict, train_ids, 
     mean, low, high = seed_interval(accs)
     rows.append({**common, "metric": "finetune_accuracy_mean",
                  "value": mean, "ci_low": low, "ci_high": high, "seed_run": np.nan,
-                 "interval": f"Student t over {len(accs)} seeds", "checkpoint_revision": ""})
+                 "interval": f"Student t over {len(accs)} seeds" if low == low else "", "checkpoint_revision": ""})
     return rows
 
 
@@ -307,7 +307,7 @@ def _recovery_rows(o: FinetuneOptions, loaded, cond, mask, initial: dict, seqs, 
         mean, low, high = seed_interval([c[i][2] for c in curves.values()])
         rows.append({**base, "metric": "perplexity_mean", "step": st, "value": mean,
                      "ci_low": low, "ci_high": high, "seed_run": np.nan,
-                     "interval": f"Student t over {len(curves)} seeds"})
+                     "interval": f"Student t over {len(curves)} seeds" if low == low else ""})
     done = [r for r in reached if r == r]
     rows.append({**base, "metric": "seeds_within_10pct", "step": np.nan,
                  "value": float(len(done)), "ci_low": np.nan, "ci_high": np.nan,

@@ -33,6 +33,7 @@ import pandas as pd
 import torch
 
 from pecli.experiments import Headline, lazy, register
+from pecli.measures.intervals import percentile_interval
 from pecli.measures.training import SEED_METHOD, char_tokenizer, over_seeds, seed_interval
 from pecli.runs.options import ToyLengthOptions
 from pecli.runs.provenance import row_provenance
@@ -224,9 +225,9 @@ def ranking(by_seed: pd.DataFrame, train_length: int, n_boot: int = 1000, seed: 
         draws = np.array([b[s] for b in boot])
         accuracy = np.array([cells[(t, s)] for t in tasks]).mean(0)  # per seed, over tasks
         low, high = seed_interval(accuracy)
+        mrr_low, mrr_high = percentile_interval(draws)
         rows.append({"pe": s, "metric": "mrr", "value": point[s],
-                     "ci_low": float(np.percentile(draws, 2.5)),
-                     "ci_high": float(np.percentile(draws, 97.5)),
+                     "ci_low": mrr_low, "ci_high": mrr_high,
                      "interval": "95 % percentile bootstrap over training seeds (each task and "
                                  f"scheme's seeds resampled, {n_boot} resamples)",
                      "tasks": ",".join(tasks)})

@@ -17,9 +17,14 @@ interval instead (`wilson`): exact where a bootstrap of all-right trials would g
 lm-eval's per-document values get the same choice (`document_interval`), and a condition's
 difference from the intact model resamples each document's pair together (`paired_with_intact`).
 
-Deterministic for a seed; `n_boot=0` turns intervals off (NaN bounds). No interval comes from
-fewer than MIN_TEXTS texts (a bootstrap of one text cannot vary: NaN bounds and a warning);
-`--bootstrap` is 0 or MIN_RESAMPLES..MAX_RESAMPLES (pecli.runs.options checks it).
+Means over training seeds get a Student t interval (`t_interval`).
+
+Deterministic for a seed; `n_boot=0` turns intervals off (NaN bounds). The rule every function
+here keeps (issue 46): no interval from fewer than MIN_TEXTS distinct units (a bootstrap of one
+text, or of texts that all give the same value, cannot vary: NaN bounds, with a warning for too
+few texts), and none of zero width (`proper`: a quantity fixed by construction, such as the
+intact model's difference from itself or the share of its own gap it closes, gets NaN bounds,
+not [x, x]). `--bootstrap` is 0 or MIN_RESAMPLES..MAX_RESAMPLES (pecli.runs.options checks it).
 """
 
 from __future__ import annotations
@@ -37,8 +42,21 @@ METHOD = ("95 % percentile bootstrap over texts (texts resampled with replacemen
 
 _CHUNK_ELEMENTS = 4_000_000  # resample indices held at once: bounded memory for 25k texts
 MIN_TEXTS = 2  # fewer texts give no interval
+_ZERO_WIDTH = 1e-9  # relative: a width below it is rounding, not variation
 __all__ = ["MAX_RESAMPLES", "MIN_RESAMPLES", "MIN_TEXTS", "pair_interval", "ratio_interval",
-           "resampled", "statistic_interval", "wilson", "mean_interval", "by_text", "percentile_interval"]
+           "resampled", "statistic_interval", "wilson", "mean_interval", "by_text", "percentile_interval",
+           "proper", "t_interval"]
+
+
+def proper(low: float, high: float) -> tuple[float, float]:
+    """(low, high), or NaN bounds where they are not an interval: NaN, or of zero width (every
+    unit gave the same value: the statistic did not vary, so nothing says how far it could)."""
+    low, high = float(low), float(high)
+    if not (np.isfinite(low) and np.isfinite(high)):
+        return float("nan"), float("nan")
+    if high - low <= _ZERO_WIDTH * max(abs(low), abs(high), 1e-300):
+        return float("nan"), float("nan")
+    return low, high
 
 
 def _enough(texts: int, n_boot: int) -> bool:
@@ -155,8 +173,7 @@ def _percentiles(stats: np.ndarray, level: float, transform=None) -> tuple[float
         with np.errstate(over="ignore"):
             stats = transform(stats)
     tail = (1 - level) / 2 * 100
-    low, high = np.percentile(stats, [tail, 100 - tail])
-    return float(low), float(high)
+    return proper(*np.percentile(stats, [tail, 100 - tail]))
 
 
 def mean_interval(values, n_boot: int = 1000, seed: int = 0, level: float = LEVEL
@@ -173,13 +190,26 @@ def by_text(values, text, texts: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def wilson(successes: int, trials: int, level: float = LEVEL) -> tuple[float, float]:
-    """The Wilson score interval of a binomial proportion (scipy's); NaN bounds for no trials."""
-    if trials == 0:
+    """The Wilson score interval of a binomial proportion (scipy's); NaN bounds for fewer than
+    MIN_TEXTS trials."""
+    if trials < MIN_TEXTS:
         return float("nan"), float("nan")
     from scipy.stats import binomtest
 
     ci = binomtest(successes, trials).proportion_ci(confidence_level=level, method="wilson")
-    return float(ci.low), float(ci.high)
+    return proper(ci.low, ci.high)
+
+
+def t_interval(values, level: float = LEVEL) -> tuple[float, float]:
+    """Student t interval of the mean (mean +- t * sd / sqrt(n)) of one value per unit (a
+    training seed); NaN bounds for fewer than MIN_TEXTS units or units that all agree."""
+    v = np.asarray(values, dtype=np.float64).ravel()
+    if len(v) < MIN_TEXTS:
+        return float("nan"), float("nan")
+    from scipy.stats import t
+
+    half = t.ppf(0.5 + level / 2, len(v) - 1) * v.std(ddof=1) / np.sqrt(len(v))
+    return proper(v.mean() - half, v.mean() + half)
 
 
 def perplexity_intervals(nlls: list, n_boot: int, seed: int) -> dict[str, tuple[float, float]]:
@@ -216,7 +246,8 @@ def document_interval(per_doc: list, stderr, value: float, n_boot: int, seed: in
         low, high = mean_interval(np.asarray(per_doc, dtype=float), n_boot=n_boot, seed=seed)
         return low, high, "percentile bootstrap over documents"
     if isinstance(stderr, int | float) and np.isfinite(stderr) and len(per_doc) != 1:
-        return value - 1.96 * stderr, value + 1.96 * stderr, "normal: value ± 1.96 lm-eval stderr"
+        low, high = proper(value - 1.96 * stderr, value + 1.96 * stderr)
+        return low, high, "normal: value ± 1.96 lm-eval stderr" if np.isfinite(low) else ""
     return float("nan"), float("nan"), ""
 
 

@@ -218,14 +218,11 @@ OVER_SEEDS = "mean over training seeds"
 
 
 def seed_interval(values) -> tuple[float, float]:
-    """95 % Student t interval of the mean over training seeds (NaN with fewer than 2)."""
-    from scipy import stats
+    """95 % Student t interval of the mean over training seeds (intervals.t_interval: NaN with
+    fewer than 2 seeds or seeds that all agree)."""
+    from pecli.measures.intervals import t_interval
 
-    v = np.asarray(values, dtype=np.float64)
-    if len(v) < 2:
-        return float("nan"), float("nan")
-    half = stats.t.ppf(0.975, len(v) - 1) * v.std(ddof=1) / np.sqrt(len(v))
-    return float(v.mean() - half), float(v.mean() + half)
+    return t_interval(values)
 
 
 def over_seeds(by_seed, keys: list[str]):

@@ -185,3 +185,13 @@ def test_headlines_follow_the_registered_order_whatever_the_import_order(monkeyp
     monkeypatch.setattr(EXPERIMENTS, "_entries", dict(reversed(list(EXPERIMENTS._entries.items()))))
     assert headlines() == before
     assert [n for n, h in before if h.metric == "perplexity"][0] == "perplexity"
+
+
+def test_compare_carries_no_zero_width_interval_from_a_table_written_before_the_rule():
+    rows = pd.DataFrame({"experiment": "mc", "metric": ["mc1", "mc1"], "value": [0.0, 0.3],
+                         "ci_low": [0.0, 0.2], "ci_high": [0.0, 0.4], "model": "m",
+                         "intervention": ["learned", "zero"], "mask": "default",
+                         "mask_semantics": "legacy", "rope_scaling": "none"})
+    got = headline_rows(rows)
+    assert got["ci_low"].isna().tolist() == [True, False] and got["ci_high"].isna().tolist() == [True, False]
+    assert got["interval"].tolist() == ["", "95 % percentile bootstrap over items"]
