@@ -45,7 +45,7 @@ MIN_TEXTS = 2  # fewer texts give no interval
 _ZERO_WIDTH = 1e-9  # relative: a width below it is rounding, not variation
 __all__ = ["MAX_RESAMPLES", "MIN_RESAMPLES", "MIN_TEXTS", "pair_interval", "ratio_interval",
            "resampled", "statistic_interval", "wilson", "mean_interval", "by_text", "percentile_interval",
-           "proper", "t_interval"]
+           "proper", "t_interval", "paired_difference", "diff_columns", "DIFF_COLUMNS"]
 
 
 def proper(low: float, high: float) -> tuple[float, float]:
@@ -152,6 +152,41 @@ def pair_interval(values, text_a, text_b, texts: int, n_boot: int = 1000, seed: 
     return percentile_interval(stats, level)
 
 
+DIFF_COLUMNS = ("diff_vs_intact", "diff_ci_low", "diff_ci_high")
+PAIRED_METHOD = ("95 % paired percentile bootstrap over texts: the condition and intact scored on "
+                 "the same texts, each resample drawing the same texts for both")
+
+
+def paired_difference(numerators, reference, denominators=None, reference_denominators=None,
+                      n_boot: int = 1000, seed: int = 0, level: float = LEVEL,
+                      transform: Callable[[np.ndarray], np.ndarray] | None = None
+                      ) -> tuple[float, float, float]:
+    """(difference, low, high): transform(sum(num) / sum(den)) minus the same of `reference`,
+    both scored on the same texts (one value per text, in the same order), with a percentile
+    bootstrap interval that draws the same texts for both on every resample (ratio_interval's
+    resamples): sharper than two unpaired intervals, since what the texts share cancels.
+    Denominators default to 1 per text (a plain mean); the reference's to the condition's."""
+    num, ref = (np.asarray(x, np.float64).ravel() for x in (numerators, reference))
+    den = np.ones_like(num) if denominators is None else np.asarray(denominators, np.float64).ravel()
+    rden = den if reference_denominators is None else np.asarray(reference_denominators, np.float64).ravel()
+    if not num.shape == ref.shape == den.shape == rden.shape:
+        raise ValueError(f"a paired difference needs the same texts: {num.shape}, {ref.shape}")
+    t = transform or (lambda x: x)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        point = float(t(num.sum() / den.sum()) - t(ref.sum() / rden.sum())) if num.size else float("nan")
+        stats = resampled(lambda c: t(c @ num / (c @ den)) - t(c @ ref / (c @ rden)), num.size, n_boot, seed)
+    return (point, *percentile_interval(stats, level))
+
+
+def diff_columns(*args, reference_row: bool = False, **kwargs) -> dict[str, float]:
+    """`paired_difference` as a table's DIFF_COLUMNS (NaN on the intact row itself): the one
+    way every table that scores conditions on shared texts gives each condition's difference
+    from intact."""
+    if reference_row:
+        return dict.fromkeys(DIFF_COLUMNS, float("nan"))
+    return dict(zip(DIFF_COLUMNS, paired_difference(*args, **kwargs), strict=True))
+
+
 def percentile_interval(stats: np.ndarray | None, level: float = LEVEL) -> tuple[float, float]:
     """(low, high) percentiles of resampled statistics; NaN for none."""
     return (float("nan"), float("nan")) if stats is None else _percentiles(stats, level)
@@ -231,6 +266,29 @@ def perplexity_intervals(nlls: list, n_boot: int, seed: int) -> dict[str, tuple[
         "median_per_text": statistic_interval(per_text, np.median, n_boot=n_boot, seed=seed),
         "mean_per_token": ratio_interval(exp_sums, counts, n_boot=n_boot, seed=seed),
     }
+
+
+def paired_perplexity(nlls: list, intact: list | None, n_boot: int, seed: int) -> dict[str, dict]:
+    """Each perplexity aggregation's DIFF_COLUMNS: a condition's per-text NLL tensors against
+    the intact model's on the same texts (`intact`; None for the intact rows: NaN), texts
+    resampled in pairs. The median per text has none (NaN): it is not a ratio of sums."""
+    from pecli.measures.metrics import AGGREGATIONS
+
+    if intact is None:
+        return {a: diff_columns(reference_row=True) for a in AGGREGATIONS}
+    keep = [i for i, (x, y) in enumerate(zip(nlls, intact, strict=True)) if x.numel() and y.numel()]
+
+    def per_text(xs):
+        xs = [xs[i].double() for i in keep]
+        return (np.array([x.sum().item() for x in xs]), np.array([x.exp().sum().item() for x in xs]),
+                np.array([x.numel() for x in xs], np.float64))
+
+    (nll, exp, n), (nll0, exp0, n0) = per_text(nlls), per_text(intact)
+    boot = {"n_boot": n_boot, "seed": seed}
+    out = {"corpus": diff_columns(nll, nll0, n, n0, transform=np.exp, **boot),
+           "mean_per_text": diff_columns(np.exp(nll / n), np.exp(nll0 / n0), **boot),
+           "mean_per_token": diff_columns(exp, exp0, n, n0, **boot)}
+    return {a: out.get(a, diff_columns(reference_row=True)) for a in AGGREGATIONS}
 
 
 # --- lm-eval's numbers per document (pecli lm-eval) ---------------------------------------

@@ -203,3 +203,23 @@ def test_finetune_step_zero_has_no_interval_when_every_seed_starts_from_the_same
 
     mean, low, high = seed_interval([321.16, 321.16, 321.16])
     assert mean == pytest.approx(321.16) and np.isnan([low, high]).all()
+
+
+def test_paired_difference_is_a_bootstrap_of_pairs_written_plainly():
+    from pecli.measures.intervals import diff_columns, paired_difference
+
+    rng = np.random.default_rng(5)
+    base = rng.uniform(0.2, 0.9, 30)  # per-text accuracy of intact; a condition 0.05 lower
+    cond = base - 0.05 + rng.normal(0, 0.01, 30)
+    idx = np.random.default_rng(0).integers(0, 30, size=(1000, 30))
+    by_hand = np.percentile(cond[idx].mean(1) - base[idx].mean(1), [2.5, 97.5])
+    d, low, high = paired_difference(cond, base, n_boot=1000, seed=0)
+    assert d == pytest.approx(cond.mean() - base.mean(), abs=1e-15)
+    np.testing.assert_allclose([low, high], by_hand, rtol=1e-12)
+    assert high < 0  # the unpaired intervals overlap; the paired one excludes zero
+    a, b = mean_interval(cond), mean_interval(base)
+    assert a[1] > b[0]
+    assert np.isnan(list(diff_columns(base, base, reference_row=True).values())).all()
+    assert np.isnan(paired_difference(base, base)[1:]).all()  # intact against itself: zero width
+    with pytest.raises(ValueError, match="same texts"):
+        paired_difference(cond[:5], base)
