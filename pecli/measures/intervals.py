@@ -42,10 +42,11 @@ METHOD = ("95 % percentile bootstrap over texts (texts resampled with replacemen
 
 _CHUNK_ELEMENTS = 4_000_000  # resample indices held at once: bounded memory for 25k texts
 MIN_TEXTS = 2  # fewer texts give no interval
+MIN_WINDOWS = 10  # windows of long documents: fewer give none (the table shows how many)
 _ZERO_WIDTH = 1e-9  # relative: a width below it is rounding, not variation
 __all__ = ["MAX_RESAMPLES", "MIN_RESAMPLES", "MIN_TEXTS", "pair_interval", "ratio_interval",
            "resampled", "statistic_interval", "wilson", "mean_interval", "by_text", "percentile_interval",
-           "proper", "t_interval", "paired_difference", "diff_columns", "DIFF_COLUMNS"]
+           "proper", "t_interval", "MIN_WINDOWS", "paired_difference", "diff_columns", "DIFF_COLUMNS"]
 
 
 def proper(low: float, high: float) -> tuple[float, float]:
@@ -59,20 +60,22 @@ def proper(low: float, high: float) -> tuple[float, float]:
     return low, high
 
 
-def _enough(texts: int, n_boot: int) -> bool:
-    """Whether an interval can mean anything; warns once when texts are too few."""
+def _enough(texts: int, n_boot: int, least: int = MIN_TEXTS) -> bool:
+    """Whether an interval can mean anything; warns once when texts are too few (units that
+    must number `least`, such as windows, say so in their table: no warning)."""
     if n_boot <= 0:
         return False
-    if texts < MIN_TEXTS:
-        warnings.warn(f"{texts} text(s): no 95 % interval from fewer than {MIN_TEXTS} texts "
-                      "(ci_low, ci_high are NaN); evaluate more texts", stacklevel=3)
+    if texts < least:
+        if least == MIN_TEXTS:
+            warnings.warn(f"{texts} text(s): no 95 % interval from fewer than {MIN_TEXTS} texts "
+                          "(ci_low, ci_high are NaN); evaluate more texts", stacklevel=3)
         return False
     return n_boot >= MIN_RESAMPLES
 
 
 def ratio_interval(numerators, denominators=None, n_boot: int = 1000, seed: int = 0,
-                   level: float = LEVEL, transform: Callable[[np.ndarray], np.ndarray] | None = None
-                   ) -> tuple[float, float]:
+                   level: float = LEVEL, transform: Callable[[np.ndarray], np.ndarray] | None = None,
+                   least: int = MIN_TEXTS) -> tuple[float, float]:
     """Percentile bootstrap interval of transform(sum(num[S]) / sum(den[S])) over resamples S.
 
     Args:
@@ -83,6 +86,8 @@ def ratio_interval(numerators, denominators=None, n_boot: int = 1000, seed: int 
         seed: the resamples depend on it alone (and on the number of texts).
         level: coverage of the interval.
         transform: applied to each resampled ratio (np.exp for a perplexity).
+        least: the fewest units that give an interval (MIN_WINDOWS for windows of a long
+            document: a handful of them cannot say how the next would score).
 
     Returns:
         (low, high); (nan, nan) when there are no texts or n_boot is 0. Resamples whose
@@ -92,7 +97,7 @@ def ratio_interval(numerators, denominators=None, n_boot: int = 1000, seed: int 
     den = np.ones_like(num) if denominators is None else np.asarray(denominators, np.float64).ravel()
     if num.shape != den.shape:
         raise ValueError(f"numerators {num.shape} and denominators {den.shape} differ")
-    if not _enough(num.size, n_boot):
+    if not _enough(num.size, n_boot, least):
         return float("nan"), float("nan")
     stats = np.empty(n_boot)
     for start, idx in _resamples(num.size, n_boot, seed):

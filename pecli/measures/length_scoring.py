@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from pecli.measures.intervals import ratio_interval
+from pecli.measures.intervals import MIN_WINDOWS, ratio_interval
 from pecli.measures.lm_scoring import HEAD_CHUNK, Window
 from pecli.measures.metrics import target_nll
 from pecli.runs import names
@@ -193,7 +193,8 @@ def summarise(nlls: list[torch.Tensor], windows: Cut, count: int, n_boot: int, s
     """Rows by position bucket, then the all-positions row: window_start, window_end (positions
     inside the window, end exclusive), nll_mean, perplexity, tokens, windows (that have a
     target in the bucket), ci_low/ci_high (the perplexity's 95 % bootstrap interval over
-    those windows; NaN from a single window, which a bootstrap cannot vary))."""
+    those windows; NaN from fewer than MIN_WINDOWS: a bootstrap of 3 windows cannot say how
+    the next would score))."""
     nll = torch.cat(nlls).double().numpy() if nlls else np.zeros(0)
     pos = np.concatenate(windows.positions()) if len(windows) else np.zeros(0, int)
     owner = np.repeat(np.arange(len(windows)), [len(x) for x in nlls]).astype(int)
@@ -206,9 +207,9 @@ def summarise(nlls: list[torch.Tensor], windows: Cut, count: int, n_boot: int, s
         has = counts > 0
         tokens = int(counts.sum())
         mean = float(sums.sum() / tokens) if tokens else float("nan")
-        low, high = float("nan"), float("nan")  # one window: nothing to resample, no interval
-        if has.sum() > 1:
-            low, high = ratio_interval(sums[has], counts[has], n_boot=n_boot, seed=seed, transform=np.exp)
+        # fewer than MIN_WINDOWS windows: no interval; the table's `windows` says how many
+        low, high = ratio_interval(sums[has], counts[has], n_boot=n_boot, seed=seed, transform=np.exp,
+                                   least=MIN_WINDOWS)
         rows.append({"window_start": start, "window_end": end,
                      "all_positions": i == len(spans) - 1,
                      "nll_mean": mean, "perplexity": float(np.exp(mean)), "tokens": tokens,
