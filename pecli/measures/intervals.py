@@ -46,7 +46,7 @@ MIN_WINDOWS = 10  # windows of long documents: fewer give none (the table shows 
 _ZERO_WIDTH = 1e-9  # relative: a width below it is rounding, not variation
 __all__ = ["MAX_RESAMPLES", "MIN_RESAMPLES", "MIN_TEXTS", "pair_interval", "ratio_interval",
            "resampled", "statistic_interval", "wilson", "mean_interval", "by_text", "percentile_interval",
-           "proper", "t_interval", "MIN_WINDOWS", "paired_difference", "diff_columns", "DIFF_COLUMNS"]
+           "proper", "t_interval", "MIN_WINDOWS", "seeds_and_texts_interval", "paired_difference", "diff_columns", "DIFF_COLUMNS"]
 
 
 def proper(low: float, high: float) -> tuple[float, float]:
@@ -294,6 +294,27 @@ def paired_perplexity(nlls: list, intact: list | None, n_boot: int, seed: int) -
            "mean_per_text": diff_columns(np.exp(nll / n), np.exp(nll0 / n0), **boot),
            "mean_per_token": diff_columns(exp, exp0, n, n0, **boot)}
     return {a: out.get(a, diff_columns(reference_row=True)) for a in AGGREGATIONS}
+
+
+SEEDS_AND_TEXTS = ("95 % two-level percentile bootstrap: training seeds resampled, then the "
+                   "texts within each drawn seed; the mean over seeds of each seed's statistic")
+
+
+def seeds_and_texts_interval(per_seed: list, n_boot: int = 1000, seed: int = 0,
+                             level: float = LEVEL) -> tuple[float, float]:
+    """Interval of the mean over training seeds of each seed's mean over its texts (or items),
+    where both vary: every resample draws seeds with replacement, then each drawn seed's texts
+    with replacement (`per_seed`: one array of per-text values per seed). Bounds stay inside
+    the values' range (an accuracy's in [0, 1]), which a t interval over 3 seeds does not; one
+    seed gives the bootstrap over its texts. NaN where nothing can vary (`proper`)."""
+    arrays = [np.asarray(v, np.float64).ravel() for v in per_seed]
+    arrays = [v for v in arrays if v.size]
+    if not arrays or n_boot <= 0 or sum(v.size for v in arrays) < MIN_TEXTS:
+        return float("nan"), float("nan")
+    rng = np.random.default_rng(seed)
+    within = np.stack([v[rng.integers(0, v.size, (n_boot, v.size))].mean(1) for v in arrays], 1)  # [B, S]
+    drawn = rng.integers(0, len(arrays), (n_boot, len(arrays)))
+    return _percentiles(np.take_along_axis(within, drawn, 1).mean(1), level)
 
 
 # --- lm-eval's numbers per document (pecli lm-eval) ---------------------------------------

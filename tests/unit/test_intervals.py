@@ -223,3 +223,19 @@ def test_paired_difference_is_a_bootstrap_of_pairs_written_plainly():
     assert np.isnan(paired_difference(base, base)[1:]).all()  # intact against itself: zero width
     with pytest.raises(ValueError, match="same texts"):
         paired_difference(cond[:5], base)
+
+
+def test_seeds_and_texts_together_by_hand_and_inside_the_values_range():
+    from pecli.measures.intervals import seeds_and_texts_interval, t_interval
+
+    per_seed = [np.r_[np.ones(k), np.zeros(20 - k)] for k in (1, 0, 3)]  # accuracy near 0
+    low, high = seeds_and_texts_interval(per_seed, n_boot=1000, seed=4)
+    # by hand: texts resampled within every seed, then seeds drawn, from one generator
+    rng = np.random.default_rng(4)
+    within = np.stack([v[rng.integers(0, 20, (1000, 20))].mean(1) for v in per_seed], 1)
+    drawn = rng.integers(0, 3, (1000, 3))
+    stats = np.array([within[b, drawn[b]].mean() for b in range(1000)])
+    np.testing.assert_allclose([low, high], np.percentile(stats, [2.5, 97.5]), rtol=1e-12)
+    assert 0.0 <= low < high <= 1.0
+    assert t_interval([v.mean() for v in per_seed])[0] < 0  # what the t interval over 3 seeds gave
+    assert np.isnan(seeds_and_texts_interval([np.zeros(20)] * 3)).all()  # all wrong: no interval
