@@ -20,7 +20,7 @@ def finetune(options: FinetuneOptions, *, out: OutOpt = None, force: ForceOpt = 
 
     Encoder (minilm, any BERT family): a linear head on the mean-pooled final hidden state,
     full fine-tuning (or --train-layers N), the position table frozen in every condition;
-    test accuracy per seed and the mean with a Student-t interval over seeds, beside the
+    test accuracy per seed and the mean over seeds (interval: seeds and texts resampled), beside the
     frozen-feature probe (logistic regression on the untrained encoder's features of the same
     texts). Causal LM (models/tiny-gpt2-imdb, smollm2): full fine-tuning on IMDB train texts
     from zero, from the intact model (the control) and from zero + --mask FILE; held-out
