@@ -123,11 +123,11 @@ def statistic_interval(values, statistic: Callable[..., np.ndarray], n_boot: int
 
 
 def resampled(statistic: Callable[[np.ndarray], np.ndarray], texts: int, n_boot: int = 1000,
-              seed: int = 0) -> np.ndarray | None:
+              seed: int = 0, least: int = MIN_TEXTS) -> np.ndarray | None:
     """`statistic(counts)` on every resample of `texts` texts: counts[m, texts] says how often
     each text was drawn (the same resamples as ratio_interval's for the same seed), and the
     statistic returns [m]. None when no interval can be given (see MIN_TEXTS)."""
-    if not _enough(texts, n_boot):
+    if not _enough(texts, n_boot, least):
         return None
     stats = np.empty(n_boot)
     for start, idx in _resamples(texts, n_boot, seed):
@@ -164,13 +164,14 @@ PAIRED_METHOD = ("95 % paired percentile bootstrap over texts: the condition and
 
 def paired_difference(numerators, reference, denominators=None, reference_denominators=None,
                       n_boot: int = 1000, seed: int = 0, level: float = LEVEL,
-                      transform: Callable[[np.ndarray], np.ndarray] | None = None
-                      ) -> tuple[float, float, float]:
+                      transform: Callable[[np.ndarray], np.ndarray] | None = None,
+                      least: int = MIN_TEXTS) -> tuple[float, float, float]:
     """(difference, low, high): transform(sum(num) / sum(den)) minus the same of `reference`,
     both scored on the same texts (one value per text, in the same order), with a percentile
     bootstrap interval that draws the same texts for both on every resample (ratio_interval's
     resamples): sharper than two unpaired intervals, since what the texts share cancels.
-    Denominators default to 1 per text (a plain mean); the reference's to the condition's."""
+    Denominators default to 1 per text (a plain mean); the reference's to the condition's;
+    `least` as ratio_interval's."""
     num, ref = (np.asarray(x, np.float64).ravel() for x in (numerators, reference))
     den = np.ones_like(num) if denominators is None else np.asarray(denominators, np.float64).ravel()
     rden = den if reference_denominators is None else np.asarray(reference_denominators, np.float64).ravel()
@@ -179,7 +180,8 @@ def paired_difference(numerators, reference, denominators=None, reference_denomi
     t = transform or (lambda x: x)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         point = float(t(num.sum() / den.sum()) - t(ref.sum() / rden.sum())) if num.size else float("nan")
-        stats = resampled(lambda c: t(c @ num / (c @ den)) - t(c @ ref / (c @ rden)), num.size, n_boot, seed)
+        stats = resampled(lambda c: t(c @ num / (c @ den)) - t(c @ ref / (c @ rden)), num.size, n_boot,
+                          seed, least)
     return (point, *percentile_interval(stats, level))
 
 
