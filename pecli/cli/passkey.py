@@ -35,7 +35,8 @@ def passkey(options: PasskeyOptions, *, out: OutOpt = None, force: ForceOpt = Fa
     with counter("decoding", "trials") as advance:
         tables, paths, pngs, _ = run_and_write(
             "passkey", run, options, out, progress=advance, force=force,
-            notes={"intervals": "95 % Wilson score interval over trials"})
+            notes={"intervals": "95 % Wilson score interval over trials",
+                   "interval_unit": "trial (its own key, depth jitter, filler order and offset)"})
     if not parallel.is_main():
         return
     console = wide_console()
