@@ -44,7 +44,8 @@ def ablate(flags: dict, *, out: OutOpt = None, force: ForceOpt = False) -> None:
     start = time.perf_counter()
     tables, paths, pngs, _ = run_and_write(
         "ablate", run, options, out, progress=True, force=force,
-        notes={"intervals": METHOD + "; in-model baselines: a pair weighted by both its texts' draws"})
+        notes={"intervals": METHOD + "; in-model baselines: a pair weighted by both its texts' draws",
+               "interval_unit": "text"})
     elapsed = time.perf_counter() - start
     if not parallel.is_main():  # launched on N processes: the main one writes and prints
         return

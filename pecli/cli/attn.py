@@ -35,7 +35,7 @@ def attn(options: AttnOptions, *, out: OutOpt = None, force: ForceOpt = False) -
     from pecli.measures.intervals import METHOD
     with counter("texts", "texts x conditions") as advance:
         tables, paths, pngs, _ = run_and_write("attn", run, options, out, progress=advance,
-                                               force=force, notes={"intervals": METHOD})
+                                               force=force, notes={"intervals": METHOD, "interval_unit": "text"})
     console = wide_console()
     df = tables["attn"]
     first = df.iloc[0]

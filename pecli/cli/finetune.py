@@ -7,8 +7,8 @@ from rich.table import Table
 
 from pecli.cli.docs import Row
 from pecli.cli.flags import ForceOpt, OutOpt, derived
+from pecli.cli.shared import ci_text, run_and_write
 from pecli.cli.shared import console as wide_console
-from pecli.cli.shared import run_and_write
 from pecli.runs import parallel
 from pecli.runs.options import FinetuneOptions
 
@@ -20,7 +20,7 @@ def finetune(options: FinetuneOptions, *, out: OutOpt = None, force: ForceOpt = 
 
     Encoder (minilm, any BERT family): a linear head on the mean-pooled final hidden state,
     full fine-tuning (or --train-layers N), the position table frozen in every condition;
-    test accuracy per seed and the mean with a Student-t interval over seeds, beside the
+    test accuracy per seed and the mean over seeds (interval: seeds and texts resampled), beside the
     frozen-feature probe (logistic regression on the untrained encoder's features of the same
     texts). Causal LM (models/tiny-gpt2-imdb, smollm2): full fine-tuning on IMDB train texts
     from zero, from the intact model (the control) and from zero + --mask FILE; held-out
@@ -51,7 +51,7 @@ def finetune(options: FinetuneOptions, *, out: OutOpt = None, force: ForceOpt = 
 
 
 def _ci(row) -> str:
-    return f"{row['value']:.3f} [{row['ci_low']:.3f}, {row['ci_high']:.3f}]"
+    return f"{row['value']:.3f}{ci_text(row, '.3f')}"
 
 
 def _accuracy_table(df) -> Table:

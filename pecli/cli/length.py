@@ -34,7 +34,8 @@ def length(options: LengthOptions, *, out: OutOpt = None, force: ForceOpt = Fals
     from pecli.positions.labels import label as condition_label
     with counter("scoring", "tokens") as advance:
         tables, paths, pngs, _ = run_and_write("length", run, options, out, progress=advance, force=force,
-                                               notes={"intervals": METHOD.replace("texts", "windows")})
+                                               notes={"intervals": METHOD.replace("texts", "windows"),
+                                                      "interval_unit": "window (no interval from fewer than 10)"})
     if not parallel.is_main():
         return
     console = wide_console()

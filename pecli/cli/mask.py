@@ -9,8 +9,8 @@ from rich.table import Table
 
 from pecli.cli.docs import Row
 from pecli.cli.flags import ForceOpt, OutOpt, derived
+from pecli.cli.shared import ci_text, run_and_write
 from pecli.cli.shared import console as wide_console
-from pecli.cli.shared import run_and_write
 from pecli.runs import parallel
 from pecli.runs.options import MaskFitOptions
 
@@ -55,7 +55,7 @@ def fit(options: MaskFitOptions, *, out: OutOpt = None, force: ForceOpt = False)
         summary.add_column(col, justify="left" if col in ("held-out set", "condition") else "right")
     for _, row in df.iterrows():
         summary.add_row(f"{row['dataset']}/{row['split']}", row["condition"],
-                        f"{_num(row['value'])} [{_num(row['ci_low'])}, {_num(row['ci_high'])}]",
+                        _num(row["value"]) + ci_text(row, _num),
                         _gap(row))
     console.print(summary)
     console.print(f"mask file: {recorded.save_dir}/mask.json (give it back as --mask: it runs "
@@ -67,7 +67,7 @@ def fit(options: MaskFitOptions, *, out: OutOpt = None, force: ForceOpt = False)
 def _gap(row) -> str:
     if math.isnan(row["gap_closed"]):  # no positions not worse than intact: no gap to close
         return "undefined (no gap)"
-    return f"{row['gap_closed']:+.1%} [{row['gap_ci_low']:+.1%}, {row['gap_ci_high']:+.1%}]"
+    return f"{row['gap_closed']:+.1%}" + ci_text({"ci_low": row["gap_ci_low"], "ci_high": row["gap_ci_high"]}, "+.1%")
 
 
 def _num(x: float) -> str:

@@ -32,7 +32,7 @@ def mc(options: McOptions, *, out: OutOpt = None, force: ForceOpt = False) -> No
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
     from pecli.experiments.mc import run
-    from pecli.measures.intervals import METHOD
+    from pecli.measures.intervals import METHOD, PAIRED_METHOD
     from pecli.positions.labels import label as condition_label
 
     console = wide_console()
@@ -42,7 +42,8 @@ def mc(options: McOptions, *, out: OutOpt = None, force: ForceOpt = False) -> No
         task = bar.add_task("scoring", total=None)
         tables, paths, pngs, _ = run_and_write(
             "mc", run, options, out, force=force,
-            notes={"interval_method": f"per row (column interval_method): Wilson score interval "
+            notes={"interval_unit": "item", "paired_intervals": PAIRED_METHOD.replace("texts", "items"),
+                   "interval_method": f"per row (column interval_method): Wilson score interval "
                                       f"for right-or-wrong metrics (mc1, mc1_norm); {METHOD} otherwise"},
             progress=lambda n, total: bar.update(task, advance=n, total=total))
     if not parallel.is_main():  # launched on N processes: the main one writes and prints
@@ -63,13 +64,19 @@ def mc(options: McOptions, *, out: OutOpt = None, force: ForceOpt = False) -> No
         if condition_label(row) in shown:  # the default mask is one model under every semantics
             continue
         shown.add(condition_label(row))
-        cells = {r["metric"]: f"{r['value']:.3f}{ci_text(r, '.3f')}"
+        cells = {r["metric"]: f"{r['value']:.3f}{ci_text(r, '.3f')}" + ("~" if r["chance_in_interval"] else "")
+                 + ("" if r["diff_vs_intact"] != r["diff_vs_intact"] else
+                    f"\nvs intact {r['diff_vs_intact']:+.3f}"
+                    + ci_text({"ci_low": r["diff_ci_low"], "ci_high": r["diff_ci_high"]}, "+.3f"))
                  for _, r in group.iterrows()}
         summary.add_row(condition_label(row), cells["mc1"], cells["mc2"], cells["mc1_norm"],
                         f"{row['computation']}, {row['passes']}")
     console.print(summary)
     chance = df.drop_duplicates("metric").set_index("metric")["chance"]
-    console.print(f"chance (uniform choice): mc1 {chance['mc1']:.3f}, mc2 {chance['mc2']:.3f}")
+    console.print(f"chance (uniform choice): mc1 {chance['mc1']:.3f}, mc2 {chance['mc2']:.3f}, "
+                  f"mc1_norm {chance['mc1_norm']:.3f}; ~: the 95 % interval contains chance (no "
+                  "evidence of better than chance); vs intact: paired over items (the same items, "
+                  "resampled together)")
     for p in [*paths.values(), *pngs]:
         console.print(f"wrote {p}")
 

@@ -7,8 +7,8 @@ from rich.table import Table
 
 from pecli.cli.docs import Row
 from pecli.cli.flags import ForceOpt, OutOpt, derived
+from pecli.cli.shared import ci_text, counter, run_and_write
 from pecli.cli.shared import console as wide_console
-from pecli.cli.shared import counter, run_and_write
 from pecli.runs import parallel
 from pecli.runs.options import PasskeyOptions
 
@@ -35,7 +35,8 @@ def passkey(options: PasskeyOptions, *, out: OutOpt = None, force: ForceOpt = Fa
     with counter("decoding", "trials") as advance:
         tables, paths, pngs, _ = run_and_write(
             "passkey", run, options, out, progress=advance, force=force,
-            notes={"intervals": "95 % Wilson score interval over trials"})
+            notes={"intervals": "95 % Wilson score interval over trials",
+                   "interval_unit": "trial (its own key, depth jitter, filler order and offset)"})
     if not parallel.is_main():
         return
     console = wide_console()
@@ -52,7 +53,7 @@ def passkey(options: PasskeyOptions, *, out: OutOpt = None, force: ForceOpt = Fa
         shown = [f"{by_depth.loc[d, 'correct']}/{by_depth.loc[d, 'trials']}" if d in by_depth.index
                  else "-" for d in depths]
         whole = row["note"] if isinstance(row["note"], str) and row["note"] else (
-            f"{row['correct']}/{row['trials']} = {row['value']:.0%} [{row['ci_low']:.0%}, {row['ci_high']:.0%}]")
+            f"{row['correct']}/{row['trials']} = {row['value']:.0%}{ci_text(row, '.0%')}")
         summary.add_row(str(model), condition_label(row), f"{length:,}", *shown, whole)
     console.print(summary)
     for p in [*paths.values(), *pngs]:

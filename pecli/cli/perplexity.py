@@ -31,11 +31,12 @@ def perplexity(options: PerplexityOptions, *, out: OutOpt = None, force: ForceOp
         pecli perplexity smollm2 --intervention intact,zero --mask default,linear --protocol relative,study --limit 50
     """
     from pecli.experiments.perplexity import run
-    from pecli.measures.intervals import METHOD
+    from pecli.measures.intervals import METHOD, PAIRED_METHOD
 
     with counter("scoring", "tokens") as advance:  # piped: plain lines
         tables, paths, pngs, _ = run_and_write("perplexity", run, options, out, progress=advance, force=force,
-                                               notes={"intervals": METHOD})
+                                               notes={"intervals": METHOD, "interval_unit": "text",
+                                                      "paired_intervals": PAIRED_METHOD})
     if not parallel.is_main():  # launched on N processes: the main one writes and prints
         return
     console = wide_console()
@@ -53,10 +54,13 @@ def _summary(console, df) -> None:
     summary = Table(title=f"perplexity: {first['model']} on {first['dataset']}/{first['split']} "
                           f"({first['rows']} texts, {first['tokens']} scored tokens, start token "
                           f"{first['start_token']}, {first['truncated']} truncated)")
-    summary.add_column("condition")
+    summary.add_column("condition", no_wrap=True)
     aggregations = ("corpus", "mean_per_text", "median_per_text", "mean_per_token")
     for col in aggregations:
         summary.add_column(col + (" * [95 % CI]" if col == HEADLINE else ""), justify="right")
+    paired = "diff_vs_intact" in df and df["diff_vs_intact"].notna().any()
+    if paired:
+        summary.add_column(f"{HEADLINE} - intact [paired 95 % CI]", justify="right")
     study = df["study_value"].notna().any()
     if study:
         summary.add_column("study (gpt2)", justify="right")
@@ -73,13 +77,20 @@ def _summary(console, df) -> None:
         cells = [number(by.loc[a, "value"], digits[a]) + (ci_text(by.loc[a], lambda x, a=a: number(x, digits[a]))
                                                            if a == HEADLINE else "")
                  for a in aggregations]
+        if paired:
+            head = by.loc[HEADLINE]
+            cells.append("" if head["diff_vs_intact"] != head["diff_vs_intact"] else
+                         f"{head['diff_vs_intact']:+,.{digits[HEADLINE]}f}"
+                         + ci_text({"ci_low": head["diff_ci_low"], "ci_high": head["diff_ci_high"]},
+                                   f"+,.{digits[HEADLINE]}f"))
         if study:
             cells.append("" if row["study_value"] != row["study_value"] else f"{row['study_value']:,}")
         summary.add_row(condition_label(row), *cells, f"{row['computation']}, {row['passes']}")
     console.print(summary)
     console.print(f"* headline: {HEADLINE} = exp(token-weighted mean NLL); mean_per_text is "
                   "evaluate's mean_perplexity; [95 % bootstrap interval over texts] (every aggregation's in "
-                  "the table: ci_low, ci_high)"
+                  "the table: ci_low, ci_high; the paired difference from intact, texts resampled in pairs: "
+                  "diff_vs_intact, diff_ci_low, diff_ci_high)"
                   + ("; study: its reported number (aggregation not stated; transformers 4.x)"
                      if study else ""))
 

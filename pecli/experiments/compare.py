@@ -22,6 +22,7 @@ from pathlib import Path
 import pandas as pd
 
 from pecli.experiments import REGISTERED, Headline, load_all
+from pecli.measures.intervals import proper
 from pecli.positions import labels
 from pecli.runs.errors import DataError
 
@@ -161,6 +162,9 @@ def headline_rows(df: pd.DataFrame, recorded_interval: str = "") -> pd.DataFrame
         rows = rows[rows["value"].notna()]  # a length the model cannot take: NaN, no number
         if rows.empty:
             continue
+        if {"ci_low", "ci_high"} <= set(rows.columns):  # a table written before the rule: no [x, x]
+            bounds = [proper(lo, hi) for lo, hi in zip(rows["ci_low"], rows["ci_high"], strict=True)]
+            rows = rows.assign(ci_low=[b[0] for b in bounds], ci_high=[b[1] for b in bounds])
         rows = rows.assign(metric=h.label, quantity=h.quantity, axis=h.axis or h.quantity,
                            condition=[_condition(r, h) for _, r in rows.iterrows()],
                            slot=[h.slot(r) if h.slot else "" for _, r in rows.iterrows()],

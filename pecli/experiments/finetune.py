@@ -6,8 +6,8 @@ The model's config decides the task:
 - an encoder (MiniLM by default, any BERT-family model) learns IMDB sentiment under each
   condition (intact, zero, shuffle): a linear head on the mean-pooled final hidden state,
   with full fine-tuning (or the last `train_layers` layers), the position table frozen.
-  Several seeds; test accuracy per seed (Wilson interval over test texts) and its mean with a
-  Student-t interval over seeds, beside pecli's frozen-feature probe (logistic regression on
+  Several seeds; test accuracy per seed (Wilson interval over test texts) and its mean over seeds
+  with an interval over seeds and test texts together, beside pecli's frozen-feature probe (logistic regression on
   the same features of the same texts, untrained encoder). Table `finetune`.
 - a causal LM is fine-tuned on IMDB train texts after its positions are removed (zero), and
   from the intact model as the control (what the same training does with positions), and
@@ -34,6 +34,7 @@ import pandas as pd
 import torch
 
 from pecli.experiments import Headline, check_before_loading, load, register
+from pecli.measures.intervals import SEEDS_AND_TEXTS
 from pecli.runs import names
 from pecli.runs.errors import ConfigError, OutputError
 from pecli.runs.options import FinetuneOptions
@@ -183,14 +184,15 @@ def _encoder(o: FinetuneOptions, loaded, conds, say) -> pd.DataFrame:
 def _finetuned_rows(o: FinetuneOptions, loaded, cond, initial: dict, train_ids, ytr, test_ids, yte,
                     common: dict, say) -> list[dict]:
     """One condition's encoder fine-tuned from `initial` under it with each seed: accuracy per
-    seed (Wilson over test texts) and the mean over seeds (Student t)."""
-    from pecli.measures.finetuning import predict, seed_interval, train_classifier
-    from pecli.measures.intervals import wilson
+    seed (Wilson over test texts) and the mean over seeds (seeds and test texts resampled
+    together: the texts' variance counts, which a t interval over 3 seeds leaves out)."""
+    from pecli.measures.finetuning import predict, train_classifier
+    from pecli.measures.intervals import seeds_and_texts_interval, wilson
     from pecli.positions.interventions import intervene
 
     batch = o.batch or DEFAULT_BATCH["encoder"]
     method = "full fine-tuning" if o.train_layers is None else f"last {o.train_layers} layers"
-    rows, accs = [], []
+    rows, accs = [], []  # accs: each seed's per-text 0/1
     for k, s in enumerate(_seeds(o)):
         loaded.model.load_state_dict(initial)
         with intervene(loaded, cond, o.seed):
@@ -208,14 +210,15 @@ def _finetuned_rows(o: FinetuneOptions, loaded, cond, initial: dict, train_ids, 
                     "note": "the encoder; the head is pecli_head.safetensors (linear, on the "
                             "mean-pooled final hidden state); a learned table is saved as "
                             "trained under the intervention"}, head)
-        accs.append(right.mean())
+        accs.append(right)
         rows.append({**common, "metric": "finetune_accuracy",
                      "value": right.mean(), **_wilson(right, wilson), "seed_run": s,
                      "interval": "Wilson over test texts", "checkpoint_revision": revision})
-    mean, low, high = seed_interval(accs)
+    low, high = seeds_and_texts_interval(accs, seed=o.seed)
     rows.append({**common, "metric": "finetune_accuracy_mean",
-                 "value": mean, "ci_low": low, "ci_high": high, "seed_run": np.nan,
-                 "interval": f"Student t over {len(accs)} seeds", "checkpoint_revision": ""})
+                 "value": float(np.mean([a.mean() for a in accs])), "ci_low": low, "ci_high": high,
+                 "seed_run": np.nan, "interval": f"{SEEDS_AND_TEXTS} ({len(accs)} seeds)" if low == low else "",
+                 "checkpoint_revision": ""})
     return rows
 
 
@@ -325,7 +328,7 @@ def _recovery_rows(o: FinetuneOptions, loaded, cond, mask, initial: dict, seqs, 
         mean, low, high = seed_interval([c[i][2] for c in curves.values()])
         rows.append({**base, "metric": "perplexity_mean", "step": st, "value": mean,
                      "ci_low": low, "ci_high": high, "seed_run": np.nan,
-                     "interval": f"Student t over {len(curves)} seeds"})
+                     "interval": f"Student t over {len(curves)} seeds" if low == low else ""})
     done = [r for r in reached if r == r]
     rows.append({**base, "metric": "seeds_within_10pct", "step": np.nan,
                  "value": float(len(done)), "ci_low": np.nan, "ci_high": np.nan,
@@ -341,7 +344,7 @@ register("finetune", 1, run, FinetuneOptions, "pecli.plots.finetune:figures",
          headlines=(
              Headline("finetune_accuracy_mean", "IMDB sentiment accuracy after fine-tuning", {},
                       ("intervention",), reference=((0.5, "chance"),),
-                      interval="95 % Student t interval of the mean over training seeds"),
+                      interval=SEEDS_AND_TEXTS),
              Headline("probe_accuracy", "IMDB sentiment accuracy of the frozen-feature probe", {},
                       ("intervention",), name="finetune_probe_accuracy",
                       interval="95 % Wilson score interval over test texts"),

@@ -90,7 +90,8 @@ def _rows_for(loaded, data, grid, o: LengthOptions, progress) -> list[dict]:
         skip = not_applicable(loaded, length)
         with extended(loaded, length) if skip is None else nullcontext():
             for how in grid:
-                rows += _condition_rows(loaded, how, length, windows, stream, o, common, done,
+                intact = _key(grid[0], length) if grid[0].label == "intact" else None
+                rows += _condition_rows(loaded, how, length, windows, stream, o, common, done, intact,
                                         checkpoint, tick)
     checkpoint.clear()
     return rows
@@ -108,9 +109,15 @@ def _common(loaded, data, o: LengthOptions, stream: list[int], stride, bos) -> d
             "start_token": "bos" if bos is not None else "none"}
 
 
+def _key(how, length: int) -> tuple:
+    """What a condition computes at a window length (identical conditions are scored once)."""
+    return (str(how.intervention), how.computation, str(how.rope or "none"), length)
+
+
 def _condition_rows(loaded, how, length: int, windows, stream: list[int], o: LengthOptions,
-                    common: dict, done: dict, checkpoint, tick) -> list[dict]:
-    """One condition's rows at one window length: its buckets, or one row saying why not."""
+                    common: dict, done: dict, intact: tuple | None, checkpoint, tick) -> list[dict]:
+    """One condition's rows at one window length: its buckets, with the paired difference from
+    the intact model's (`intact`: its key in `done`), or one row saying why not."""
     from pecli.measures.length_scoring import band_applies, score_band, summarise
     from pecli.measures.lm_scoring import score_windows
     from pecli.positions.rope_scaling import provenance as rope_columns
@@ -126,7 +133,7 @@ def _condition_rows(loaded, how, length: int, windows, stream: list[int], o: Len
         return [{**common, **cond, **rope_columns(str(how.rope or "none"), how.rope and how.rope.parameters),
                  "window_start": 0, "window_end": length, "all_positions": True,
                  "metric": "perplexity", "value": float("nan"), "tokens": 0, "windows": 0, "note": note}]
-    key = (str(how.intervention), how.computation, str(how.rope or "none"), length)
+    key = _key(how, length)
     passes = "band pass" if o.windows == "band" else "one pass per window"
     with torch.inference_mode(), how.applied(loaded, o.seed):
         if key in done:
@@ -142,7 +149,8 @@ def _condition_rows(loaded, how, length: int, windows, stream: list[int], o: Len
     checkpoint.save(lambda: _saved(done), force=True)
     return [{**common, **cond, **columns, "passes": passes, **row, "metric": "perplexity",
              "value": row["perplexity"], "note": ""}
-            for row in summarise(done[key], windows, o.buckets, o.bootstrap, o.seed)]
+            for row in summarise(done[key], windows, o.buckets, o.bootstrap, o.seed,
+                                 None if key == intact else done.get(intact))]
 
 
 def _checkpoint(loaded, o: LengthOptions, stream: list[int]):

@@ -58,7 +58,8 @@ def chance(items, metric: str) -> float:
 
 def run(options: McOptions, progress: Callable[[int, int], None] | None = None,
         loaded=None) -> dict[str, pd.DataFrame]:
-    """Tables `mc` (condition x metric: value, stderr, ci_low, ci_high) and `mc_items`
+    """Tables `mc` (condition x metric: value, stderr, ci_low, ci_high, chance and whether the
+    interval contains it, the paired difference from intact over items) and `mc_items`
     (condition x item x task x choice: log-likelihood, label, picked).
 
     The run covers `conditions(options)`. `loaded` skips loading the model
@@ -67,6 +68,7 @@ def run(options: McOptions, progress: Callable[[int, int], None] | None = None,
     """
     from pecli.data import items as item_files
     from pecli.measures import mc_scoring as mc
+    from pecli.measures.intervals import diff_columns
     from pecli.positions.conditions import check_all
 
     o = options
@@ -85,7 +87,7 @@ def run(options: McOptions, progress: Callable[[int, int], None] | None = None,
               "truncated_pairs": sum(len(a) + len(c) > loaded.max_positions + 1 for a, c in pairs),
               "aggregation": "mean_over_items", "bootstrap": o.bootstrap}
     done: dict[tuple, tuple] = {}  # (intervention, computation) -> (log-likelihoods, how)
-    rows, item_rows = [], []
+    rows, item_rows, intact = [], [], {}
     for plan in conds:
         key = (str(plan.intervention), plan.computation)
         if key not in done:
@@ -100,8 +102,15 @@ def run(options: McOptions, progress: Callable[[int, int], None] | None = None,
         scored = [mc.item_scores(it, ll) for it, ll in zip(items, lls, strict=True)]
         for metric in mc.METRICS:
             values = np.array([s["values"][metric] for s in scored])
-            rows.append({**common, **cond, "metric": metric, **summarise(values, o.bootstrap, o.seed),
-                         "chance": chance(items, metric), "meaning": mc.METRIC_MEANING[metric]})
+            if plan == conds[0]:
+                intact[metric] = values
+            row = summarise(values, o.bootstrap, o.seed)
+            level = chance(items, metric)
+            rows.append({**common, **cond, "metric": metric, **row, "chance": level,
+                         "chance_in_interval": bool(row["ci_low"] <= level <= row["ci_high"]),
+                         **diff_columns(values, intact[metric], n_boot=o.bootstrap, seed=o.seed,
+                                        reference_row=plan == conds[0]),
+                         "meaning": mc.METRIC_MEANING[metric]})
         for it, s in zip(items, scored, strict=True):
             for task, t in s["tasks"].items():
                 for j, (choice, label, ll) in enumerate(zip(t["choices"], t["labels"], t["loglik"],

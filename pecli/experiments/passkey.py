@@ -1,9 +1,11 @@
 """Passkey retrieval by prompt length and depth (pecli.measures.passkey).
 
 For every model and condition (the intact, unscaled model first; then every intervention
-crossed with every --rope-scaling), `trials` seeded pass keys at every (length, depth) are
-hidden in filler and read back by greedy decoding. The keys are the same under every
-condition, so conditions differ only in the model. Prompts longer than a model can take
+crossed with every --rope-scaling), `trials` seeded draws at every (length, depth) are read
+back by greedy decoding: each trial its own key, depth (within 0.05 of the cell's), filler
+sentence order and filler offset, so trials of a cell are independent draws that share only
+the template (and the Wilson interval over them means what it says). The draws are the same
+under every condition, so conditions differ only in the model. Prompts longer than a model can take
 (learned positions past their rows, a template longer than the length asked) give
 "not applicable" rows, never a clamped number.
 """
@@ -54,15 +56,16 @@ def run(options: PasskeyOptions, progress: Callable[[int, int], None] | None = N
 
 
 def _trials_for(loaded, grid, o: PasskeyOptions, progress) -> list[dict]:
-    from pecli.measures.passkey import NEW_TOKENS, answer, decode, fit, keys, prompt
+    from pecli.measures.passkey import NEW_TOKENS, answer, decode, draws, fit, keys, prompt
     from pecli.positions.conditions import check_all
 
     check_all(grid, loaded, causal=True)
     # a length that no condition can take is decided before any prompt is built
     past = {n: all(how.reason(loaded, n + NEW_TOKENS, "the prompt and its answer") for how in grid)
             for n in o.lengths}
-    cells = {(n, d): [] if past[n] else [fit(loaded.tokenizer, k, n, d)
-                                         for k in keys(o.seed, n, d, o.trials)]
+    # every trial its own draw: key, depth jitter, filler order and offset (measures.passkey.draws)
+    cells = {(n, d): [] if past[n] else [fit(loaded.tokenizer, x.k, n, x.depth, x.filler, x.offset)
+                                         for x in draws(o.seed, n, d, o.trials)]
              for n in o.lengths for d in o.depths}
     if all(past[n] or None in ts for (n, _), ts in cells.items()):  # nothing could be measured
         need = max(len(loaded.tokenizer(prompt(k, 0, d))["input_ids"]) for (n, d), ts in cells.items()
@@ -99,7 +102,8 @@ def _trials_for(loaded, grid, o: PasskeyOptions, progress) -> list[dict]:
                 outputs = decode(loaded, fitted, o.batch_size, progress=tick)
                 for j, (t, text) in enumerate(zip(fitted, outputs, strict=True)):
                     got = answer(text)
-                    rows.append({**base, "trial": j, "k": t.k, "tokens": len(t.ids), "output": text,
+                    rows.append({**base, "trial": j, "k": t.k, "depth_drawn": t.depth,
+                                 "filler_offset": t.offset, "tokens": len(t.ids), "output": text,
                                  "answer": got, "metric": "correct", "value": float(got == t.k),
                                  "rows": 1, "note": ""})
     return rows
@@ -121,7 +125,8 @@ def _accuracy(trials: list[dict]) -> list[dict]:
             # no interval from fewer than 2 trials (README), as from fewer than 2 texts
             low, high = wilson(right, n) if n >= MIN_TEXTS else (float("nan"), float("nan"))
             keep = {k: v for k, v in first.items()
-                    if k not in ("trial", "k", "tokens", "output", "answer", "metric", "value", "note")}
+                    if k not in ("trial", "k", "depth_drawn", "filler_offset", "tokens", "output", "answer",
+                                 "metric", "value", "note")}
             rows.append({**keep, "depth": depth, "metric": "accuracy",
                          "value": right / n if n else float("nan"), "ci_low": low, "ci_high": high,
                          "correct": right, "trials": n, "rows": len(part),
@@ -136,7 +141,8 @@ def _slot(row) -> str:
     return f"{int(row['length']):,} tokens, depth {'all' if str(depth) == 'all' else f'{float(depth):g}'}"
 
 
-register("passkey", 1, run, PasskeyOptions, "pecli.plots.passkey:figures",
+# version 2: every trial its own draw (depth jitter, filler order and offset), not only its key
+register("passkey", 2, run, PasskeyOptions, "pecli.plots.passkey:figures",
          "Passkey retrieval by prompt length and depth (greedy decoding; rope scaling, "
          "interventions)",
          headlines=(Headline("accuracy", "passkey retrieval accuracy", {}, ("intervention", "rope_scaling"),

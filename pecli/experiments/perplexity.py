@@ -12,6 +12,7 @@ from collections.abc import Callable
 import pandas as pd
 
 from pecli.experiments import Headline, check_before_loading, data_of, load, register
+from pecli.measures.intervals import paired_perplexity
 from pecli.measures.intervals import perplexity_intervals as intervals  # noqa: F401 (tests)
 from pecli.measures.lm_scoring import resumed_nlls, start_token
 from pecli.measures.lm_scoring import saved_nlls as _saved
@@ -82,8 +83,8 @@ def run(options: PerplexityOptions, progress: Callable[[int, int], None] | None 
     # computation -> per-text NLLs, shared by identical conditions; resumed from an interrupted run
     done: dict[tuple, list] = resumed_nlls(checkpoint)
     rows, text_rows = [], []
-    for how in plans:
-        key = (str(how.intervention), how.computation, how.passes)
+    keys = [(str(h.intervention), h.computation, h.passes) for h in plans]
+    for how, key in zip(plans, keys, strict=True):
         if key not in done:
             with how.applied(loaded, o.seed):
                 done[key] = score(loaded, prepared, how, batch_size=o.batch_size,
@@ -92,7 +93,9 @@ def run(options: PerplexityOptions, progress: Callable[[int, int], None] | None 
                 checkpoint.save(lambda: _saved(done), force=True)
         elif progress:
             progress(prepared.tokens, total)
-        _condition_rows(loaded, data, prepared, how, done[key], common, o, rows, text_rows)
+        intact = next((done[k] for k, h in zip(keys, plans, strict=True) if h.label == "intact" and k in done), None)
+        _condition_rows(loaded, data, prepared, how, done[key], common, o, rows, text_rows,
+                        None if how.label == "intact" else intact)
     checkpoint.clear()
     notes = row_provenance()  # again: what happened while scoring (oom_splits: batches halved)
     return {"perplexity": validate(pd.DataFrame(rows).assign(**notes)),
@@ -113,8 +116,9 @@ def _prepared(loaded, texts: list[str], o: PerplexityOptions):
 
 
 def _condition_rows(loaded, data, prepared, how, nlls: list, common: dict, o: PerplexityOptions,
-                    rows: list[dict], text_rows: list[dict]) -> None:
-    """A condition's rows: each aggregation with its interval (`rows`), each text (`text_rows`)."""
+                    rows: list[dict], text_rows: list[dict], intact: list | None) -> None:
+    """A condition's rows: each aggregation with its interval and its paired difference from
+    the intact model's `intact` NLLs on the same texts (`rows`), each text (`text_rows`)."""
     from pecli.measures.lm_scoring import batch_plan
 
     cond = {"condition": how.label, **how.names, "computation": how.computation, "passes": how.passes,
@@ -122,10 +126,11 @@ def _condition_rows(loaded, data, prepared, how, nlls: list, common: dict, o: Pe
             "texts_scored": sum(x.numel() > 0 for x in nlls)}
     study = _study_value(loaded.model_id, data.dataset, how)
     ci = intervals(nlls, o.bootstrap, o.seed)
+    diffs = paired_perplexity(nlls, intact, o.bootstrap, o.seed)
     for agg, value in aggregate(nlls).items():
         rows.append({**common, **cond, "metric": "perplexity", "aggregation": agg, "value": value,
-                     "ci_low": ci[agg][0], "ci_high": ci[agg][1], "headline": agg == HEADLINE,
-                     "study_value": study})
+                     "ci_low": ci[agg][0], "ci_high": ci[agg][1], **diffs[agg],
+                     "headline": agg == HEADLINE, "study_value": study})
     for text_id, x in zip(data.text_ids(), nlls, strict=True):
         text_rows.append({**common, **cond, "metric": "text_perplexity", "text_id": text_id,
                           "text_tokens": x.numel(), "value": per_text_perplexity(x)})
@@ -154,6 +159,7 @@ def _checkpoint(loaded, texts, prepared, padding_side, batch_size, seed):
 
 
 # version 2: per-text rows carry text_id; 3: ci_low/ci_high on every aggregation, study_value
+# (diff_vs_intact, diff_ci_low, diff_ci_high added without a new version: the numbers before are the same)
 register("perplexity", 3, run, PerplexityOptions, "pecli.plots.perplexity:figures",
          "Perplexity under position interventions and graded attention masks (E2, E3), "
          "every aggregation, semantics and protocol named",

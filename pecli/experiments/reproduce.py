@@ -14,9 +14,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from pecli.experiments import EXPERIMENTS, load_all
+from pecli.measures.intervals import proper
 from pecli.runs import config
 from pecli.runs.config import Entry, Preset
 from pecli.runs.errors import ConfigError
@@ -193,8 +195,12 @@ def _lookup(csv: Path, where: dict, fmt: str) -> str:
         return f"— ({len(df)} rows match)"
     row = df.iloc[0]
     value = _fmt(row["value"], fmt)
-    if pd.notna(row.get("ci_low")) and pd.notna(row.get("ci_high")):
-        value += f" [{_fmt(row['ci_low'], fmt)}, {_fmt(row['ci_high'], fmt)}]"
+    low, high = proper(row.get("ci_low", np.nan), row.get("ci_high", np.nan))  # never [x, x]
+    if low == low:
+        value += f" [{_fmt(low, fmt)}, {_fmt(high, fmt)}]"
+    if pd.notna(row.get("chance")):  # multiple choice: the level a uniform guess reaches
+        inside = low == low and low <= row["chance"] <= high
+        value += f" (chance {_fmt(row['chance'], fmt)}{': the interval contains it' if inside else ''})"
     return value
 
 

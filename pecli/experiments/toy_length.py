@@ -33,6 +33,7 @@ import pandas as pd
 import torch
 
 from pecli.experiments import Headline, lazy, register
+from pecli.measures.intervals import SEEDS_AND_TEXTS, percentile_interval
 from pecli.measures.training import SEED_METHOD, char_tokenizer, over_seeds, seed_interval
 from pecli.runs.options import ToyLengthOptions
 from pecli.runs.provenance import row_provenance
@@ -224,9 +225,9 @@ def ranking(by_seed: pd.DataFrame, train_length: int, n_boot: int = 1000, seed: 
         draws = np.array([b[s] for b in boot])
         accuracy = np.array([cells[(t, s)] for t in tasks]).mean(0)  # per seed, over tasks
         low, high = seed_interval(accuracy)
+        mrr_low, mrr_high = percentile_interval(draws)
         rows.append({"pe": s, "metric": "mrr", "value": point[s],
-                     "ci_low": float(np.percentile(draws, 2.5)),
-                     "ci_high": float(np.percentile(draws, 97.5)),
+                     "ci_low": mrr_low, "ci_high": mrr_high,
                      "interval": "95 % percentile bootstrap over training seeds (each task and "
                                  f"scheme's seeds resampled, {n_boot} resamples)",
                      "tasks": ",".join(tasks)})
@@ -375,8 +376,19 @@ def _run(o: ToyLengthOptions, progress) -> dict[str, pd.DataFrame]:
 
 
 def summary(by_seed: pd.DataFrame) -> pd.DataFrame:
-    """Every per-seed number as its mean over training seeds with a t interval over them."""
-    return over_seeds(by_seed, ["task", "pe", "metric", "test_length", "layer"])
+    """Every per-seed number as its mean over training seeds: exact match with a bootstrap
+    over seeds and test items together (its items are right or wrong: `rows` of them, the
+    value the share right), the others with a t interval over seeds."""
+    return over_seeds(by_seed, ["task", "pe", "metric", "test_length", "layer"], _items)
+
+
+def _items(row) -> np.ndarray | None:
+    """A per-seed exact-match row's per-item 0/1 values (their order does not matter)."""
+    if row["metric"] != "exact_match":
+        return None
+    n = int(row["rows"])
+    right = int(round(float(row["value"]) * n))
+    return np.r_[np.ones(right), np.zeros(n - right)]
 
 
 def _with(ranking_rows: pd.DataFrame, by_seed: pd.DataFrame) -> pd.DataFrame:
@@ -405,6 +417,6 @@ register("toy-length", VERSION, run, ToyLengthOptions, figures,
              Headline("exact_match", "exact match by test length (toy length)",
                       {"aggregation": "mean over training seeds"}, ("pe",), name="toy_length_exact_match",
                       slot=lambda r: f"{r['task']}, length {int(r['test_length'])}",
-                      interval="95 % Student t interval of the mean over training seeds"),
+                      interval=SEEDS_AND_TEXTS),
              Headline("mrr", "mean reciprocal rank over tasks (toy length)", {}, ("pe",),
                       name="toy_length_mrr", interval="95 % percentile bootstrap over training seeds")))

@@ -163,16 +163,11 @@ def train_lm(loaded, seqs: list[list[int]], *, steps: int, batch: int, lr: float
 
 
 def seed_interval(values, level: float = 0.95) -> tuple[float, float, float]:
-    """Mean over seeds and its Student-t interval (mean +- t * sd / sqrt(n)); NaN bounds for
-    fewer than 2 seeds."""
-    v = np.asarray(values, np.float64)
-    mean = float(v.mean())
-    if len(v) < 2:
-        return mean, float("nan"), float("nan")
-    from scipy.stats import t
+    """Mean over seeds and its Student-t interval (intervals.t_interval: NaN bounds for fewer
+    than 2 seeds or seeds that all agree)."""
+    from pecli.measures.intervals import t_interval
 
-    half = float(t.ppf(0.5 + level / 2, len(v) - 1) * v.std(ddof=1) / math.sqrt(len(v)))
-    return mean, mean - half, mean + half
+    return (float(np.mean(values)), *t_interval(values, level))
 
 
 def steps_to_within(curve: list[tuple[int, float]], target: float) -> float:

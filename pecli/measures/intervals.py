@@ -17,9 +17,14 @@ interval instead (`wilson`): exact where a bootstrap of all-right trials would g
 lm-eval's per-document values get the same choice (`document_interval`), and a condition's
 difference from the intact model resamples each document's pair together (`paired_with_intact`).
 
-Deterministic for a seed; `n_boot=0` turns intervals off (NaN bounds). No interval comes from
-fewer than MIN_TEXTS texts (a bootstrap of one text cannot vary: NaN bounds and a warning);
-`--bootstrap` is 0 or MIN_RESAMPLES..MAX_RESAMPLES (pecli.runs.options checks it).
+Means over training seeds get a Student t interval (`t_interval`).
+
+Deterministic for a seed; `n_boot=0` turns intervals off (NaN bounds). The rule every function
+here keeps (issue 46): no interval from fewer than MIN_TEXTS distinct units (a bootstrap of one
+text, or of texts that all give the same value, cannot vary: NaN bounds, with a warning for too
+few texts), and none of zero width (`proper`: a quantity fixed by construction, such as the
+intact model's difference from itself or the share of its own gap it closes, gets NaN bounds,
+not [x, x]). `--bootstrap` is 0 or MIN_RESAMPLES..MAX_RESAMPLES (pecli.runs.options checks it).
 """
 
 from __future__ import annotations
@@ -37,25 +42,40 @@ METHOD = ("95 % percentile bootstrap over texts (texts resampled with replacemen
 
 _CHUNK_ELEMENTS = 4_000_000  # resample indices held at once: bounded memory for 25k texts
 MIN_TEXTS = 2  # fewer texts give no interval
+MIN_WINDOWS = 10  # windows of long documents: fewer give none (the table shows how many)
+_ZERO_WIDTH = 1e-9  # relative: a width below it is rounding, not variation
 __all__ = ["MAX_RESAMPLES", "MIN_RESAMPLES", "MIN_TEXTS", "pair_interval", "ratio_interval",
-           "resampled", "statistic_interval", "wilson", "mean_interval", "by_text", "percentile_interval"]
+           "resampled", "statistic_interval", "wilson", "mean_interval", "by_text", "percentile_interval",
+           "proper", "t_interval", "MIN_WINDOWS", "seeds_and_texts_interval", "paired_difference", "diff_columns", "DIFF_COLUMNS"]
 
 
-def _enough(texts: int, n_boot: int) -> bool:
-    """Whether an interval can mean anything; warns once when texts are too few."""
+def proper(low: float, high: float) -> tuple[float, float]:
+    """(low, high), or NaN bounds where they are not an interval: NaN, or of zero width (every
+    unit gave the same value: the statistic did not vary, so nothing says how far it could)."""
+    low, high = float(low), float(high)
+    if not (np.isfinite(low) and np.isfinite(high)):
+        return float("nan"), float("nan")
+    if high - low <= _ZERO_WIDTH * max(abs(low), abs(high), 1e-300):
+        return float("nan"), float("nan")
+    return low, high
+
+
+def _enough(texts: int, n_boot: int, least: int = MIN_TEXTS) -> bool:
+    """Whether an interval can mean anything; warns once when texts are too few (units that
+    must number `least`, such as windows, say so in their table: no warning)."""
     if n_boot <= 0:
         return False
-    if texts < MIN_TEXTS:
-        # from this line, whoever calls: Python's default filter then says it once per run
-        warnings.warn(f"{texts} text(s): no 95 % interval from fewer than {MIN_TEXTS} texts "
-                      "(ci_low, ci_high are NaN); evaluate more texts", stacklevel=1)
+    if texts < least:
+        if least == MIN_TEXTS:
+            warnings.warn(f"{texts} text(s): no 95 % interval from fewer than {MIN_TEXTS} texts "
+                          "(ci_low, ci_high are NaN); evaluate more texts", stacklevel=1)
         return False
     return n_boot >= MIN_RESAMPLES
 
 
 def ratio_interval(numerators, denominators=None, n_boot: int = 1000, seed: int = 0,
-                   level: float = LEVEL, transform: Callable[[np.ndarray], np.ndarray] | None = None
-                   ) -> tuple[float, float]:
+                   level: float = LEVEL, transform: Callable[[np.ndarray], np.ndarray] | None = None,
+                   least: int = MIN_TEXTS) -> tuple[float, float]:
     """Percentile bootstrap interval of transform(sum(num[S]) / sum(den[S])) over resamples S.
 
     Args:
@@ -66,6 +86,8 @@ def ratio_interval(numerators, denominators=None, n_boot: int = 1000, seed: int 
         seed: the resamples depend on it alone (and on the number of texts).
         level: coverage of the interval.
         transform: applied to each resampled ratio (np.exp for a perplexity).
+        least: the fewest units that give an interval (MIN_WINDOWS for windows of a long
+            document: a handful of them cannot say how the next would score).
 
     Returns:
         (low, high); (nan, nan) when there are no texts or n_boot is 0. Resamples whose
@@ -75,7 +97,7 @@ def ratio_interval(numerators, denominators=None, n_boot: int = 1000, seed: int 
     den = np.ones_like(num) if denominators is None else np.asarray(denominators, np.float64).ravel()
     if num.shape != den.shape:
         raise ValueError(f"numerators {num.shape} and denominators {den.shape} differ")
-    if not _enough(num.size, n_boot):
+    if not _enough(num.size, n_boot, least):
         return float("nan"), float("nan")
     stats = np.empty(n_boot)
     for start, idx in _resamples(num.size, n_boot, seed):
@@ -101,11 +123,11 @@ def statistic_interval(values, statistic: Callable[..., np.ndarray], n_boot: int
 
 
 def resampled(statistic: Callable[[np.ndarray], np.ndarray], texts: int, n_boot: int = 1000,
-              seed: int = 0) -> np.ndarray | None:
+              seed: int = 0, least: int = MIN_TEXTS) -> np.ndarray | None:
     """`statistic(counts)` on every resample of `texts` texts: counts[m, texts] says how often
     each text was drawn (the same resamples as ratio_interval's for the same seed), and the
     statistic returns [m]. None when no interval can be given (see MIN_TEXTS)."""
-    if not _enough(texts, n_boot):
+    if not _enough(texts, n_boot, least):
         return None
     stats = np.empty(n_boot)
     for start, idx in _resamples(texts, n_boot, seed):
@@ -135,6 +157,43 @@ def pair_interval(values, text_a, text_b, texts: int, n_boot: int = 1000, seed: 
     return percentile_interval(stats, level)
 
 
+DIFF_COLUMNS = ("diff_vs_intact", "diff_ci_low", "diff_ci_high")
+PAIRED_METHOD = ("95 % paired percentile bootstrap over texts: the condition and intact scored on "
+                 "the same texts, each resample drawing the same texts for both")
+
+
+def paired_difference(numerators, reference, denominators=None, reference_denominators=None,
+                      n_boot: int = 1000, seed: int = 0, level: float = LEVEL,
+                      transform: Callable[[np.ndarray], np.ndarray] | None = None,
+                      least: int = MIN_TEXTS) -> tuple[float, float, float]:
+    """(difference, low, high): transform(sum(num) / sum(den)) minus the same of `reference`,
+    both scored on the same texts (one value per text, in the same order), with a percentile
+    bootstrap interval that draws the same texts for both on every resample (ratio_interval's
+    resamples): sharper than two unpaired intervals, since what the texts share cancels.
+    Denominators default to 1 per text (a plain mean); the reference's to the condition's;
+    `least` as ratio_interval's."""
+    num, ref = (np.asarray(x, np.float64).ravel() for x in (numerators, reference))
+    den = np.ones_like(num) if denominators is None else np.asarray(denominators, np.float64).ravel()
+    rden = den if reference_denominators is None else np.asarray(reference_denominators, np.float64).ravel()
+    if not num.shape == ref.shape == den.shape == rden.shape:
+        raise ValueError(f"a paired difference needs the same texts: {num.shape}, {ref.shape}")
+    t = transform or (lambda x: x)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        point = float(t(num.sum() / den.sum()) - t(ref.sum() / rden.sum())) if num.size else float("nan")
+        stats = resampled(lambda c: t(c @ num / (c @ den)) - t(c @ ref / (c @ rden)), num.size, n_boot,
+                          seed, least)
+    return (point, *percentile_interval(stats, level))
+
+
+def diff_columns(*args, reference_row: bool = False, **kwargs) -> dict[str, float]:
+    """`paired_difference` as a table's DIFF_COLUMNS (NaN on the intact row itself): the one
+    way every table that scores conditions on shared texts gives each condition's difference
+    from intact."""
+    if reference_row:
+        return dict.fromkeys(DIFF_COLUMNS, float("nan"))
+    return dict(zip(DIFF_COLUMNS, paired_difference(*args, **kwargs), strict=True))
+
+
 def percentile_interval(stats: np.ndarray | None, level: float = LEVEL) -> tuple[float, float]:
     """(low, high) percentiles of resampled statistics; NaN for none."""
     return (float("nan"), float("nan")) if stats is None else _percentiles(stats, level)
@@ -156,8 +215,7 @@ def _percentiles(stats: np.ndarray, level: float, transform=None) -> tuple[float
         with np.errstate(over="ignore"):
             stats = transform(stats)
     tail = (1 - level) / 2 * 100
-    low, high = np.percentile(stats, [tail, 100 - tail])
-    return float(low), float(high)
+    return proper(*np.percentile(stats, [tail, 100 - tail]))
 
 
 def mean_interval(values, n_boot: int = 1000, seed: int = 0, level: float = LEVEL
@@ -174,13 +232,26 @@ def by_text(values, text, texts: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def wilson(successes: int, trials: int, level: float = LEVEL) -> tuple[float, float]:
-    """The Wilson score interval of a binomial proportion (scipy's); NaN bounds for no trials."""
-    if trials == 0:
+    """The Wilson score interval of a binomial proportion (scipy's); NaN bounds for fewer than
+    MIN_TEXTS trials."""
+    if trials < MIN_TEXTS:
         return float("nan"), float("nan")
     from scipy.stats import binomtest
 
     ci = binomtest(successes, trials).proportion_ci(confidence_level=level, method="wilson")
-    return float(ci.low), float(ci.high)
+    return proper(ci.low, ci.high)
+
+
+def t_interval(values, level: float = LEVEL) -> tuple[float, float]:
+    """Student t interval of the mean (mean +- t * sd / sqrt(n)) of one value per unit (a
+    training seed); NaN bounds for fewer than MIN_TEXTS units or units that all agree."""
+    v = np.asarray(values, dtype=np.float64).ravel()
+    if len(v) < MIN_TEXTS:
+        return float("nan"), float("nan")
+    from scipy.stats import t
+
+    half = t.ppf(0.5 + level / 2, len(v) - 1) * v.std(ddof=1) / np.sqrt(len(v))
+    return proper(v.mean() - half, v.mean() + half)
 
 
 def perplexity_intervals(nlls: list, n_boot: int, seed: int) -> dict[str, tuple[float, float]]:
@@ -204,6 +275,50 @@ def perplexity_intervals(nlls: list, n_boot: int, seed: int) -> dict[str, tuple[
     }
 
 
+def paired_perplexity(nlls: list, intact: list | None, n_boot: int, seed: int) -> dict[str, dict]:
+    """Each perplexity aggregation's DIFF_COLUMNS: a condition's per-text NLL tensors against
+    the intact model's on the same texts (`intact`; None for the intact rows: NaN), texts
+    resampled in pairs. The median per text has none (NaN): it is not a ratio of sums."""
+    from pecli.measures.metrics import AGGREGATIONS
+
+    if intact is None:
+        return {a: diff_columns(reference_row=True) for a in AGGREGATIONS}
+    keep = [i for i, (x, y) in enumerate(zip(nlls, intact, strict=True)) if x.numel() and y.numel()]
+
+    def per_text(xs):
+        xs = [xs[i].double() for i in keep]
+        return (np.array([x.sum().item() for x in xs]), np.array([x.exp().sum().item() for x in xs]),
+                np.array([x.numel() for x in xs], np.float64))
+
+    (nll, exp, n), (nll0, exp0, n0) = per_text(nlls), per_text(intact)
+    boot = {"n_boot": n_boot, "seed": seed}
+    out = {"corpus": diff_columns(nll, nll0, n, n0, transform=np.exp, **boot),
+           "mean_per_text": diff_columns(np.exp(nll / n), np.exp(nll0 / n0), **boot),
+           "mean_per_token": diff_columns(exp, exp0, n, n0, **boot)}
+    return {a: out.get(a, diff_columns(reference_row=True)) for a in AGGREGATIONS}
+
+
+SEEDS_AND_TEXTS = ("95 % two-level percentile bootstrap: training seeds resampled, then the "
+                   "texts within each drawn seed; the mean over seeds of each seed's statistic")
+
+
+def seeds_and_texts_interval(per_seed: list, n_boot: int = 1000, seed: int = 0,
+                             level: float = LEVEL) -> tuple[float, float]:
+    """Interval of the mean over training seeds of each seed's mean over its texts (or items),
+    where both vary: every resample draws seeds with replacement, then each drawn seed's texts
+    with replacement (`per_seed`: one array of per-text values per seed). Bounds stay inside
+    the values' range (an accuracy's in [0, 1]), which a t interval over 3 seeds does not; one
+    seed gives the bootstrap over its texts. NaN where nothing can vary (`proper`)."""
+    arrays = [np.asarray(v, np.float64).ravel() for v in per_seed]
+    arrays = [v for v in arrays if v.size]
+    if not arrays or n_boot <= 0 or sum(v.size for v in arrays) < MIN_TEXTS:
+        return float("nan"), float("nan")
+    rng = np.random.default_rng(seed)
+    within = np.stack([v[rng.integers(0, v.size, (n_boot, v.size))].mean(1) for v in arrays], 1)  # [B, S]
+    drawn = rng.integers(0, len(arrays), (n_boot, len(arrays)))
+    return _percentiles(np.take_along_axis(within, drawn, 1).mean(1), level)
+
+
 # --- lm-eval's numbers per document (pecli lm-eval) ---------------------------------------
 
 
@@ -217,7 +332,8 @@ def document_interval(per_doc: list, stderr, value: float, n_boot: int, seed: in
         low, high = mean_interval(np.asarray(per_doc, dtype=float), n_boot=n_boot, seed=seed)
         return low, high, "percentile bootstrap over documents"
     if isinstance(stderr, int | float) and np.isfinite(stderr) and len(per_doc) != 1:
-        return value - 1.96 * stderr, value + 1.96 * stderr, "normal: value ± 1.96 lm-eval stderr"
+        low, high = proper(value - 1.96 * stderr, value + 1.96 * stderr)
+        return low, high, "normal: value ± 1.96 lm-eval stderr" if np.isfinite(low) else ""
     return float("nan"), float("nan"), ""
 
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from pecli.measures.intervals import ratio_interval
+from pecli.measures.intervals import MIN_WINDOWS, diff_columns, ratio_interval
 from pecli.measures.lm_scoring import Window
 from pecli.measures.metrics import head_nll
 from pecli.runs import names
@@ -187,11 +187,14 @@ def buckets(length: int, count: int) -> list[tuple[int, int]]:
     return list(zip(edges[:-1].tolist(), edges[1:].tolist(), strict=True))
 
 
-def summarise(nlls: list[torch.Tensor], windows: Cut, count: int, n_boot: int, seed: int) -> list[dict]:
+def summarise(nlls: list[torch.Tensor], windows: Cut, count: int, n_boot: int, seed: int,
+              intact: list[torch.Tensor] | None = None) -> list[dict]:
     """Rows by position bucket, then the all-positions row: window_start, window_end (positions
     inside the window, end exclusive), nll_mean, perplexity, tokens, windows (that have a
     target in the bucket), ci_low/ci_high (the perplexity's 95 % bootstrap interval over
-    those windows; NaN from a single window, which a bootstrap cannot vary))."""
+    those windows; NaN from fewer than MIN_WINDOWS: a bootstrap of 3 windows cannot say how
+    the next would score)); with `intact` (the intact model's NLLs on the same windows) the
+    difference of the perplexities with its paired interval over windows (DIFF_COLUMNS)."""
     nll = torch.cat(nlls).double().numpy() if nlls else np.zeros(0)
     pos = np.concatenate(windows.positions()) if len(windows) else np.zeros(0, int)
     owner = np.repeat(np.arange(len(windows)), [len(x) for x in nlls]).astype(int)
@@ -204,11 +207,23 @@ def summarise(nlls: list[torch.Tensor], windows: Cut, count: int, n_boot: int, s
         has = counts > 0
         tokens = int(counts.sum())
         mean = float(sums.sum() / tokens) if tokens else float("nan")
-        low, high = float("nan"), float("nan")  # one window: nothing to resample, no interval
-        if has.sum() > 1:
-            low, high = ratio_interval(sums[has], counts[has], n_boot=n_boot, seed=seed, transform=np.exp)
+        # fewer than MIN_WINDOWS windows: no interval; the table's `windows` says how many
+        low, high = ratio_interval(sums[has], counts[has], n_boot=n_boot, seed=seed, transform=np.exp,
+                                   least=MIN_WINDOWS)
         rows.append({"window_start": start, "window_end": end,
                      "all_positions": i == len(spans) - 1,
                      "nll_mean": mean, "perplexity": float(np.exp(mean)), "tokens": tokens,
-                     "windows": int(has.sum()), "ci_low": low, "ci_high": high})
+                     "windows": int(has.sum()), "ci_low": low, "ci_high": high,
+                     **_paired(intact, owner, keep, counts, sums, has, windows, n_boot, seed)})
     return rows
+
+
+def _paired(intact, owner, keep, counts, sums, has, windows: Cut, n_boot: int, seed: int) -> dict:
+    """A bucket's DIFF_COLUMNS against the intact model's NLLs on the same windows (NaN
+    without them)."""
+    if intact is None:
+        return diff_columns(reference_row=True)
+    nll0 = torch.cat(intact).double().numpy()
+    sums0 = np.bincount(owner[keep], weights=nll0[keep], minlength=len(windows))
+    return diff_columns(sums[has], sums0[has], counts[has], counts[has], n_boot=n_boot, seed=seed,
+                        transform=np.exp, least=MIN_WINDOWS)

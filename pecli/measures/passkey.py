@@ -29,11 +29,16 @@ KEYS = (1, 50000)  # k is drawn uniformly from this closed range
 NEW_TOKENS = 10  # greedy decoding stops after at most this many tokens
 
 
-def prompt(k: int, filler_chars: int, depth: float) -> str:
-    """The template with `filler_chars` characters of filler, `depth` of them before the key."""
+SENTENCES = tuple(s if s.endswith(".") else s + "." for s in FILLER.split(". "))
+JITTER = 0.05  # a trial's depth is drawn uniformly within this of its cell's, inside [0, 1]
+
+
+def prompt(k: int, filler_chars: int, depth: float, filler: str = FILLER, offset: int = 0) -> str:
+    """The template with `filler_chars` characters of filler, `depth` of them before the key
+    (both parts read from the same start): `filler` repeated, from its `offset`-th character."""
+    text = " ".join([filler] * ((offset + filler_chars) // (len(filler) + 1) + 1))[offset:]
     before = round(depth * filler_chars)
-    filler = " ".join([FILLER] * (filler_chars // (len(FILLER) + 1) + 1))
-    return "\n".join([INTRO, filler[:before], KEY.format(k=k), filler[:filler_chars - before], QUESTION])
+    return "\n".join([INTRO, text[:before], KEY.format(k=k), text[:filler_chars - before], QUESTION])
 
 
 def answer(text: str) -> int | None:
@@ -44,8 +49,28 @@ def answer(text: str) -> int | None:
 
 def keys(seed: int, length: int, depth: float, trials: int) -> list[int]:
     """The trials' pass keys at one (length, depth): seeded, the same under every condition."""
+    return [d.k for d in draws(seed, length, depth, trials)]
+
+
+@dataclass(frozen=True)
+class Draw:
+    """What one trial draws, so that trials of a cell share no material but the template: its
+    key, its depth (jittered), its filler (the sentences in its own order) and where in the
+    repeated filler it starts."""
+    k: int
+    depth: float
+    filler: str
+    offset: int
+
+
+def draws(seed: int, length: int, depth: float, trials: int) -> list[Draw]:
+    """The trials of one (length, depth) cell: seeded, the same under every condition."""
     rng = np.random.default_rng([seed, length, round(depth * 10**6)])
-    return [int(k) for k in rng.integers(KEYS[0], KEYS[1] + 1, size=trials)]
+    ks = rng.integers(KEYS[0], KEYS[1] + 1, size=trials)  # first: the keys of before
+    depths = np.clip(depth + rng.uniform(-JITTER, JITTER, trials), 0.0, 1.0)
+    fillers = [" ".join(SENTENCES[i] for i in rng.permutation(len(SENTENCES))) for _ in range(trials)]
+    offsets = rng.integers(0, len(FILLER) + 1, size=trials)
+    return [Draw(int(k), float(d), f, int(o)) for k, d, f, o in zip(ks, depths, fillers, offsets, strict=True)]
 
 
 @dataclass(frozen=True)
@@ -55,13 +80,14 @@ class Trial:
     depth: float
     text: str
     ids: tuple[int, ...]  # the tokenized prompt: at most `length` tokens (usually exactly)
+    offset: int = 0  # where in its filler the text starts
 
 
-def fit(tokenizer, k: int, length: int, depth: float) -> Trial | None:
+def fit(tokenizer, k: int, length: int, depth: float, filler: str = FILLER, offset: int = 0) -> Trial | None:
     """The prompt with the most filler whose tokens are at most `length`; None if even the
     template without filler is longer."""
     def ids(n: int) -> list[int]:
-        return tokenizer(prompt(k, n, depth))["input_ids"]
+        return tokenizer(prompt(k, n, depth, filler, offset))["input_ids"]
 
     if len(ids(0)) > length:
         return None
@@ -69,7 +95,7 @@ def fit(tokenizer, k: int, length: int, depth: float) -> Trial | None:
     while low < high:  # the largest filler that fits (token counts grow with the filler)
         mid = (low + high + 1) // 2
         low, high = (mid, high) if len(ids(mid)) <= length else (low, mid - 1)
-    return Trial(k, length, depth, prompt(k, low, depth), tuple(ids(low)))
+    return Trial(k, length, depth, prompt(k, low, depth, filler, offset), tuple(ids(low)), offset)
 
 
 def batches(trials: list[Trial], batch_size: int | None = None) -> list[list[int]]:

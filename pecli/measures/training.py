@@ -218,27 +218,32 @@ OVER_SEEDS = "mean over training seeds"
 
 
 def seed_interval(values) -> tuple[float, float]:
-    """95 % Student t interval of the mean over training seeds (NaN with fewer than 2)."""
-    from scipy import stats
+    """95 % Student t interval of the mean over training seeds (intervals.t_interval: NaN with
+    fewer than 2 seeds or seeds that all agree)."""
+    from pecli.measures.intervals import t_interval
 
-    v = np.asarray(values, dtype=np.float64)
-    if len(v) < 2:
-        return float("nan"), float("nan")
-    half = stats.t.ppf(0.975, len(v) - 1) * v.std(ddof=1) / np.sqrt(len(v))
-    return float(v.mean() - half), float(v.mean() + half)
+    return t_interval(values)
 
 
-def over_seeds(by_seed, keys: list[str]):
+def over_seeds(by_seed, keys: list[str], texts_of=None):
     """One row per `keys` group of a per-seed table: the mean over its training seeds with
-    `seed_interval` (ci_low, ci_high), `seeds` the count, their revisions joined."""
+    `seed_interval` (ci_low, ci_high), `seeds` the count, their revisions joined. Where
+    `texts_of(row)` gives a row's per-text (per-item) values, the interval resamples seeds and
+    the texts within them together (intervals.seeds_and_texts_interval)."""
     import pandas as pd
+
+    from pecli.measures.intervals import SEEDS_AND_TEXTS, seeds_and_texts_interval
 
     out = []
     for _, group in by_seed.groupby(keys, sort=False, dropna=False):
-        low, high = seed_interval(group["value"])
+        texts = [texts_of(r) for _, r in group.iterrows()] if texts_of else [None]
+        if all(t is not None for t in texts):
+            (low, high), method = seeds_and_texts_interval(texts), SEEDS_AND_TEXTS
+        else:
+            (low, high), method = seed_interval(group["value"]), SEED_METHOD
         row = group.iloc[0].to_dict()
         row.update(value=float(group["value"].mean()), ci_low=low, ci_high=high,
-                   interval=SEED_METHOD, seeds=int(group["seed"].nunique()),
+                   interval=method if low == low else "", seeds=int(group["seed"].nunique()),
                    seed=int(group["seed"].min()), seed_list=",".join(map(str, group["seed"])),
                    model_revision=",".join(map(str, group["model_revision"])),
                    aggregation=OVER_SEEDS)

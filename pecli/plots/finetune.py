@@ -14,7 +14,7 @@ from pecli.plots.style import WIDTH, color_of, drawn, save, title, wants_log
 
 def accuracy(df: pd.DataFrame, path: Path) -> Path:
     """Test accuracy per condition: the probe (Wilson bars), each seed (dots) and their mean
-    (Student-t bars over seeds)."""
+    (bars: seeds and test texts resampled together)."""
     conds = list(dict.fromkeys(df["intervention"]))
     fig, ax = plt.subplots(figsize=(WIDTH, 3.8))
     for i, cond in enumerate(conds):
@@ -41,7 +41,7 @@ def accuracy(df: pd.DataFrame, path: Path) -> Path:
     ax.set_title(title(df, f"sentiment after fine-tuning ({first['fine_tuning']}) vs the "
                            "frozen-feature probe"), fontsize=9)
     ax.legend(fontsize=7, loc="lower left")
-    ax.text(1.0, -0.16, "probe bars: Wilson over test texts; mean bars: Student t over seeds; "
+    ax.text(1.0, -0.16, "probe bars: Wilson over test texts; mean bars: bootstrap over seeds and texts; "
             "dotted: chance", transform=ax.transAxes, ha="right", fontsize=7)
     ax.grid(axis="y", alpha=0.3)
     return save(fig, path)

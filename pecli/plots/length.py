@@ -54,7 +54,8 @@ def _context(ax, part: pd.DataFrame) -> None:
 def _finish(ax, title: str, shorter: bool = False, legend: bool = True) -> None:
     if shorter:  # what the dotted lines are, in the legend itself
         ax.plot([], [], ":", color="0.35", lw=0.9, label="dotted: a shorter window (fainter band)")
-    ax.fill_between([], [], [], color="0.5", alpha=0.15, lw=0, label="band: 95 % bootstrap over windows")
+    ax.fill_between([], [], [], color="0.5", alpha=0.15, lw=0,
+                    label="band: 95 % bootstrap over windows (none from fewer than 10)")
     ax.set_xlabel("position in the window (tokens; bucket midpoints)")
     ax.set_ylabel("mean NLL (nats)")
     ax.set_title(title, fontsize=9)

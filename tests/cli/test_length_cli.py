@@ -25,8 +25,16 @@ def test_length_writes_table_figure_and_sidecar(use_tiny, docs, tmp_path, invoke
     assert list(dict.fromkeys(df["rope_scaling"])) == ["none", "yarn:2", "linear:2"]
     assert len(df) == 3 * 2 * (4 + 1)  # conditions x lengths x (buckets + all positions)
     for col in ("window_start", "window_end", "nll_mean", "perplexity", "tokens", "windows",
-                "dropped_tokens", "ci_low", "ci_high", "rope_parameters", "model_id", "git_commit"):
+                "dropped_tokens", "rope_parameters", "model_id", "git_commit"):
         assert col in df.columns and df[col].notna().all(), col
+    # an interval only over 10 windows or more (the table says how many)
+    assert (df["ci_low"].notna() == (df["windows"] >= 10)).all() and (df["ci_high"].notna() == df["ci_low"].notna()).all()
+    assert df["ci_low"].notna().any() and df["ci_low"].isna().any()
+    # each condition's paired difference from intact on the same windows (none for intact itself)
+    assert df[df.rope_scaling == "none"]["diff_vs_intact"].isna().all()
+    scaled = df[df.rope_scaling != "none"]
+    assert scaled["diff_vs_intact"].notna().all()
+    assert (scaled["diff_ci_low"].notna() == (scaled["windows"] >= 10)).all()
     assert (out / "figures" / "length.png").stat().st_size > 10_000
     config = json.loads((out / "length.json").read_text())["config"]
     assert config["rope_scaling"] == ["yarn:2", "linear:2"] and config["lengths"] == [16, 32]

@@ -213,3 +213,13 @@ def test_committed_run_folders_compare_with_others():
     everything = gather([OFFLINE], allow_mixed=True)
     assert {r.split("/")[-1] for r in everything["run"]} == {
         p.name for p in OFFLINE.iterdir() if p.is_dir() and p.name not in NO_HEADLINES | {"figures"}}
+
+
+def test_compare_carries_no_zero_width_interval_from_a_table_written_before_the_rule():
+    rows = pd.DataFrame({"experiment": "mc", "metric": ["mc1", "mc1"], "value": [0.0, 0.3],
+                         "ci_low": [0.0, 0.2], "ci_high": [0.0, 0.4], "model": "m",
+                         "intervention": ["learned", "zero"], "mask": "default",
+                         "mask_semantics": "legacy", "rope_scaling": "none"})
+    got = headline_rows(rows)
+    assert got["ci_low"].isna().tolist() == [True, False] and got["ci_high"].isna().tolist() == [True, False]
+    assert got["interval"].tolist() == ["", "95 % percentile bootstrap over items"]

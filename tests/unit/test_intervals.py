@@ -88,8 +88,11 @@ def test_toy_exact_match_carries_its_interval():
 
     acc = run(ToyOptions(pe="none", max_n=12, steps=2, layers=1, width=16, heads=2))["accuracy"]
     em = acc[acc["metric"] == "exact_match"]
-    assert len(em) == 3 and em["ci_low"].notna().all()
-    assert ((em["ci_low"] <= em["value"]) & (em["value"] <= em["ci_high"])).all()
+    assert len(em) == 3
+    # two training steps: every item wrong (exact match 0 on each), so no interval, not [0, 0]
+    blank = em["ci_low"].isna() & em["ci_high"].isna() & em["value"].isin([0.0, 1.0])
+    inside = (em["ci_low"] <= em["value"]) & (em["value"] <= em["ci_high"]) & (em["ci_low"] < em["ci_high"])
+    assert (blank | inside).all()
 
 
 def test_no_interval_from_one_text_and_a_warning_that_says_so():
@@ -143,3 +146,96 @@ def test_memory_stays_bounded_for_the_largest_bootstrap():
     tracemalloc.stop()
     # resampled indices for all 100,000 x 2000 draws would be 1.6 GB; chunks keep it small
     assert peak < 200e6, peak
+
+
+# --- the rule (issue 46): no zero-width interval, none from fewer than 2 distinct units ------
+
+
+def test_a_statistic_that_cannot_vary_gets_no_interval_not_a_zero_width_one():
+    from pecli.measures.intervals import pair_interval, t_interval, wilson
+
+    # attn's sink rate 0 on every text; lm-eval's difference of a condition identical to intact
+    assert np.isnan(mean_interval([0.0, 0.0, 0.0], n_boot=1000)).all()
+    assert np.isnan(mean_interval(np.zeros(200), n_boot=1000)).all()
+    # the same ratio on every text, whatever its length: rounding is not variation
+    assert np.isnan(ratio_interval([0.1 * k for k in (3, 7, 11)], [3, 7, 11], n_boot=1000)).all()
+    assert np.isnan(statistic_interval([5.0] * 4, np.median, n_boot=1000)).all()
+    assert np.isnan(pair_interval(np.ones(6), [0, 0, 1, 1, 2, 2], [1, 2, 0, 2, 0, 1], 3)).all()
+    # toy length's exact match 0 over seeds; finetune's step 0, the same model for every seed
+    assert np.isnan(t_interval([0.0, 0.0, 0.0])).all()
+    assert np.isnan(t_interval([321.16, 321.16])).all()
+    assert np.isnan(wilson(1, 1)).all()  # one trial is one unit
+    assert wilson(3, 3)[1] == 1.0 and wilson(3, 3)[0] > 0.0  # all right: Wilson's is not [1, 1]
+
+
+def test_the_intact_conditions_gap_closed_is_blank_by_construction():
+    from pecli.measures.mask_fitting import gap_interval
+
+    rng = np.random.default_rng(0)
+    counts = rng.integers(20, 60, 12).astype(float)
+    sums = {"zero": counts * 6.0 + rng.random(12), "intact": counts * 4.0 + rng.random(12)}
+    sums["half"] = (sums["zero"] + sums["intact"]) / 2 + rng.normal(0, 5, 12)
+    assert np.isnan(gap_interval(sums, counts, "intact", 1000, 0)).all()  # 1 on every resample
+    assert np.isnan(gap_interval(sums, counts, "zero", 1000, 0)).all()  # 0 on every resample
+    low, high = gap_interval(sums, counts, "half", 1000, 0)
+    assert low < 0.5 < high
+
+
+def test_lm_evals_difference_from_intact_has_no_interval_where_it_is_zero_by_construction():
+    import pandas as pd
+
+    from pecli.measures.intervals import paired_with_intact
+
+    key = ("t", "acc", "none")
+    docs = {i: float(i % 3 == 0) for i in range(30)}
+    other = {i: float(i % 2 == 0) for i in range(30)}
+    df = pd.DataFrame({"task": "t", "metric": "acc", "filter": "none", "rows": 30,
+                       "condition_index": [0, 1, 2]})
+    out = paired_with_intact(df, [{key: docs}, {key: dict(docs)}, {key: other}], 1000, 0)
+    assert out["diff_vs_intact"].tolist()[1] == 0.0
+    assert np.isnan(out[["diff_ci_low", "diff_ci_high"]].to_numpy()[:2]).all()
+    d = np.array([other[i] - docs[i] for i in range(30)])
+    assert (out["diff_ci_low"][2], out["diff_ci_high"][2]) == mean_interval(d, seed=0)
+
+
+def test_finetune_step_zero_has_no_interval_when_every_seed_starts_from_the_same_model():
+    from pecli.measures.finetuning import seed_interval
+
+    mean, low, high = seed_interval([321.16, 321.16, 321.16])
+    assert mean == pytest.approx(321.16) and np.isnan([low, high]).all()
+
+
+def test_paired_difference_is_a_bootstrap_of_pairs_written_plainly():
+    from pecli.measures.intervals import diff_columns, paired_difference
+
+    rng = np.random.default_rng(5)
+    base = rng.uniform(0.2, 0.9, 30)  # per-text accuracy of intact; a condition 0.05 lower
+    cond = base - 0.05 + rng.normal(0, 0.01, 30)
+    idx = np.random.default_rng(0).integers(0, 30, size=(1000, 30))
+    by_hand = np.percentile(cond[idx].mean(1) - base[idx].mean(1), [2.5, 97.5])
+    d, low, high = paired_difference(cond, base, n_boot=1000, seed=0)
+    assert d == pytest.approx(cond.mean() - base.mean(), abs=1e-15)
+    np.testing.assert_allclose([low, high], by_hand, rtol=1e-12)
+    assert high < 0  # the unpaired intervals overlap; the paired one excludes zero
+    a, b = mean_interval(cond), mean_interval(base)
+    assert a[1] > b[0]
+    assert np.isnan(list(diff_columns(base, base, reference_row=True).values())).all()
+    assert np.isnan(paired_difference(base, base)[1:]).all()  # intact against itself: zero width
+    with pytest.raises(ValueError, match="same texts"):
+        paired_difference(cond[:5], base)
+
+
+def test_seeds_and_texts_together_by_hand_and_inside_the_values_range():
+    from pecli.measures.intervals import seeds_and_texts_interval, t_interval
+
+    per_seed = [np.r_[np.ones(k), np.zeros(20 - k)] for k in (1, 0, 3)]  # accuracy near 0
+    low, high = seeds_and_texts_interval(per_seed, n_boot=1000, seed=4)
+    # by hand: texts resampled within every seed, then seeds drawn, from one generator
+    rng = np.random.default_rng(4)
+    within = np.stack([v[rng.integers(0, 20, (1000, 20))].mean(1) for v in per_seed], 1)
+    drawn = rng.integers(0, 3, (1000, 3))
+    stats = np.array([within[b, drawn[b]].mean() for b in range(1000)])
+    np.testing.assert_allclose([low, high], np.percentile(stats, [2.5, 97.5]), rtol=1e-12)
+    assert 0.0 <= low < high <= 1.0
+    assert t_interval([v.mean() for v in per_seed])[0] < 0  # what the t interval over 3 seeds gave
+    assert np.isnan(seeds_and_texts_interval([np.zeros(20)] * 3)).all()  # all wrong: no interval

@@ -159,8 +159,27 @@ def test_summarise_buckets_partition_the_tokens():
     whole = float(torch.cat(nlls).mean())
     assert rows[-1]["nll_mean"] == pytest.approx(whole) and rows[-1]["all_positions"]
     assert rows[0]["tokens"] == 3 * 7  # positions 1..7 (position 0 is never a target)
-    for r in rows:
-        assert r["ci_low"] <= r["perplexity"] <= r["ci_high"] and r["windows"] == 3
+    for r in rows:  # three windows: the units, and no interval (fewer than MIN_WINDOWS)
+        assert r["windows"] == 3 and np.isnan(r["ci_low"]) and np.isnan(r["ci_high"])
+    many = cut(np.tile(STREAM, 5), 32)  # ten windows or more: an interval over them
+    assert len(many) >= 10
+    long = [torch.from_numpy(rng.random(31)) for _ in range(len(many))]
+    whole = summarise(long, many, 4, 200, 0)[-1]
+    assert whole["windows"] == len(many) and whole["ci_low"] < whole["perplexity"] < whole["ci_high"]
+    sums = np.array([x.sum().item() for x in long])
+    idx = np.random.default_rng(0).integers(0, len(many), size=(200, len(many)))
+    by_hand = np.percentile(np.exp(sums[idx].sum(1) / (31 * len(many))), [2.5, 97.5])
+    np.testing.assert_allclose([whole["ci_low"], whole["ci_high"]], by_hand, rtol=1e-9)
+    # against intact on the same windows: the difference's bootstrap draws the same windows for both
+    base = [x - 0.2 * torch.from_numpy(rng.random(31)) for x in long]
+    paired = summarise(long, many, 4, 200, 0, intact=base)[-1]
+    sums0 = np.array([x.sum().item() for x in base])
+    n = 31 * len(many)
+    diffs = np.exp(sums[idx].sum(1) / n) - np.exp(sums0[idx].sum(1) / n)
+    assert paired["diff_vs_intact"] == pytest.approx(np.exp(sums.sum() / n) - np.exp(sums0.sum() / n), rel=1e-12)
+    np.testing.assert_allclose([paired["diff_ci_low"], paired["diff_ci_high"]],
+                               np.percentile(diffs, [2.5, 97.5]), rtol=1e-9)
+    assert np.isnan(whole["diff_vs_intact"]) and np.isnan(rows[-1]["diff_ci_low"])  # no intact given
     one = cut(STREAM[:40], 32)  # a single window: no interval, rather than a zero-width one
     alone = summarise(nlls[:1], one, 4, 200, 0)[-1]
     assert alone["windows"] == 1 and np.isnan(alone["ci_low"]) and np.isnan(alone["ci_high"])

@@ -202,6 +202,20 @@ def test_intact_condition_first_and_interval_columns(tiny, items_file):
         "text_id")["item_value"].to_numpy()
     assert mc2["stderr"] == pytest.approx(values.std(ddof=1) / np.sqrt(len(values)))
     assert df[df.metric == "mc1"]["chance"].iloc[0] == pytest.approx(np.mean([1 / 3, 1 / 2, 1 / 2]))
+    inside = (df["ci_low"] <= df["chance"]) & (df["chance"] <= df["ci_high"])
+    assert df["chance_in_interval"].tolist() == inside.tolist()
+    # the difference from intact: a bootstrap of the same items for both, written plainly
+    intact = tables["mc_items"].query("intervention == 'intact' and task == 'mc2'").drop_duplicates(
+        "text_id")["item_value"].to_numpy()
+    idx = np.random.default_rng(int(first["seed"])).integers(0, len(values), size=(200, len(values)))
+    diffs = values[idx].mean(1) - intact[idx].mean(1)
+    assert mc2["diff_vs_intact"] == pytest.approx(values.mean() - intact.mean(), abs=1e-15)
+    low, high = np.percentile(diffs, [2.5, 97.5])
+    if high - low > 1e-9:
+        assert (mc2["diff_ci_low"], mc2["diff_ci_high"]) == pytest.approx((low, high), abs=1e-12)
+    else:  # the items all moved alike: no interval (issue 46)
+        assert np.isnan([mc2["diff_ci_low"], mc2["diff_ci_high"]]).all()
+    assert df[df.intervention == "intact"]["diff_vs_intact"].isna().all()
     for col in ("model_revision", "dataset", "data_revision", "mask_semantics", "device", "dtype",
                 "torch_version", "tasks", "bootstrap"):
         assert col in df.columns

@@ -193,3 +193,24 @@ def test_figure(tiny, tmp_path):
     run(o, loaded=tiny("llama"))["passkey"].to_csv(tmp_path / "passkey.csv", index=False)
     (png,) = figures({"passkey": tmp_path / "passkey.csv"}, tmp_path / "fig")
     assert png.exists() and png.stat().st_size > 10_000
+
+
+def test_trials_of_a_cell_are_independent_draws_that_share_only_the_template(tiny):
+    got = pk.draws(0, 96, 0.5, 20)
+    assert got == pk.draws(0, 96, 0.5, 20) and got != pk.draws(1, 96, 0.5, 20)  # seeded
+    assert [d.k for d in got] == pk.keys(0, 96, 0.5, 20)
+    assert all(abs(d.depth - 0.5) <= pk.JITTER for d in got) and len({d.depth for d in got}) == 20
+    sentences = lambda text: sorted(x.strip() for x in text.split(".") if x.strip())  # noqa: E731
+    assert all(sentences(d.filler) == sentences(pk.FILLER) for d in got)  # its own order
+    assert len({d.filler for d in got}) > 5 and len({d.offset for d in got}) > 10
+    assert all(0.0 <= d.depth <= 1.0 for d in pk.draws(0, 96, 0.0, 50) + pk.draws(0, 96, 1.0, 50))
+    # the prompt, literally: the trial's filler repeated, read from its offset, cut at its depth
+    d = got[0]
+    text = pk.prompt(d.k, 120, d.depth, d.filler, d.offset)
+    stream = " ".join([d.filler] * 3)[d.offset:]
+    before = round(d.depth * 120)
+    assert text.split("\n") == [pk.INTRO, stream[:before], pk.KEY.format(k=d.k), stream[:120 - before], pk.QUESTION]
+    tok = tiny("llama").tokenizer
+    trials = [pk.fit(tok, x.k, 96, x.depth, x.filler, x.offset) for x in got[:4]]
+    bodies = {t.text.replace(str(t.k), "K") for t in trials}
+    assert len(bodies) == 4 and all(len(t.ids) <= 96 for t in trials)  # not only the key differs

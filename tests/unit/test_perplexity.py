@@ -309,6 +309,34 @@ def test_intervals_of_every_aggregation_by_hand():
     assert all(np.isnan(v).all() for v in intervals(nlls, 0, seed=3).values())
 
 
+def test_the_difference_from_intact_is_a_paired_bootstrap_by_hand():
+    from pecli.measures.intervals import paired_perplexity
+
+    gen = torch.Generator().manual_seed(1)
+    lengths = [int(n) for n in torch.randint(1, 30, (40,), generator=gen)]
+    intact = [torch.rand(n, generator=gen) * 6 for n in lengths]
+    # a condition 0.1 nats worse on every token, plus per-text noise the texts share
+    zero = [x + 0.1 + 0.05 * torch.rand(1, generator=gen) for x in intact]
+    got = paired_perplexity(zero, intact, 2000, seed=3)
+    # by hand: the same 2000 resamples of the 40 texts for both conditions, difference per resample
+    idx = np.random.default_rng(3).integers(0, 40, size=(2000, 40))
+    s1, s0 = (np.array([x.double().sum().item() for x in xs]) for xs in (zero, intact))
+    n = np.array(lengths, np.float64)
+    diffs = np.exp(s1[idx].sum(1) / n[idx].sum(1)) - np.exp(s0[idx].sum(1) / n[idx].sum(1))
+    corpus = got["corpus"]
+    assert corpus["diff_vs_intact"] == pytest.approx(np.exp(s1.sum() / n.sum()) - np.exp(s0.sum() / n.sum()),
+                                                     rel=1e-12)
+    np.testing.assert_allclose([corpus["diff_ci_low"], corpus["diff_ci_high"]],
+                               np.percentile(diffs, [2.5, 97.5]), rtol=1e-9)
+    # paired: far narrower than the two conditions' own intervals, and away from zero
+    from pecli.experiments.perplexity import intervals
+
+    own = intervals(zero, 2000, 3)["corpus"]
+    assert 0 < corpus["diff_ci_low"] and corpus["diff_ci_high"] - corpus["diff_ci_low"] < (own[1] - own[0]) / 3
+    assert np.isnan(got["median_per_text"]["diff_ci_low"])
+    assert all(np.isnan(v).all() for d in paired_perplexity(intact, None, 2000, 3).values() for v in d.values())
+
+
 def test_study_values_only_for_the_studys_model_and_data():
     from pecli.experiments.perplexity import _study_value
 

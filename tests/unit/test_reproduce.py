@@ -293,3 +293,16 @@ def test_report_puts_findings_first_and_code_path_checks_in_an_appendix(fake_exp
                                        "### Code path: fake on random weights",
                                        "What it checks: that the fake experiment runs")]
     assert order == sorted(order) and "Findings first; the 1 code-path checks" in report
+
+
+def test_report_cells_give_chance_and_never_a_zero_width_interval(tmp_path):
+    from pecli.experiments.reproduce import _lookup
+
+    csv = tmp_path / "mc.csv"
+    pd.DataFrame({"metric": ["mc1", "mc2", "sink_rate"], "value": [0.25, 0.52, 0.0],
+                  "ci_low": [0.20, 0.49, 0.0], "ci_high": [0.31, 0.55, 0.0],
+                  "chance": [0.237, 0.464, None]}).to_csv(csv, index=False)
+    assert _lookup(csv, {"metric": "mc1"}, "{:.3f}") == \
+        "0.250 [0.200, 0.310] (chance 0.237: the interval contains it)"
+    assert _lookup(csv, {"metric": "mc2"}, "{:.3f}") == "0.520 [0.490, 0.550] (chance 0.464)"
+    assert _lookup(csv, {"metric": "sink_rate"}, "{:.3f}") == "0.000"
