@@ -65,7 +65,7 @@ def _trials_for(loaded, grid, o: PasskeyOptions, progress) -> list[dict]:
             for n in o.lengths}
     # every trial its own draw: key, depth jitter, filler order and offset (measures.passkey.draws)
     cells = {(n, d): [] if past[n] else [fit(loaded.tokenizer, x.k, n, x.depth, x.filler, x.offset)
-                                         for x in draws(o.seed, n, d, o.trials)]
+                                         for x in draws(o.seed, n, d, o.trials, o.draws == "independent")]
              for n in o.lengths for d in o.depths}
     if all(past[n] or None in ts for (n, _), ts in cells.items()):  # nothing could be measured
         need = max(len(loaded.tokenizer(prompt(k, 0, d))["input_ids"]) for (n, d), ts in cells.items()
@@ -141,8 +141,7 @@ def _slot(row) -> str:
     return f"{int(row['length']):,} tokens, depth {'all' if str(depth) == 'all' else f'{float(depth):g}'}"
 
 
-# version 2: every trial its own draw (depth jitter, filler order and offset), not only its key
-register("passkey", 2, run, PasskeyOptions, "pecli.plots.passkey:figures",
+register("passkey", 1, run, PasskeyOptions, "pecli.plots.passkey:figures",
          "Passkey retrieval by prompt length and depth (greedy decoding; rope scaling, "
          "interventions)",
          headlines=(Headline("accuracy", "passkey retrieval accuracy", {}, ("intervention", "rope_scaling"),

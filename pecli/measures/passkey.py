@@ -63,10 +63,13 @@ class Draw:
     offset: int
 
 
-def draws(seed: int, length: int, depth: float, trials: int) -> list[Draw]:
-    """The trials of one (length, depth) cell: seeded, the same under every condition."""
+def draws(seed: int, length: int, depth: float, trials: int, independent: bool = True) -> list[Draw]:
+    """The trials of one (length, depth) cell: seeded, the same under every condition; not
+    `independent`: only the key drawn (the cell's depth, the one filler from its start)."""
     rng = np.random.default_rng([seed, length, round(depth * 10**6)])
     ks = rng.integers(KEYS[0], KEYS[1] + 1, size=trials)  # first: the keys of before
+    if not independent:
+        return [Draw(int(k), depth, FILLER, 0) for k in ks]
     depths = np.clip(depth + rng.uniform(-JITTER, JITTER, trials), 0.0, 1.0)
     fillers = [" ".join(SENTENCES[i] for i in rng.permutation(len(SENTENCES))) for _ in range(trials)]
     offsets = rng.integers(0, len(FILLER) + 1, size=trials)

@@ -785,8 +785,8 @@ class PasskeyOptions(Running, RopeScaled):
     """`pecli passkey` and the `passkey` experiment: a number hidden in filler, retrieved by
     greedy decoding, by prompt length and depth (pecli.measures.passkey)."""
 
-    FLAGS: ClassVar[str] = ("model lengths depths trials rope_scaling rope_scaling_on intervention "
-                            "batch_size seed "
+    FLAGS: ClassVar[str] = ("model lengths depths trials draws rope_scaling rope_scaling_on "
+                            "intervention batch_size seed "
                             "device dtype out force")
 
     model: tuple[str, ...] | str = models(("random:llama",), CAUSAL_MODELS_HELP)  # "a,b" or a list
@@ -800,6 +800,11 @@ class PasskeyOptions(Running, RopeScaled):
                                              "the key, e.g. 0,0.5,1 (default).")
     trials: int = option(5, low=1, high=10_000, flag={"type": int | None, "default": None, "min": 1},
                          help="Trials per (length, depth), each with its own seeded key (default 5).")
+    draws: str = option(
+        "fixed", choices=("fixed", "independent"),
+        help="What a trial draws besides its key: fixed (default: the same filler and depth in every "
+             "trial of a cell, the template of the committed results) or independent (its own "
+             "depth within 0.05, filler order and offset: trials that share only the template).")
 
     def check(self) -> None:
         super().check()
