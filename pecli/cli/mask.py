@@ -58,10 +58,35 @@ def fit(options: MaskFitOptions, *, out: OutOpt = None, force: ForceOpt = False)
                         _num(row["value"]) + ci_text(row, _num),
                         _gap(row))
     console.print(summary)
+    for line in reliance(df):
+        console.print(line)
     console.print(f"mask file: {recorded.save_dir}/mask.json (give it back as --mask: it runs "
                   "under the log-bias semantics it was fitted with)")
     for p in [*tables.values(), *figures]:
         console.print(f"wrote {p}")
+
+
+def reliance(df) -> list[str]:
+    """Per held-out set, what removing positions costs, and a warning where it is not detectably
+    worse than intact (no-positions interval reaching the intact point): no gap worth closing."""
+    lines = []
+    for name, part in df.groupby("dataset", sort=False):
+        got = {row["condition"]: row for _, row in part.iterrows()}
+        if "intact" not in got or "no positions" not in got:
+            continue
+        intact, zero = got["intact"], got["no positions"]
+        cost = f"{zero['value'] / intact['value'] - 1:+.1%}"
+        lines.append(f"reliance on positions, {name}: perplexity {_num(intact['value'])} intact, "
+                     f"{_num(zero['value'])} without ({cost})")
+        if not zero["ci_low"] > intact["value"]:  # NaN (no interval) warns too
+            lines.append(f"warning: {first_model(df)} barely relies on its positions on {name} (the "
+                         "no-positions interval reaches the intact perplexity): the gap closed "
+                         "measures little; use a model that needs its positions (models/gpt2-imdb)")
+    return lines
+
+
+def first_model(df) -> str:
+    return str(df.iloc[0]["model"])
 
 
 def _gap(row) -> str:

@@ -50,3 +50,18 @@ def test_fit_save_reuse(invoke, shared_data, tmp_path):
     # perplexity scores 128-token texts, mask fit 64: equal only where no text is longer
     short = df[df["dataset"] == "truthfulqa"]["truncated"].iloc[0] == 0
     assert short and again == pytest.approx(ours, rel=1e-6)
+
+
+def test_mask_fit_prints_the_reliance_on_positions_and_warns_where_there_is_none():
+    import pandas as pd
+
+    from pecli.cli.mask import reliance
+
+    df = pd.DataFrame({"model": "m", "dataset": ["imdb", "imdb", "truthfulqa", "truthfulqa"],
+                       "condition": ["intact", "no positions"] * 2,
+                       "value": [10.0, 28.0, 219.5, 220.6], "ci_low": [9.5, 27.0, 196.7, 197.5],
+                       "ci_high": [10.5, 29.0, 246.7, 248.0]})
+    lines = reliance(df)
+    assert lines[0] == "reliance on positions, imdb: perplexity 10 intact, 28 without (+180.0%)"
+    assert lines[1].startswith("reliance on positions, truthfulqa: perplexity 219.5 intact, 220.6 without (+0.5%)")
+    assert len(lines) == 3 and lines[2].startswith("warning: m barely relies on its positions on truthfulqa")
