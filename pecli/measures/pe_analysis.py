@@ -12,6 +12,7 @@ Pure numpy / scikit-learn: no models, no files. Shapes are [positions, dim] unle
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -170,7 +171,11 @@ class RidgeLOO:
                 for idx in members:
                     zg = z[idx]  # [n_g, r]
                     h = 1.0 / len(x) + (zg * inv) @ zg.T  # [n_g, n_g], the block H_gg
-                    sq += np.sum(np.linalg.solve(np.eye(len(idx)) - h, resid[idx]) ** 2)
+                    try:
+                        sq += np.sum(np.linalg.solve(np.eye(len(idx)) - h, resid[idx]) ** 2)
+                    except np.linalg.LinAlgError:  # a group the rest cannot predict at all (few
+                        sq = math.inf  # groups, little shrinkage): this alpha's error is unbounded
+                        break
                 loo = sq / len(x)
             self.loo[alpha] = float(loo)
             if best is None or loo < best[0]:
