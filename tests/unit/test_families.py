@@ -76,6 +76,8 @@ def without_positions(loaded, monkeypatch):
     """The model built without position information, by each kind's own route."""
 
     model, kind = loaded.model, loaded.spec.position
+    if kind == "partial rotary" and "qk_rope_head_dim" in model.config:  # MLA: no such switch
+        return _zero_named(model, ("inv_freq",))
     if kind == "partial rotary":  # transformers' own switch: rotate no dimension
         config = copy.deepcopy(model.config)
         config.rope_parameters = {**config.rope_parameters, "partial_rotary_factor": 0.0}
