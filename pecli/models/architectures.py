@@ -23,7 +23,9 @@ PARTIAL_ROTARY = "partial rotary"  # RoPE on a slice of each head only (the firs
 #                                    DeepSeek's MLA: its own last qk_rope_head_dim, interleaved)
 ALIBI = "alibi"  # a per-head linear bias on attention logits by distance
 RELATIVE_BIAS = "relative bias"  # T5's learned bias per (distance bucket, head)
-POSITION_KINDS = (LEARNED, ROTARY, PARTIAL_ROTARY, ALIBI, RELATIVE_BIAS)
+DISENTANGLED = "disentangled relative"  # DeBERTa: content-to-position and position-to-content
+#                                         terms from embeddings of log-bucketed distances
+POSITION_KINDS = (LEARNED, ROTARY, PARTIAL_ROTARY, ALIBI, RELATIVE_BIAS, DISENTANGLED)
 ROTARY_KINDS = (ROTARY, PARTIAL_ROTARY)
 
 
@@ -43,7 +45,8 @@ class ArchSpec:
     random_config: Callable[[], object]  # the reference's published config, for random:<family>
     tokenizer: str = ""  # the offline tokenizer random:<family> uses: bert, gpt2, roberta, smollm2
     bias: str | None = None  # alibi: the keyword the blocks receive the bias by;
-    #                          relative bias: path to the nn.Embedding [buckets, heads]
+    #                          relative bias: path to the nn.Embedding [buckets, heads];
+    #                          disentangled: path to the encoder that takes `relative_pos`
     context: int | None = None  # tokens per sequence where the config does not say
     sincos: str | None = None  # rotary without a rotary module (GPT-J): path, in each block, to
     #                            the attention's [positions, sin | cos] table
@@ -286,6 +289,20 @@ def _deepseek_v3_config():
     )
 
 
+def _deberta_v2_config():
+    from transformers import DebertaV2Config
+
+    # microsoft/deberta-v3-base's config.json: 12 x 768, 12 heads, 128,100 tokens, no absolute
+    # positions; c2p and p2c terms over 256 log buckets of distance (512 positions), keys shared.
+    return DebertaV2Config(
+        vocab_size=128100, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+        intermediate_size=3072, hidden_act="gelu", max_position_embeddings=512, type_vocab_size=0,
+        layer_norm_eps=1e-7, relative_attention=True, max_relative_positions=-1,
+        position_buckets=256, norm_rel_ebd="layer_norm", share_att_key=True,
+        pos_att_type=["p2c", "c2p"], position_biased_input=False, pad_token_id=0,
+    )
+
+
 for _spec in [
     ArchSpec("bert", ("bert",), LEARNED, "embeddings.position_embeddings", None, 0,
              False, "encoder.layer", "AutoModel", "bert-base-uncased", _bert_config, "bert"),
@@ -338,6 +355,10 @@ for _spec in [
              "T5EncoderModel", "t5-small", _t5_config, "bert",
              bias="encoder.block.0.layer.0.SelfAttention.relative_attention_bias", context=512, own_attention=True,
              note="the encoder; BERT's uncased vocabulary stands in for its SentencePiece"),
+    ArchSpec("deberta_v2", ("deberta-v2",), DISENTANGLED, None, None, 0, False, "encoder.layer",
+             "AutoModel", "microsoft/deberta-v3-base", _deberta_v2_config, "bert", bias="encoder",
+             own_attention=True, note="deberta-v3-base's config; `zero` puts every pair at "
+             "distance 0; BERT's uncased vocabulary stands in for its SentencePiece"),
     ArchSpec("modernbert", ("modernbert",), ROTARY, None, "rotary_emb", 0, False, "layers",
              "AutoModel", "answerdotai/ModernBERT-base", _modernbert_config, "gpt2",
              note="local and global layers rotate with their own rope_theta; GPT-2's BPE "

@@ -111,6 +111,13 @@ def test_zero_equals_a_model_built_without_positions(family, tiny, monkeypatch):
     ids, mask = _batch()
     if loaded.spec.position == "alibi":
         reference = _alibi_edited(loaded, "zero", monkeypatch, ids, mask)
+    elif loaded.spec.position == "disentangled relative":  # DeBERTa: its own distances, all 0
+        import transformers.models.deberta_v2.modeling_deberta_v2 as deberta
+
+        own = deberta.build_relative_position
+        with monkeypatch.context() as m:
+            m.setattr(deberta, "build_relative_position", lambda *a, **k: 0 * own(*a, **k))
+            reference = _hidden(loaded.model, ids, mask)
     elif loaded.spec.sincos:  # GPT-J: rotary_dim 0 means "all"; at position 0 it rotates by 0
         with torch.inference_mode():
             reference = loaded.model(input_ids=ids, attention_mask=mask, position_ids=0 * ids,
