@@ -318,3 +318,22 @@ def test_rotary_model_types_through_the_llama_path(model_type):
     assert torch.equal(_hidden(loaded.model, ids, mask), plain)  # restored
     with pytest.raises(InterventionError, match="replaces embedding rows"):
         intervene(loaded, "sinusoidal")
+
+
+@pytest.mark.parametrize("condition, words", [
+    (dict(intervention="shuffle"), "only `zero` .every pair at distance 0. is defined"),
+    (dict(intervention="zero@0"), "per-layer surgery applies to rotary positions"),
+    (dict(intervention="rerope:64"), "does not apply .*disentangled relative positions"),
+    (dict(mask="linear"), "masks do not apply .*its attention is its own code"),
+])
+def test_deberta_refuses_what_has_no_meaning_before_loading(condition, words, monkeypatch):
+    """DeBERTa-v2: only intact and zero (every pair at distance 0) are defined; the rest is
+    refused in one line before its weights load."""
+    from pecli.experiments import check_before_loading
+    from pecli.positions.conditions import plan
+    from pecli.runs.errors import PecliError
+
+    monkeypatch.setattr("pecli.models.loading.load_model", lambda *a, **k: pytest.fail("loaded"))
+    with pytest.raises(PecliError, match=words) as error:
+        check_before_loading("random:deberta_v2", [plan(**condition)])
+    assert "\n" not in str(error.value)
