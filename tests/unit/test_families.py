@@ -337,3 +337,13 @@ def test_deberta_refuses_what_has_no_meaning_before_loading(condition, words, mo
     with pytest.raises(PecliError, match=words) as error:
         check_before_loading("random:deberta_v2", [plan(**condition)])
     assert "\n" not in str(error.value)
+
+
+def test_deberta_freezes_its_relative_embeddings_and_their_norm(tiny):
+    from pecli.measures.finetuning import freeze_positions
+
+    loaded = tiny("deberta_v2")
+    frozen = {id(p) for p in freeze_positions(loaded)}
+    encoder = loaded.model.encoder
+    assert frozen == {id(p) for p in [encoder.rel_embeddings.weight, *encoder.LayerNorm.parameters()]}
+    assert not encoder.rel_embeddings.weight.requires_grad
