@@ -111,6 +111,14 @@ TINY = {
     "smollm3": dict(num_key_value_heads=2, num_hidden_layers=4),
     "gpt_oss": dict(num_key_value_heads=2, head_dim=8, sliding_window=8, num_local_experts=4,
                     num_experts_per_tok=2),
+    "deberta_v2": dict(position_buckets=8, initializer_range=0.3),
+    # MLA at toy size: rotary on the last 8 of 16 query/key dims; YaRN on 16 positions
+    "deepseek_v3": dict(num_key_value_heads=4, q_lora_rank=16, kv_lora_rank=16, qk_rope_head_dim=8,
+                        qk_nope_head_dim=8, qk_head_dim=16, head_dim=8, v_head_dim=8,
+                        moe_intermediate_size=16, rope_parameters={
+                            "rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                            "original_max_position_embeddings": 16, "beta_fast": 32.0,
+                            "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0}),
 }
 
 

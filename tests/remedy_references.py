@@ -107,7 +107,7 @@ def literal_attention(loaded, distance, keep=None, logit_scale=None):
         angle = dist[:, :, None] * inv_freq  # [n, n, pairs]
         if keep is not None:
             angle = angle * keep(layer).double()
-        q, k = query.double(), key.double().repeat_interleave(g, dim=1)
+        q, k = last_first(loaded, query.double()), last_first(loaded, key.double().repeat_interleave(g, dim=1))
         q1, q2, qp = q[..., :pairs], q[..., pairs:2 * pairs], q[..., 2 * pairs:]
         k1, k2, kp = k[..., :pairs], k[..., pairs:2 * pairs], k[..., 2 * pairs:]
         # rotate-half convention: R(a) q . R(b) k = (q1 k1 + q2 k2) cos(a-b) + (q1 k2 - q2 k1) sin(a-b)
@@ -148,6 +148,14 @@ def literal_attention(loaded, distance, keep=None, logit_scale=None):
     return installed()
 
 
+def last_first(loaded, x):
+    """DeepSeek's MLA rotates the last qk_rope_head_dim dims of each head (its interleaved pairs
+    come out of its own rotation at angle 0 de-interleaved, as rotate-half takes them): those
+    dims moved to the front, where the references rotate."""
+    r = getattr(loaded.model.config, "qk_rope_head_dim", None)
+    return torch.cat([x[..., -r:], x[..., :-r]], -1) if r else x
+
+
 def identity_rotation(mod, args, kwargs):
     cos, sin = kwargs["position_embeddings"]
     return args, {**kwargs, "position_embeddings": (torch.ones_like(cos), torch.zeros_like(sin))}
@@ -177,9 +185,9 @@ def streaming_nll(loaded, ids: torch.Tensor, k: int, w: int) -> torch.Tensor:
             del cache[k]  # evict the oldest entry after the sinks
         h = query.shape[1]
         g = h // key.shape[1]
-        keys = torch.stack([rot(kk, p) for p, (kk, _) in enumerate(cache)], 1)  # [h_kv, c, d]
-        values = torch.stack([v for _, v in cache], 1)
-        q = rot(query[0, :, 0], len(cache) - 1)  # the query at the last slot
+        keys = torch.stack([rot(last_first(loaded, kk), p) for p, (kk, _) in enumerate(cache)], 1)
+        values = torch.stack([v for _, v in cache], 1)  # keys [h_kv, c, d]
+        q = rot(last_first(loaded, query[0, :, 0]), len(cache) - 1)  # the query at the last slot
         scores = (q[:, None] @ keys.repeat_interleave(g, 0).transpose(-1, -2))[:, 0] * scaling
         out = (torch.softmax(scores, -1)[:, None] @ values.repeat_interleave(g, 0))[:, 0]  # [h, d]
         return out[None, None], None

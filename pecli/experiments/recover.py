@@ -38,7 +38,9 @@ from pecli.runs.tables import validate
 NOT_ADDED = {"rotary": "rotations of queries and keys",
              "partial rotary": "rotations of part of each query and key",
              "alibi": "a fixed bias on attention scores by distance",
-             "relative bias": "a learned bias on attention scores by distance bucket"}
+             "relative bias": "a learned bias on attention scores by distance bucket",
+             "disentangled relative": "attention terms between content and embeddings of "
+                                      "distance buckets"}
 SIMILARITY = ("cosine: nearest vocabulary row by cosine similarity (a LayerNorm output has "
               "about the same norm for every row, and without a norm a dot product favours "
               "long rows whatever the direction)")

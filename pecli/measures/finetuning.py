@@ -22,15 +22,28 @@ import numpy as np
 import torch
 
 from pecli.measures.mask_fitting import batch_order, lm_loss
-from pecli.models.architectures import LEARNED, RELATIVE_BIAS, position_embedding, resolve
+from pecli.models.architectures import (
+    DISENTANGLED,
+    LEARNED,
+    RELATIVE_BIAS,
+    position_embedding,
+    resolve,
+)
 from pecli.runs.batching import pad
 from pecli.runs.errors import ConfigError
 
 
 def freeze_positions(loaded) -> list[torch.nn.Parameter]:
-    """Set requires_grad False on the model's position table (learned or relative bias), if
-    it has one; returns the parameters frozen."""
+    """Set requires_grad False on the model's position table (learned or relative bias; DeBERTa:
+    its relative embeddings and the norm they pass through), if it has one; returns the
+    parameters frozen."""
     spec = loaded.spec
+    if spec.position == DISENTANGLED:
+        encoder = resolve(loaded.model, spec, spec.bias)
+        params = [encoder.rel_embeddings.weight, *getattr(encoder, "LayerNorm", torch.nn.Identity()).parameters()]
+        for p in params:
+            p.requires_grad_(False)
+        return params
     if spec.position == LEARNED:
         table = position_embedding(loaded.model, spec)
     elif spec.position == RELATIVE_BIAS:

@@ -19,10 +19,13 @@ from pecli.runs.sections import with_section
 # Position kinds (`ArchSpec.position`, the `position_kind` column of every row):
 LEARNED = "learned"  # absolute rows added to the token embeddings
 ROTARY = "rotary"  # RoPE on every query/key dimension (Llama; ModernBERT's encoder)
-PARTIAL_ROTARY = "partial rotary"  # RoPE on the first dimensions of each head only
+PARTIAL_ROTARY = "partial rotary"  # RoPE on a slice of each head only (the first dimensions;
+#                                    DeepSeek's MLA: its own last qk_rope_head_dim, interleaved)
 ALIBI = "alibi"  # a per-head linear bias on attention logits by distance
 RELATIVE_BIAS = "relative bias"  # T5's learned bias per (distance bucket, head)
-POSITION_KINDS = (LEARNED, ROTARY, PARTIAL_ROTARY, ALIBI, RELATIVE_BIAS)
+DISENTANGLED = "disentangled relative"  # DeBERTa: content-to-position and position-to-content
+#                                         terms from embeddings of log-bucketed distances
+POSITION_KINDS = (LEARNED, ROTARY, PARTIAL_ROTARY, ALIBI, RELATIVE_BIAS, DISENTANGLED)
 ROTARY_KINDS = (ROTARY, PARTIAL_ROTARY)
 
 
@@ -42,7 +45,8 @@ class ArchSpec:
     random_config: Callable[[], object]  # the reference's published config, for random:<family>
     tokenizer: str = ""  # the offline tokenizer random:<family> uses: bert, gpt2, roberta, smollm2
     bias: str | None = None  # alibi: the keyword the blocks receive the bias by;
-    #                          relative bias: path to the nn.Embedding [buckets, heads]
+    #                          relative bias: path to the nn.Embedding [buckets, heads];
+    #                          disentangled: path to the encoder that takes `relative_pos`
     context: int | None = None  # tokens per sequence where the config does not say
     sincos: str | None = None  # rotary without a rotary module (GPT-J): path, in each block, to
     #                            the attention's [positions, sin | cos] table
@@ -265,6 +269,40 @@ def _gpt_oss_config():
     return GptOssConfig(num_hidden_layers=2, num_local_experts=4, num_experts_per_tok=2)
 
 
+def _deepseek_v3_config():
+    from transformers import DeepseekV3Config
+
+    # deepseek-ai/DeepSeek-V3's config.json (MLA: q/kv latents of 1536/512, heads of 128 dims
+    # without positions beside 64 rotated interleaved; YaRN x40 on 4,096 positions), SHRUNK
+    # to 2 of its 61 layers (one dense, one of 4 of its 256 experts, 2 per token), 512 wide
+    # with 4 of its 128 heads, so that a random copy fits a laptop.
+    return DeepseekV3Config(
+        vocab_size=129280, hidden_size=512, intermediate_size=1024, moe_intermediate_size=256,
+        num_hidden_layers=2, first_k_dense_replace=1, num_attention_heads=4, num_key_value_heads=4,
+        n_routed_experts=4, n_shared_experts=1, num_experts_per_tok=2, n_group=1, topk_group=1,
+        routed_scaling_factor=2.5, q_lora_rank=1536, kv_lora_rank=512, qk_rope_head_dim=64,
+        qk_nope_head_dim=128, v_head_dim=128, max_position_embeddings=163840, rope_interleave=True,
+        rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0,
+                         "original_max_position_embeddings": 4096, "beta_fast": 32.0,
+                         "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0},
+        bos_token_id=0, eos_token_id=1, tie_word_embeddings=False,
+    )
+
+
+def _deberta_v2_config():
+    from transformers import DebertaV2Config
+
+    # microsoft/deberta-v3-base's config.json: 12 x 768, 12 heads, 128,100 tokens, no absolute
+    # positions; c2p and p2c terms over 256 log buckets of distance (512 positions), keys shared.
+    return DebertaV2Config(
+        vocab_size=128100, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+        intermediate_size=3072, hidden_act="gelu", max_position_embeddings=512, type_vocab_size=0,
+        layer_norm_eps=1e-7, relative_attention=True, max_relative_positions=-1,
+        position_buckets=256, norm_rel_ebd="layer_norm", share_att_key=True,
+        pos_att_type=["p2c", "c2p"], position_biased_input=False, pad_token_id=0,
+    )
+
+
 for _spec in [
     ArchSpec("bert", ("bert",), LEARNED, "embeddings.position_embeddings", None, 0,
              False, "encoder.layer", "AutoModel", "bert-base-uncased", _bert_config, "bert"),
@@ -295,6 +333,11 @@ for _spec in [
     ArchSpec("pythia", ("gpt_neox",), PARTIAL_ROTARY, None, "rotary_emb", 0, True, "layers",
              "AutoModelForCausalLM", "EleutherAI/pythia-160m", _pythia_config, "gpt2",
              note="offline tokenizer: GPT-2's BPE (its ids fit; Pythia's own differs)"),
+    ArchSpec("deepseek_v3", ("deepseek_v3",), PARTIAL_ROTARY, None, "rotary_emb", 0, True,
+             "layers", "AutoModelForCausalLM", "deepseek-ai/DeepSeek-V3", _deepseek_v3_config,
+             "gpt2", note="MLA: rotary on the last 64 of each head's 192 query/key dims "
+             "(interleaved pairs), none on the rest; DeepSeek-V3's config shrunk to 2 of its 61 "
+             "layers, 512 wide, 4 of its 128 heads, 4 of its 256 experts; GPT-2's BPE stands in"),
     ArchSpec("opt", ("opt",), LEARNED, "decoder.embed_positions", None, 2, True,
              "decoder.layers", "AutoModelForCausalLM", "facebook/opt-125m", _opt_config, "roberta",
              note="2 rows before position 0 (OPT's offset)", offset_inside=True),
@@ -312,6 +355,10 @@ for _spec in [
              "T5EncoderModel", "t5-small", _t5_config, "bert",
              bias="encoder.block.0.layer.0.SelfAttention.relative_attention_bias", context=512, own_attention=True,
              note="the encoder; BERT's uncased vocabulary stands in for its SentencePiece"),
+    ArchSpec("deberta_v2", ("deberta-v2",), DISENTANGLED, None, None, 0, False, "encoder.layer",
+             "AutoModel", "microsoft/deberta-v3-base", _deberta_v2_config, "bert", bias="encoder",
+             own_attention=True, note="deberta-v3-base's config; `zero` puts every pair at "
+             "distance 0; BERT's uncased vocabulary stands in for its SentencePiece"),
     ArchSpec("modernbert", ("modernbert",), ROTARY, None, "rotary_emb", 0, False, "layers",
              "AutoModel", "answerdotai/ModernBERT-base", _modernbert_config, "gpt2",
              note="local and global layers rotate with their own rope_theta; GPT-2's BPE "

@@ -36,6 +36,7 @@ import torch
 
 from pecli.models.architectures import (
     ALIBI,
+    DISENTANGLED,
     LEARNED,
     RELATIVE_BIAS,
     ROTARY,
@@ -59,6 +60,9 @@ WHY_NOT = {
                               "which a shift keeps: nothing would change",
     ("reverse", RELATIVE_BIAS): "its buckets are distances, not positions: there is no N-1-p to "
                                 "map a bucket to (shuffle permutes the buckets)",
+    **{(name, DISENTANGLED): "DeBERTa's position terms read log-bucketed distances inside its "
+                             "own attention code; only `zero` (every pair at distance 0) is defined"
+       for name in ("shuffle", "reverse", "shift")},
 }
 
 
@@ -413,6 +417,19 @@ def _heads(loaded) -> int:
     return int(getattr(config, "num_attention_heads", None) or config.n_heads)
 
 
+def _same_distance(loaded, arg, seed):
+    """DeBERTa: the encoder is given every pair's relative position as 0, so both position
+    terms (content-to-position, position-to-content) read the distance-0 embedding everywhere."""
+
+    def pre_hook(mod, args, kwargs):
+        hidden = kwargs.get("hidden_states", args[0] if args else None)
+        n = hidden.shape[1]
+        return args, {**kwargs, "relative_pos": torch.zeros(n, n, dtype=torch.long, device=hidden.device)}
+
+    encoder = resolve(loaded.model, loaded.spec, loaded.spec.bias)
+    return lambda: _hooks(encoder.register_forward_pre_hook(pre_hook, with_kwargs=True))
+
+
 def _alibi(edit: Callable):
     def implementation(loaded, arg, seed):
         return lambda: _alibi_hooks(loaded, edit, arg, seed)
@@ -501,6 +518,7 @@ IMPLEMENTATIONS: dict[tuple[str, str], Callable[..., Callable[[], AbstractContex
     ("zero", LEARNED): _rows(_zero_rows), ("zero", RELATIVE_BIAS): _rows(_zero_rows),
     **dict.fromkeys((("zero", kind) for kind in ROTARY_KINDS), _identity_rotation),
     ("zero", SINCOS): _sincos(_identity_sincos), ("zero", ALIBI): _alibi(_zero_bias),
+    ("zero", DISENTANGLED): _same_distance,
     **{(name, kind): MAPPED[kind](position_map) for name, position_map in MAPS.items()
        for kind in _kinds(name) if kind in MAPPED},
     ("reverse", ALIBI): _alibi(_negated_bias), ("shuffle", ALIBI): _alibi(_shuffled_heads),

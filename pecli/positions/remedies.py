@@ -172,13 +172,18 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
-def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x [b, h, t, d] rotated by cos/sin [b, t, r] on its first r dims (partial rotary keeps the
-    rest), with the model's operations in the model's order (Llama, GPT-NeoX, Phi)."""
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, last: bool = False) -> torch.Tensor:
+    """x [b, h, t, d] rotated by cos/sin [b, t, r] on its first r dims (`last`: its last r, as
+    DeepSeek's MLA; partial rotary keeps the rest), with the model's operations in the model's
+    order (Llama, GPT-NeoX, Phi; DeepSeek's interleaved pairs arrive de-interleaved, where its
+    own rotation is this one)."""
     cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
     r = cos.shape[-1]
     if r == x.shape[-1]:
         return (x * cos) + (_rotate_half(x) * sin)
+    if last:
+        kept, turned = x[..., :-r], x[..., -r:]
+        return torch.cat((kept, (turned * cos) + (_rotate_half(turned) * sin)), dim=-1)
     turned, kept = x[..., :r], x[..., r:]
     return torch.cat(((turned * cos) + (_rotate_half(turned) * sin), kept), dim=-1)
 
@@ -190,6 +195,10 @@ class Rotation:
 
     module: torch.nn.Module
     layer_type: str | None = None
+    last: bool = False  # the rotated dims end each head (DeepSeek's MLA)
+
+    def rotate(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        return rotate(x, cos, sin, self.last)
 
     def __call__(self, like: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """cos/sin at `pos` [b, t], without the module's hooks."""
@@ -215,9 +224,10 @@ def rotations(loaded) -> list[Rotation]:
     from pecli.models.architectures import layer_types
 
     rotary = resolve(loaded.model, loaded.spec, loaded.spec.rotary)  # the scaled one under rope_scaled
+    last = bool(getattr(loaded.model.config, "qk_rope_head_dim", 0))
     if hasattr(rotary, "inv_freq"):
-        return [Rotation(rotary)] * len(attention_modules(loaded))
-    return [Rotation(rotary, t) for t in layer_types(loaded.model.config)]
+        return [Rotation(rotary, None, last)] * len(attention_modules(loaded))
+    return [Rotation(rotary, t, last) for t in layer_types(loaded.model.config)]
 
 
 def _cos_sin(rotation: Rotation, like: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -272,8 +282,8 @@ def remedy_attention(module, query, key, value, attention_mask, scaling=None, dr
     key_pos = _positions(visible)
     remedy, rotary = state
     cos, sin = _cos_sin(rotary, value, key_pos)
-    k_near = rotate(key, cos, sin)
-    q_near = rotate(query, cos[:, k_len - q_len:], sin[:, k_len - q_len:])
+    k_near = rotary.rotate(key, cos, sin)
+    q_near = rotary.rotate(query, cos[:, k_len - q_len:], sin[:, k_len - q_len:])
     if remedy.changes_nothing(int(key_pos.max()) + 1) and not state_literal(module):
         return plain(module, q_near, k_near, value, attention_mask, dropout=dropout,
                      scaling=scaling, **kwargs)
@@ -298,8 +308,9 @@ def _attend(q, k, v, bias, scaling, softcap=None) -> tuple[torch.Tensor, torch.T
     ([B, n] or [b, 1, B, n], 0 or -inf; None: every pair), logits soft-capped at `softcap`
     (cap * tanh(logit / cap), Gemma 2's) where given: (output [b, h, B, d], log-sum-exp of the
     scores [b, h, B], -inf on a row that sees nothing). On the CPU without a cap, ATen's fused
-    flash kernel (memory linear in n); else the scores written out."""
-    fused = q.dtype in (torch.float32, torch.bfloat16, torch.float16)
+    flash kernel (memory linear in n) where values are as wide as keys (MLA's are narrower);
+    else the scores written out."""
+    fused = q.dtype in (torch.float32, torch.bfloat16, torch.float16) and v.shape[-1] == q.shape[-1]
     if q.device.type == "cpu" and fused and softcap is None:
         out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
             q, k, v, 0.0, False, attn_mask=bias, scale=scaling)
@@ -378,9 +389,9 @@ def blocked(module, remedy: Remedy, rotary, query, key, value, q_near, k_near, k
     first = k_len - q_len  # key index of the first query
     q_pos = key_pos[:, first:]
     cq, sq = _cos_sin(rotary, value, remedy.far_query(q_pos))
-    q_far = rotate(query, cq, sq)
+    q_far = rotary.rotate(query, cq, sq)
     ck, sk = _cos_sin(rotary, value, remedy.far_key(key_pos))
-    k_far = repeat_kv(rotate(key, ck, sk), g)  # grouped-query attention: kv head j serves j*g..
+    k_far = repeat_kv(rotary.rotate(key, ck, sk), g)  # grouped-query attention: kv head j serves j*g..
     k_near, v = repeat_kv(k_near, g), repeat_kv(value, g)
     idx = torch.arange(k_len, device=query.device)
     if visible is not None and torch.equal(visible, (idx[first:, None] >= idx[None]).expand_as(visible)):
@@ -455,8 +466,8 @@ def chunked(module, remedy: Remedy, rotary, query, key, value, q_near, k_near, k
     q_pos = key_pos[:, first:]
     inner = q_pos % c
     at = (inner, (inner + c).clamp(max=top), torch.full_like(inner, min(2 * c - 1, top)))
-    qs = [rotate(query, *_cos_sin(rotary, value, p)) for p in at]  # own, previous, earlier
-    k = repeat_kv(rotate(key, *_cos_sin(rotary, value, key_pos % c)), g)
+    qs = [rotary.rotate(query, *_cos_sin(rotary, value, p)) for p in at]  # own, previous, earlier
+    k = repeat_kv(rotary.rotate(key, *_cos_sin(rotary, value, key_pos % c)), g)
     v = repeat_kv(value, g)
     idx = torch.arange(k_len, device=query.device)
     if visible is not None and torch.equal(visible, (idx[first:, None] >= idx[None]).expand_as(visible)):

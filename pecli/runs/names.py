@@ -266,6 +266,7 @@ def _fraction(what: str):
 # Position kinds (pecli.models.architectures.POSITION_KINDS, spelled here without torch).
 _ROTARY = ("rotary", "partial rotary")
 _ALL = ("learned", *_ROTARY, "alibi", "relative bias")
+_DEBERTA = "disentangled relative"  # only intact and zero have a defined meaning
 # traits: `layered` takes @LAYERS (per-layer surgery; rotary positions only, checked on the
 # model); `attention` replaces the model's attention function (so it excludes --mask).
 _LAYERED = frozenset({"layered"})
@@ -273,10 +274,11 @@ _REMEDY = frozenset({"layered", "attention"})
 
 INTERVENTIONS = _registry("intervention", InterventionError, [
     Term("intact", "no change: the model's own positions, whatever their kind (the baseline)",
-         applies_to=_ALL),
+         applies_to=(*_ALL, _DEBERTA)),
     Term("zero", "no position information: zero rows (learned); identity rotation (rotary; "
                  "partial rotary: on the rotated dimensions only); every slope 0 (alibi); the "
-                 "bias removed (relative bias)", applies_to=_ALL, traits=_LAYERED),
+                 "bias removed (relative bias); every pair at distance 0 (disentangled "
+                 "relative)", applies_to=(*_ALL, _DEBERTA), traits=_LAYERED),
     Term("shuffle", "position p gets position perm[p]'s rows / rotation (seeded); alibi: the "
                     "heads' slopes permuted; relative bias: the distance buckets permuted",
          applies_to=_ALL, traits=_LAYERED),

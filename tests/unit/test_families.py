@@ -76,6 +76,8 @@ def without_positions(loaded, monkeypatch):
     """The model built without position information, by each kind's own route."""
 
     model, kind = loaded.model, loaded.spec.position
+    if kind == "partial rotary" and "qk_rope_head_dim" in model.config:  # MLA: no such switch
+        return _zero_named(model, ("inv_freq",))
     if kind == "partial rotary":  # transformers' own switch: rotate no dimension
         config = copy.deepcopy(model.config)
         config.rope_parameters = {**config.rope_parameters, "partial_rotary_factor": 0.0}
@@ -109,6 +111,13 @@ def test_zero_equals_a_model_built_without_positions(family, tiny, monkeypatch):
     ids, mask = _batch()
     if loaded.spec.position == "alibi":
         reference = _alibi_edited(loaded, "zero", monkeypatch, ids, mask)
+    elif loaded.spec.position == "disentangled relative":  # DeBERTa: its own distances, all 0
+        import transformers.models.deberta_v2.modeling_deberta_v2 as deberta
+
+        own = deberta.build_relative_position
+        with monkeypatch.context() as m:
+            m.setattr(deberta, "build_relative_position", lambda *a, **k: 0 * own(*a, **k))
+            reference = _hidden(loaded.model, ids, mask)
     elif loaded.spec.sincos:  # GPT-J: rotary_dim 0 means "all"; at position 0 it rotates by 0
         with torch.inference_mode():
             reference = loaded.model(input_ids=ids, attention_mask=mask, position_ids=0 * ids,
@@ -309,3 +318,32 @@ def test_rotary_model_types_through_the_llama_path(model_type):
     assert torch.equal(_hidden(loaded.model, ids, mask), plain)  # restored
     with pytest.raises(InterventionError, match="replaces embedding rows"):
         intervene(loaded, "sinusoidal")
+
+
+@pytest.mark.parametrize("condition, words", [
+    (dict(intervention="shuffle"), "only `zero` .every pair at distance 0. is defined"),
+    (dict(intervention="zero@0"), "per-layer surgery applies to rotary positions"),
+    (dict(intervention="rerope:64"), "does not apply .*disentangled relative positions"),
+    (dict(mask="linear"), "masks do not apply .*its attention is its own code"),
+])
+def test_deberta_refuses_what_has_no_meaning_before_loading(condition, words, monkeypatch):
+    """DeBERTa-v2: only intact and zero (every pair at distance 0) are defined; the rest is
+    refused in one line before its weights load."""
+    from pecli.experiments import check_before_loading
+    from pecli.positions.conditions import plan
+    from pecli.runs.errors import PecliError
+
+    monkeypatch.setattr("pecli.models.loading.load_model", lambda *a, **k: pytest.fail("loaded"))
+    with pytest.raises(PecliError, match=words) as error:
+        check_before_loading("random:deberta_v2", [plan(**condition)])
+    assert "\n" not in str(error.value)
+
+
+def test_deberta_freezes_its_relative_embeddings_and_their_norm(tiny):
+    from pecli.measures.finetuning import freeze_positions
+
+    loaded = tiny("deberta_v2")
+    frozen = {id(p) for p in freeze_positions(loaded)}
+    encoder = loaded.model.encoder
+    assert frozen == {id(p) for p in [encoder.rel_embeddings.weight, *encoder.LayerNorm.parameters()]}
+    assert not encoder.rel_embeddings.weight.requires_grad

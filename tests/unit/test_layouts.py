@@ -28,6 +28,7 @@ def test_gemma3_layout_is_one_line_per_layer_type():
     ("gpt_oss", "1 x sliding 128 yarn rotary 1.5e5 (learned sinks), "
                 "1 x full yarn rotary 1.5e5 (learned sinks)"),
     ("pythia", "12 x full rotary 1e4 on 25%"),
+    ("deepseek_v3", "2 x full yarn rotary 1e4 on 64 of 192 dims"),
     ("bloom", "24 x full alibi"),
 ])
 def test_layouts_of_the_published_configs(family, line):

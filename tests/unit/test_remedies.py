@@ -31,7 +31,7 @@ from pecli.positions.remedies import attention_modules
 from pecli.runs.errors import InterventionError
 
 N = 40  # tokens per sequence in the unit tests
-FAMILIES = ("llama", "pythia")
+FAMILIES = ("llama", "pythia", "deepseek_v3")
 
 
 @pytest.fixture(params=FAMILIES)

@@ -25,7 +25,7 @@ N = 40
 TRAINED = 16  # the tiny models' trained context here: 40 tokens run past it
 
 
-@pytest.fixture(params=("llama", "pythia"))
+@pytest.fixture(params=("llama", "pythia", "deepseek_v3"))
 def model(request, tiny):
     return tiny(request.param, initializer_range=0.3, max_position_embeddings=TRAINED)
 
