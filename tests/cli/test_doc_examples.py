@@ -35,7 +35,7 @@ OFFLINE = ROOT / "results" / "offline"
 
 # Small sizes per command: each flag's value set (or the flag added)
 SMALL: dict[str, dict[str, str]] = {
-    "ablate": {"--limit": "4"},
+    "ablate": {"--limit": "8"},
     "perplexity": {"--limit": "2"},
     "mc": {"--limit": "2"},
     "length": {"--lengths": "64", "--limit": "2"},
@@ -46,7 +46,7 @@ SMALL: dict[str, dict[str, str]] = {
                  "--max-length": "32"},
     "finetune": {"--train-limit": "4", "--limit": "4", "--seeds": "2", "--batch": "2",
                  "--max-length": "32"},
-    "pe probe": {"--limit": "4", "--max-length": "32"},
+    "pe probe": {"--limit": "8", "--max-length": "32"},
     "pe recover": {"--limit": "4", "--max-length": "32"},
     "toy arithmetic": {"--steps": "2", "--max": "5"},
     "train lm": {"--steps": "2", "--limit": "20", "--eval-limit": "4", "--eval-every": "1",
