@@ -47,7 +47,7 @@ SMALL: dict[str, dict[str, str]] = {
     "finetune": {"--train-limit": "4", "--limit": "4", "--seeds": "2", "--batch": "2",
                  "--max-length": "32"},
     "pe probe": {"--limit": "8", "--max-length": "32"},
-    "pe recover": {"--limit": "4", "--max-length": "32"},
+    "pe recover": {"--limit": "8", "--max-length": "32"},
     "toy arithmetic": {"--steps": "2", "--max": "5"},
     "train lm": {"--steps": "2", "--limit": "20", "--eval-limit": "4", "--eval-every": "1",
                  "--seeds": "1", "--vocab": "300", "--context": "16", "--layers": "1",
