@@ -44,6 +44,11 @@ HEAD_METRICS = ("first_token_mass", "entropy", "mean_distance", "previous_token_
 MAX_POSITIONAL_ROWS = 512  # positions per layer written to attn_positional (evenly spaced)
 
 
+# families whose attention the statistics do not describe yet, and why
+NO_DIAGNOSTICS = {"gpt_oss": "its learned sink logit per head takes attention mass that no key "
+                             "holds, which the statistics (sink rate, entropy, distance) do not "
+                             "count yet; attn refuses it rather than describe another softmax"}
+
 def _special_wrap(tokenizer) -> tuple[list[int], list[int]]:
     """The tokenizer's default special tokens: (before, after) the text's own tokens."""
     plain = tokenizer("a", add_special_tokens=False)["input_ids"]
@@ -117,6 +122,8 @@ def run(options: AttnOptions, progress: Callable[[int, int], None] | None = None
     for name in o.model if loaded is None else ():
         check_before_loading(name, grid)
         ref = peek(name)
+        if ref is not None and ref.spec.family in NO_DIAGNOSTICS:
+            raise ModelError(f"{name} ({ref.spec.family}): {NO_DIAGNOSTICS[ref.spec.family]}")
         rows = ref.learned_rows() if ref is not None else None
         if rows is not None and o.length > rows:  # every row would be "not applicable"
             raise ConfigError(f"--length {o.length}: {name} has {rows} learned positions and no row "
@@ -125,6 +132,8 @@ def run(options: AttnOptions, progress: Callable[[int, int], None] | None = None
     tables: dict[str, list] = {}
     for name in o.model:
         model = loaded or load(name, o)
+        if model.spec.family in NO_DIAGNOSTICS:
+            raise ModelError(f"{model.name} ({model.spec.family}): {NO_DIAGNOSTICS[model.spec.family]}")
         for table, rows in _tables_for(model, data, grid, o, progress, len(o.model)).items():
             tables.setdefault(table, []).extend(rows)
         del model

@@ -51,6 +51,8 @@ def expected_refusal(experiment: str, family: str) -> str | None:
     kind = ARCHITECTURES.get(family).position
     if experiment in CAUSAL_ONLY and family in ENCODERS:
         return f"not applicable: random:{family} is a {family} encoder without a language-model head"
+    if experiment == "attn" and family == "gpt_oss":
+        return "its learned sink logit per head takes attention mass that no key holds"
     if experiment == "pe recover" and kind != "learned":
         return f"not applicable: {kind} positions are .+, not added to the token embedding"
     return None

@@ -35,8 +35,9 @@ def _by_token(m, name):
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_intact_vs_intact_is_one_for_every_token(family, tiny):
-    m = measure(tiny(family), TEXTS, ["intact"])
-    assert m.cosine["intact"].shape == (3, m.tokens)  # embeddings + 2 layers
+    loaded = tiny(family)
+    m = measure(loaded, TEXTS, ["intact"])
+    assert m.cosine["intact"].shape == (loaded.model.config.num_hidden_layers + 1, m.tokens)  # embeddings + layers
     np.testing.assert_allclose(m.cosine["intact"], 1.0, atol=1e-6)
 
 

@@ -74,7 +74,7 @@ def gu_sink_rate(a: torch.Tensor, epsilon: float) -> float:
     return float(metric1[0])
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", [f for f in FAMILIES if f != "gpt_oss"])  # refused by attn
 def test_every_statistic_equals_the_literal_one(tiny, family):
     loaded = tiny(family)
     ids = _ids(loaded)
@@ -119,6 +119,7 @@ def test_every_statistic_equals_the_literal_one(tiny, family):
 def test_the_captured_forward_is_the_models_own(tiny, family):
     """Blocks of eager attention joined give the model's output (its default attention)."""
     loaded = tiny(family)
+    own = loaded.model.config._attn_implementation  # sdpa; eager where soft-caps or sinks need it
     ids = _ids(loaded)
     with torch.inference_mode():
         plain = loaded.model.base_model(input_ids=ids, attention_mask=torch.ones_like(ids)).last_hidden_state
@@ -129,7 +130,7 @@ def test_the_captured_forward_is_the_models_own(tiny, family):
         finally:
             h.remove()
     torch.testing.assert_close(torch.cat(seen), plain, rtol=1e-5, atol=1e-5)
-    assert loaded.model.config._attn_implementation == "sdpa"  # restored
+    assert loaded.model.config._attn_implementation == own  # restored
 
 
 def test_literal_route_families_are_restored(tiny):

@@ -62,11 +62,11 @@ def test_past_a_learned_table_no_prompt_is_built(tiny, monkeypatch):
 
     asked = []
     fit = pk.fit
-    monkeypatch.setattr(pk, "fit", lambda tok, k, n, d: asked.append(n) or fit(tok, k, n, d))
-    o = PasskeyOptions.build({"model": "gpt2", "lengths": "40,100000", "depths": "0",
+    monkeypatch.setattr(pk, "fit", lambda tok, k, n, *rest: asked.append(n) or fit(tok, k, n, *rest))
+    o = PasskeyOptions.build({"model": "gpt2", "lengths": "80,100000", "depths": "0",
                               "trials": 2}, "t")
     acc = run(o, loaded=tiny("gpt2", n_positions=96))["passkey"]
-    assert set(asked) == {40}
+    assert set(asked) == {80}
     assert acc.set_index("length").loc[100000, "note"].iloc[0].startswith("not applicable: 96 learned")
 
 

@@ -294,7 +294,8 @@ def test_rotary_interventions_act_on_the_scaled_model(tiny, docs):
                              "rope_scaling": "yarn:2", "bootstrap": 0, "buckets": 1}, "t")
     df = _run_on(loaded, o, docs)
     whole = df[df["all_positions"] & (df["length"] == 48)].set_index(["intervention", "rope_scaling"])
-    assert whole.loc[("zero", "yarn:2"), "nll_mean"] == whole.loc[("zero", "none"), "nll_mean"]
+    # the same model once the rotation is removed (to float rounding of the chunked head)
+    assert whole.loc[("zero", "yarn:2"), "nll_mean"] == pytest.approx(whole.loc[("zero", "none"), "nll_mean"], rel=1e-6)
     assert whole.loc[("intact", "yarn:2"), "nll_mean"] != whole.loc[("intact", "none"), "nll_mean"]
     past = df[(df["length"] == 128) & (df["intervention"] == "shuffle")]
     assert past["note"].str.startswith("not applicable: shuffle permutes the model's 64").all()

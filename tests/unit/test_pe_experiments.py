@@ -58,7 +58,7 @@ def test_collect_hidden_positions_and_texts(family):
     loaded = make_tiny(family)
     ids = [loaded.tokenizer(t)["input_ids"][:12] for t in TEXTS]
     states, positions, texts = pe_exp.collect_hidden(loaded, ids, batch_size=3)
-    assert len(states) == 3  # embeddings + 2 layers
+    assert len(states) == loaded.model.config.num_hidden_layers + 1  # embeddings + layers
     assert all(s.shape == (sum(map(len, ids)), 32) for s in states)
     for t, seq in enumerate(ids):
         assert positions[texts == t].tolist() == list(range(len(seq)))
@@ -74,7 +74,8 @@ def test_run_probe_tables(family, reviews, monkeypatch):
                                         max_length=16, folds=4, pairs=100, device="cpu"))
     hidden = out["hidden"]
     assert set(hidden["intervention"]) == {"intact", "zero"}
-    assert len(hidden) == 2 * 3 * 2  # interventions x layers x (mae, chance)
+    layers = make_tiny(family).model.config.num_hidden_layers + 1  # embeddings + blocks
+    assert len(hidden) == 2 * layers * 2  # interventions x layers x (mae, chance)
     assert hidden["value"].ge(0).all() and (hidden["tokens"] == hidden["tokens"].iloc[0]).all()
     spec = make_tiny(family).spec
     if spec.position != "learned":  # positions inside attention: no table to analyse
