@@ -69,7 +69,7 @@ def fit(options: MaskFitOptions, *, out: OutOpt = None, force: ForceOpt = False)
 def reliance(df) -> list[str]:
     """Per held-out set, what removing positions costs, and a warning where it is not detectably
     worse than intact (no-positions interval reaching the intact point): no gap worth closing."""
-    lines = []
+    lines, model = [], str(df.iloc[0]["model"])
     for name, part in df.groupby("dataset", sort=False):
         got = {row["condition"]: row for _, row in part.iterrows()}
         if "intact" not in got or "no positions" not in got:
@@ -79,14 +79,10 @@ def reliance(df) -> list[str]:
         lines.append(f"reliance on positions, {name}: perplexity {_num(intact['value'])} intact, "
                      f"{_num(zero['value'])} without ({cost})")
         if not zero["ci_low"] > intact["value"]:  # NaN (no interval) warns too
-            lines.append(f"warning: {first_model(df)} barely relies on its positions on {name} (the "
+            lines.append(f"warning: {model} barely relies on its positions on {name} (the "
                          "no-positions interval reaches the intact perplexity): the gap closed "
                          "measures little; use a model that needs its positions (models/gpt2-imdb)")
     return lines
-
-
-def first_model(df) -> str:
-    return str(df.iloc[0]["model"])
 
 
 def _gap(row) -> str:

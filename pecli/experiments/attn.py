@@ -49,6 +49,11 @@ NO_DIAGNOSTICS = {"gpt_oss": "its learned sink logit per head takes attention ma
                              "holds, which the statistics (sink rate, entropy, distance) do not "
                              "count yet; attn refuses it rather than describe another softmax"}
 
+
+def _refuse_undescribed(name: str, family: str) -> None:
+    if family in NO_DIAGNOSTICS:
+        raise ModelError(f"{name} ({family}): {NO_DIAGNOSTICS[family]}")
+
 def _special_wrap(tokenizer) -> tuple[list[int], list[int]]:
     """The tokenizer's default special tokens: (before, after) the text's own tokens."""
     plain = tokenizer("a", add_special_tokens=False)["input_ids"]
@@ -122,8 +127,8 @@ def run(options: AttnOptions, progress: Callable[[int, int], None] | None = None
     for name in o.model if loaded is None else ():
         check_before_loading(name, grid)
         ref = peek(name)
-        if ref is not None and ref.spec.family in NO_DIAGNOSTICS:
-            raise ModelError(f"{name} ({ref.spec.family}): {NO_DIAGNOSTICS[ref.spec.family]}")
+        if ref is not None:
+            _refuse_undescribed(name, ref.spec.family)
         rows = ref.learned_rows() if ref is not None else None
         if rows is not None and o.length > rows:  # every row would be "not applicable"
             raise ConfigError(f"--length {o.length}: {name} has {rows} learned positions and no row "
@@ -132,8 +137,7 @@ def run(options: AttnOptions, progress: Callable[[int, int], None] | None = None
     tables: dict[str, list] = {}
     for name in o.model:
         model = loaded or load(name, o)
-        if model.spec.family in NO_DIAGNOSTICS:
-            raise ModelError(f"{model.name} ({model.spec.family}): {NO_DIAGNOSTICS[model.spec.family]}")
+        _refuse_undescribed(model.name, model.spec.family)  # GGUF aliases: known once loaded
         for table, rows in _tables_for(model, data, grid, o, progress, len(o.model)).items():
             tables.setdefault(table, []).extend(rows)
         del model
