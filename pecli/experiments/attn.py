@@ -13,10 +13,13 @@ semantics, each crossed with every --rope-scaling) one pass over the texts feeds
 pecli.measures.attention.Stats, and the tables below come out of it. Intervals: 95 %
 bootstrap over texts wherever a statistic has one value per text.
 
-    attn            per (layer, head), per layer and for the model: sink_rate (Gu et al.'s
-                    Sink_1^eps; per layer the share of its heads), first_token_mass,
-                    entropy, mean_distance, previous_token_mass, diagonal_mass; heads
-                    named previous-token / diagonal in `role`; high_frequency_share
+    attn            per (layer, head), per layer, per layer type (`layer_type`: transformers'
+                    names, pecli.models.architectures.layer_types; scope layer_type, the
+                    mean over that type's layers and heads) and for the model: sink_rate
+                    (Gu et al.'s Sink_1^eps; per layer the share of its heads),
+                    first_token_mass, entropy, mean_distance, previous_token_mass,
+                    diagonal_mass; heads named previous-token / diagonal in `role`;
+                    high_frequency_share
     attn_positions  by position bucket: entropy (mean over heads) per layer, and the norm
                     of the hidden state per layer (0 = the first block's input)
     attn_distance   mass per distance bin, per (layer, head) and per layer
@@ -147,6 +150,7 @@ def run(options: AttnOptions, progress: Callable[[int, int], None] | None = None
 
 def _tables_for(loaded, data, grid, o: AttnOptions, progress, models: int = 1) -> dict[str, list[dict]]:
     from pecli.measures.attention import Stats, capture, heads_of, rotary_pairs, run_batch
+    from pecli.models.architectures import layer_types
     from pecli.positions.conditions import check_all
     from pecli.positions.extension import extended
     from pecli.positions.rope_scaling import provenance as rope_columns
@@ -155,6 +159,8 @@ def _tables_for(loaded, data, grid, o: AttnOptions, progress, models: int = 1) -
     ids, how_texts = select_texts(loaded.tokenizer, data.texts(), o.length, o.limit, o.seed, o.join)
     n = len(ids)
     layers = len(_blocks(loaded))
+    types = layer_types(loaded.model.config)
+    types = types if len(types) == layers else ["full_attention"] * layers  # configs that name no layers
     heads = heads_of(loaded)
     context = loaded.max_positions
     probes = min(32, o.length) if o.probe_positions is None else o.probe_positions
@@ -191,7 +197,7 @@ def _tables_for(loaded, data, grid, o: AttnOptions, progress, models: int = 1) -
         columns = how.columns(loaded)
         row = {**common, **cond, **{k: columns[k] for k in ("rope_scaling", "rope_parameters")},
                "note": ""}
-        out["attn"] += head_rows(stats, row, o)
+        out["attn"] += head_rows(stats, row, o, types)
         out["attn_positions"] += position_rows(stats, row, o, context)
         out["attn_distance"] += distance_rows(stats, row)
         out["attn_frequency"] += frequency_rows(stats, row, frequencies)
@@ -213,27 +219,33 @@ def _interval(values: np.ndarray, o: AttnOptions) -> tuple[float, float]:
     return mean_interval(values, n_boot=o.bootstrap, seed=o.seed)
 
 
-def head_rows(stats, row: dict, o: AttnOptions) -> list[dict]:
-    """The `attn` table (module doc)."""
+def head_rows(stats, row: dict, o: AttnOptions, types: list[str]) -> list[dict]:
+    """The `attn` table (module doc); `types`: each layer's type (layer_types)."""
     from pecli.measures.attention import ROLE_THRESHOLD
 
     per = stats.per_text()  # name -> [n, L, H]
     per["sink"] = (per["first_token_mass"] > o.epsilon).astype(np.float64)
     rows = []
 
-    def add(scope, layer, head, metric, values, role=""):
+    def add(scope, layer, head, metric, values, role="", kind="all"):
         low, high = _interval(values, o)
-        rows.append({**row, "scope": scope, "layer": layer, "head": head, "metric": metric,
-                     "value": float(values.mean()), "ci_low": low, "ci_high": high, "role": role})
+        rows.append({**row, "scope": scope, "layer": layer, "head": head, "layer_type": kind,
+                     "metric": metric, "value": float(values.mean()), "ci_low": low,
+                     "ci_high": high, "role": role})
 
     add("model", -1, -1, "sink_rate", per["sink"].mean((1, 2)))
     for metric in HEAD_METRICS:
         add("model", -1, -1, metric, per[metric].mean((1, 2)))
+    for kind in dict.fromkeys(types):  # in the order the layers first name them
+        of = [i for i, t in enumerate(types) if t == kind]
+        for metric in ("sink", *HEAD_METRICS):
+            add("layer_type", -1, -1, "sink_rate" if metric == "sink" else metric,
+                per[metric][:, of].mean((1, 2)), kind=kind)
     L, H = per["sink"].shape[1:]
     for layer in range(L):
-        add("layer", layer, -1, "sink_rate", per["sink"][:, layer].mean(1))
+        add("layer", layer, -1, "sink_rate", per["sink"][:, layer].mean(1), kind=types[layer])
         for metric in HEAD_METRICS:
-            add("layer", layer, -1, metric, per[metric][:, layer].mean(1))
+            add("layer", layer, -1, metric, per[metric][:, layer].mean(1), kind=types[layer])
     for layer in range(L):
         for head in range(H):
             for metric in HEAD_METRICS:
@@ -245,7 +257,7 @@ def head_rows(stats, row: dict, o: AttnOptions) -> list[dict]:
                     role = "diagonal head"
                 elif metric == "first_token_mass" and v.mean() > o.epsilon:
                     role = "sink head"
-                add("head", layer, head, metric, v, role)
+                add("head", layer, head, metric, v, role, types[layer])
     usage = stats.frequency_usage()
     if usage is not None:
         q, k = usage  # [L, H, pairs], [L, H_kv, pairs]
@@ -256,7 +268,7 @@ def head_rows(stats, row: dict, o: AttnOptions) -> list[dict]:
         for layer in range(L):
             for head in range(H):
                 rows.append({**row, "scope": "head", "layer": layer, "head": head,
-                             "metric": "high_frequency_share", "value": float(share[layer, head]),
+                             "layer_type": types[layer], "metric": "high_frequency_share", "value": float(share[layer, head]),
                              "ci_low": float("nan"), "ci_high": float("nan"), "role": ""})
     return rows
 

@@ -3,6 +3,8 @@ panel per model and condition:
 
     attn_heads.png       layer x head heatmaps: first-token mass (sinks boxed), mean
                          distance, entropy
+    attn_layer_types.png sink rate and entropy per layer, the layers of each type marked,
+                         one line per condition (models whose layers differ in type only)
     attn_entropy.png     entropy (mean over heads) against query position, a few layers,
                          uniform attention dotted, the context marked
     attn_distance.png    attention mass by distance bin (mean over layers and heads)
@@ -68,6 +70,48 @@ def heads(df: pd.DataFrame, path: Path) -> Path | None:
     r = df.iloc[0]
     fig.suptitle(f"Attention per layer and head ({r['rows']} texts of {r['length']} tokens, {r['dataset']})",
                  fontsize=10)
+    return save(fig, path)
+
+
+def layer_types(df: pd.DataFrame, path: Path) -> Path | None:
+    """Sink rate and entropy per layer, 95 % intervals over texts, each layer's marker its
+    type (transformers' layer_types); the mean per type in the legend."""
+    if "layer_type" not in df:
+        return None
+    df = df[df["scope"].isin(["layer", "layer_type"])]
+    models = [m for m, rows in df[df["scope"] == "layer"].groupby("model", sort=False)
+              if rows["layer_type"].nunique() > 1]
+    if not models:
+        return None
+    metrics = [("sink_rate", "sink rate (share of heads)"), ("entropy", "entropy (nats, mean over heads)")]
+    markers = ["o", "s", "^", "D"]
+    fig, axes = plt.subplots(len(models), 2, figsize=(WIDTH * 1.6, 3.2 * len(models) + 0.4),
+                             squeeze=False, constrained_layout=True)
+    for i, model in enumerate(models):
+        of = df[df["model"] == model]
+        kinds = list(dict.fromkeys(of[of["scope"] == "layer"].sort_values("layer")["layer_type"]))
+        for j, (metric, label) in enumerate(metrics):
+            ax = axes[i, j]
+            for g, (name, rows) in enumerate(_groups(of[of["metric"] == metric])):
+                color = plt.get_cmap("tab10")(g % 10)
+                per = rows[rows["scope"] == "layer"].sort_values("layer")
+                ax.plot(per["layer"], per["value"], "-", color=color, lw=0.8, alpha=0.6)
+                for k, kind in enumerate(kinds):
+                    at = per[per["layer_type"] == kind]
+                    whole = rows[(rows["scope"] == "layer_type") & (rows["layer_type"] == kind)].iloc[0]
+                    ax.errorbar(at["layer"], at["value"], yerr=[at["value"] - at["ci_low"], at["ci_high"] - at["value"]],
+                                fmt=markers[k % len(markers)], ms=4, color=color, capsize=2, lw=0.8,
+                                mfc=color if k == 0 else "white",
+                                label=f"{name.split(': ', 1)[-1]}, {kind.replace('_', ' ')}: "
+                                      f"mean {whole['value']:.2f} [{whole['ci_low']:.2f}, {whole['ci_high']:.2f}]")
+            ax.set_xlabel("layer")
+            ax.set_ylabel(label)
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.set_title(f"{short_name(model)}: {label.split(' (')[0]} per layer", fontsize=9)
+            ax.legend(fontsize=6)
+    r = df.iloc[0]
+    fig.suptitle(f"Attention by layer type ({r['rows']} texts of {r['length']} tokens, {r['dataset']}; "
+                 "95 % intervals over texts)", fontsize=10)
     return save(fig, path)
 
 
@@ -242,6 +286,7 @@ def figures(csv_paths: dict[str, Path], fig_dir: Path) -> list[Path]:
     attn, positions = read("attn"), read("attn_positions")
     if attn is not None:
         out.append(heads(attn, fig_dir / "attn_heads.png"))
+        out.append(layer_types(attn, fig_dir / "attn_layer_types.png"))
     if positions is not None:
         out.append(entropy(positions, fig_dir / "attn_entropy.png"))
         out.append(norms(positions, read("attn_probe"), fig_dir / "attn_norms.png"))

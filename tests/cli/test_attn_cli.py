@@ -93,3 +93,40 @@ def test_join_cuts_windows_from_the_stream(use_tiny, docs, tmp_path, invoke):
     assert result.exit_code == 0, result.output
     df = pd.read_csv(out / "attn.csv")
     assert (df["texts_from"] == "joined").all() and (df["rows"] >= 2).all()
+
+
+def test_layer_type_rows_equal_the_models_own_attention_by_type(use_tiny, tiny, docs, tmp_path, invoke):
+    """Gemma 3 (a sliding layer, then a full one; window 6 < 24 tokens): the rows of scope
+    layer_type are each type's mean over its layers and heads of the model's own eager
+    attention weights (transformers' output_attentions), grouped by config.layer_types."""
+    import torch
+
+    from pecli.data.datasets import load_data
+    from pecli.experiments.attn import select_texts
+
+    out = tmp_path / "run"
+    result = invoke("attn", "gemma3", "--length", "24", "--dataset", str(docs), "--epsilon", "0.05",
+                    "--bootstrap", "100", "--no-hidden", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    df = pd.read_csv(out / "attn.csv")
+    kinds = df[df["scope"] == "layer_type"]
+    assert list(dict.fromkeys(kinds["layer_type"])) == ["sliding_attention", "full_attention"]
+    assert set(df[df["scope"] == "layer"].groupby("layer")["layer_type"].first()) == {
+        "sliding_attention", "full_attention"}
+    loaded = tiny("gemma3")  # the same seed: the same weights
+    ids, _ = select_texts(loaded.tokenizer, load_data(str(docs), None).texts(), 24, 100, 0, False)
+    model = loaded.model
+    model.set_attn_implementation("eager")
+    with torch.inference_mode():
+        a = torch.stack(model(input_ids=ids, output_attentions=True).attentions, 1).double()  # [n, L, H, T, T]
+    first = a[..., :, 0].mean(-1)  # [n, L, H]: mean attention on the first token over queries
+    probs = a.clamp_min(1e-300)
+    entropy = -(a * probs.log()).sum(-1).mean(-1)
+    for kind in ("sliding_attention", "full_attention"):
+        of = [i for i, t in enumerate(model.config.layer_types) if t == kind]
+        got = kinds[kinds["layer_type"] == kind].set_index("metric")["value"]
+        assert got["first_token_mass"] == pytest.approx(first[:, of].mean().item(), rel=1e-5)
+        assert got["sink_rate"] == pytest.approx((first[:, of] > 0.05).double().mean().item())
+        assert got["entropy"] == pytest.approx(entropy[:, of].mean().item(), rel=1e-5)
+    assert kinds.set_index(["layer_type", "metric"])["value"].unstack()["entropy"].nunique() == 2
+    assert (out / "figures" / "attn_layer_types.png").stat().st_size > 10_000
