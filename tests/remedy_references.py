@@ -89,12 +89,19 @@ def literal_attention(loaded, distance, keep=None, logit_scale=None):
     from transformers import AttentionInterface
 
     rotary = rotary_of(loaded)
-    inv_freq = rotary.inv_freq.double()  # [pairs]
-    scale = float(getattr(rotary, "attention_scaling", 1.0))
-    pairs = inv_freq.shape[0]
+    types = getattr(loaded.model.config, "layer_types", None)
+
+    def rotary_of_layer(layer):
+        """(inv_freq, attention scaling) of the layer: Gemma 3 keeps one per layer type
+        (`sliding_attention_inv_freq`, base 1e4; `full_attention_inv_freq`, base 1e6)."""
+        own = f"{types[layer]}_" if types and hasattr(rotary, f"{types[layer]}_inv_freq") else ""
+        return (getattr(rotary, f"{own}inv_freq").double(),
+                float(getattr(rotary, f"{own}attention_scaling", 1.0)))
 
     def attend(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
         layer = module.layer_idx
+        inv_freq, scale = rotary_of_layer(layer)  # [pairs]
+        pairs = inv_freq.shape[0]
         b, h, n, d = query.shape
         g = h // key.shape[1]
         dist = torch.zeros(n, n, dtype=torch.float64)

@@ -80,13 +80,13 @@ def test_each_method_equals_the_literal_eager_reference(model, name):
         assert (ours - intact).abs().max() > 1e-3  # the condition changes the numbers
 
 
-@pytest.mark.parametrize("family", ["mistral", "gemma2", "gpt_oss"])
+@pytest.mark.parametrize("family", ["mistral", "gemma2", "gpt_oss", "gemma3"])
 @pytest.mark.parametrize("name", ["selfextend:2:4", "rerope:4:4", "sinks:2:4", "lminfinite:2:4",
                                   "zero@sliding_attention"])
 def test_remedies_keep_the_window_the_cap_and_the_sinks(tiny, family, name):
     """Layouts with more than rotation (windows of 8 tokens; Gemma 2's soft-cap and query
-    scaling; gpt-oss's sink logits and YaRN): each method against the literal reference that
-    applies them itself."""
+    scaling; gpt-oss's sink logits and YaRN; Gemma 3's window of 6, its rotary base per layer
+    type and q/k norms): each method against the literal reference that applies them itself."""
     loaded = tiny(family, initializer_range=0.3)
     ids = _ids(loaded, n=20)
     remedy = name.partition("@")[0]
