@@ -18,7 +18,9 @@ def attn(options: AttnOptions, *, out: OutOpt = None, force: ForceOpt = False) -
     usage, positional vectors and a position probe, per layer and head, under every condition.
 
     attn.csv has one row per (model, condition, scope, layer, head, metric) with a 95 %
-    bootstrap interval over texts: sink_rate (Gu et al.'s Sink_1^eps: the share of heads whose
+    bootstrap interval over texts (scope model, layer_type, layer or head; `layer_type` names
+    each layer's attention span as transformers does, e.g. sliding_attention and
+    full_attention for Gemma 3): sink_rate (Gu et al.'s Sink_1^eps: the share of heads whose
     attention to the first token, averaged over queries, exceeds --epsilon), first_token_mass,
     entropy, mean_distance, previous_token_mass, diagonal_mass (heads named in `role`),
     high_frequency_share. attn_positions.csv: entropy and hidden-state norms by position;
@@ -41,8 +43,8 @@ def attn(options: AttnOptions, *, out: OutOpt = None, force: ForceOpt = False) -
     first = df.iloc[0]
     summary = Table(title=f"attn: {first['dataset']}/{first['split']}, {first['rows']} texts of "
                           f"{first['length']} tokens")
-    for col in ("model", "condition", "sink rate [95 % CI]", "first-token mass", "entropy",
-                "mean distance", "named heads"):
+    for col in ("model", "condition", "sink rate [95 % CI]", "by layer type", "first-token mass",
+                "entropy", "mean distance", "named heads"):
         summary.add_column(col)
     for _, group in df.groupby(["model", "intervention", "mask", "mask_semantics", "rope_scaling"],
                                sort=False, dropna=False):
@@ -50,12 +52,15 @@ def attn(options: AttnOptions, *, out: OutOpt = None, force: ForceOpt = False) -
         row = whole.loc["sink_rate"]
         label = _condition(row)
         if row["note"]:
-            summary.add_row(str(row["model"]), label, row["note"], "", "", "", "")
+            summary.add_row(str(row["model"]), label, row["note"], "", "", "", "", "")
             continue
+        kinds = group[(group["scope"] == "layer_type") & (group["metric"] == "sink_rate")]
+        by_type = ", ".join(f"{r['layer_type'].removesuffix('_attention')} {r['value']:.3f}"
+                            for _, r in kinds.iterrows()) if len(kinds) > 1 else "-"
         roles = group[group["role"].fillna("") != ""]
         named = ", ".join(f"{r['role'].split()[0]} L{r['layer']}H{r['head']}"
                           for _, r in roles[roles["role"] != "sink head"].head(6).iterrows())
-        summary.add_row(str(row["model"]), label, f"{row['value']:.3f}{ci_text(row, '.3f')}",
+        summary.add_row(str(row["model"]), label, f"{row['value']:.3f}{ci_text(row, '.3f')}", by_type,
                         f"{whole.loc['first_token_mass', 'value']:.3f}",
                         f"{whole.loc['entropy', 'value']:.3f}",
                         f"{whole.loc['mean_distance', 'value']:.2f}", named or "-")

@@ -74,8 +74,9 @@ def heads(df: pd.DataFrame, path: Path) -> Path | None:
 
 
 def layer_types(df: pd.DataFrame, path: Path) -> Path | None:
-    """Sink rate and entropy per layer, 95 % intervals over texts, each layer's marker its
-    type (transformers' layer_types); the mean per type in the legend."""
+    """Per metric (sink rate, entropy), a row of two panels: the value per layer, the layers
+    of the second type shaded; and the mean per layer type (transformers' layer_types) with
+    its 95 % interval over texts, one bar per condition."""
     if "layer_type" not in df:
         return None
     df = df[df["scope"].isin(["layer", "layer_type"])]
@@ -84,31 +85,42 @@ def layer_types(df: pd.DataFrame, path: Path) -> Path | None:
     if not models:
         return None
     metrics = [("sink_rate", "sink rate (share of heads)"), ("entropy", "entropy (nats, mean over heads)")]
-    markers = ["o", "s", "^", "D"]
-    fig, axes = plt.subplots(len(models), 2, figsize=(WIDTH * 1.6, 3.2 * len(models) + 0.4),
-                             squeeze=False, constrained_layout=True)
+    fig, axes = plt.subplots(len(models) * 2, 2, figsize=(WIDTH * 1.6, 2.9 * 2 * len(models) + 0.9),
+                             squeeze=False, constrained_layout=True, width_ratios=(2.2, 1))
+    handles = {}
     for i, model in enumerate(models):
         of = df[df["model"] == model]
-        kinds = list(dict.fromkeys(of[of["scope"] == "layer"].sort_values("layer")["layer_type"]))
+        layers = of[of["scope"] == "layer"].drop_duplicates("layer").sort_values("layer")
+        kinds = list(dict.fromkeys(layers["layer_type"]))
         for j, (metric, label) in enumerate(metrics):
-            ax = axes[i, j]
-            for g, (name, rows) in enumerate(_groups(of[of["metric"] == metric])):
+            ax, bars = axes[2 * i + j]
+            for layer in layers[layers["layer_type"] == kinds[1]]["layer"]:
+                ax.axvspan(layer - 0.5, layer + 0.5, color="0.9", lw=0)
+            groups = list(_groups(of[of["metric"] == metric]))
+            width = 0.8 / len(groups)
+            for g, (name, rows) in enumerate(groups):
                 color = plt.get_cmap("tab10")(g % 10)
                 per = rows[rows["scope"] == "layer"].sort_values("layer")
-                ax.plot(per["layer"], per["value"], "-", color=color, lw=0.8, alpha=0.6)
-                for k, kind in enumerate(kinds):
-                    at = per[per["layer_type"] == kind]
-                    whole = rows[(rows["scope"] == "layer_type") & (rows["layer_type"] == kind)].iloc[0]
-                    ax.errorbar(at["layer"], at["value"], yerr=[at["value"] - at["ci_low"], at["ci_high"] - at["value"]],
-                                fmt=markers[k % len(markers)], ms=4, color=color, capsize=2, lw=0.8,
-                                mfc=color if k == 0 else "white",
-                                label=f"{name.split(': ', 1)[-1]}, {kind.replace('_', ' ')}: "
-                                      f"mean {whole['value']:.2f} [{whole['ci_low']:.2f}, {whole['ci_high']:.2f}]")
-            ax.set_xlabel("layer")
-            ax.set_ylabel(label)
+                handles[name.split(": ", 1)[-1]] = ax.errorbar(
+                    per["layer"], per["value"], yerr=[per["value"] - per["ci_low"], per["ci_high"] - per["value"]],
+                    fmt="-o", ms=max(2.0, 6.0 - 1.2 * g), lw=1, capsize=1.5, color=color)  # equal values stay visible
+                whole = rows[rows["scope"] == "layer_type"].set_index("layer_type").loc[kinds]
+                x = np.arange(len(kinds)) + g * width - 0.4 + width / 2
+                bars.bar(x, whole["value"], width, color=color,
+                         yerr=[whole["value"] - whole["ci_low"], whole["ci_high"] - whole["value"]], capsize=2)
+            ax.set_xlabel(f"layer (shaded: {kinds[1].replace('_', ' ')})")
+            ax.set_ylabel(label, fontsize=8)
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.set_title(f"{short_name(model)}: {label.split(' (')[0]} per layer", fontsize=9)
-            ax.legend(fontsize=6)
+            counts = layers["layer_type"].value_counts()
+            bars.set_xticks(np.arange(len(kinds)),
+                            [f"{k.replace('_attention', '')}\n({counts[k]} layers)" for k in kinds], fontsize=8)
+            bars.set_title("mean per layer type", fontsize=9)
+            if metric == "sink_rate":
+                ax.set_ylim(-0.03, 1.05)
+                bars.set_ylim(0, 1.05)
+    fig.legend(list(handles.values()), list(handles), loc="outside lower center", ncol=min(4, len(handles)),
+               fontsize=8)
     r = df.iloc[0]
     fig.suptitle(f"Attention by layer type ({r['rows']} texts of {r['length']} tokens, {r['dataset']}; "
                  "95 % intervals over texts)", fontsize=10)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pandas as pd
 import pytest
@@ -105,9 +106,10 @@ def test_layer_type_rows_equal_the_models_own_attention_by_type(use_tiny, tiny, 
     from pecli.experiments.attn import select_texts
 
     out = tmp_path / "run"
-    result = invoke("attn", "gemma3", "--length", "24", "--dataset", str(docs), "--epsilon", "0.05",
+    result = invoke("attn", "gemma3", "--length", "24", "--dataset", str(docs), "--epsilon", "0.15",
                     "--bootstrap", "100", "--no-hidden", "--out", str(out))
     assert result.exit_code == 0, result.output
+    assert re.search(r"sliding \d\.\d{3}, full \d\.\d{3}", result.output)  # the summary's column
     df = pd.read_csv(out / "attn.csv")
     kinds = df[df["scope"] == "layer_type"]
     assert list(dict.fromkeys(kinds["layer_type"])) == ["sliding_attention", "full_attention"]
@@ -126,7 +128,8 @@ def test_layer_type_rows_equal_the_models_own_attention_by_type(use_tiny, tiny, 
         of = [i for i, t in enumerate(model.config.layer_types) if t == kind]
         got = kinds[kinds["layer_type"] == kind].set_index("metric")["value"]
         assert got["first_token_mass"] == pytest.approx(first[:, of].mean().item(), rel=1e-5)
-        assert got["sink_rate"] == pytest.approx((first[:, of] > 0.05).double().mean().item())
+        assert got["sink_rate"] == pytest.approx((first[:, of] > 0.15).double().mean().item())
         assert got["entropy"] == pytest.approx(entropy[:, of].mean().item(), rel=1e-5)
-    assert kinds.set_index(["layer_type", "metric"])["value"].unstack()["entropy"].nunique() == 2
+    by_kind = kinds.set_index(["layer_type", "metric"])["value"].unstack()
+    assert by_kind["entropy"].nunique() == 2 and by_kind["sink_rate"].nunique() == 2
     assert (out / "figures" / "attn_layer_types.png").stat().st_size > 10_000
