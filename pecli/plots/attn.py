@@ -21,6 +21,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.colors import LogNorm
 from matplotlib.ticker import MaxNLocator
 
 from pecli.plots.length import condition_label, short_name
@@ -194,12 +195,21 @@ def frequency(df: pd.DataFrame, path: Path) -> Path | None:
     groups = list(_groups(df))
     fig, axes = plt.subplots(1, len(groups), figsize=(min(WIDTH * 1.6, 3.4 * len(groups) + 0.6), 3.4),
                              squeeze=False, constrained_layout=True)
-    for ax, (name, rows) in zip(axes.flat, groups, strict=True):
+    for k, (ax, (name, rows)) in enumerate(zip(axes.flat, groups, strict=True)):
         m = rows.groupby(["layer", "pair"])["value"].mean().unstack("pair")
-        im = ax.imshow(m.values, aspect="auto", origin="lower", cmap="viridis", interpolation="nearest")
-        fig.colorbar(im, ax=ax, shrink=0.85, label="mean |q| |k| of the pair")
-        ax.set_xlabel("rotary pair (0 = highest frequency)")
+        values = m.values[m.values > 0]
+        # a few outlying pairs would leave every other one dark: a log scale where they dominate
+        wide = len(values) and values.max() > 20 * np.median(values)
+        norm = LogNorm(vmin=max(values.min(), values.max() / 1e4), vmax=values.max(), clip=True) if wide else None
+        cmap = plt.get_cmap("viridis").copy()
+        cmap.set_bad(cmap(0.0))  # a pair of norm 0 is the scale's bottom, not a hole
+        im = ax.imshow(m.values, aspect="auto", origin="lower", cmap=cmap, interpolation="nearest",
+                       norm=norm)
+        fig.colorbar(im, ax=ax, shrink=0.85,
+                     label="mean |q| |k| of the pair" + (" (log)" if wide else "") if k == len(groups) - 1 else None)
+        ax.set_xlabel("rotary pair (0 = highest frequency)", fontsize=8)
         ax.set_ylabel("layer")
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_title(name, fontsize=9)
     fig.suptitle("Rotary frequency usage (Barbero et al.): query x key norm per pair, mean over heads",
                  fontsize=9)
