@@ -8,7 +8,8 @@ token count batched, no padding; as many new tokens as the cell's longest expect
 needs, measures.ruler.decode_budget, stopping when every sequence of a batch has ended).
 The samples are the same under every condition, so conditions differ only in the model. A
 length no condition can take, or one shorter than a task's template, gives "not applicable"
-rows, never a clamped number. Scores are RULER's recall of the expected strings; docs/ruler.md says where pecli's tasks differ from RULER's and why.
+rows, never a clamped number. Scores are RULER's recall of the expected strings;
+docs/ruler.md says where pecli's tasks differ from RULER's and why.
 """
 
 from __future__ import annotations
