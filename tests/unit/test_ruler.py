@@ -133,6 +133,20 @@ def test_qa_is_rulers_template_with_one_gold_document_among_other_items(tok, hay
     assert not any(a.lower() in d.lower() for a in s.answers for d in [question, *others])
 
 
+def test_qa_on_truthfulqa_asks_most_items_and_never_finds_an_answer_among_distractors(tok, shared_data):
+    from pecli.data.datasets import load_data
+
+    frame = load_data("truthfulqa", data_dir_=shared_data).frame
+    items = R.qa_items(list(frame["question"]), list(frame["correct_answers"]))
+    assert len(items) == 817 and sum(bool(i.answers) for i in items) > 700
+    hay = R.Haystack("truthfulqa", (), (), items)
+    for i in range(3):
+        s = R.fit(tok, "qa", 0, 2048, i, hay)
+        others = s.text.split("Document ")[1:]
+        holding = [d for d in others if any(a.lower() in d.lower() for a in s.answers)]
+        assert len(holding) == 1 and s.size > 10  # the gold document alone, among many
+
+
 def test_qa_items_ask_only_answers_of_their_own():
     items = R.qa_items(["Where is the red door?", "Who built it?"],
                        [["No", "the red door", "It is far away", "behind the old mill"],
