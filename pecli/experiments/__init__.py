@@ -116,6 +116,7 @@ REGISTERED: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("mc", ("mc",)), ("pe", ("pe", "recover")), ("toy", ("toy", "toy_length")),
     ("train", ("train_lm",)), ("compare", ()), ("length", ("length",)), ("passkey", ("passkey",)),
     ("ruler", ("ruler",)), ("lm_eval", ()), ("mask", ("mask_fit",)), ("attn", ("attn",)), ("finetune", ("finetune",)),
+    ("tune", ("tune",)),
 )
 
 

@@ -1,0 +1,71 @@
+"""Tune figures from tune_curve.csv and tune_report.csv (pandas + matplotlib only): for each
+parameter, the objective on the choice split against the parameter's value, one line per
+setting of the other parameters, the intact model's value dashed, the chosen setting ringed;
+the report split's numbers beside, in the legend."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from pecli.plots.style import WIDTH, data_label, dtype_note, model_name, save, wants_log
+
+_META = {"condition", "intervention", "rope_scaling", "rope_parameters", "setting"}
+
+
+def parameters(curve: pd.DataFrame) -> list[str]:
+    """The tuned parameters: the columns named in every row's setting (`G=2 W=512` -> group,
+    window are the columns whose values it lists), in setting order."""
+    keys = [item.partition("=")[0] for item in str(curve["setting"].iloc[0]).split()]
+    return [k for k in keys if k in curve.columns]
+
+
+def _report_text(report: pd.DataFrame) -> list[str]:
+    lines = []
+    for _, r in report.iterrows():
+        bounds = "" if r["ci_low"] != r["ci_low"] else f" [{r['ci_low']:.4g}, {r['ci_high']:.4g}]"
+        lines.append(f"report split, {r['role']} ({r['setting']}): {r['value']:.4g}{bounds}")
+    return lines
+
+
+def one_parameter(curve: pd.DataFrame, report: pd.DataFrame | None, param: str, path: Path) -> Path:
+    others = [p for p in parameters(curve) if p != param]
+    fig, ax = plt.subplots(figsize=(WIDTH * 0.6, 3.6), layout="constrained")
+    groups = curve.groupby(others, sort=False) if others else [((), curve)]
+    for key, part in groups:
+        key = key if isinstance(key, tuple) else (key,)
+        part = part.sort_values(param)
+        label = ", ".join(f"{o} = {v:g}" for o, v in zip(others, key, strict=True)) or "choice split"
+        line, = ax.plot(part[param], part["value"], "-o", ms=4, lw=1.2, label=label)
+        if part["ci_low"].notna().any():
+            ax.fill_between(part[param], part["ci_low"], part["ci_high"], color=line.get_color(),
+                            alpha=0.12, lw=0)
+    intact = (curve["value"] - curve["diff_vs_intact"]).dropna()
+    if len(intact):
+        ax.axhline(intact.iloc[0], ls="--", color="0.4", lw=1, label="intact (choice split)")
+    best = curve[curve["chosen"].astype(str).str.lower() == "true"]
+    ax.plot(best[param], best["value"], "o", ms=11, mfc="none", mec="black", label="chosen")
+    if report is not None:
+        for text in _report_text(report):
+            ax.plot([], [], " ", label=text)
+    if wants_log(curve["value"]):
+        ax.set_yscale("log")
+    first = curve.iloc[0]
+    ax.set_xlabel(f"{param} ({first['tuned']})")
+    ax.set_ylabel(f"{first['metric']} (choice split)")
+    ax.set_xticks(sorted(curve[param].unique()))
+    ax.legend(fontsize=7, loc="best")
+    unit = f"{int(first['units'])} {first['unit']}s of {int(first['length'])} tokens"
+    ax.set_title(f"{first['tuned']}: {first['metric']} against {param}, chosen on the choice split\n"
+                 f"{model_name(curve)}, {data_label(first)}{dtype_note(first)}; {unit}", fontsize=9)
+    return save(fig, path)
+
+
+def figures(csv_paths: dict[str, Path], fig_dir: Path) -> list[Path]:
+    if "tune_curve" not in csv_paths:
+        return []
+    curve = pd.read_csv(csv_paths["tune_curve"])
+    report = pd.read_csv(csv_paths["tune_report"]) if "tune_report" in csv_paths else None
+    return [one_parameter(curve, report, p, Path(fig_dir) / f"tune_{p}.png") for p in parameters(curve)]
