@@ -144,8 +144,8 @@ DEFAULTS: dict[str, tuple[Callable[[int, int], dict[str, float]], str]] = {
                                       "window": n // 2},
                    "W = n/2 and the smallest G with (n - W) G + W >= the length (Jin et al. 2024's "
                    "reach of a group size)"),
-    "rerope": (lambda n, length: {"window": n // 4}, "W = n/4 (bojone/rerope: window 512 for a "
-                                                     "2,048-token LLaMA)"),
+    "rerope": (lambda n, length: {"window": n // 4}, "W = n/4 (Su 2023 gives no rule; "
+                                                     "bojone/rerope's examples use a window of 512)"),
     "string": (lambda n, length: {"shift": round(n / 3), "window": round(n / 3) + 128},
                "S = n/3 and a local window of 128 (An et al. 2025)"),
     "dca": (lambda n, length: {"chunk": 3 * n // 4, "local": n // 16},
