@@ -167,7 +167,10 @@ def recommended(condition: str, n: int, length: int) -> tuple[Setting, str] | No
     values = rule(n, length)
     names_ = [name for name, _ in parameters(condition)]
     items = [f"{k}={_number(values[k])}" for k in names_ if k in values]
-    return settings(condition, tuple(items), "the recommended default")[0], source
+    try:
+        return settings(condition, tuple(items), "the recommended default")[0], source
+    except ConfigError:  # the rule leaves the domain (a factor below 1 within the context)
+        return None
 
 
 @dataclass(frozen=True)

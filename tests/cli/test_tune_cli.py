@@ -130,3 +130,24 @@ def test_bad_grids_are_refused_in_one_line_before_loading(docs, invoke, monkeypa
     assert result.exit_code != 0
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error:") and words in lines[0], result.output
+
+
+def test_passkey_objective_splits_trials_and_chooses_the_best_accuracy(tiny):
+    from pecli.experiments.tune import TuneOptions, run
+
+    loaded = tiny("llama", max_position_embeddings=256)
+    o = TuneOptions.build({"model": "llama", "condition": "yarn", "grid": "factor=2,4",
+                           "objective": "passkey", "length": 128, "choice": 4, "report": 10,
+                           "bootstrap": 100}, "t")
+    tables = run(o, loaded=loaded)
+    curve, report = tables["tune_curve"], tables["tune_report"]
+    assert list(curve["rope_scaling"]) == ["yarn:2", "yarn:4"] and list(curve["factor"]) == [2.0, 4.0]
+    best = curve.loc[curve["chosen"]].iloc[0]
+    assert best["value"] == curve["value"].max()  # the first of the highest on a tie
+    assert best["condition"] == curve[curve["value"] == curve["value"].max()].iloc[0]["condition"]
+    assert (curve["units"] == 4).all() and (report["units"] == 10).all()
+    # yarn's rule, factor 128 / 256, is no scaling: no default to report
+    assert list(report["role"]) == ["intact", "best"] and report["default_rule"].eq("").all()
+    choice, rep = (json.loads(curve[f"{s}_split"].iloc[0]) for s in ("choice", "report"))
+    assert choice["trials"] == 4 and rep["trials"] == 10 and choice["trials_sha256"] != rep["trials_sha256"]
+    assert report["ci_low"].notna().all()  # Wilson over 10 trials
