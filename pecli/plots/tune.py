@@ -23,16 +23,29 @@ def parameters(curve: pd.DataFrame) -> list[str]:
 
 
 def _report_text(report: pd.DataFrame) -> list[str]:
+    """One line per report row: its value with its interval, and its paired difference from
+    intact (and the best's from the default)."""
+    def ci(r, v, lo, hi) -> str:
+        if v not in r or r[v] != r[v]:
+            return ""
+        spec = "+,.4g" if v.startswith("diff") else ",.6g"
+        bounds = "" if r[lo] != r[lo] else f" [{r[lo]:{spec}}, {r[hi]:{spec}}]"
+        return f"{r[v]:{spec}}{bounds}"
+
     lines = []
     for _, r in report.iterrows():
-        bounds = "" if r["ci_low"] != r["ci_low"] else f" [{r['ci_low']:.4g}, {r['ci_high']:.4g}]"
-        lines.append(f"report split, {r['role']} ({r['setting']}): {r['value']:.4g}{bounds}")
+        parts = [f"{r['role']} ({r['setting']}): {ci(r, 'value', 'ci_low', 'ci_high')}"]
+        if d := ci(r, "diff_vs_intact", "diff_ci_low", "diff_ci_high"):
+            parts.append(f"vs intact {d}")
+        if d := ci(r, "diff_vs_default", "diff_default_ci_low", "diff_default_ci_high"):
+            parts.append(f"vs default {d}")
+        lines.append("; ".join(parts))
     return lines
 
 
 def one_parameter(curve: pd.DataFrame, report: pd.DataFrame | None, param: str, path: Path) -> Path:
     others = [p for p in parameters(curve) if p != param]
-    fig, ax = plt.subplots(figsize=(WIDTH * 0.6, 3.6), layout="constrained")
+    fig, ax = plt.subplots(figsize=(WIDTH * 0.75, 4.8), layout="constrained")
     groups = curve.groupby(others, sort=False) if others else [((), curve)]
     for key, part in groups:
         key = key if isinstance(key, tuple) else (key,)
@@ -41,15 +54,12 @@ def one_parameter(curve: pd.DataFrame, report: pd.DataFrame | None, param: str, 
         line, = ax.plot(part[param], part["value"], "-o", ms=4, lw=1.2, label=label)
         if part["ci_low"].notna().any():
             ax.fill_between(part[param], part["ci_low"], part["ci_high"], color=line.get_color(),
-                            alpha=0.12, lw=0)
+                            alpha=0.08, lw=0)
     intact = (curve["value"] - curve["diff_vs_intact"]).dropna()
     if len(intact):
         ax.axhline(intact.iloc[0], ls="--", color="0.4", lw=1, label="intact (choice split)")
     best = curve[curve["chosen"].astype(str).str.lower() == "true"]
     ax.plot(best[param], best["value"], "o", ms=11, mfc="none", mec="black", label="chosen")
-    if report is not None:
-        for text in _report_text(report):
-            ax.plot([], [], " ", label=text)
     if wants_log(curve["value"]):
         ax.set_yscale("log")
     first = curve.iloc[0]
@@ -57,6 +67,13 @@ def one_parameter(curve: pd.DataFrame, report: pd.DataFrame | None, param: str, 
     ax.set_ylabel(f"{first['metric']} (choice split)")
     ax.set_xticks(sorted(curve[param].unique()))
     ax.legend(fontsize=7, loc="best")
+    if report is not None:  # the report split's numbers under the axes
+        first_report = report.iloc[0]
+        head = (f"report split ({int(first_report['units'])} {first_report['unit']}s, no text shared with "
+                f"the choice split), 95 % intervals, paired differences:")
+        fig.text(0.01, 0.0, "\n".join([head, *_report_text(report)]), fontsize=7, va="bottom",
+                 ha="left")
+        fig.get_layout_engine().set(rect=(0, 0.04 * (len(report) + 1), 1, 1 - 0.04 * (len(report) + 1)))
     unit = f"{int(first['units'])} {first['unit']}s of {int(first['length'])} tokens"
     ax.set_title(f"{first['tuned']}: {first['metric']} against {param}, chosen on the choice split\n"
                  f"{model_name(curve)}, {data_label(first)}{dtype_note(first)}; {unit}", fontsize=9)
