@@ -284,7 +284,7 @@ def run(options: TuneOptions, progress: Callable[[int, int], None] | None = None
     curve = []
     for s in grid:
         c = conditions[s.text]
-        curve.append({**common, **_columns(c, loaded, s), "split": "choice", "metric": metric,
+        curve.append({**common, **_columns(c, loaded, s), "subset": "choice", "metric": metric,
                       **scorer.summary("choice", scored("choice", c), base)})
     pick = best_of(range(len(curve)), key=lambda i: (curve[i]["value"], -i if best_of is max else i))
     for i, row in enumerate(curve):
@@ -298,7 +298,7 @@ def run(options: TuneOptions, progress: Callable[[int, int], None] | None = None
     for role, s in roles:
         c = intact if s is None else conditions[s.text]
         values[role] = scored("report", c)
-        row = {**common, **_columns(c, loaded, s), "role": role, "split": "report", "metric": metric,
+        row = {**common, **_columns(c, loaded, s), "role": role, "subset": "report", "metric": metric,
                "chosen_on": "choice", **scorer.summary("report", values[role], None if s is None else ref)}
         if role == "best" and default:  # its paired difference from the default too
             against = scorer.summary("report", values[role], values["default"])
@@ -409,6 +409,7 @@ class _Windows:
         row = summarise(nlls, self.cuts[split], 1, self.o.bootstrap, self.o.seed, reference)[-1]
         return {"value": row["perplexity"], "ci_low": row["ci_low"], "ci_high": row["ci_high"],
                 "nll_mean": row["nll_mean"], "units": row["windows"], "tokens": row["tokens"],
+                "rows": len(self.texts[split]),  # the split's documents
                 **{k: row[k] for k in ("diff_vs_intact", "diff_ci_low", "diff_ci_high")}}
 
 
@@ -480,15 +481,16 @@ class _Trials:
             x, np.array([float(t[0]) for t in reference]), n_boot=self.o.bootstrap, seed=self.o.seed,
             least=MIN_WINDOWS)
         return {"value": float(x.mean()), "ci_low": low, "ci_high": high, "correct": int(x.sum()),
-                "units": len(x), "tokens": sum(len(t.ids) for t in self.trials[split]), **diff}
+                "units": len(x), "rows": len(x), "tokens": sum(len(t.ids) for t in self.trials[split]),
+                **diff}
 
 
 register("tune", 1, run, TuneOptions, "pecli.plots.tune:figures",
          "A condition's parameters chosen on one split of held-out data, the best reported on "
          "a disjoint split beside the papers' default and intact",
-         headlines=(Headline("perplexity", "perplexity on the report split", {"split": "report"},
+         headlines=(Headline("perplexity", "perplexity on the report split", {"subset": "report"},
                              ("intervention", "rope_scaling"), name="tune_perplexity",
                              interval="95 % percentile bootstrap over windows", axis="perplexity"),
-                    Headline("accuracy", "passkey accuracy on the report split", {"split": "report"},
+                    Headline("accuracy", "passkey accuracy on the report split", {"subset": "report"},
                              ("intervention", "rope_scaling"), name="tune_passkey",
                              interval="95 % Wilson interval over trials", axis="accuracy")))

@@ -38,7 +38,8 @@ def test_tune_chooses_the_argmin_on_one_split_and_reports_on_another(use_tiny, d
     assert curve.loc[curve["chosen"], "condition"].tolist() == [argmin]
     roles = report.set_index("role")
     assert list(report["role"]) == ["intact", "default", "best"]
-    assert roles.loc["best", "condition"] == argmin and (report["split"] == "report").all()
+    assert roles.loc["best", "condition"] == argmin and (report["subset"] == "report").all()
+    assert (curve["subset"] == "choice").all() and (report["split"] == "file").all()  # the data's own split kept
     # the papers' default for 64 trained positions at 32 tokens: W = 32, G = 2 (changes nothing)
     assert roles.loc["default", "condition"] == "selfextend:2:32"
     assert roles.loc["default", "value"] == roles.loc["intact", "value"]
