@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, ClassVar
 from pecli.experiments import Headline, check_before_loading, data_of, load, register
 from pecli.runs import names
 from pecli.runs.errors import ConfigError, DataError
-from pecli.runs.options import MODEL_HELP, OnData, Rope, option
+from pecli.runs.options import OnData, Rope, option
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -184,8 +184,8 @@ class TuneOptions(OnData):
 
     model: tuple[str, ...] | str = option(
         "random:llama", flag={"argument": True, "name": "model", "type": list[str]},
-        help="A causal LM (" + MODEL_HELP.removesuffix(".") + "); grid items may follow it "
-             "(pecli tune smollm2 --grid G=2,4 W=512,1024).")
+        help="A causal LM with rotary positions: smollm2, random:llama, a checkpoint directory, "
+             "a hub id; grid items may follow it (pecli tune smollm2 --grid G=2,4 W=512,1024).")
     condition: str = option("selfextend", help="The condition whose parameters are tuned: a remedy "
                             "(selfextend, rerope, string, dca, sinks, lminfinite, temperature, "
                             "logscale), another intervention with a number (shift, droplow, "
@@ -250,8 +250,11 @@ def run(options: TuneOptions, progress: Callable[[int, int], None] | None = None
     default, source = _default(o, n)
     conditions = {s.text: _condition(s, o.condition) for s in [*grid, *([default] if default else [])]}
     check_all(list(conditions.values()), loaded, causal=True)
+    from pecli.measures.passkey import NEW_TOKENS
+
+    tokens = o.length + (NEW_TOKENS if o.objective == "passkey" else 0)  # passkey's prompt and answer
     for c in conditions.values():
-        if (why := c.reason(loaded, o.length)) is not None:
+        if (why := c.reason(loaded, tokens)) is not None:
             raise ConfigError(f"{c.label} at --length {o.length}: {why}")
     scorer = (_Windows if o.objective == "length" else _Trials)(loaded, o, data)
     common = {"experiment": "tune", "seed": o.seed, **loaded.provenance(), **scorer.provenance(),
