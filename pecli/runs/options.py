@@ -22,13 +22,12 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import json
 import math
 import re
 import types
 import typing
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -224,212 +223,13 @@ def _label(key: str) -> str:
 
 
 def _plain(value):
-    if isinstance(value, Choice | Rope):
-        return str(value)
     if isinstance(value, tuple | list):
         return [_plain(v) for v in value]
-    return value
+    if value is None or isinstance(value, str | int | float | bool | dict):
+        return value
+    return str(value)  # a parsed name (Choice) or rope scaling (Rope): as typed
 
 
-# --- rope scaling: TYPE:FACTOR or a JSON dict of transformers' rope_parameters -------------
-
-# transformers' rope types (modeling_rope_utils.ROPE_INIT_FUNCTIONS; a test keeps this in step)
-ROPE_TYPES = ("linear", "dynamic", "yarn", "longrope", "llama3", "proportional")
-ROPE_FACTOR_TYPES = ("linear", "dynamic", "yarn")  # these need only a factor: TYPE:FACTOR
-ROPE_EXTRA_KEYS = {"llama3": ("low_freq_factor", "high_freq_factor"),
-                   "longrope": ("short_factor", "long_factor")}
-ROPE_EXAMPLE = '{"rope_type": "llama3", "factor": 8, "low_freq_factor": 1, "high_freq_factor": 4}'
-# Per type: (keys a user must give, keys a user may give), as transformers' _validate_*
-# functions take them, less what pecli fills in from the model (rope_theta, the original
-# context). rope_theta and partial_rotary_factor may be given to any type.
-ROPE_KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "linear": (("factor",), ()),
-    "dynamic": (("factor",), ()),
-    "yarn": (("factor",), ("original_max_position_embeddings", "attention_factor", "beta_fast",
-                           "beta_slow", "mscale", "mscale_all_dim", "truncate")),
-    "longrope": (("short_factor", "long_factor"), ("factor", "attention_factor",
-                                                   "original_max_position_embeddings")),
-    "llama3": (("factor", "low_freq_factor", "high_freq_factor"), ("original_max_position_embeddings",)),
-    "proportional": ((), ()),
-}
-
-
-def _number(v) -> bool:
-    """A finite int or float (not a bool, NaN or inf)."""
-    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
-
-
-def _factors(v) -> bool:
-    return isinstance(v, list) and len(v) > 0 and all(_number(x) and x > 0 for x in v)
-
-
-_POSITIVE = (lambda v: _number(v) and v > 0, "a finite positive number")
-# What each key's value must be: (check, what it must be)
-ROPE_VALUES: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "factor": (lambda v: _number(v) and v >= 1, "a finite number of at least 1 (the stretch)"),
-    "rope_theta": (lambda v: _number(v) and v > 1, "a finite number greater than 1 (the base)"),
-    "partial_rotary_factor": (lambda v: _number(v) and 0 < v <= 1, "a number in (0, 1]"),
-    "original_max_position_embeddings": (
-        lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1, "a positive integer"),
-    "truncate": (lambda v: isinstance(v, bool), "true or false"),
-    **dict.fromkeys(("attention_factor", "beta_fast", "beta_slow", "mscale", "mscale_all_dim",
-                     "low_freq_factor", "high_freq_factor"), _POSITIVE),
-    **dict.fromkeys(("short_factor", "long_factor"), (
-        _factors, "a non-empty list of finite positive numbers (one per rotated frequency)")),
-}
-
-
-def split_rope_scalings(value) -> list[str]:
-    """"yarn:2,{...}" or a list -> the items, split at commas outside JSON braces."""
-    items = [value] if isinstance(value, str) else list(value or [])
-    out = []
-    for item in items:
-        if isinstance(item, dict):
-            out.append(json.dumps(item, sort_keys=True))
-            continue
-        depth, start, text = 0, 0, str(item)
-        for i, ch in enumerate(text):
-            depth += (ch in "{[") - (ch in "}]")
-            if ch == "," and depth == 0:
-                out.append(text[start:i].strip())
-                start = i + 1
-        out.append(text[start:].strip())  # the last item (or unbalanced JSON, refused later)
-    return list(dict.fromkeys(s for s in out if s))
-
-
-def rope_parameters(text: str) -> dict[str, Any]:
-    """One --rope-scaling item -> the rope_parameters it sets (what the model's config does not
-    already say: rope_theta and the original context are filled in from the model).
-
-    `yarn:2` -> {"rope_type": "yarn", "factor": 2.0}; a JSON dict -> its rope_parameters.
-    Both spellings end in `check_rope_parameters`: the same keys and values are refused
-    whichever way they were written."""
-    label = _label("rope_scaling")
-    if text.startswith("{"):
-        try:  # NaN, Infinity and 1e400 parse to floats that the value checks refuse
-            params = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise ConfigError(f"{label}: {text!r} is not valid JSON ({err.msg}); e.g. "
-                              f"'{ROPE_EXAMPLE}'") from None
-        if not isinstance(params, dict):
-            raise ConfigError(f"{label}: {text!r} must be a JSON object of rope_parameters")
-        if "type" in params and "rope_type" in params:
-            raise ConfigError(f"{label}: {text!r} gives both type and rope_type; give rope_type")
-        kind = params.get("rope_type", params.get("type"))
-        if not isinstance(kind, str) or kind not in ROPE_TYPES:
-            raise ConfigError(f"{label}: rope_type {kind!r} is not one of transformers' rope "
-                              f"types: {', '.join(ROPE_TYPES)}")
-        return check_rope_parameters(
-            {"rope_type": kind, **{k: v for k, v in params.items() if k not in ("type", "rope_type")}})
-    kind, colon, factor = text.partition(":")
-    if kind in ROPE_EXTRA_KEYS:
-        raise ConfigError(f"{label}: {kind} needs {' and '.join(ROPE_EXTRA_KEYS[kind])} besides a "
-                          f"factor; give a JSON dict of rope_parameters, e.g. '{ROPE_EXAMPLE}'")
-    if kind in ROPE_TYPES and kind not in ROPE_FACTOR_TYPES:
-        raise ConfigError(f"{label}: {kind} takes a JSON dict of rope_parameters (see "
-                          "transformers' modeling_rope_utils), not TYPE:FACTOR")
-    if kind not in ROPE_FACTOR_TYPES:
-        close = difflib.get_close_matches(kind, ROPE_TYPES, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise ConfigError(f"{label}: unknown rope type {kind!r}{hint}; write TYPE:FACTOR with "
-                          f"TYPE one of {', '.join(ROPE_FACTOR_TYPES)} (e.g. yarn:2), or a JSON "
-                          "dict of rope_parameters for any type")
-    if not colon or not factor.strip():
-        raise ConfigError(f"{label}: {text!r} needs a factor: {kind}:FACTOR, e.g. {kind}:2")
-    try:
-        value: Any = float(factor)
-    except ValueError:
-        value = factor
-    return check_rope_parameters({"rope_type": kind, "factor": value})
-
-
-def check_rope_parameters(params: dict[str, Any]) -> dict[str, Any]:
-    """The one check of a rope scaling's parameters, however they were spelt: the keys its
-    type requires are there, no key it does not take, every value of its kind and finite
-    (factor at least 1, rope_theta above 1, ...), and the pairs in order (high_freq_factor
-    above low_freq_factor, beta_fast above beta_slow). What needs the model (the length of
-    longrope's lists) is checked against its config (pecli.positions.rope_scaling.resolve)."""
-    label = f"{_label('rope_scaling')}: {params['rope_type']}"
-    required, optional = ROPE_KEYS[params["rope_type"]]
-    missing = [k for k in required if k not in params]
-    if missing:
-        raise ConfigError(f"{label} needs {' and '.join(missing)}; e.g. '{ROPE_EXAMPLE}'")
-    takes = {"rope_type", *required, *optional, "rope_theta", "partial_rotary_factor"}
-    unknown = sorted(set(params) - takes)
-    if unknown:
-        raise ConfigError(f"{label} takes no {', '.join(unknown)}; it takes "
-                          f"{', '.join(sorted(takes - {'rope_type'}))}")
-    for key, value in params.items():
-        if key == "rope_type":
-            continue
-        ok, what = ROPE_VALUES[key]
-        if not ok(value):
-            raise ConfigError(f"{label}: {key} {value!r} must be {what}")
-    for low, high in (("low_freq_factor", "high_freq_factor"), ("beta_slow", "beta_fast")):
-        if low in params and high in params and not params[high] > params[low]:
-            raise ConfigError(f"{label}: {high} ({params[high]}) must be greater than {low} "
-                              f"({params[low]})")
-    return params
-
-
-@dataclass(frozen=True)
-class Rope:
-    """One --rope-scaling item, parsed once: the text as typed (its name in rows and labels),
-    transformers' rope type and the rope_parameters it sets (`parameters`, a dict; kept here
-    as sorted JSON so that the value is frozen and hashable)."""
-
-    text: str
-    type: str
-    params: str  # json.dumps(parameters, sort_keys=True)
-
-    @classmethod
-    def parse(cls, text: str) -> Rope:
-        parameters = rope_parameters(text)
-        return cls(text, parameters["rope_type"], json.dumps(parameters, sort_keys=True))
-
-    @property
-    def parameters(self) -> dict[str, Any]:
-        return json.loads(self.params)
-
-    def __str__(self) -> str:
-        return self.text
-
-
-ROPE_SCALING_ON = ("every", "intact")
-
-
-@dataclass(frozen=True)
-class RopeScaled(Options):
-    """Options of an experiment on a causal LM that `--rope-scaling` can stretch (length,
-    passkey, lm-eval): each item a condition after the unscaled model."""
-
-    rope_scaling: tuple[Rope | str | dict, ...] | str | None = option(  # "yarn:2,dynamic:2", a list, JSON dicts
-        None, flag={"type": list[str] | None, "decls": ("--rope-scaling",)},
-        help="Rope scaling(s), each a condition after the unscaled model: linear:S, dynamic:S, "
-             "yarn:S (original context: the model's own), or a JSON dict of rope_parameters for "
-             "any transformers type, e.g. '{\"rope_type\": \"llama3\", \"factor\": 8, "
-             "\"low_freq_factor\": 1, \"high_freq_factor\": 4}' (repeat or a,b; docs/length.md).")
-    rope_scaling_on: str = option(
-        "every", choices=ROPE_SCALING_ON, flag={"default": None},
-        help="Which conditions each rope scaling is crossed with: every (default: each "
-             "intervention, mask and semantics, unscaled and scaled) or intact (the unmodified "
-             "model only: the scalings as baselines beside training-free remedies, "
-             "docs/remedies.md).")
-
-    def check(self) -> None:
-        super().check()
-        items = self.rope_scaling
-        if not (isinstance(items, tuple) and all(isinstance(r, Rope) for r in items)):
-            items = tuple(Rope.parse(item) for item in split_rope_scalings(items))
-        object.__setattr__(self, "rope_scaling", items)
-        if self.rope_scaling_on != "every" and not items:
-            raise ConfigError(f"rope_scaling_on (--rope-scaling-on): {self.rope_scaling_on} says which "
-                              "conditions each rope scaling is crossed with, and none is given; "
-                              "add --rope-scaling (e.g. yarn:2) or drop it")
-
-    def rope_conditions(self) -> list[tuple[str, dict[str, Any] | None]]:
-        """(name, rope_parameters) per condition, the unscaled model ("none", None) first."""
-        return [("none", None), *((r.text, r.parameters) for r in self.rope_scaling)]
 
 
 # --- the experiments' options --------------------------------------------------------------

@@ -7,18 +7,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
+from pecli.positions.rope_scaling import RopeScaled
 from pecli.runs import names
 from pecli.runs.errors import ConfigError
 from pecli.runs.names import Choice
-from pecli.runs.options import (
-    MAX_RESAMPLES,
-    SEED_MAX,
-    Masked,
-    RopeScaled,
-    Running,
-    interventions,
-    option,
-)
+from pecli.runs.options import MAX_RESAMPLES, SEED_MAX, Masked, Running, interventions, option
 
 
 @dataclass(frozen=True)
