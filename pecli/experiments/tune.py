@@ -29,9 +29,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from pecli.experiments import Headline, check_before_loading, data_of, load, register
+from pecli.positions.rope_scaling import Rope
 from pecli.runs import names
 from pecli.runs.errors import ConfigError, DataError
-from pecli.runs.options import OnData, Rope, option
+from pecli.runs.fields import option
+from pecli.runs.options import OnData
 
 if TYPE_CHECKING:
     import pandas as pd
