@@ -122,9 +122,13 @@ def test_perplexity_figure_headline_panels_points_and_log_only_where_needed(capt
     fig = captured[0]
     titles = [ax.get_title() for ax in fig.axes]
     assert sum("corpus perplexity (headline)" in t for t in titles) == 2  # one per protocol
-    scales = {ax.get_title(): ax.get_yscale() for ax in fig.axes}
+    scales = {ax.get_title().split("\n")[0]: ax.get_yscale() for ax in fig.axes}
     assert scales[perplexity.AGG_LABEL["mean_per_token"]] == "log"  # 100 .. 1e12
     assert scales["corpus perplexity (headline), study protocol"] == "linear"  # all near 100
+    for ax in fig.axes:  # a linear axis cut above 0 says so (issue 44 §4); a log one need not
+        low = ax.get_ylim()[0]
+        said = "not 0)" in ax.get_title()
+        assert said == (ax.get_yscale() == "linear" and low > 0), ax.get_title()
     for ax in fig.axes:
         assert not ax.patches  # no bars anywhere
         assert ax.get_xticklabels()[0].get_text() == "no mask"
