@@ -248,3 +248,25 @@ def test_titles_name_a_file_by_its_name_and_count_in_words():
     rows = rows.assign(dataset="imdb", split="test", rows=20)
     assert style.title(rows, "cosine") == "cosine\nm, imdb/test, 20 texts"
     assert style.data_label(rows.iloc[0], "document") == "imdb/test, 20 documents"
+
+
+def test_attn_distance_keeps_encoders_and_decoders_apart_one_colour_per_condition(monkeypatch, tmp_path):
+    """attn_distance.png (issue 44 §4): lines, not bars; a panel for decoders and one for
+    encoders; each condition's colour the palette's, whatever the model."""
+    from pecli.plots import attn
+
+    figs = []
+    monkeypatch.setattr(attn, "save", lambda fig, path, dpi=150: figs.append(fig) or path)
+    rows = [{"model": m, "causal": causal, "intervention": iv, "mask": "default", "mask_semantics": "legacy",
+             "rope_scaling": "none", "head": -1, "layer": 0, "distance_low": lo, "distance_high": hi,
+             "value": 0.1 + 0.01 * lo}
+            for m, causal in (("smollm2", True), ("minilm", False))
+            for iv in ("intact", "zero") for lo, hi in ((0, 1), (1, 2), (2, 4))]
+    attn.distance(pd.DataFrame(rows), tmp_path / "d.png")
+    fig = figs[0]
+    assert [ax.get_title() for ax in fig.axes] == ["decoders (causal)", "encoders"]
+    for ax in fig.axes:
+        assert not ax.patches  # no bars
+        colours = {line.get_label().split(": ")[1]: mcolors.to_hex(line.get_color()) for line in ax.lines}
+        assert colours == {c: mcolors.to_hex(style.color_of(c)) for c in ("intact", "zero")}
+        assert "log2" in ax.get_xlabel()
