@@ -22,7 +22,7 @@ import pandas as pd
 from matplotlib.ticker import MaxNLocator
 
 from pecli.plots.length import condition_label, short_name
-from pecli.plots.style import WIDTH, color_of, save
+from pecli.plots.style import WIDTH, color_of, first_or_all, save
 
 CONDITION = ["model", "intervention", "mask", "mask_semantics", "rope_scaling"]
 
@@ -38,7 +38,7 @@ def heads(df: pd.DataFrame, path: Path) -> Path | None:
     df = df[df["scope"] == "head"]
     if df.empty:
         return None
-    groups = list(_groups(df))
+    groups, shown = first_or_all(list(_groups(df)))
     metrics = [("first_token_mass", "first-token mass (sink: > eps)", "viridis"),
                ("mean_distance", "mean distance (tokens)", "magma"),
                ("entropy", "entropy (nats)", "cividis")]
@@ -66,8 +66,8 @@ def heads(df: pd.DataFrame, path: Path) -> Path | None:
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     r = df.iloc[0]
-    fig.suptitle(f"Attention per layer and head ({r['rows']} texts of {r['length']} tokens, {r['dataset']})",
-                 fontsize=10)
+    fig.suptitle(f"Attention per layer and head ({r['rows']} texts of {r['length']} tokens, {r['dataset']})"
+                 f"{shown}", fontsize=10 if not shown else 8)
     return save(fig, path)
 
 
@@ -174,7 +174,7 @@ def _pick(values, k: int = 4) -> list:
 def positional(df: pd.DataFrame, path: Path) -> Path | None:
     if df.empty:
         return None
-    groups = list(_groups(df))
+    groups, shown = first_or_all(list(_groups(df)))
     cols = max(len(_pick(rows["layer"].unique())) for _, rows in groups)
     fig, axes = plt.subplots(len(groups), cols, figsize=(2.4 * cols + 0.8, 2.4 * len(groups) + 0.5),
                              squeeze=False, constrained_layout=True)
@@ -197,7 +197,7 @@ def positional(df: pd.DataFrame, path: Path) -> Path | None:
             ax.set_xlabel("PC1", fontsize=7)
         fig.colorbar(sc, ax=axes[i, len(pick) - 1], label="position", shrink=0.85)
     fig.suptitle("Positional vectors (Dong et al.): first two principal components "
-                 "(explained variance)", fontsize=9)
+                 f"(explained variance){shown.replace(' (', chr(10) + '(')}", fontsize=9)
     return save(fig, path)
 
 
@@ -205,7 +205,7 @@ def norms(positions: pd.DataFrame, probe: pd.DataFrame | None, path: Path) -> Pa
     df = positions[positions["metric"] == "hidden_norm"]
     if df.empty:
         return None
-    groups = list(_groups(df))
+    groups, shown = first_or_all(list(_groups(df)))
     fig, axes = plt.subplots(len(groups), 2, figsize=(WIDTH * 1.4, 2.8 * len(groups) + 0.5),
                              squeeze=False, constrained_layout=True)
     for i, (name, rows) in enumerate(groups):
@@ -244,7 +244,7 @@ def norms(positions: pd.DataFrame, probe: pd.DataFrame | None, path: Path) -> Pa
             ax.legend(fontsize=6)
         else:
             ax.set_visible(False)
-    fig.suptitle("Does position ride on the norm?", fontsize=10)
+    fig.suptitle(f"Does position ride on the norm?{shown}", fontsize=10 if not shown else 8)
     return save(fig, path)
 
 

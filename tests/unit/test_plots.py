@@ -270,3 +270,24 @@ def test_attn_distance_keeps_encoders_and_decoders_apart_one_colour_per_conditio
         colours = {line.get_label().split(": ")[1]: mcolors.to_hex(line.get_color()) for line in ax.lines}
         assert colours == {c: mcolors.to_hex(style.color_of(c)) for c in ("intact", "zero")}
         assert "log2" in ax.get_xlabel()
+
+
+def test_attn_heads_draw_the_first_condition_unless_all_panels_are_asked_for(monkeypatch, tmp_path):
+    """attn_heads.png reads at a column's width: the first condition's panels, the title saying
+    how many there are; --all-panels (figure_output(all_panels=True)) draws every one."""
+    from pecli.plots import attn
+
+    figs = []
+    monkeypatch.setattr(attn, "save", lambda fig, path, dpi=150: figs.append(fig) or path)
+    rows = [{"model": "m", "intervention": iv, "mask": "default", "mask_semantics": "legacy",
+             "rope_scaling": "none", "scope": "head", "layer": layer, "head": head, "metric": metric,
+             "value": 0.5, "epsilon": 0.3, "rows": 4, "length": 8, "dataset": "imdb"}
+            for iv in ("intact", "zero") for layer in range(2) for head in range(2)
+            for metric in ("first_token_mass", "mean_distance", "entropy")]
+    attn.heads(pd.DataFrame(rows), tmp_path / "h.png")
+    with style.figure_output(all_panels=True):
+        attn.heads(pd.DataFrame(rows), tmp_path / "h.png")
+    summary, every = (len([ax for ax in f.axes if ax.get_label() != "<colorbar>"]) for f in figs)
+    assert (summary, every) == (3, 6)
+    assert "the first of 2 conditions; --all-panels" in figs[0]._suptitle.get_text()
+    assert "--all-panels" not in figs[1]._suptitle.get_text()
