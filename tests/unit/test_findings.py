@@ -146,3 +146,4 @@ def test_committed_report_opens_with_findings_that_match_their_tables():
             assert low > null or high < null, line
         if "no detectable difference" in line:
             assert not (low > null or high < null), line
+
