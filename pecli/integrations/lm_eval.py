@@ -43,9 +43,9 @@ except ModuleNotFoundError as err:  # pragma: no cover - the message is the test
                       "installs it)") from err
 
 from pecli.experiments import check_before_loading, load, register
+from pecli.experiments.options.lm_eval import LmEvalOptions
 from pecli.measures.intervals import document_interval, paired_with_intact
 from pecli.runs.errors import ConfigError
-from pecli.runs.options import LmEvalOptions
 
 GRID = ("intervention", "mask", "mask_semantics", "protocol", "rope_scaling")
 
@@ -118,6 +118,15 @@ class PecliLM(HFLM):
     def _model_generate(self, context, max_length, stop, **generation_kwargs):
         self.tokens += context.numel()
         return super()._model_generate(context, max_length, stop, **generation_kwargs)
+
+    def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
+        """HFLM's, where a document gives its own `max_new_tokens` (pecli ruler's decoding
+        budget, configs/lm_eval/pecli_data.py) in place of the task's max_gen_toks."""
+        for r in requests:
+            if isinstance(r.doc, dict) and "max_new_tokens" in r.doc:
+                context, kwargs = r.arguments
+                r.arguments = (context, {**kwargs, "max_gen_toks": int(r.doc["max_new_tokens"])})
+        return super().generate_until(requests, disable_tqdm)
 
     def close(self) -> None:
         """Restore the model exactly (the condition's context managers, in reverse)."""
@@ -459,7 +468,7 @@ def passkey_sizes(meta: dict[str, Any], where: str = "passkey metadata"):
     """The passkey task's sizes from lm-eval metadata, checked as `pecli passkey` checks its
     flags (PasskeyOptions: lengths, depths from 0 to 1, trials, seed): the same prompts, the
     same refusals. Returns the PasskeyOptions."""
-    from pecli.runs.options import PasskeyOptions
+    from pecli.experiments.options.passkey import PasskeyOptions
 
     unknown = [k for k in meta if k.startswith("passkey_") and k not in PASSKEY_KEYS]
     if unknown:
