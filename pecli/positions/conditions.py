@@ -4,7 +4,9 @@ A condition is one frozen value, parsed once from the options: an intervention, 
 its semantics and protocol, a rope scaling (its type and parameters, parsed once: a
 `pecli.runs.options.Rope`), and how it is computed (the attention to install, the passes),
 decided once by `plan`. Every experiment on a model (ablate, perplexity, mc, length, passkey,
-lm-eval) uses it the same way:
+ruler, attn, lm-eval, finetune, mask fit, recover, pe probe) uses it the same way, a training
+loop as a scoring loop (outside pecli/positions nothing calls intervene, prepare or
+masked_attention itself; tests/unit/test_conditions.py checks):
 
     grid = conditions.grid(options)                  # the intact model first, then the crossing
     conditions.check_all(grid, options.model, causal=True)   # before weights load: the config
@@ -134,8 +136,9 @@ class Condition:
             return str(err)
         return None
 
-    def prepare(self, loaded, seed: int = 0) -> Callable[[], AbstractContextManager]:
-        """The slow part done once (new rows, a donor model); a cheap factory of `applied`."""
+    def applier(self, loaded, seed: int = 0) -> Callable[[], AbstractContextManager]:
+        """The slow part done once (new rows, a donor model); a cheap factory of `applied`
+        (a loop over batches enters it per batch)."""
         steps = [kind.prepare(self, loaded, seed) for kind in sorted(KINDS, key=lambda k: k.order)]
 
         @contextmanager
@@ -149,7 +152,7 @@ class Condition:
 
     def applied(self, loaded, seed: int = 0) -> AbstractContextManager:
         """`loaded` under this condition for the block; restored exactly on exit."""
-        return self.prepare(loaded, seed)()
+        return self.applier(loaded, seed)()
 
 
 # --- the kinds of a condition: one entry each ----------------------------------------------

@@ -224,3 +224,19 @@ def test_condition_is_frozen_and_hashable():
     with pytest.raises(dataclasses.FrozenInstanceError):
         c.mask = None
     assert len({c, C.plan(rope=Rope.parse("yarn:2"))}) == 1
+
+
+def test_outside_positions_every_condition_is_applied_through_condition_applied():
+    """No module outside pecli/positions calls intervene, prepare or masked_attention itself:
+    a scoring loop and a training loop alike enter `Condition.applied` (or its `applier`)."""
+    import re
+    from pathlib import Path
+
+    import pecli
+
+    root = Path(pecli.__file__).parent
+    call = re.compile(r"\b(intervene|prepare|masked_attention)\(")
+    found = [f"{p.relative_to(root)}:{n}" for p in root.rglob("*.py") if "positions" not in p.parts
+             for n, line in enumerate(p.read_text().splitlines(), 1)
+             if call.search(line.split("#")[0]) and not line.lstrip().startswith("def ")]
+    assert found == []
