@@ -13,10 +13,12 @@ from here; tests/unit/test_conditions.py checks the two agree).
 
 from __future__ import annotations
 
-import re
+import warnings
 from collections.abc import Callable, Mapping
+from functools import lru_cache
 
 from pecli.runs import names
+from pecli.runs.errors import PecliError
 
 INTACT = names.INTACT
 UNCHANGED_ROPE = "none"  # the rope_scaling column of an unscaled model
@@ -54,6 +56,12 @@ PARTS: dict[str, Callable[[Mapping], str | None]] = {  # kind -> its part of the
 }
 
 
+def changed(row: Mapping) -> dict[str, str]:
+    """The kinds a row's condition changes, each with its part of the label, in PARTS' order
+    (empty: intact): what figures colour and group by, read from the columns."""
+    return {kind: p for kind, part in PARTS.items() if (p := part(row)) is not None}
+
+
 def label(row: Mapping) -> str:
     """A condition's name from its columns (a table row, or `Condition.columns()`): the
     changed parts in PARTS' order joined by " + ", or `intact`. Rows written before 0.2
@@ -70,7 +78,7 @@ def labelled(df):
     known = [c for c in ("intervention", "mask", "rope_scaling") if c in df.columns]
     if not known or "condition" in df.columns:
         return df
-    if "intervention" in df.columns and not df["intervention"].map(_is_intervention).any():
+    if "intervention" in df.columns and not any(map(_is_intervention, df["intervention"].unique())):
         return df  # no row is a condition of a model (a trained scheme's run)
     cols = [c for c in df.columns if c in ("intervention", "mask", "mask_semantics", "protocol",
                                            "rope_scaling")]
@@ -81,8 +89,40 @@ def labelled(df):
 
 
 def _is_intervention(value) -> bool:
-    base = re.split(r"[:@]", str(value))[0]
-    return base in names.INTERVENTIONS or base in OLD_INTACT
+    return str(value) in OLD_INTACT or intervention(value) is not None
+
+
+@lru_cache(maxsize=4096)
+def _parsed(text: str) -> names.Choice | None:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # a deprecated name still reads
+            return names.parse(names.INTERVENTIONS, text)
+    except PecliError:
+        return None
+
+
+def intervention(value) -> names.Choice | None:
+    """An intervention column's value read by the one parser (None: it names none, e.g. a
+    trained scheme's words)."""
+    return _parsed(str(value))
+
+
+def remedy_method(value) -> str | None:
+    """The method of a remedy given with its parameters in every layer (`selfextend` of
+    `selfextend:4:1024`; `window` of `sinks:0:W`, window attention), else None (a layered
+    one, a name without parameters, words): figures give a method one colour."""
+    choice = intervention(value)
+    if choice is None or not choice.argument or choice.layers is not None:
+        return None
+    if choice.name == "sinks" and choice.argument.partition(":")[0] == "0":  # no sinks: a window
+        return "window"
+    return choice.name
+
+
+def fitted_mask(row: Mapping) -> bool:
+    """Whether a row's mask is a file that `pecli mask fit` wrote."""
+    return _text(row, "mask", "default").startswith(f"{names.MASK_FILE.name}:")  # as str(Choice) writes it
 
 
 def upgraded(df):
