@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from pecli.experiments import REGISTERED, Headline, load_all
+from pecli.experiments import CONDITION, REGISTERED, Headline, load_all
 from pecli.measures.intervals import proper
 from pecli.positions import labels
 from pecli.runs.errors import DataError
@@ -33,7 +33,7 @@ SAME_DATA = ("dataset", "split", "data_revision", "rows")
 # Every metric of `pecli lm-eval`'s table is a headline, named "<task>_<metric>"
 # (pecli.integrations.lm_eval: a command, not a registered experiment)
 LM_EVAL_NAME = "lm-eval"
-LM_EVAL = Headline("", "", {}, ("intervention", "mask", "mask_semantics", "rope_scaling"),
+LM_EVAL = Headline("", "", {}, CONDITION,
                    interval="as lm-eval's rows record it")
 
 
@@ -188,7 +188,7 @@ def _condition(row, h: Headline) -> str:
     column: `intact`, `zero`, `zero + linear/legacy (study)`, `yarn:2`) where the headline's
     condition columns are a model's condition; else those columns in words (`alibi`, a
     trained scheme)."""
-    named = ("intervention", "mask", "mask_semantics", "protocol", "rope_scaling")
+    named = labels.columns()
     values = [str(row[c]) for c in h.condition
               if c not in named and c in row.index and pd.notna(row[c])]
     if set(named) & set(h.condition):

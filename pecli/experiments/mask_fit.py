@@ -120,7 +120,7 @@ def evaluate(loaded, data, plans, max_length: int, bos, parameters: int, n_boot:
     prepared = windows_for(ids, max_length, bos, "truncate")
     nlls, done = {}, {}
     for label, how in plans:
-        key = (str(how.intervention), how.computation)  # the same computation is scored once
+        key = how.computes  # the same computation is scored once
         if key not in done:
             with how.applied(loaded, seed):
                 done[key] = [x.double() for x in score(loaded, prepared, how)[0]]

@@ -44,10 +44,9 @@ except ModuleNotFoundError as err:  # pragma: no cover - the message is the test
 
 from pecli.experiments import check_before_loading, load, register
 from pecli.measures.intervals import document_interval, paired_with_intact
+from pecli.positions import labels
 from pecli.runs.errors import ConfigError
 from pecli.runs.options import LmEvalOptions
-
-GRID = ("intervention", "mask", "mask_semantics", "protocol", "rope_scaling")
 
 
 def condition_options(args: dict[str, Any], where: str = "pecli model_args") -> LmEvalOptions:
@@ -64,7 +63,7 @@ def condition_options(args: dict[str, Any], where: str = "pecli model_args") -> 
         raise ConfigError(f"{where}: pretrained= is empty; name a model (smollm2, random:gpt2, "
                           "a directory, a hub id)")
     options = LmEvalOptions.build(values, where)
-    many = [k for k in GRID if len(getattr(options, k)) > 1]
+    many = [k for k in labels.columns() if len(getattr(options, k, None) or ()) > 1]
     if many:
         raise ConfigError(f"{where}: {', '.join(many)} take one value per model; cross "
                           "conditions with `pecli lm-eval --intervention a,b ...`")
@@ -186,7 +185,7 @@ def parse_model_args(text: str, where: str = "--model_args") -> dict[str, Any]:
                               "pretrained=smollm2,max_length=2048")
         if key in args:
             raise ConfigError(f"{where}: {key} is given twice; give each key once"
-                              + (f" (several conditions: {FLAGS[key]} a,b)" if key in GRID else ""))
+                              + (f" (several conditions: {FLAGS[key]} a,b)" if key in labels.columns() else ""))
         args[key] = handle_arg_string(value)
     if "pretrained" in args and (args["pretrained"] is None or not str(args["pretrained"]).strip()):
         raise ConfigError(f"{where}: pretrained= is empty; name a model (smollm2, random:gpt2, a "

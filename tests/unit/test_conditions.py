@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from pecli.positions import conditions as C
+from pecli.positions import labels
 from pecli.positions.interventions import intervene
 from pecli.positions.rope_scaling import rope_scaled
 from pecli.runs import names
@@ -25,7 +26,10 @@ def test_every_field_of_a_condition_has_its_kind_and_its_label_part():
     covered = [f for kind in C.KINDS for f in kind.fields]
     assert sorted(covered) == sorted(C.condition_fields())
     assert len({k.order for k in C.KINDS}) == len(C.KINDS)  # one place in the stack each
-    assert [k.name for k in C.KINDS] == list(PARTS) and all(k.label is PARTS[k.name] for k in C.KINDS)
+    assert [k.name for k in C.KINDS] == list(PARTS)
+    intact = C.plan()  # each kind writes its declared columns (the rope's provenance beside)
+    assert all(list(k.columns(intact, None)) == list(PARTS[k.name].columns) for k in C.KINDS)
+    assert list(intact.columns()) == ["condition", *labels.columns()]
 
 
 @pytest.mark.parametrize("row, expected", [
