@@ -25,10 +25,10 @@ from pecli.experiments import (
     load,
     register,
 )
+from pecli.experiments.options.length import LengthOptions
 from pecli.measures.lm_scoring import resumed_nlls, start_token  # NLLs per key as an .npz, and back
 from pecli.measures.lm_scoring import saved_nlls as _saved
 from pecli.runs.errors import DataError
-from pecli.runs.options import LengthOptions
 from pecli.runs.provenance import row_provenance
 from pecli.runs.tables import validate
 

@@ -18,13 +18,13 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, ClassVar
 
 from pecli.experiments import CONDITION, Headline, check_before_loading, load, register
+from pecli.positions.rope_scaling import RopeScaled
 from pecli.runs import names
 from pecli.runs.errors import ConfigError
 from pecli.runs.options import (
     CAUSAL_MODELS_HELP,
     MAX_RESAMPLES,
     Masked,
-    RopeScaled,
     Running,
     _model_names,
     _token_counts,

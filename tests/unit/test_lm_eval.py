@@ -109,8 +109,8 @@ def test_a_mask_reaches_loglikelihood(loaded):
 
 
 def test_conditions_put_the_intact_model_first_and_cross_rope_scaling():
+    from pecli.experiments.options.lm_eval import LmEvalOptions
     from pecli.positions.conditions import grid as grid_of
-    from pecli.runs.options import LmEvalOptions
 
     options = LmEvalOptions.build({"model": "random:llama", "tasks": "t",
                                    "intervention": ["zero"], "rope_scaling": "yarn:2"}, "test")
