@@ -82,9 +82,8 @@ def _grids() -> dict:
 
 
 def _end_to_end(tiny, tmp_path) -> None:
-    from pecli.experiments import perplexity
+    from pecli.experiments import EXPERIMENTS, perplexity
     from pecli.experiments.compare import headline_rows
-    from pecli.runs.options import PerplexityOptions
 
     # crossed by every experiment's grid, and named in every condition's columns
     for name, grid in _grids().items():
@@ -97,7 +96,7 @@ def _end_to_end(tiny, tmp_path) -> None:
     loaded = tiny("gpt2")
     pd.DataFrame({"text": ["a short text to score, twice over", "and another one here"]}
                  ).to_csv(tmp_path / "t.csv", index=False)
-    o = PerplexityOptions.build({"dataset": str(tmp_path / "t.csv"), "intervention": "intact"}, "t")
+    o = EXPERIMENTS.get("perplexity").options.build({"dataset": str(tmp_path / "t.csv"), "intervention": "intact"}, "t")
     object.__setattr__(o, "temperature", (T,))
     before = loaded.model.get_output_embeddings().weight.detach().clone()
     table = perplexity.run(o, loaded=loaded)["perplexity"]
