@@ -1,4 +1,4 @@
-"""A command's flags, derived from its options class (pecli.runs.options: each option declared
+"""A command's flags, derived from its options class (pecli.runs.fields: each option declared
 once, with its help text, on its field), and the flags of the command line alone (--out,
 --force, --format, --short-titles)."""
 
@@ -36,7 +36,7 @@ ForceOpt = Annotated[bool, typer.Option(
                     "(otherwise refused, so that runs are never mixed).")]
 
 
-# Every command that draws gets these two (pecli.cli.app.with_figure_options).
+# Every command that draws gets these three (pecli.cli.app.with_figure_options).
 FormatOpt = Annotated[str | None, typer.Option(
     "--format", help="Figure format(s): png, pdf, svg (a,b for several, e.g. png,pdf; default "
                      "png; a preset's `format` key otherwise).")]
@@ -44,11 +44,15 @@ ShortTitlesOpt = Annotated[bool | None, typer.Option(
     "--short-titles/--full-titles", help="One-line figure titles (what is plotted), for a "
                                          "paper; the full titles, with model and data, go to "
                                          "figures/<name>.json. Default: full titles.")]
+AllPanelsOpt = Annotated[bool | None, typer.Option(
+    "--all-panels/--summary-panels", help="Figures of a panel per model and condition (attn's "
+                                          "heads, positional vectors, norms) draw every one; "
+                                          "default: the first, readable at a column's width.")]
 
 
 def flag(cls, name: str) -> inspect.Parameter:
     """The Typer parameter of option `name` of the options class `cls`: its help, type and
-    default from the field's metadata (pecli.runs.options.option); a deprecated spelling
+    default from the field's metadata (pecli.runs.fields.option); a deprecated spelling
     (a key of cls.RENAMED) is a hidden flag of its new name's type, warned about in `build`."""
     new = cls.RENAMED.get(name)
     if new is not None:
@@ -131,7 +135,7 @@ def derived(cls, where: str):
 
 def build(cls, where: str, **flags):
     """The command's options object from its flags: unset flags (None) take the options'
-    defaults; paths become strings. Every check of pecli.runs.options runs here, before loading."""
+    defaults; paths become strings. Every check of the options runs here, before loading."""
     given = {k: str(v) if isinstance(v, Path) else v for k, v in flags.items() if v is not None}
     return cls.build(given, where)
 

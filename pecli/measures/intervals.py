@@ -24,7 +24,7 @@ here keeps (issue 46): no interval from fewer than MIN_TEXTS distinct units (a b
 text, or of texts that all give the same value, cannot vary: NaN bounds, with a warning for too
 few texts), and none of zero width (`proper`: a quantity fixed by construction, such as the
 intact model's difference from itself or the share of its own gap it closes, gets NaN bounds,
-not [x, x]). `--bootstrap` is 0 or MIN_RESAMPLES..MAX_RESAMPLES (pecli.runs.options checks it).
+not [x, x]). `--bootstrap` is 0 or MIN_RESAMPLES..MAX_RESAMPLES (pecli.runs.fields checks it).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from pecli.runs.options import MAX_RESAMPLES, MIN_RESAMPLES
+from pecli.runs.fields import MAX_RESAMPLES, MIN_RESAMPLES
 
 LEVEL = 0.95
 METHOD = ("95 % percentile bootstrap over texts (texts resampled with replacement, "
@@ -46,7 +46,8 @@ MIN_WINDOWS = 10  # windows of long documents: fewer give none (the table shows 
 _ZERO_WIDTH = 1e-9  # relative: a width below it is rounding, not variation
 __all__ = ["MAX_RESAMPLES", "MIN_RESAMPLES", "MIN_TEXTS", "pair_interval", "ratio_interval",
            "resampled", "statistic_interval", "wilson", "mean_interval", "by_text", "percentile_interval",
-           "proper", "t_interval", "MIN_WINDOWS", "seeds_and_texts_interval", "paired_difference", "diff_columns", "DIFF_COLUMNS"]
+           "proper", "t_interval", "MIN_WINDOWS", "seeds_and_texts_interval", "paired_difference", "diff_columns", "DIFF_COLUMNS",
+           "verdict", "NO_DIFFERENCE"]
 
 
 def proper(low: float, high: float) -> tuple[float, float]:
@@ -58,6 +59,22 @@ def proper(low: float, high: float) -> tuple[float, float]:
     if high - low <= _ZERO_WIDTH * max(abs(low), abs(high), 1e-300):
         return float("nan"), float("nan")
     return low, high
+
+
+NO_DIFFERENCE = "no detectable difference"
+
+
+def verdict(low: float, high: float, up: str, down: str, none: str = f"shows {NO_DIFFERENCE}",
+            null: float = 0.0) -> str:
+    """The words an interval licenses (REPORT's findings): `up` ("rises", "beats") only where
+    the whole interval lies above `null` (0 for a difference; chance for an accuracy), `down`
+    only where it lies below, `none` (which says NO_DIFFERENCE) otherwise, no interval included."""
+    low, high = proper(low, high)
+    if low == low and low > null:
+        return up
+    if high == high and high < null:
+        return down
+    return none
 
 
 def _enough(texts: int, n_boot: int, least: int = MIN_TEXTS) -> bool:

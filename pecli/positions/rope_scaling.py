@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pecli.runs.errors import ConfigError, ModelError
-from pecli.runs.options import Options, option
+from pecli.runs.fields import Options, option
 
 if TYPE_CHECKING:
     import torch

@@ -41,8 +41,8 @@ LAYERS = [
     {"integrations"},
     {"cli", "__main__"},
 ]
-TORCH_FREE = ("pecli.runs.names", "pecli.runs.options", "pecli.experiments.options", "pecli.runs.config", "pecli.runs.io", "pecli.runs.tables",
-              "pecli.plots")
+TORCH_FREE = ("pecli.runs.names", "pecli.runs.fields", "pecli.runs.options", "pecli.experiments.options",
+              "pecli.runs.config", "pecli.runs.io", "pecli.runs.tables", "pecli.plots")
 HEAVY = ("torch", "transformers")
 
 

@@ -8,6 +8,7 @@ from typing import ClassVar
 from pecli.positions.rope_scaling import RopeScaled
 from pecli.runs import names
 from pecli.runs.errors import ConfigError
+from pecli.runs.fields import option
 from pecli.runs.names import Choice
 from pecli.runs.options import (
     CAUSAL_MODELS_HELP,
@@ -16,7 +17,6 @@ from pecli.runs.options import (
     _token_counts,
     interventions,
     models,
-    option,
 )
 
 
