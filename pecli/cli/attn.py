@@ -35,6 +35,7 @@ def attn(options: AttnOptions, *, out: OutOpt = None, force: ForceOpt = False) -
     """
     from pecli.experiments.attn import run
     from pecli.measures.intervals import METHOD
+    from pecli.positions.labels import columns
     with counter("texts", "texts x conditions") as advance:
         tables, paths, pngs, _ = run_and_write("attn", run, options, out, progress=advance,
                                                force=force, notes={"intervals": METHOD, "interval_unit": "text"})
@@ -46,7 +47,7 @@ def attn(options: AttnOptions, *, out: OutOpt = None, force: ForceOpt = False) -
     for col in ("model", "condition", "sink rate [95 % CI]", "by layer type", "first-token mass",
                 "entropy", "mean distance", "named heads"):
         summary.add_column(col)
-    for _, group in df.groupby(["model", "intervention", "mask", "mask_semantics", "rope_scaling"],
+    for _, group in df.groupby(["model", *(c for c in columns() if c in df)],
                                sort=False, dropna=False):
         whole = group[group["scope"] == "model"].set_index("metric")
         row = whole.loc["sink_rate"]

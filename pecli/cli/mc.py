@@ -33,6 +33,7 @@ def mc(options: McOptions, *, out: OutOpt = None, force: ForceOpt = False) -> No
 
     from pecli.experiments.mc import run
     from pecli.measures.intervals import METHOD, PAIRED_METHOD
+    from pecli.positions.labels import columns
     from pecli.positions.labels import label as condition_label
 
     console = wide_console()
@@ -59,7 +60,7 @@ def mc(options: McOptions, *, out: OutOpt = None, force: ForceOpt = False) -> No
         summary.add_column(f"{metric} [95 % CI]", justify="right")
     summary.add_column("computed as")
     shown = set()
-    for _, group in df.groupby(["intervention", "mask", "mask_semantics", "protocol"], sort=False):
+    for _, group in df.groupby([c for c in columns() if c in df], sort=False, dropna=False):
         row = group.iloc[0]
         if condition_label(row) in shown:  # the default mask is one model under every semantics
             continue

@@ -31,6 +31,7 @@ def passkey(options: PasskeyOptions, *, out: OutOpt = None, force: ForceOpt = Fa
         pecli passkey random:llama --lengths 128,256 --intervention zero
     """
     from pecli.experiments.passkey import run
+    from pecli.positions.labels import columns
     from pecli.positions.labels import label as condition_label
     with counter("decoding", "trials") as advance:
         tables, paths, pngs, _ = run_and_write(
@@ -46,7 +47,7 @@ def passkey(options: PasskeyOptions, *, out: OutOpt = None, force: ForceOpt = Fa
                           f"of the filler, 1 = end); {options.trials} trials per cell")
     for col in ("model", "condition", "length", *(f"depth {d}" for d in depths), "all depths [95 % CI]"):
         summary.add_column(col, justify="left" if col in ("model", "condition") else "right")
-    for (model, *_, length), cells in df.groupby(["model", "intervention", "rope_scaling", "length"],
+    for (model, *_, length), cells in df.groupby(["model", *(c for c in columns() if c in df), "length"],
                                                  sort=False, dropna=False):
         by_depth = cells.set_index(cells["depth"].astype(str))
         row = by_depth.loc["all"]

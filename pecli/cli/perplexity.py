@@ -48,6 +48,7 @@ def perplexity(options: PerplexityOptions, *, out: OutOpt = None, force: ForceOp
 def _summary(console, df) -> None:
     """One row per condition: every aggregation, the headline with its interval."""
     from pecli.experiments.perplexity import HEADLINE
+    from pecli.positions.labels import columns
     from pecli.positions.labels import label as condition_label
 
     first = df.iloc[0]
@@ -68,7 +69,7 @@ def _summary(console, df) -> None:
     shown = set()
     digits = {a: decimals(part["value"], part["ci_low"], part["ci_high"])
               for a, part in df.groupby("aggregation")}  # one count per column
-    for _, group in df.groupby(["intervention", "mask", "mask_semantics", "protocol"], sort=False):
+    for _, group in df.groupby([c for c in columns() if c in df], sort=False, dropna=False):
         by = group.set_index("aggregation")
         row = group.iloc[0]
         if condition_label(row) in shown:  # the default mask is one model under every semantics

@@ -20,12 +20,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pecli.positions import labels
 from pecli.runs.errors import ConfigError
 from pecli.runs.fields import Options
 from pecli.runs.registry import Registry
 
 if TYPE_CHECKING:  # the command line imports this module (REGISTERED): no pandas at its start
     import pandas as pd
+
+
+CONDITION = labels.columns()  # a row's condition columns (pecli.positions.labels.PARTS)
 
 
 @dataclass(frozen=True)
@@ -36,7 +40,7 @@ class Headline:
     metric: str  # the table's metric
     quantity: str  # axis label
     where: dict = field(default_factory=dict)  # column -> required value (the column must exist)
-    condition: tuple[str, ...] = ("intervention",)  # columns that name the condition (those present)
+    condition: tuple[str, ...] = CONDITION  # columns that name the condition (those present)
     name: str = ""  # the metric in compare's table (default: `metric`)
     slot: Callable[[pd.Series], str] | None = None  # one number per slot (length, bucket, depth)
     interval: str = "95 % percentile bootstrap over texts"  # where neither rows nor sidecar say

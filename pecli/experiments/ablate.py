@@ -101,11 +101,11 @@ def measure(loaded, texts: list[str], interventions: Sequence[str | Choice], *, 
     """
     import torch
 
-    from pecli.positions.interventions import prepare
+    from pecli.positions.conditions import plan
     from pecli.runs import batching
     from pecli.runs.loop import run_batches
 
-    applied = {str(c): prepare(loaded, c, seed) for c in interventions}  # errors first
+    applied = {str(c): plan(intervention=c).applier(loaded, seed) for c in interventions}  # errors first
     names = list(applied)  # names as the tables and the checkpoint key write them
     enc = _quiet_encode(batching.encode, loaded, texts)
     lengths = [len(x) for x in enc.ids]

@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from pecli.experiments import Headline, check_before_loading, load, register
+from pecli.experiments import CONDITION, Headline, check_before_loading, load, register
 from pecli.experiments.options.attn import AttnOptions
 from pecli.runs.errors import ConfigError, DataError, ModelError
 from pecli.runs.provenance import row_provenance
@@ -402,5 +402,5 @@ register("attn", 1, run, AttnOptions, "pecli.plots.attn:figures",
          "Attention and hidden-state diagnostics by layer and head (sink rate, entropy, "
          "distance, rotary frequency usage, positional vectors, position probe)",
          headlines=(Headline("sink_rate", "attention sink rate (Gu et al.'s Sink_1^eps: share of heads)",
-                             {"scope": "model"}, ("intervention", "mask", "mask_semantics", "rope_scaling"),
+                             {"scope": "model"}, CONDITION,
                              axis="share of heads whose mean attention to the first token > eps"),))

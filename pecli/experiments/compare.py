@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from pecli.experiments import REGISTERED, Headline, load_all
+from pecli.experiments import CONDITION, REGISTERED, Headline, load_all
 from pecli.measures.intervals import proper
 from pecli.positions import labels
 from pecli.runs.errors import DataError
@@ -33,7 +33,7 @@ SAME_DATA = ("dataset", "split", "data_revision", "rows")
 # Every metric of `pecli lm-eval`'s table is a headline, named "<task>_<metric>"
 # (pecli.integrations.lm_eval: a command, not a registered experiment)
 LM_EVAL_NAME = "lm-eval"
-LM_EVAL = Headline("", "", {}, ("intervention", "mask", "mask_semantics", "rope_scaling"),
+LM_EVAL = Headline("", "", {}, CONDITION,
                    interval="as lm-eval's rows record it")
 
 
@@ -188,7 +188,7 @@ def _condition(row, h: Headline) -> str:
     column: `intact`, `zero`, `zero + linear/legacy (study)`, `yarn:2`) where the headline's
     condition columns are a model's condition; else those columns in words (`alibi`, a
     trained scheme)."""
-    named = ("intervention", "mask", "mask_semantics", "protocol", "rope_scaling")
+    named = labels.columns()
     values = [str(row[c]) for c in h.condition
               if c not in named and c in row.index and pd.notna(row[c])]
     if set(named) & set(h.condition):
@@ -309,15 +309,14 @@ def figures(csv_paths: dict, fig_dir) -> list[Path]:
         series = list(dict.fromkeys(rows["series"]))
         fig, ax = plt.subplots(figsize=(min(14.0, max(5.0, (0.9 if slotted else 1.3) * len(xs) + 2.5)), 4.2))
         width = 0.7 / max(len(series), 1)
-        # colour: the condition's intervention (its rope scaling, where it has one); marker: the
-        # rest of the condition (the mask variant) or, by slot, the model
-        variants = list(dict.fromkeys(_variant(c) for c in series))
+        # colour: the first part the condition changes (its intervention, else its mask or rope
+        # scaling), read from the rows' columns; marker: the rest of it or, by slot, the model
+        variants = list(dict.fromkeys(rows["variant"]))
         for i, name in enumerate(series):
             sel = rows[rows["series"] == name]
-            cond = sel["condition"].iloc[0]
             x = np.array([xs.index(w) for w in sel["where"]]) + (i - (len(series) - 1) / 2) * width
-            points(ax, x, sel, color_of(cond if " rope " in f" {cond}" else cond.split(" + ")[0].split()[0]),
-                   name, marker=MARKERS[variants.index(_variant(name)) % len(MARKERS)])
+            points(ax, x, sel, color_of(sel["colour_key"].iloc[0]), name,
+                   marker=MARKERS[variants.index(sel["variant"].iloc[0]) % len(MARKERS)])
         if metric == "cosine_mean":
             _baselines(ax, df, rows, xs)
         _references(ax, metric, rows)
@@ -331,9 +330,15 @@ def _placed(rows: pd.DataFrame, slotted: bool) -> tuple[pd.DataFrame, list[str],
     slot shares, or ""): x is the models, or the slots with a series per (model, condition)
     when several models."""
     models = _x_labels(rows)
+    parts = [list(labels.changed(r).values()) for _, r in rows.iterrows()]
+    by_model = slotted and len(set(models)) > 1
+    rows = rows.assign(  # a condition in words (a trained scheme): coloured by its first word
+        colour_key=[p[0] if p else str(c).split()[0] for p, c in zip(parts, rows["condition"], strict=True)],
+        variant=[m.replace(chr(10), " ") if by_model else " + ".join(p[1:])
+                 for m, p in zip(models, parts, strict=True)])
     if slotted:
         rows = rows.assign(where=rows["slot"], series=[
-            c if len(set(models)) == 1 else f"{m.replace(chr(10), ' ')}: {c}"
+            f"{m.replace(chr(10), ' ')}: {c}" if by_model else c
             for m, c in zip(models, rows["condition"], strict=True)])
     else:
         rows = rows.assign(where=models, series=rows["condition"])
@@ -403,14 +408,6 @@ def _references(ax, metric: str, rows: pd.DataFrame) -> None:
         refs += [(float(c), "chance" if len(chance) == 1 else f"chance ({c:.3g})") for c in chance[:3]]
     for value, label in refs:
         ax.axhline(value, color="0.5", lw=0.8, ls="-." if "chance" in label else "--", label=label, zorder=0)
-
-
-def _variant(condition: str) -> str:
-    """`zero + linear/legacy (study)` -> `linear/legacy (study)`; `minilm: zero` -> `minilm`;
-    `zero` -> ''."""
-    if " + " in condition:
-        return condition.split(" + ", 1)[1]
-    return condition.split(": ", 1)[0] if ": " in condition else ""
 
 
 def _baselines(ax, df: pd.DataFrame, rows: pd.DataFrame, xs: list[str]) -> None:

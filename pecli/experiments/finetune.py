@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from contextlib import ExitStack
 from pathlib import Path
 
 import numpy as np
@@ -148,7 +147,6 @@ def _encoder(o: FinetuneOptions, loaded, conds, say) -> pd.DataFrame:
     from pecli.measures.finetuning import features, probe_accuracy
     from pecli.measures.intervals import wilson
     from pecli.positions.conditions import check_all, plan
-    from pecli.positions.interventions import intervene
     from pecli.runs.batching import encode
 
     check_all([plan(intervention=c) for c in conds], loaded)  # as before loading, on the model
@@ -170,7 +168,7 @@ def _encoder(o: FinetuneOptions, loaded, conds, say) -> pd.DataFrame:
     initial = {k: v.detach().clone() for k, v in loaded.model.state_dict().items()}
     rows = []
     for cond in conds:
-        with intervene(loaded, cond, o.seed):
+        with plan(intervention=cond).applied(loaded, o.seed):
             say(f"{cond}: frozen-feature probe")
             right = probe_accuracy(features(loaded, tr.ids), ytr, features(loaded, te.ids), yte)
         rows.append({**common, "intervention": str(cond), "metric": "probe_accuracy",
@@ -188,14 +186,14 @@ def _finetuned_rows(o: FinetuneOptions, loaded, cond, initial: dict, train_ids, 
     together: the texts' variance counts, which a t interval over 3 seeds leaves out)."""
     from pecli.measures.finetuning import predict, train_classifier
     from pecli.measures.intervals import seeds_and_texts_interval, wilson
-    from pecli.positions.interventions import intervene
+    from pecli.positions.conditions import plan
 
     batch = o.batch or DEFAULT_BATCH["encoder"]
     method = "full fine-tuning" if o.train_layers is None else f"last {o.train_layers} layers"
     rows, accs = [], []  # accs: each seed's per-text 0/1
     for k, s in enumerate(_seeds(o)):
         loaded.model.load_state_dict(initial)
-        with intervene(loaded, cond, o.seed):
+        with plan(intervention=cond).applied(loaded, o.seed):
             head = train_classifier(
                 loaded, train_ids, ytr.tolist(), epochs=o.epochs, batch=batch, lr=o.lr,
                 head_lr=o.head_lr, seed=s, train_layers=o.train_layers,
@@ -287,8 +285,7 @@ def _recovery_rows(o: FinetuneOptions, loaded, cond, mask, initial: dict, seqs, 
     `initial` with each seed: its held-out perplexity curve (`evaluate`), the steps to within
     10 % of the intact model's (`target`), and the means over seeds."""
     from pecli.measures.finetuning import seed_interval, steps_to_within, train_lm
-    from pecli.positions.interventions import intervene
-    from pecli.positions.masks import masked_attention
+    from pecli.positions.conditions import plan
 
     batch = o.batch or DEFAULT_BATCH["lm"]
     label = base["condition"]
@@ -296,10 +293,7 @@ def _recovery_rows(o: FinetuneOptions, loaded, cond, mask, initial: dict, seqs, 
     curves, reached = {}, []
     for k, s in enumerate(_seeds(o)):
         loaded.model.load_state_dict(initial)
-        with ExitStack() as stack:
-            stack.enter_context(intervene(loaded, cond, o.seed))
-            if mask is not None:
-                stack.enter_context(masked_attention(loaded.model, str(mask), "log-bias"))
+        with plan(mask or "default", "log-bias", "relative", cond).applied(loaded, o.seed):
             curve = train_lm(loaded, seqs, steps=o.steps, batch=batch, lr=o.lr, seed=s,
                              eval_every=o.eval_every, evaluate=evaluate,
                              progress=lambda step, loss, lb=label, s=s: say(

@@ -16,7 +16,15 @@ from contextlib import nullcontext
 import pandas as pd
 import torch
 
-from pecli.experiments import Headline, check_before_loading, data_of, length_slot, load, register
+from pecli.experiments import (
+    CONDITION,
+    Headline,
+    check_before_loading,
+    data_of,
+    length_slot,
+    load,
+    register,
+)
 from pecli.experiments.options.length import LengthOptions
 from pecli.measures.length_scoring import stream_of
 from pecli.measures.lm_scoring import resumed_nlls, start_token  # NLLs per key as an .npz, and back
@@ -98,7 +106,7 @@ def _common(loaded, data, o: LengthOptions, stream: list[int], stride, bos) -> d
 
 def _key(how, length: int) -> tuple:
     """What a condition computes at a window length (identical conditions are scored once)."""
-    return (str(how.intervention), how.computation, str(how.rope or "none"), length)
+    return (*how.computes, length)
 
 
 def _condition_rows(loaded, how, length: int, windows, stream: list[int], o: LengthOptions,
@@ -153,6 +161,6 @@ register("length", 1, run, LengthOptions, "pecli.plots.length:figures",
          "Loss by position and window length over a token stream (windows, rope "
          "scaling, learned tables past their rows)",
          headlines=(Headline("perplexity", "perplexity by position in the window", {},
-                             ("pe", "intervention", "rope_scaling"), name="length_perplexity",
+                             ("pe", *CONDITION), name="length_perplexity",
                              slot=length_slot, interval="95 % percentile bootstrap over windows",
                              axis="perplexity"),))

@@ -114,16 +114,15 @@ def evaluate(loaded, data, plans, max_length: int, bos, parameters: int, n_boot:
     from pecli.measures.intervals import perplexity_intervals as intervals
     from pecli.measures.lm_scoring import score, windows_for
     from pecli.measures.mask_fitting import gap_closed, gap_interval
-    from pecli.positions.interventions import intervene
     from pecli.runs.batching import encode
 
     ids = encode(loaded.tokenizer, data.texts(), max_length=10**12, add_special_tokens=False).ids
     prepared = windows_for(ids, max_length, bos, "truncate")
     nlls, done = {}, {}
     for label, how in plans:
-        key = (str(how.intervention), how.computation)  # the same computation is scored once
+        key = how.computes  # the same computation is scored once
         if key not in done:
-            with intervene(loaded, how.intervention, seed):
+            with how.applied(loaded, seed):
                 done[key] = [x.double() for x in score(loaded, prepared, how)[0]]
         nlls[label] = done[key]
     kept = [i for i, x in enumerate(nlls["intact"]) if x.numel()]

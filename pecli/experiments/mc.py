@@ -13,7 +13,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from pecli.experiments import Headline, check_before_loading, load, register
+from pecli.experiments import CONDITION, Headline, check_before_loading, load, register
 from pecli.experiments.options.mc import McOptions
 from pecli.runs.provenance import row_provenance
 from pecli.runs.tables import validate
@@ -129,7 +129,7 @@ def run(options: McOptions, progress: Callable[[int, int], None] | None = None,
 register("mc", 1, run, McOptions, "pecli.plots.mc:figures",
          "TruthfulQA MC1/MC2 (lm-evaluation-harness v2.0) under position interventions "
          "and graded masks, with bootstrap intervals over items",
-         headlines=tuple(Headline(metric, quantity, {}, ("intervention", "mask", "mask_semantics", "protocol"),
+         headlines=tuple(Headline(metric, quantity, {}, CONDITION,
                                   interval="95 % percentile bootstrap over items")
                          for metric, quantity in (
                              ("mc1", "TruthfulQA MC1 accuracy"),

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import pandas as pd
 
-from pecli.experiments import Headline, check_before_loading, load, register
+from pecli.experiments import CONDITION, Headline, check_before_loading, load, register
 from pecli.experiments.options.passkey import PasskeyOptions
 from pecli.runs.errors import ConfigError
 from pecli.runs.provenance import row_provenance
@@ -83,9 +83,7 @@ def _trials_for(loaded, grid, o: PasskeyOptions, progress) -> list[dict]:
               "context": loaded.max_positions}
     rows = []
     for how in grid:
-        columns = how.columns(loaded)
-        columns = {k: columns[k] for k in ("condition", "intervention", "rope_scaling",
-                                           "rope_parameters")}
+        columns = how.columns(loaded)  # every kind's, the mask's included (its default here)
         with how.applied(loaded, o.seed):
             for (length, depth), fitted in cells.items():
                 why = how.reason(loaded, length + NEW_TOKENS, "the prompt and its answer")
@@ -174,7 +172,7 @@ def _slot(row) -> str:
 register("passkey", 1, run, PasskeyOptions, "pecli.plots.passkey:figures",
          "Passkey retrieval by prompt length and depth (greedy decoding; rope scaling, "
          "interventions)",
-         headlines=(Headline("accuracy", "passkey retrieval accuracy", {}, ("intervention", "rope_scaling"),
+         headlines=(Headline("accuracy", "passkey retrieval accuracy", {}, CONDITION,
                              name="passkey_accuracy", slot=_slot,
                              interval="95 % Wilson score interval over trials",
                              axis="share of trials with the key retrieved"),))

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import pandas as pd
 
-from pecli.experiments import Headline, check_before_loading, data_of, load, register
+from pecli.experiments import CONDITION, Headline, check_before_loading, data_of, load, register
 from pecli.experiments.options.perplexity import PerplexityOptions
 from pecli.measures.intervals import paired_perplexity
 from pecli.measures.intervals import perplexity_intervals as intervals  # noqa: F401 (tests)
@@ -83,7 +83,7 @@ def run(options: PerplexityOptions, progress: Callable[[int, int], None] | None 
     # computation -> per-text NLLs, shared by identical conditions; resumed from an interrupted run
     done: dict[tuple, list] = resumed_nlls(checkpoint)
     rows, text_rows = [], []
-    keys = [(str(h.intervention), h.computation, h.passes) for h in plans]
+    keys = [h.computes for h in plans]
     for how, key in zip(plans, keys, strict=True):
         if key not in done:
             with how.applied(loaded, o.seed):
@@ -164,4 +164,4 @@ register("perplexity", 3, run, PerplexityOptions, "pecli.plots.perplexity:figure
          "Perplexity under position interventions and graded attention masks (E2, E3), "
          "every aggregation, semantics and protocol named",
          headlines=(Headline("perplexity", "corpus perplexity", {"aggregation": "corpus"},
-                             ("intervention", "mask", "mask_semantics", "protocol")),))
+                             CONDITION),))

@@ -154,7 +154,7 @@ def _condition(name: str, x, candidates, token_rows, position_rows, sample, fold
 
 def input_level(loaded, tokens: int, folds: int, seed: int, n_boot: int, say) -> tuple[list, list]:
     """The sum at the input: every condition on one seeded token sample."""
-    from pecli.positions.interventions import intervene
+    from pecli.positions.conditions import plan
 
     vocab = loaded.model.get_input_embeddings().weight.detach().float().cpu().numpy()  # [V, d]
     learned_rows = embedding_rows(loaded)  # [P, d]
@@ -163,10 +163,10 @@ def input_level(loaded, tokens: int, folds: int, seed: int, n_boot: int, say) ->
     sample = np.sort(np.random.default_rng(seed).choice(real, min(tokens, len(real)), replace=False))
     ids, pos = np.repeat(sample, p), np.tile(np.arange(p), len(sample))  # pair i = (ids[i], pos[i])
     say(f"{loaded.name}: {len(sample)} tokens x {p} positions through the embedding stage")
-    with intervene(loaded, "zero"):
+    with plan(intervention="zero").applied(loaded):
         candidates = embedding_stage(loaded, np.arange(v), np.zeros(v, dtype=np.int64))  # [V, d]
     x = {"learned": embedding_stage(loaded, ids, pos).reshape(len(sample), p, d)}
-    with intervene(loaded, "random", seed=seed):
+    with plan(intervention="random").applied(loaded, seed):
         x["random"] = embedding_stage(loaded, ids, pos).reshape(len(sample), p, d)
         random_rows = embedding_rows(loaded).copy()  # a view on the table, restored on exit
     syn_tokens, sinusoid = rc.sinusoid_control(v, p, d, float(vocab.std()), seed)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, ClassVar
 
-from pecli.experiments import Headline, check_before_loading, load, register
+from pecli.experiments import CONDITION, Headline, check_before_loading, load, register
 from pecli.positions.rope_scaling import RopeScaled
 from pecli.runs import names
 from pecli.runs.errors import ConfigError
@@ -257,6 +257,6 @@ def _slot(row) -> str:
 register("ruler", 1, run, RulerOptions, "pecli.plots.ruler:figures",
          "RULER's synthetic long-context tasks by length (greedy decoding; every condition)",
          headlines=(Headline("accuracy", "RULER accuracy (recall of the expected strings)", {},
-                             ("intervention", "mask", "mask_semantics", "rope_scaling"),
+                             CONDITION,
                              name="ruler_accuracy", slot=_slot, interval=INTERVAL,
                              axis="mean recall of the expected strings"),))

@@ -25,7 +25,7 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from pecli.experiments import Headline, lazy, length_slot, register
+from pecli.experiments import CONDITION, Headline, lazy, length_slot, register
 from pecli.experiments.options.train_lm import TrainLmOptions
 from pecli.runs.provenance import row_provenance
 from pecli.runs.tables import validate
@@ -415,7 +415,7 @@ register("train-lm", VERSION, run, TrainLmOptions, figures,
          "Train a small causal LM on IMDB per position scheme: test perplexity vs unigram, learning curve",
          headlines=(
              Headline("perplexity", "perplexity by position in the window", {},
-                      ("pe", "intervention", "rope_scaling"), name="length_perplexity", slot=length_slot,
+                      ("pe", *CONDITION), name="length_perplexity", slot=length_slot,
                       interval="95 % percentile bootstrap over windows", axis="perplexity"),
              Headline("test_perplexity", "test perplexity of small causal LMs", {}, ("pe",)),
              Headline("checkpoint_perplexity", "pecli perplexity on each trained checkpoint, intact and "

@@ -45,9 +45,8 @@ except ModuleNotFoundError as err:  # pragma: no cover - the message is the test
 from pecli.experiments import check_before_loading, load, register
 from pecli.experiments.options.lm_eval import LmEvalOptions
 from pecli.measures.intervals import document_interval, paired_with_intact
+from pecli.positions import labels
 from pecli.runs.errors import ConfigError
-
-GRID = ("intervention", "mask", "mask_semantics", "protocol", "rope_scaling")
 
 
 def condition_options(args: dict[str, Any], where: str = "pecli model_args") -> LmEvalOptions:
@@ -64,7 +63,7 @@ def condition_options(args: dict[str, Any], where: str = "pecli model_args") -> 
         raise ConfigError(f"{where}: pretrained= is empty; name a model (smollm2, random:gpt2, "
                           "a directory, a hub id)")
     options = LmEvalOptions.build(values, where)
-    many = [k for k in GRID if len(getattr(options, k)) > 1]
+    many = [k for k in labels.columns() if len(getattr(options, k, None) or ()) > 1]
     if many:
         raise ConfigError(f"{where}: {', '.join(many)} take one value per model; cross "
                           "conditions with `pecli lm-eval --intervention a,b ...`")
@@ -84,26 +83,31 @@ class PecliLM(HFLM):
     """lm-eval's HFLM on a model pecli loads, under one pecli condition (module docstring).
 
     `loaded` (a pecli LoadedModel) skips loading: `pecli lm-eval` loads once for every
-    condition. Other keyword arguments are HFLM's (batch_size, max_length, ...).
+    condition, and hands each its `condition` (a Condition of its grid, checked on `loaded`):
+    the model_args' condition names are parsed only where lm-eval's own command line gives
+    them. Other keyword arguments are HFLM's (batch_size, max_length, ...).
     """
 
     def __init__(self, pretrained: str = "random:gpt2", intervention: str = "intact",
                  mask: str = "default", mask_semantics: str = "legacy",
                  protocol: str = "relative", rope_scaling: str | None = None, seed: int = 0,
-                 device: str = "auto", dtype: str = "float32", loaded=None, **kwargs) -> None:
+                 device: str = "auto", dtype: str = "float32", loaded=None, condition=None,
+                 **kwargs) -> None:
         from pecli.positions.conditions import check_all
 
-        args = dict(pretrained=pretrained, intervention=intervention, mask=mask,
-                    mask_semantics=mask_semantics, protocol=protocol, rope_scaling=rope_scaling,
-                    seed=seed, device=device, dtype=dtype)
+        args = dict(pretrained=pretrained, seed=seed, device=device, dtype=dtype)
+        if condition is None:  # lm-eval's command line: the names in model_args, parsed once
+            args.update(intervention=intervention, mask=mask, mask_semantics=mask_semantics,
+                        protocol=protocol, rope_scaling=rope_scaling)
         options = condition_options(args)
         # HFLM's keys for a loaded model (lm-eval's command line adds the batch sizes)
         check_hflm_args(kwargs, "pecli model_args", extra={"batch_size": BATCH})
-        how = plan_of(options)
+        how = condition or plan_of(options)
         if loaded is None:
             check_before_loading(options.model, [how], causal=True)
             loaded = load(options.model, options)
-        check_all([how], loaded, causal=True)
+        if condition is None:  # pecli lm-eval checked its grid on the loaded model already
+            check_all([how], loaded, causal=True)
         self.loaded, self.options, self.plan = loaded, options, how
         self.tokens = 0  # input positions the model computed (padding included)
         super().__init__(pretrained=loaded.model, tokenizer=loaded.tokenizer, **kwargs)
@@ -133,21 +137,17 @@ class PecliLM(HFLM):
         self._condition.close()
 
     def condition_columns(self) -> dict[str, Any]:
-        c = self._columns
-        return {"condition": c["condition"], **self.plan.names,
-                "computation": self.plan.computation,
-                **{k: c[k] for k in ("rope_scaling", "rope_parameters")}}
+        return {**self._columns, "computation": self.plan.computation}
 
 
 # --- `pecli lm-eval`: every condition, lm-eval's own evaluator ----------------------------------
 
 
-def conditions(options: LmEvalOptions) -> list[dict[str, Any]]:
-    """model_args of each condition: the intact, unscaled model first, then every intervention
-    x mask x semantics crossed with every rope scaling (as `pecli length` crosses them)."""
-    from pecli.positions.conditions import grid
-
-    return [{**c.names, "rope_scaling": str(c.rope) if c.rope else None} for c in grid(options)]
+def model_args(condition) -> dict[str, str]:
+    """A condition's names as lm-eval's model_args (what `--model pecli` would be given); a
+    record in lm-eval's results, never parsed back."""
+    return {k: v for k, v in condition.columns().items() if k != "condition"
+            and not (k == "rope_scaling" and condition.rope is None)}
 
 
 # HFLM's keys that mean something for a model pecli has loaded, and what each value must be;
@@ -194,7 +194,7 @@ def parse_model_args(text: str, where: str = "--model_args") -> dict[str, Any]:
                               "pretrained=smollm2,max_length=2048")
         if key in args:
             raise ConfigError(f"{where}: {key} is given twice; give each key once"
-                              + (f" (several conditions: {FLAGS[key]} a,b)" if key in GRID else ""))
+                              + (f" (several conditions: {FLAGS[key]} a,b)" if key in labels.columns() else ""))
         args[key] = handle_arg_string(value)
     if "pretrained" in args and (args["pretrained"] is None or not str(args["pretrained"]).strip()):
         raise ConfigError(f"{where}: pretrained= is empty; name a model (smollm2, random:gpt2, a "
@@ -235,7 +235,7 @@ def split_model_args(text: str) -> tuple[dict[str, Any], dict[str, Any]]:
 def run(options: LmEvalOptions, progress=None) -> dict[str, pd.DataFrame]:
     """The `lm_eval` table: one row per (condition, task, metric); lm-eval's results JSON of
     each condition under `options.save_dir`/<condition>/ (when given)."""
-    from pecli.positions.conditions import check_all
+    from pecli.positions import conditions
     from pecli.runs.provenance import row_provenance
 
     o = options
@@ -244,11 +244,10 @@ def run(options: LmEvalOptions, progress=None) -> dict[str, pd.DataFrame]:
                           "truthfulqa_mc1,truthfulqa_mc2")
     _, hflm = split_model_args(o.model_args)  # a preset's model_args, checked as the flag's
     hflm = {"batch_size": o.batch_size or 8, **hflm}
-    grid = conditions(o)
+    grid = conditions.grid(o)  # the intact, unscaled model first (as `pecli length` crosses)
     single = {"pretrained": o.model, "seed": o.seed, "device": o.device, "dtype": o.dtype}
-    first = condition_options({**single, **grid[0]}, "pecli lm-eval")
-    conditions_ = [plan_of(condition_options({**single, **cond}, "pecli lm-eval")) for cond in grid]
-    check_before_loading(o.model, conditions_, causal=True)  # before the model loads
+    first = condition_options(single, "pecli lm-eval")
+    check_before_loading(o.model, grid, causal=True)  # before the model loads
     if o.data_dir:  # the local task YAMLs (configs/lm_eval) read it from the environment
         from pecli.data.datasets import data_dir
 
@@ -268,12 +267,13 @@ def run(options: LmEvalOptions, progress=None) -> dict[str, pd.DataFrame]:
     if o.apply_chat_template and not getattr(loaded.tokenizer, "chat_template", None):
         raise ConfigError(f"apply_chat_template (--apply_chat_template): {o.model}'s tokenizer has "
                           "no chat template; drop the flag (a base model reads plain prompts)")
-    check_all(conditions_, loaded, causal=True)  # again, before any condition is scored
+    conditions.check_all(grid, loaded, causal=True)  # again, before any condition is scored
     if "passkey" in o.tasks:
         check_passkey_fits(loaded, passkey_sizes(meta, "metadata (--metadata)"), hflm)
     rows, per_doc = [], []  # per condition: {(task, metric, filter): {doc_id: value}}
-    for i, cond in enumerate(grid):
-        lm = PecliLM(**single, **cond, loaded=loaded, **hflm)
+    for i, how in enumerate(grid):
+        lm = PecliLM(**single, loaded=loaded, condition=how, **hflm)
+        cond = model_args(how)
         results, samples = _evaluated(lm, o, {**single, **cond, **hflm}, condition_dir(cond), manager,
                                       gen_kwargs)
         common = {**lm.loaded.provenance(), **lm.condition_columns(), "tokens": lm.tokens,
@@ -541,7 +541,7 @@ def documents(samples: dict) -> dict[tuple, dict[int, float]]:
 def condition_dir(cond: dict[str, Any]) -> str:
     """A folder name for one condition's lm-eval output: intervention-mask-semantics[-rope]."""
     parts = [cond["intervention"], cond["mask"], cond["mask_semantics"]]
-    parts += [cond["rope_scaling"]] if cond["rope_scaling"] else []
+    parts += [cond["rope_scaling"]] if cond.get("rope_scaling") else []
     return "-".join(re.sub(r"[^\w.+=-]", "_", p) for p in parts)  # a mask file's path too
 
 

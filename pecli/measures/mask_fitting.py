@@ -24,7 +24,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from pecli.positions.interventions import intervene
+from pecli.positions.conditions import plan
 from pecli.positions.masks import FittedMask, bucket_edges, form_bias, live_attention
 from pecli.runs.batching import pad
 
@@ -120,7 +120,7 @@ def fit(loaded, form: str, seqs: list[list[int]], *, steps: int, lr: float, batc
     history = []
     pad_id = loaded.tokenizer.pad_token_id
     try:
-        with intervene(loaded, intervention, seed), live_attention(model, weights, "log-bias"):
+        with plan(intervention=intervention).applied(loaded, seed), live_attention(model, weights, "log-bias"):
             for step, idx in enumerate(batch_order(len(seqs), steps, batch, seed)):
                 loss = lm_loss(model, [seqs[i] for i in idx], pad_id, loaded.device)
                 opt.zero_grad()

@@ -360,9 +360,9 @@ def _joined_states(parts: list) -> tuple:
 
 def hidden_states(loaded, ids: list[list[int]], intervention, seed: int, batch_size: int | None):
     """`collect_hidden` under an intervention (restored afterwards)."""
-    from pecli.positions.interventions import intervene
+    from pecli.positions.conditions import plan
 
-    with intervene(loaded, intervention, seed=seed):
+    with plan(intervention=intervention).applied(loaded, seed):
         return collect_hidden(loaded, ids, batch_size)
 
 

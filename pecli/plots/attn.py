@@ -26,13 +26,12 @@ from matplotlib.ticker import MaxNLocator
 
 from pecli.plots.length import condition_label, short_name
 from pecli.plots.style import WIDTH, color_of, first_or_all, save
-
-CONDITION = ["model", "intervention", "mask", "mask_semantics", "rope_scaling"]
+from pecli.positions.labels import columns
 
 
 def _groups(df: pd.DataFrame):
     """(title, rows) per model and condition, in the table's order."""
-    for _, rows in df.groupby(CONDITION, sort=False, dropna=False):
+    for _, rows in df.groupby(["model", *(c for c in columns() if c in df)], sort=False, dropna=False):
         r = rows.iloc[0]
         yield f"{short_name(r['model'])}: {condition_label(r)}", rows
 
@@ -294,7 +293,7 @@ def norms(positions: pd.DataFrame, probe: pd.DataFrame | None, path: Path) -> Pa
         ax = axes[i, 1]
         if probe is not None and not probe.empty:
             sel = probe
-            for col in CONDITION:
+            for col in ["model", *(c for c in columns() if c in sel)]:
                 sel = sel[sel[col].astype(str) == str(rows.iloc[0][col])]
             for feats, marker in (("vector", "o"), ("norm", "s")):
                 at = sel[(sel["metric"] == "probe_mae") & (sel["features"] == feats)]

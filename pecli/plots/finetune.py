@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from pecli.plots.style import WIDTH, color_of, drawn, save, title, wants_log
+from pecli.positions import labels
 
 
 def accuracy(df: pd.DataFrame, path: Path) -> Path:
@@ -53,10 +54,12 @@ def recovery(df: pd.DataFrame, path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(WIDTH, 4.0))
     intact = df[df["metric"] == "intact_perplexity"]["value"].iloc[0]
     for cond in dict.fromkeys(df.loc[df["metric"] == "perplexity_mean", "condition"]):
-        color = color_of(cond.split(" + ")[0]) if " + " not in cond else color_of("fitted")
         mean = df[(df["metric"] == "perplexity_mean") & (df["condition"] == cond)].sort_values("step")
-        name = ("intact start (control)" if cond in ("learned", "intact")
-                else cond.split(" + file:")[0] + " + fitted mask" if " + file:" in cond else cond)
+        start = mean.iloc[0]  # its columns name the start: an intervention, and a mask or not
+        masked = "mask" in labels.changed(start)
+        color = color_of("fitted") if masked else color_of(start["intervention"])
+        name = ("intact start (control)" if labels.label(start) == labels.INTACT
+                else f"{start['intervention']} + fitted mask" if labels.fitted_mask(start) else cond)
         ax.plot(mean["step"], mean["value"], "-o", ms=3, color=color, label=f"{name}, mean")
         if mean["ci_low"].notna().any():
             ax.fill_between(mean["step"], mean["ci_low"].clip(lower=1e-9), mean["ci_high"],

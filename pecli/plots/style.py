@@ -24,6 +24,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from pecli.positions.labels import remedy_method  # noqa: E402
+
 plt.rcParams["svg.hashsalt"] = "pecli"  # stable element ids: the same SVG bytes on every run
 
 # Colour-blind-safe (Okabe-Ito, then Tol's muted): fixed for the names the study uses.
@@ -64,8 +66,8 @@ def color_of(name: str) -> str:
         key = key.removeprefix(prefix)
     if key in _FIXED:
         return _FIXED[key]
-    method = "window" if key.startswith("sinks:0:") else key.split(":")[0]
-    if ":" in key and "@" not in key and method in _METHODS:  # per-layer variants: their own
+    method = remedy_method(key)  # None for per-layer variants: their own colour
+    if method in _METHODS:
         return _METHODS[method]
     digest = int(hashlib.sha256(key.encode()).hexdigest(), 16)
     return _SPARE[digest % len(_SPARE)]

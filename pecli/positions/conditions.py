@@ -4,7 +4,9 @@ A condition is one frozen value, parsed once from the options: an intervention, 
 its semantics and protocol, a rope scaling (its type and parameters, parsed once: a
 `pecli.positions.rope_scaling.Rope`), and how it is computed (the attention to install, the passes),
 decided once by `plan`. Every experiment on a model (ablate, perplexity, mc, length, passkey,
-lm-eval) uses it the same way:
+ruler, attn, lm-eval, finetune, mask fit, recover, pe probe) uses it the same way, a training
+loop as a scoring loop (outside pecli/positions nothing calls intervene, prepare or
+masked_attention itself; tests/unit/test_conditions.py checks):
 
     grid = conditions.grid(options)                  # the intact model first, then the crossing
     conditions.check_all(grid, options.model, causal=True)   # before weights load: the config
@@ -27,15 +29,16 @@ lm-eval) uses it the same way:
 - Crossed in one place: `grid`.
 
 Adding a kind of condition (attention sinks, Self-Extend, ...): a field on `Condition` (its
-default: unchanged), one `Kind` in KINDS (its columns, check and context) and its label part
-in pecli.positions.labels.PARTS; tests/unit/test_conditions.py checks the three agree.
+default: unchanged), one `Kind` in KINDS (its columns, check and context) and its columns and
+label part in pecli.positions.labels.PARTS; tests/unit/test_conditions.py checks the three
+agree, tests/unit/test_adding_a_condition.py shows a throwaway kind end to end.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from pecli.positions import labels
@@ -91,9 +94,11 @@ class Condition:
 
     @property
     def names(self) -> dict[str, str]:
-        """The mask grid's columns (intervention, mask, mask_semantics, protocol)."""
-        return {"intervention": str(self.intervention), "mask": str(self.mask),
-                "mask_semantics": str(self.mask_semantics), "protocol": str(self.protocol)}
+        """Its condition columns but rope_scaling (which tables of a run that scales nothing
+        leave out): the mask grid's intervention, mask, mask_semantics, protocol, and any
+        kind added since."""
+        return {k: v for k, v in self.columns().items()
+                if k != "condition" and k not in labels.PARTS["rope"].columns}
 
     def columns(self, loaded=None) -> dict[str, str]:
         """Every kind's columns, the label first (rope_parameters resolved when `loaded`)."""
@@ -101,6 +106,15 @@ class Condition:
         for kind in KINDS:
             out.update(kind.columns(self, loaded))
         return {"condition": label(out), **out}
+
+    @property
+    def computes(self) -> tuple[str, ...]:
+        """What it computes, as a key (identical conditions are scored once: the default mask
+        named under several semantics): every kind's columns but the mask's, whose attention
+        `computation` names, and the passes."""
+        mask = labels.PARTS["mask"].columns
+        return (*(v for k, v in self.columns().items() if k != "condition" and k not in mask),
+                self.computation, self.passes)
 
     @property
     def label(self) -> str:
@@ -134,8 +148,9 @@ class Condition:
             return str(err)
         return None
 
-    def prepare(self, loaded, seed: int = 0) -> Callable[[], AbstractContextManager]:
-        """The slow part done once (new rows, a donor model); a cheap factory of `applied`."""
+    def applier(self, loaded, seed: int = 0) -> Callable[[], AbstractContextManager]:
+        """The slow part done once (new rows, a donor model); a cheap factory of `applied`
+        (a loop over batches enters it per batch)."""
         steps = [kind.prepare(self, loaded, seed) for kind in sorted(KINDS, key=lambda k: k.order)]
 
         @contextmanager
@@ -149,7 +164,7 @@ class Condition:
 
     def applied(self, loaded, seed: int = 0) -> AbstractContextManager:
         """`loaded` under this condition for the block; restored exactly on exit."""
-        return self.prepare(loaded, seed)()
+        return self.applier(loaded, seed)()
 
 
 # --- the kinds of a condition: one entry each ----------------------------------------------
@@ -157,18 +172,26 @@ class Condition:
 
 @dataclass(frozen=True)
 class Kind:
-    """One kind of condition, reading `fields` of Condition. `columns(condition, loaded)`: its table columns; `label(row)`:
-    its part of the label from those columns (None when unchanged); `check(condition, ref)`:
-    raises when it cannot act on the model; `prepare(condition, loaded, seed)`: a factory of
-    the context that applies it; `order`: where that context enters the stack (lowest first)."""
+    """One kind of condition, reading `fields` of Condition. `columns(condition, loaded)`: its
+    table columns (labels.PARTS[name].columns, and provenance such as rope_parameters);
+    `check(condition, ref)`: raises when it cannot act on the model; `prepare(condition,
+    loaded, seed)`: a factory of the context that applies it; `order`: where that context
+    enters the stack (lowest first). Its label part is labels.PARTS[name].
+
+    `grid` crosses a kind of one field (None: unchanged) with the options' field of that
+    name, innermost, the unchanged value first; intervention, mask and rope have grid's own
+    rule (pairs, one default mask, rope scaling on the intact model only)."""
 
     name: str
     fields: tuple[str, ...]  # the fields of Condition it reads
     order: int
     columns: Callable[[Condition, Any], dict[str, str]]
-    label: Callable[[Mapping], str | None]
     check: Callable[[Condition, Any], None]
     prepare: Callable[[Condition, Any, int], Callable[[], AbstractContextManager]]
+
+    @property
+    def label(self) -> Callable[[Mapping], str | None]:
+        return labels.PARTS[self.name].label
 
 
 def _intervention_check(c: Condition, ref) -> None:
@@ -184,8 +207,7 @@ def _intervention_prepare(c: Condition, loaded, seed: int):
 
 
 def _mask_columns(c: Condition, loaded) -> dict[str, str]:
-    names_ = c.names
-    return {k: names_[k] for k in ("mask", "mask_semantics", "protocol")}
+    return {"mask": str(c.mask), "mask_semantics": str(c.mask_semantics), "protocol": str(c.protocol)}
 
 
 def _mask_check(c: Condition, ref) -> None:
@@ -258,11 +280,11 @@ def _rope_prepare(c: Condition, loaded, seed: int):
 # Label order (and columns' order) is this list's; the stack's is `order`.
 KINDS: tuple[Kind, ...] = (
     Kind("intervention", ("intervention",), 1, lambda c, loaded: {"intervention": str(c.intervention)},
-         labels.PARTS["intervention"], _intervention_check, _intervention_prepare),
-    Kind("mask", ("mask", "mask_semantics", "protocol"), 2, _mask_columns, labels.PARTS["mask"],
-         _mask_check, _mask_prepare),
-    Kind("rope", ("rope",), 0, _rope_columns, labels.PARTS["rope"], _rope_check, _rope_prepare),
+         _intervention_check, _intervention_prepare),
+    Kind("mask", ("mask", "mask_semantics", "protocol"), 2, _mask_columns, _mask_check, _mask_prepare),
+    Kind("rope", ("rope",), 0, _rope_columns, _rope_check, _rope_prepare),
 )
+OWN_RULE = ("intervention", "mask", "rope")  # the kinds `grid` crosses by its own rule
 
 
 # --- one check: applicability ----------------------------------------------------------------
@@ -359,7 +381,7 @@ def grid(options, *, pairs=None, default_once: bool = True) -> list[Condition]:
     mask semantics and protocol, each crossed with every rope scaling (innermost).
 
     Read from the options' fields where it has them (intervention, mask, mask_semantics,
-    protocol, rope_scaling; absent: unchanged). `pairs` replaces intervention x mask
+    protocol, rope_scaling, and the field of any other kind in KINDS; absent: unchanged). `pairs` replaces intervention x mask
     (perplexity's study grid). `default_once`: the default mask (the unchanged model under
     every semantics and protocol) gives one condition per intervention, named with the first
     semantics and protocol of the vocabulary (legacy, relative); perplexity names it under
@@ -386,6 +408,10 @@ def grid(options, *, pairs=None, default_once: bool = True) -> list[Condition]:
                 if mask.term is names.MASK_FILE:  # a fitted file knows its semantics
                     s = _choice(names.MASK_SEMANTICS, names.mask_file_fields(mask)["semantics"])
                 out += [plan(mask, s, pr, intervention, rope=r) for r in crossed]
+    for kind in (k for k in KINDS if k.name not in OWN_RULE):  # a kind of one field, innermost
+        (field,) = kind.fields
+        values = (None, *(getattr(options, field, None) or ()))
+        out = [replace(c, **{field: v}) for c in out for v in values]
     return list(dict.fromkeys(out))
 
 

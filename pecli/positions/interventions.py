@@ -136,8 +136,10 @@ def _check_donor(name: str, position: str, width: int | None, model: str,
 
 
 def intervene(loaded, name: str | Choice, seed: int = 0):
-    """Apply intervention `name` to `loaded.model` inside the block; restore it exactly on exit."""
-    return prepare(loaded, name, seed)()
+    """Apply intervention `name` to `loaded.model` inside the block; restore it exactly on exit.
+    Checked first (`check_applies`): a direct call (tests, benchmarks) has no grid checked
+    before it; experiments apply a checked Condition instead (Condition.applied)."""
+    return prepare(loaded, check_applies(loaded, name), seed)()
 
 
 def kind_of(spec) -> str:
@@ -149,10 +151,11 @@ def kind_of(spec) -> str:
 def prepare(loaded, name: str | Choice, seed: int = 0) -> Callable[[], AbstractContextManager]:
     """Do the slow part once (new rows, a donor model); return a cheap context-manager factory.
 
-    A loop over batches enters `prepare(...)()` per batch without recomputing anything.
-    Errors (does not apply, bad argument, width mismatch) are raised here, before any change.
+    A loop over batches enters `prepare(...)()` per batch without recomputing anything. Not
+    checked again here: `Condition.check` decided before loading and on the loaded model
+    (`intervene` checks a direct call).
     """
-    choice = check_applies(loaded, name)
+    choice = parse(name)
     if choice.layers is not None:
         return _layered(loaded, choice, seed)
     return IMPLEMENTATIONS[choice.name, kind_of(loaded.spec)](loaded, choice.argument, seed)

@@ -16,6 +16,7 @@ from pecli.experiments.options.mc import McOptions
 from pecli.experiments.options.passkey import PasskeyOptions
 from pecli.experiments.options.perplexity import PerplexityOptions
 from pecli.positions import conditions as C
+from pecli.positions import labels
 from pecli.positions.interventions import intervene
 from pecli.positions.rope_scaling import Rope, rope_scaled
 from pecli.runs import names
@@ -28,7 +29,10 @@ def test_every_field_of_a_condition_has_its_kind_and_its_label_part():
     covered = [f for kind in C.KINDS for f in kind.fields]
     assert sorted(covered) == sorted(C.condition_fields())
     assert len({k.order for k in C.KINDS}) == len(C.KINDS)  # one place in the stack each
-    assert [k.name for k in C.KINDS] == list(PARTS) and all(k.label is PARTS[k.name] for k in C.KINDS)
+    assert [k.name for k in C.KINDS] == list(PARTS)
+    intact = C.plan()  # each kind writes its declared columns (the rope's provenance beside)
+    assert all(list(k.columns(intact, None)) == list(PARTS[k.name].columns) for k in C.KINDS)
+    assert list(intact.columns()) == ["condition", *labels.columns()]
 
 
 @pytest.mark.parametrize("row, expected", [
@@ -227,3 +231,19 @@ def test_condition_is_frozen_and_hashable():
     with pytest.raises(dataclasses.FrozenInstanceError):
         c.mask = None
     assert len({c, C.plan(rope=Rope.parse("yarn:2"))}) == 1
+
+
+def test_outside_positions_every_condition_is_applied_through_condition_applied():
+    """No module outside pecli/positions calls intervene, prepare or masked_attention itself:
+    a scoring loop and a training loop alike enter `Condition.applied` (or its `applier`)."""
+    import re
+    from pathlib import Path
+
+    import pecli
+
+    root = Path(pecli.__file__).parent
+    call = re.compile(r"\b(intervene|prepare|masked_attention)\(")
+    found = [f"{p.relative_to(root)}:{n}" for p in root.rglob("*.py") if "positions" not in p.parts
+             for n, line in enumerate(p.read_text().splitlines(), 1)
+             if call.search(line.split("#")[0]) and not line.lstrip().startswith("def ")]
+    assert found == []

@@ -110,11 +110,12 @@ def test_a_mask_reaches_loglikelihood(loaded):
 
 def test_conditions_put_the_intact_model_first_and_cross_rope_scaling():
     from pecli.experiments.options.lm_eval import LmEvalOptions
+    from pecli.positions.conditions import grid as grid_of
 
     options = LmEvalOptions.build({"model": "random:llama", "tasks": "t",
                                    "intervention": ["zero"], "rope_scaling": "yarn:2"}, "test")
-    grid = plugin.conditions(options)
-    assert [(c["intervention"], c["rope_scaling"]) for c in grid] == [
+    grid = [plugin.model_args(c) for c in grid_of(options)]  # recorded, never parsed back
+    assert [(c["intervention"], c.get("rope_scaling")) for c in grid] == [
         ("intact", None), ("intact", "yarn:2"), ("zero", None), ("zero", "yarn:2")]
     assert plugin.condition_dir(grid[-1]) == "zero-default-legacy-yarn_2"
 
