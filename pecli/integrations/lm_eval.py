@@ -240,6 +240,10 @@ def run(options: LmEvalOptions, progress=None) -> dict[str, pd.DataFrame]:
     first = condition_options({**single, **grid[0]}, "pecli lm-eval")
     conditions_ = [plan_of(condition_options({**single, **cond}, "pecli lm-eval")) for cond in grid]
     check_before_loading(o.model, conditions_, causal=True)  # before the model loads
+    if o.apply_chat_template:
+        from pecli.models.loading import load_tokenizer
+
+        check_chat_template(o.model, load_tokenizer(o.model))  # the tokenizer alone says
     if o.data_dir:  # the local task YAMLs (configs/lm_eval) read it from the environment
         from pecli.data.datasets import data_dir
 
@@ -256,9 +260,8 @@ def run(options: LmEvalOptions, progress=None) -> dict[str, pd.DataFrame]:
     gen_kwargs = generation_kwargs(o.gen_kwargs)
     manager = _task_manager(o, meta)
     loaded = load(o.model, first)
-    if o.apply_chat_template and not getattr(loaded.tokenizer, "chat_template", None):
-        raise ConfigError(f"apply_chat_template (--apply_chat_template): {o.model}'s tokenizer has "
-                          "no chat template; drop the flag (a base model reads plain prompts)")
+    if o.apply_chat_template:
+        check_chat_template(o.model, loaded.tokenizer)  # where only loading gave the tokenizer
     check_all(conditions_, loaded, causal=True)  # again, before any condition is scored
     if "passkey" in o.tasks:
         check_passkey_fits(loaded, passkey_sizes(meta, "metadata (--metadata)"), hflm)
@@ -281,6 +284,13 @@ def run(options: LmEvalOptions, progress=None) -> dict[str, pd.DataFrame]:
 
     table = paired_with_intact(pd.DataFrame(rows), per_doc, o.bootstrap, o.seed)
     return {"lm_eval": validate(table.assign(experiment="lm-eval", **row_provenance()))}
+
+
+def check_chat_template(model: str, tokenizer) -> None:
+    """--apply_chat_template needs a tokenizer with a chat template (None: not known yet)."""
+    if tokenizer is not None and not getattr(tokenizer, "chat_template", None):
+        raise ConfigError(f"apply_chat_template (--apply_chat_template): {model}'s tokenizer has "
+                          "no chat template; drop the flag (a base model reads plain prompts)")
 
 
 def _task_manager(o: LmEvalOptions, meta: dict):
