@@ -44,6 +44,7 @@ except ModuleNotFoundError as err:  # pragma: no cover - the message is the test
 
 from pecli.experiments import check_before_loading, load, register
 from pecli.measures.intervals import document_interval, paired_with_intact
+from pecli.runs import names
 from pecli.runs.errors import ConfigError
 from pecli.runs.options import LmEvalOptions
 
@@ -75,7 +76,10 @@ def plan_of(options: LmEvalOptions):
     """The one condition of single-valued options (pecli.positions.conditions.Condition)."""
     from pecli.positions.conditions import plan
 
-    return plan(options.mask[0], options.mask_semantics[0], options.protocol[0],
+    mask = options.mask[0]
+    semantics = (options.mask_semantics[0] if options.mask_semantics else  # none given: a file's own
+                 names.mask_file_fields(mask)["semantics"] if mask.term is names.MASK_FILE else "legacy")
+    return plan(mask, semantics, options.protocol[0],
                 options.intervention[0], rope=(options.rope_scaling or (None,))[0])
 
 
@@ -88,7 +92,7 @@ class PecliLM(HFLM):
     """
 
     def __init__(self, pretrained: str = "random:gpt2", intervention: str = "intact",
-                 mask: str = "default", mask_semantics: str = "legacy",
+                 mask: str = "default", mask_semantics: str | None = None,
                  protocol: str = "relative", rope_scaling: str | None = None, seed: int = 0,
                  device: str = "auto", dtype: str = "float32", loaded=None, **kwargs) -> None:
         from pecli.positions.conditions import check_all

@@ -296,8 +296,21 @@ def test_a_mask_file_runs_under_its_own_semantics(no_loading, tmp_path):
     built = PerplexityOptions.build({"model": "random:gpt2", "intervention": ["zero"], "mask": [mask]}, "test")
     files = [c for c in grid(built) if c.mask.name == "file"]
     assert files and {c.mask_semantics.name for c in files} == {"log-bias"}
-    result = runner.invoke(app, [*PPL, "--mask", mask, "--mask-semantics", "boolean"])
-    assert result.exit_code == 1 and "fitted with log-bias semantics" in result.output, result.output
+    for semantics in ("boolean", "legacy"):  # legacy, the default, given explicitly contradicts too
+        for cmd in (PPL, ["lm-eval", "random:gpt2", "--tasks", "truthfulqa_mc1"]):
+            result = runner.invoke(app, [*cmd, "--mask", f"linear,{mask}", "--mask-semantics", semantics])
+            lines = [line for line in result.output.splitlines() if line.strip()]
+            assert result.exit_code == 1 and len(lines) == 1 and "fitted with log-bias semantics" \
+                in lines[0] and f"drop --mask-semantics {semantics}" in lines[0], result.output
+    both = PerplexityOptions.build({"model": "random:gpt2", "mask": ["linear", mask],
+                                    "mask_semantics": ["legacy", "log-bias"]}, "test")
+    assert {(c.mask.name, c.mask_semantics.name) for c in grid(both)} >= {
+        ("linear", "legacy"), ("linear", "log-bias"), ("file", "log-bias")}
+    assert ("file", "legacy") not in {(c.mask.name, c.mask_semantics.name) for c in grid(both)}
+    unset = PerplexityOptions.build({"model": "random:gpt2", "mask": ["linear"]}, "test")
+    assert [s.name for s in unset.mask_semantics] == ["legacy"]  # the default, as the sidecar says
+    assert unset.replace(seed=1).mask_semantics == unset.mask_semantics
+    assert [s.name for s in built.replace(seed=1).mask_semantics] == []  # each mask's own, kept
 
 
 @pytest.mark.parametrize("args,checkpoint", [
