@@ -115,9 +115,9 @@ def length_row(length: int, reps: int) -> None:
 
     from pecli.data.datasets import load_data
     from pecli.experiments.length import run, stream_of
+    from pecli.experiments.options.length import LengthOptions
     from pecli.measures.length_scoring import cut
     from pecli.models.loading import load_model
-    from pecli.runs.options import LengthOptions
 
     loaded = load_model("smollm2", device="cpu")
     data = load_data("imdb", data_dir_=os.environ.get("PECLI_DATA_DIR"), limit=80, seed=0)

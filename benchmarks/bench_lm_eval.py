@@ -56,9 +56,9 @@ def main() -> None:
     from lm_eval.tasks import TaskManager
 
     from pecli.experiments.mc import run as mc_run
+    from pecli.experiments.options.mc import McOptions
     from pecli.integrations.lm_eval import PecliLM
     from pecli.models.loading import load_model
-    from pecli.runs.options import McOptions
 
     loaded = load_model(args.model, device="cpu")
     items = json.loads((Path(args.data_dir) / "truthfulqa" / "mc_task.json").read_text())

@@ -29,9 +29,9 @@ def main() -> None:
 
     from pecli.experiments import load, ruler
     from pecli.experiments import passkey as pk
+    from pecli.experiments.options.passkey import PasskeyOptions
     from pecli.measures.passkey import NEW_TOKENS
     from pecli.measures.ruler import TASKS
-    from pecli.runs.options import PasskeyOptions
 
     r_opts = ruler.RulerOptions.build({"model": args.model, "tasks": args.task, "lengths": [args.length],
                                        "samples": args.samples, "bootstrap": 0}, "bench")

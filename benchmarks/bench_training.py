@@ -71,10 +71,11 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
+    from pecli.experiments.options.toy_length import ToyLengthOptions
+    from pecli.experiments.options.train_lm import TrainLmOptions
     from pecli.experiments.toy import char_tokenizer
     from pecli.experiments.toy_length import Encoder, training_batches
     from pecli.measures.training import ModelSize, build_model
-    from pecli.runs.options import ToyLengthOptions, TrainLmOptions
 
     ratios = []
     o = ToyLengthOptions()

@@ -11,9 +11,9 @@ from pecli.cli.docs import Row
 from pecli.cli.flags import ForceOpt, OutOpt, build, derived
 from pecli.cli.shared import ci_text, decimals, run_and_write
 from pecli.cli.shared import console as wide_console
+from pecli.experiments.options.ablate import AblateOptions
 from pecli.positions.labels import INTACT, OLD_INTACT
 from pecli.runs import parallel
-from pecli.runs.options import AblateOptions
 
 INTACT_NAMES = (INTACT, *OLD_INTACT)
 

@@ -9,7 +9,7 @@ from pecli.cli.docs import Row
 from pecli.cli.flags import ForceOpt, OutOpt, derived
 from pecli.cli.shared import ci_text, counter, run_and_write
 from pecli.cli.shared import console as wide_console
-from pecli.runs.options import AttnOptions
+from pecli.experiments.options.attn import AttnOptions
 
 
 @derived(AttnOptions, "pecli attn")

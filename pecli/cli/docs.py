@@ -50,12 +50,19 @@ def with_commands_table(page: str) -> str:
 
 
 def names_markdown() -> str:
-    """docs/cli.md's names section, once every command (and so every options class, those
-    declared in an experiment's own module included) is imported."""
-    import pecli.cli.app  # noqa: F401
+    """docs/cli.md's names section, from every command's options class in `--help` order."""
+    import typer
+
+    from pecli.cli.app import app
     from pecli.runs.options import vocabulary_markdown
 
-    return vocabulary_markdown()
+    def classes(command):
+        for name in getattr(command, "commands", {}):  # a group: its commands, in order
+            yield from classes(command.commands[name])
+        if getattr(command.callback, "options_class", None) is not None:
+            yield command.callback.options_class
+
+    return vocabulary_markdown(list(classes(typer.main.get_command(app))))
 
 
 if __name__ == "__main__":

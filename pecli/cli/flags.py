@@ -122,6 +122,7 @@ def derived(cls, where: str):
             return command(flags if first == "flags" else build(cls, where, **flags), **kwargs)
 
         run.__signature__ = inspect.Signature(params, return_annotation=None)
+        run.options_class = cls  # docs/cli.md's names, in --help order (pecli.cli.docs)
         run.__annotations__ = {p.name: p.annotation for p in params}
         return run
 

@@ -11,8 +11,8 @@ from rich.table import Table
 from pecli.cli.docs import Row
 from pecli.cli.flags import ForceOpt, OutOpt, build, derived
 from pecli.cli.shared import ci_text, console, decimals, run_and_write, short_method
+from pecli.experiments.options.lm_eval import LmEvalOptions
 from pecli.runs.errors import ConfigError
-from pecli.runs.options import LmEvalOptions
 
 
 @derived(LmEvalOptions, "pecli lm-eval")

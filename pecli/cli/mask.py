@@ -11,8 +11,8 @@ from pecli.cli.docs import Row
 from pecli.cli.flags import ForceOpt, OutOpt, derived
 from pecli.cli.shared import ci_text, run_and_write
 from pecli.cli.shared import console as wide_console
+from pecli.experiments.options.mask_fit import MaskFitOptions
 from pecli.runs import parallel
-from pecli.runs.options import MaskFitOptions
 
 mask_app = typer.Typer(name="mask", no_args_is_help=True,
                        help="Masks that stand in for positions: fit one (see also pecli masks).")

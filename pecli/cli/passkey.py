@@ -9,8 +9,8 @@ from pecli.cli.docs import Row
 from pecli.cli.flags import ForceOpt, OutOpt, derived
 from pecli.cli.shared import ci_text, counter, run_and_write
 from pecli.cli.shared import console as wide_console
+from pecli.experiments.options.passkey import PasskeyOptions
 from pecli.runs import parallel
-from pecli.runs.options import PasskeyOptions
 
 
 @derived(PasskeyOptions, "pecli passkey")

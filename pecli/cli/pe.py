@@ -13,8 +13,9 @@ from pecli.cli.docs import Row
 from pecli.cli.flags import ForceOpt, OutOpt, build, derived
 from pecli.cli.shared import ci_text, run_and_write
 from pecli.cli.shared import console as wide_console
+from pecli.experiments.options.pe import ProbeOptions, SinusoidOptions
+from pecli.experiments.options.recover import RecoverOptions
 from pecli.runs import parallel
-from pecli.runs.options import ProbeOptions, RecoverOptions, SinusoidOptions
 
 pe_app = typer.Typer(name="pe", no_args_is_help=True,
                      help="Position encodings under the microscope: sinusoids and learned tables.")

@@ -8,7 +8,8 @@ import typer
 
 from pecli.cli.docs import Row
 from pecli.cli.flags import ForceOpt, OutOpt, derived
-from pecli.runs.options import ToyLengthOptions, ToyOptions
+from pecli.experiments.options.toy import ToyOptions
+from pecli.experiments.options.toy_length import ToyLengthOptions
 
 SaveOpt = Annotated[bool, typer.Option(help="Save each checkpoint under OUT/models/<pe>.")]
 SaveLengthOpt = Annotated[bool, typer.Option(

@@ -12,7 +12,7 @@ from pecli.cli.docs import Row
 from pecli.cli.flags import ForceOpt, OutOpt, derived
 from pecli.cli.shared import ci_text, run_and_write
 from pecli.cli.shared import console as wide_console
-from pecli.runs.options import TrainLmOptions
+from pecli.experiments.options.train_lm import TrainLmOptions
 
 train_app = typer.Typer(help="Train small Transformers from scratch with a chosen position scheme.",
                         no_args_is_help=True)

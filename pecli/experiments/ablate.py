@@ -38,6 +38,7 @@ import numpy as np
 import pandas as pd
 
 from pecli.experiments import Headline, check_before_loading, data_of, lazy, load, register
+from pecli.experiments.options.ablate import AblateOptions
 from pecli.measures.baselines import (
     BASELINE_PAIRS,
     baseline_rows,
@@ -49,7 +50,6 @@ from pecli.measures.probes import check_probe_labels, probe_accuracy
 from pecli.positions.conditions import labelled
 from pecli.runs import parallel
 from pecli.runs.names import INTACT, Choice
-from pecli.runs.options import AblateOptions
 
 NAME = "ablate"
 VERSION = 3  # 3: in-model baselines over all texts, text-resampled intervals (2: 32 texts, pairs)

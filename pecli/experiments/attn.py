@@ -35,8 +35,8 @@ import pandas as pd
 import torch
 
 from pecli.experiments import Headline, check_before_loading, load, register
+from pecli.experiments.options.attn import AttnOptions
 from pecli.runs.errors import ConfigError, DataError, ModelError
-from pecli.runs.options import AttnOptions
 from pecli.runs.provenance import row_provenance
 from pecli.runs.tables import validate
 

@@ -34,10 +34,10 @@ import pandas as pd
 import torch
 
 from pecli.experiments import Headline, check_before_loading, load, register
+from pecli.experiments.options.finetune import FinetuneOptions
 from pecli.measures.intervals import SEEDS_AND_TEXTS
 from pecli.runs import names
 from pecli.runs.errors import ConfigError, OutputError
-from pecli.runs.options import FinetuneOptions
 from pecli.runs.provenance import row_provenance
 from pecli.runs.tables import validate
 

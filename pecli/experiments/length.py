@@ -17,10 +17,10 @@ import pandas as pd
 import torch
 
 from pecli.experiments import Headline, check_before_loading, data_of, length_slot, load, register
+from pecli.experiments.options.length import LengthOptions
 from pecli.measures.lm_scoring import resumed_nlls, start_token  # NLLs per key as an .npz, and back
 from pecli.measures.lm_scoring import saved_nlls as _saved
 from pecli.runs.errors import DataError
-from pecli.runs.options import LengthOptions
 from pecli.runs.provenance import row_provenance
 from pecli.runs.tables import validate
 

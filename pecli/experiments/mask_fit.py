@@ -25,9 +25,9 @@ import pandas as pd
 import torch
 
 from pecli.experiments import Headline, check_before_loading, load, register
+from pecli.experiments.options.mask_fit import MaskFitOptions
 from pecli.runs.errors import DataError
 from pecli.runs.names import INTACT
-from pecli.runs.options import MaskFitOptions
 from pecli.runs.provenance import row_provenance
 from pecli.runs.tables import validate
 

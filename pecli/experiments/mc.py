@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from pecli.experiments import Headline, check_before_loading, load, register
-from pecli.runs.options import McOptions
+from pecli.experiments.options.mc import McOptions
 from pecli.runs.provenance import row_provenance
 from pecli.runs.tables import validate
 

@@ -17,8 +17,8 @@ from collections.abc import Callable
 import pandas as pd
 
 from pecli.experiments import Headline, check_before_loading, load, register
+from pecli.experiments.options.passkey import PasskeyOptions
 from pecli.runs.errors import ConfigError
-from pecli.runs.options import PasskeyOptions
 from pecli.runs.provenance import row_provenance
 from pecli.runs.tables import validate
 

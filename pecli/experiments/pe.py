@@ -12,12 +12,12 @@ import numpy as np
 import pandas as pd
 
 from pecli.experiments import Headline, check_before_loading, data_of, load, preflight, register
+from pecli.experiments.options.pe import ProbeOptions, SinusoidOptions
 from pecli.measures import pe_analysis as pa
 from pecli.measures.pe_analysis import collect_hidden, hidden_states, model_texts  # noqa: F401
 from pecli.measures.pe_analysis import embedding_rows as _embedding_rows
 from pecli.runs import parallel
 from pecli.runs.names import INTACT
-from pecli.runs.options import ProbeOptions, SinusoidOptions
 from pecli.runs.tables import frame as _frame
 from pecli.runs.tables import validate
 

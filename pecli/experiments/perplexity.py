@@ -12,6 +12,7 @@ from collections.abc import Callable
 import pandas as pd
 
 from pecli.experiments import Headline, check_before_loading, data_of, load, register
+from pecli.experiments.options.perplexity import PerplexityOptions
 from pecli.measures.intervals import paired_perplexity
 from pecli.measures.intervals import perplexity_intervals as intervals  # noqa: F401 (tests)
 from pecli.measures.lm_scoring import resumed_nlls, start_token
@@ -19,7 +20,6 @@ from pecli.measures.lm_scoring import saved_nlls as _saved
 from pecli.measures.metrics import aggregate, per_text_perplexity
 from pecli.runs import names
 from pecli.runs.errors import DataError
-from pecli.runs.options import PerplexityOptions
 from pecli.runs.provenance import row_provenance
 from pecli.runs.tables import validate
 

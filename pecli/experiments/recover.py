@@ -26,11 +26,11 @@ import numpy as np
 import pandas as pd
 
 from pecli.experiments import data_of, load, preflight, register
+from pecli.experiments.options.recover import RecoverOptions
 from pecli.measures import recovery as rc
 from pecli.measures.intervals import ratio_interval
 from pecli.measures.pe_analysis import embedding_rows, hidden_states, model_texts
 from pecli.runs.names import INTACT
-from pecli.runs.options import RecoverOptions
 from pecli.runs.tables import frame as _frame
 from pecli.runs.tables import validate
 

@@ -19,9 +19,9 @@ import pandas as pd
 import torch
 
 from pecli.experiments import Headline, lazy, register
+from pecli.experiments.options.toy import ToyOptions
 from pecli.measures.intervals import METHOD, mean_interval
 from pecli.measures.training import CHARS, SPECIALS, char_tokenizer  # noqa: E402,F401
-from pecli.runs.options import ToyOptions
 from pecli.runs.provenance import row_provenance
 from pecli.runs.tables import validate
 

@@ -33,9 +33,9 @@ import pandas as pd
 import torch
 
 from pecli.experiments import Headline, lazy, register
+from pecli.experiments.options.toy_length import ToyLengthOptions
 from pecli.measures.intervals import SEEDS_AND_TEXTS, percentile_interval
 from pecli.measures.training import SEED_METHOD, char_tokenizer, over_seeds, seed_interval
-from pecli.runs.options import ToyLengthOptions
 from pecli.runs.provenance import row_provenance
 from pecli.runs.tables import validate
 

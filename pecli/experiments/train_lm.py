@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from pecli.experiments import Headline, lazy, length_slot, register
-from pecli.runs.options import TrainLmOptions
+from pecli.experiments.options.train_lm import TrainLmOptions
 from pecli.runs.provenance import row_provenance
 from pecli.runs.tables import validate
 
@@ -380,15 +380,14 @@ def _checkpoint(model, tok, out_dir, scheme: str):
 def _test_long(loaded, scheme: str, seed: int, o: dict, data_dir) -> pd.DataFrame:
     """`pecli length` on the trained model over the test reviews, at every test length."""
     from pecli.experiments import load_all
-    from pecli.runs.options import LengthOptions
 
-    length_run = load_all().get("length").run  # the registry: experiments never import each other
+    length = load_all().get("length")  # the registry: experiments never import each other
 
-    options = LengthOptions.build({"model": [loaded.name], "dataset": "imdb", "split": "test",
-                                   "limit": o["eval_limit"], "lengths": list(o["test_lengths"]),
-                                   "seed": o["seed"], "device": "cpu", "data_dir": data_dir},
-                                  "train-lm: test_lengths")
-    table = length_run(options, loaded=loaded)["length"]
+    options = length.options.build({"model": [loaded.name], "dataset": "imdb", "split": "test",
+                                    "limit": o["eval_limit"], "lengths": list(o["test_lengths"]),
+                                    "seed": o["seed"], "device": "cpu", "data_dir": data_dir},
+                                   "train-lm: test_lengths")
+    table = length.run(options, loaded=loaded)["length"]
     return table.assign(experiment="train-lm", pe=scheme, model_id=f"train-lm:{scheme}", seed=seed)
 
 
@@ -396,15 +395,14 @@ def _positions_removed(loaded, scheme: str, seed: int, o: dict, data_dir) -> pd.
     """`pecli perplexity DIR --intervention zero` on the trained model (the intact model
     first), IMDB test reviews truncated to the training context: corpus perplexity rows."""
     from pecli.experiments import load_all
-    from pecli.runs.options import PerplexityOptions
 
-    perplexity_run = load_all().get("perplexity").run  # through the registry, as above
+    perplexity = load_all().get("perplexity")  # through the registry, as above
 
-    options = PerplexityOptions.build({"model": loaded.name, "dataset": "imdb", "split": "test",
-                                       "limit": o["eval_limit"], "intervention": ["zero"],
-                                       "seed": o["seed"], "device": "cpu", "data_dir": data_dir},
-                                      "train-lm: positions_removed")
-    table = perplexity_run(options, loaded=loaded)["perplexity"]
+    options = perplexity.options.build({"model": loaded.name, "dataset": "imdb", "split": "test",
+                                        "limit": o["eval_limit"], "intervention": ["zero"],
+                                        "seed": o["seed"], "device": "cpu", "data_dir": data_dir},
+                                       "train-lm: positions_removed")
+    table = perplexity.run(options, loaded=loaded)["perplexity"]
     table = table[table.aggregation == "corpus"]
     return table.assign(experiment="train-lm", pe=scheme, model_id=f"train-lm:{scheme}",
                         seed=seed, metric="checkpoint_perplexity")

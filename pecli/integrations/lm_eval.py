@@ -43,10 +43,10 @@ except ModuleNotFoundError as err:  # pragma: no cover - the message is the test
                       "installs it)") from err
 
 from pecli.experiments import check_before_loading, load, register
+from pecli.experiments.options.lm_eval import LmEvalOptions
 from pecli.measures.intervals import document_interval, paired_with_intact
 from pecli.runs import names
 from pecli.runs.errors import ConfigError
-from pecli.runs.options import LmEvalOptions
 
 GRID = ("intervention", "mask", "mask_semantics", "protocol", "rope_scaling")
 
@@ -473,7 +473,7 @@ def passkey_sizes(meta: dict[str, Any], where: str = "passkey metadata"):
     """The passkey task's sizes from lm-eval metadata, checked as `pecli passkey` checks its
     flags (PasskeyOptions: lengths, depths from 0 to 1, trials, seed): the same prompts, the
     same refusals. Returns the PasskeyOptions."""
-    from pecli.runs.options import PasskeyOptions
+    from pecli.experiments.options.passkey import PasskeyOptions
 
     unknown = [k for k in meta if k.startswith("passkey_") and k not in PASSKEY_KEYS]
     if unknown:

@@ -289,8 +289,8 @@ def test_a_bad_mask_file_fails_before_loading(no_loading, tmp_path, changes, mes
 def test_a_mask_file_runs_under_its_own_semantics(no_loading, tmp_path):
     """Issue 46 §1: a log-bias file given back without --mask-semantics runs as log-bias (not
     the default legacy); a contradicting --mask-semantics is refused."""
+    from pecli.experiments.options.perplexity import PerplexityOptions
     from pecli.positions.conditions import grid
-    from pecli.runs.options import PerplexityOptions
 
     mask = _mask_file(tmp_path / "m.json")
     built = PerplexityOptions.build({"model": "random:gpt2", "intervention": ["zero"], "mask": [mask]}, "test")

@@ -11,7 +11,10 @@ from typer.testing import CliRunner
 
 from pecli.cli.app import app
 from pecli.cli.flags import flag
-from pecli.runs.options import AblateOptions, LengthOptions, Options, PerplexityOptions
+from pecli.experiments.options.ablate import AblateOptions
+from pecli.experiments.options.length import LengthOptions
+from pecli.experiments.options.perplexity import PerplexityOptions
+from pecli.runs.options import Options
 
 
 def _commands(group=app):

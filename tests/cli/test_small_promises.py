@@ -11,8 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from pecli.cli.app import app
+from pecli.experiments.options.perplexity import PerplexityOptions
 from pecli.runs.names import MASKS, PE_SCHEMES, parse
-from pecli.runs.options import PerplexityOptions
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[2]

@@ -15,8 +15,9 @@ from pecli.experiments.attn import run as attn_run
 from pecli.experiments.attn import select_texts
 from pecli.experiments.length import run as length_run
 from pecli.experiments.length import stream_of
+from pecli.experiments.options.attn import AttnOptions
+from pecli.experiments.options.length import LengthOptions
 from pecli.measures.length_scoring import cut
-from pecli.runs.options import AttnOptions, LengthOptions
 
 pytestmark = pytest.mark.slow
 

@@ -11,9 +11,9 @@ import torch
 import transformers
 
 from pecli.experiments.length import run, stream_of
+from pecli.experiments.options.length import LengthOptions
 from pecli.measures.length_scoring import cut
 from pecli.measures.metrics import target_nll
-from pecli.runs.options import LengthOptions
 
 pytestmark = pytest.mark.slow
 

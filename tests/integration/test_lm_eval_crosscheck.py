@@ -30,7 +30,7 @@ def first_items(shared_data, tmp_path):
 
 def _pecli_mc(loaded, path: Path, intervention: str) -> pd.DataFrame:
     from pecli.experiments.mc import run
-    from pecli.runs.options import McOptions
+    from pecli.experiments.options.mc import McOptions
 
     options = McOptions.build({"model": loaded.name, "dataset": str(path), "bootstrap": 0,
                                "intervention": [intervention]}, "test")

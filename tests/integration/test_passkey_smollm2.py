@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from pecli.experiments.options.passkey import PasskeyOptions
 from pecli.experiments.passkey import run
 from pecli.measures import passkey as pk
 from pecli.positions.interventions import intervene
-from pecli.runs.options import PasskeyOptions
 
 pytestmark = pytest.mark.slow
 

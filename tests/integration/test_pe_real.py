@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pecli.experiments import pe as pe_exp
-from pecli.runs.options import ProbeOptions
+from pecli.experiments.options.pe import ProbeOptions
 
 pytestmark = pytest.mark.slow
 

@@ -63,7 +63,7 @@ def test_pecli_length_rows_are_these_conditions(smollm2, shared_data):
     import numpy as np
 
     from pecli.experiments.length import run, stream_of
-    from pecli.runs.options import LengthOptions
+    from pecli.experiments.options.length import LengthOptions
 
     conditions = "sinks:4:28,selfextend:4:16,rerope:16,droplow:0.25,zero@even"
     options = LengthOptions.build({"model": ["smollm2"], "intervention": conditions, "lengths": "64",

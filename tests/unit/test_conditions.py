@@ -11,12 +11,16 @@ import pandas as pd
 import pytest
 import torch
 
+from pecli.experiments.options.length import LengthOptions
+from pecli.experiments.options.mc import McOptions
+from pecli.experiments.options.passkey import PasskeyOptions
+from pecli.experiments.options.perplexity import PerplexityOptions
 from pecli.positions import conditions as C
 from pecli.positions.interventions import intervene
 from pecli.positions.rope_scaling import rope_scaled
 from pecli.runs import names
 from pecli.runs.errors import InterventionError, ModelError
-from pecli.runs.options import LengthOptions, McOptions, PasskeyOptions, PerplexityOptions, Rope
+from pecli.runs.options import Rope
 
 
 def test_every_field_of_a_condition_has_its_kind_and_its_label_part():

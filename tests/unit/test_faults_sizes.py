@@ -57,8 +57,8 @@ def test_lengths_past_what_pecli_builds_are_refused_before_loading(invoke, never
 def test_past_a_learned_table_no_prompt_is_built(tiny, monkeypatch):
     """1,000,000 tokens on a 96-position model: not applicable, decided before fitting."""
     import pecli.measures.passkey as pk
+    from pecli.experiments.options.passkey import PasskeyOptions
     from pecli.experiments.passkey import run
-    from pecli.runs.options import PasskeyOptions
 
     asked = []
     fit = pk.fit
@@ -73,8 +73,8 @@ def test_past_a_learned_table_no_prompt_is_built(tiny, monkeypatch):
 @pytest.mark.parametrize("buckets, lengths, ok", [(8, "16", True), (9, "16,32", False),
                                                   (16, "16", False), (2, "4", True), (3, "4", False)])
 def test_buckets_must_fit_the_shortest_window(buckets, lengths, ok):
+    from pecli.experiments.options.length import LengthOptions
     from pecli.measures.length_scoring import buckets as spans
-    from pecli.runs.options import LengthOptions
 
     values = {"lengths": lengths, "buckets": buckets}
     if not ok:

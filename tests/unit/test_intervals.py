@@ -83,8 +83,8 @@ def test_pe_order_accuracy_carries_its_interval():
 
 
 def test_toy_exact_match_carries_its_interval():
+    from pecli.experiments.options.toy import ToyOptions
     from pecli.experiments.toy import run
-    from pecli.runs.options import ToyOptions
 
     acc = run(ToyOptions(pe="none", max_n=12, steps=2, layers=1, width=16, heads=2))["accuracy"]
     em = acc[acc["metric"] == "exact_match"]
@@ -106,8 +106,9 @@ def test_no_interval_from_one_text_and_a_warning_that_says_so():
 
 @pytest.mark.parametrize("n_boot", [1, 2, 99])
 def test_too_few_resamples_are_refused_where_options_are_built(n_boot):
+    from pecli.experiments.options.ablate import AblateOptions
+    from pecli.experiments.options.recover import RecoverOptions
     from pecli.runs.errors import ConfigError
-    from pecli.runs.options import AblateOptions, RecoverOptions
 
     for cls in (AblateOptions, RecoverOptions):
         with pytest.raises(ConfigError, match="no meaningful 95 % interval; use 0"):

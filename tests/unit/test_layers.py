@@ -41,7 +41,7 @@ LAYERS = [
     {"integrations"},
     {"cli", "__main__"},
 ]
-TORCH_FREE = ("pecli.runs.names", "pecli.runs.options", "pecli.runs.config", "pecli.runs.io", "pecli.runs.tables",
+TORCH_FREE = ("pecli.runs.names", "pecli.runs.options", "pecli.experiments.options", "pecli.runs.config", "pecli.runs.io", "pecli.runs.tables",
               "pecli.plots")
 HEAVY = ("torch", "transformers")
 

@@ -7,13 +7,13 @@ import pytest
 import torch
 
 from pecli.experiments.length import conditions, run, stream_of
+from pecli.experiments.options.length import LengthOptions
 from pecli.measures.length_scoring import buckets, cut, score_band, summarise
 from pecli.measures.lm_scoring import score_windows
 from pecli.measures.metrics import target_nll
 from pecli.measures.training import ModelSize, build_model
 from pecli.positions.extension import extended, not_applicable
 from pecli.runs.errors import ConfigError, ModelError
-from pecli.runs.options import LengthOptions
 
 STREAM = list(range(3, 103))  # 100 distinct ids
 

@@ -109,7 +109,7 @@ def test_a_mask_reaches_loglikelihood(loaded):
 
 
 def test_conditions_put_the_intact_model_first_and_cross_rope_scaling():
-    from pecli.runs.options import LmEvalOptions
+    from pecli.experiments.options.lm_eval import LmEvalOptions
 
     options = LmEvalOptions.build({"model": "random:llama", "tasks": "t",
                                    "intervention": ["zero"], "rope_scaling": "yarn:2"}, "test")

@@ -12,9 +12,9 @@ import torch
 
 from pecli.data import items as item_files
 from pecli.experiments.mc import run as run_options
+from pecli.experiments.options.mc import McOptions
 from pecli.measures import mc_scoring as mc
 from pecli.runs.errors import DataError, ModelError
-from pecli.runs.options import McOptions
 
 
 def run(loaded=None, **values):

@@ -10,10 +10,11 @@ import textwrap
 
 import pytest
 
+from pecli.experiments.options.ablate import AblateOptions
+from pecli.experiments.options.perplexity import PerplexityOptions
 from pecli.runs import names
 from pecli.runs.config import load_preset
 from pecli.runs.errors import ConfigError, InterventionError
-from pecli.runs.options import AblateOptions, PerplexityOptions
 
 
 def test_names_are_parsed_into_registry_choices_and_given_back_as_strings():
@@ -83,18 +84,25 @@ def test_deprecated_names_still_work_with_a_warning():
 def test_no_default_is_a_deprecated_name():
     """Every options class built from its defaults alone warns nothing: no default is a
     renamed spelling (attn's intervention once defaulted to 'learned', warning on every run)."""
+    import importlib
+    import pkgutil
     import warnings
 
-    from pecli.runs import options as O
+    from pecli.experiments import options as package
+    from pecli.experiments.options.attn import AttnOptions
+    from pecli.runs.options import Options
 
-    classes = [c for c in vars(O).values() if isinstance(c, type) and issubclass(c, O.Options)
-               and dataclasses.is_dataclass(c) and c.__module__ == O.__name__]
-    assert O.AttnOptions in classes and len(classes) > 10
+    modules = [importlib.import_module(f"{package.__name__}.{m.name}")
+               for m in pkgutil.iter_modules(package.__path__)]
+    classes = [c for module in modules for c in vars(module).values()
+               if isinstance(c, type) and issubclass(c, Options) and dataclasses.is_dataclass(c)
+               and c.__module__ == module.__name__]
+    assert AttnOptions in classes and len(classes) > 10
     for cls in classes:
         with warnings.catch_warnings():
             warnings.simplefilter("error", FutureWarning)
             cls.build({}, "t")
-    assert O.AttnOptions.build({}, "t").intervention == (names.parse(names.INTERVENTIONS, names.INTACT),)
+    assert AttnOptions.build({}, "t").intervention == (names.parse(names.INTERVENTIONS, names.INTACT),)
 
 
 def test_a_preset_builds_the_same_object_as_the_flags(tmp_path):

@@ -7,11 +7,11 @@ import pandas as pd
 import pytest
 import torch
 
+from pecli.experiments.options.passkey import PasskeyOptions
 from pecli.experiments.passkey import conditions, run
 from pecli.measures import passkey as pk
 from pecli.measures.intervals import wilson
 from pecli.runs.errors import ConfigError, ModelError
-from pecli.runs.options import PasskeyOptions
 
 SEEDED = (  # seed 0, 96 tokens of GPT-2's BPE, depth 0.5: the first trial's prompt
     "There is an important info hidden inside a lot of irrelevant text. Find it and memorize "

@@ -10,7 +10,7 @@ from conftest import FAMILIES, make_tiny
 
 from pecli.experiments import EXPERIMENTS, load_all
 from pecli.experiments import pe as pe_exp
-from pecli.runs.options import ProbeOptions, SinusoidOptions
+from pecli.experiments.options.pe import ProbeOptions, SinusoidOptions
 
 TEXTS = ["the cat sat on the mat and looked around", "a fine film with a worse plot",
          "one two three four five six seven eight nine ten", "short", "dull dull dull dull",
@@ -145,7 +145,7 @@ def test_preflight_takes_a_local_folder_and_names_a_missing_model(monkeypatch):
 def test_deprecated_probe_and_recover_keys_build_the_same_options():
     """`interventions`, `text` (pe probe) and `n_boot`, `text` (pe recover): old spellings of
     intervention, text_field and bootstrap, accepted for one release with a warning."""
-    from pecli.runs.options import RecoverOptions
+    from pecli.experiments.options.recover import RecoverOptions
 
     with pytest.warns(FutureWarning, match="'interventions' is deprecated; use 'intervention'"):
         old = ProbeOptions.build({"models": "a,b", "interventions": ["zero"], "text": "x"}, "t")

@@ -266,8 +266,8 @@ def test_an_interrupted_grid_resumes_its_finished_computations(tiny, tmp_path, m
 
 
 def test_conditions_put_the_intact_baseline_first_and_read_e3_without_pe():
+    from pecli.experiments.options.perplexity import PerplexityOptions
     from pecli.experiments.perplexity import conditions
-    from pecli.runs.options import PerplexityOptions
 
     def pairs(intervention, mask, semantics="legacy", protocol="relative"):
         options = PerplexityOptions.build(dict(intervention=intervention, mask=mask,

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 import torch
 
+from pecli.experiments.options.toy_length import ToyLengthOptions
 from pecli.experiments.toy import char_tokenizer
 from pecli.experiments.toy_length import (
     Encoder,
@@ -34,7 +35,6 @@ from pecli.measures.training import (
     with_random_positions,
 )
 from pecli.runs.errors import ConfigError
-from pecli.runs.options import ToyLengthOptions
 
 ENC = Encoder(char_tokenizer())
 

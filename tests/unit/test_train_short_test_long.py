@@ -6,9 +6,10 @@ import pandas as pd
 import pytest
 
 from pecli.experiments.length import run as length_run
+from pecli.experiments.options.length import LengthOptions
+from pecli.experiments.options.train_lm import TrainLmOptions
 from pecli.experiments.train_lm import run as train_run
 from pecli.runs.errors import ConfigError
-from pecli.runs.options import LengthOptions, TrainLmOptions
 
 TINY = {"steps": 3, "layers": 1, "width": 32, "heads": 2, "context": 16, "batch": 2, "vocab": 300,
         "limit": 40, "eval_limit": 8, "eval_every": 3, "seeds": 1, "positions_removed": False}

@@ -178,14 +178,15 @@ def test_alibi_checkpoint_loads_in_a_fresh_process(tmp_path):
 
 
 def test_unknown_scheme_is_a_config_error():
-    from pecli.runs.options import ToyOptions, TrainLmOptions
+    from pecli.experiments.options.toy import ToyOptions
+    from pecli.experiments.options.train_lm import TrainLmOptions
 
     def pe(value):
         return [str(c) for c in TrainLmOptions.build({"pe": value}, "t").pe]
 
     assert pe("none, rope") == ["none", "rope"]
     assert pe(["learned", "learned,alibi"]) == ["learned", "alibi"]
-    from pecli.runs.options import ToyLengthOptions
+    from pecli.experiments.options.toy_length import ToyLengthOptions
 
     assert set(SCHEMES) == {str(c) for c in ToyLengthOptions().pe}  # every scheme, by default
     assert [str(c) for c in ToyOptions().pe] == list(SCHEMES[:5])  # arithmetic: the first five

@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from pecli.experiments.options.toy import ToyOptions
 from pecli.experiments.toy import (
     arithmetic_examples,
     batch_iterator,
@@ -17,7 +18,6 @@ from pecli.experiments.toy import (
 )
 from pecli.experiments.train_lm import eval_windows, train_bpe, unigram_nll, window_batches
 from pecli.runs.errors import ConfigError
-from pecli.runs.options import ToyOptions
 
 
 def test_examples_cover_both_operations():
