@@ -45,6 +45,7 @@ DTYPES = ("float32", "bfloat16", "float16")
 
 MIN_RESAMPLES, MAX_RESAMPLES = 100, 100_000  # --bootstrap: 0 (none) or within these
 MAX_TOKENS = 131_072  # the longest window or prompt pecli builds (2^17: YaRN's longest evaluations)
+MAX_THREADS = 1024  # torch threads: more overflow torch.set_num_threads
 TOKEN_FIELDS = ("length", "max_length", "context")  # one input's tokens: at most MAX_TOKENS
 # What a learning rate or a number of optimiser steps can mean: 0 trains nothing; past these an
 # optimiser diverges (a learning rate of 1e12 fits mask values of 1e12) or a run never ends
@@ -629,7 +630,7 @@ class Training(Options):
     batch: int = option(16, low=1, help="Windows per step.")
     lr: float = option(3e-3, low=MIN_LR, high=MAX_LR)
     seed: int = option(0, low=0, high=SEED_MAX, flag={"min": 0, "max": SEED_MAX}, help=SEED_HELP)
-    threads: int | None = option(None, low=1, help="torch threads (default: torch's).")
+    threads: int | None = option(None, low=1, high=MAX_THREADS, help="torch threads (default: torch's).")
     save_dir: str | None = option(None, location=True)  # checkpoints: <save_dir>/<pe>
     # models trained at once, each in its own process of one thread (same numbers; not in keys)
     workers: int = option(1, low=1, location=True,
