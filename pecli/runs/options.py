@@ -152,6 +152,11 @@ class Options:
         hints = typing.get_type_hints(type(self))
         for f in dataclasses.fields(self):
             value, meta = getattr(self, f.name), f.metadata
+            texts = [value] if isinstance(value, str) else \
+                [v for v in value if isinstance(v, str)] if isinstance(value, list | tuple) else []
+            if value != f.default and any(not t.strip() for t in texts):  # `--split ""`: not the default
+                raise ConfigError(f"{_label(f.name)}: {value!r} is empty; give a value or leave the "
+                                  "option out")
             if meta.get("names") is not None:
                 object.__setattr__(self, f.name, _parse_names(f.name, value, meta))
                 continue
