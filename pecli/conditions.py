@@ -38,7 +38,7 @@ def parse(text: str, *, rope: str | None = None, mask: str = "default",
           mask_semantics: str = "legacy", protocol: str = "relative") -> Condition:
     """The condition `text` names (an intervention, as `--intervention` takes it), with an
     optional rope scaling (as `--rope-scaling` takes one item) and mask."""
-    from pecli.runs.options import Rope
+    from pecli.positions.rope_scaling import Rope
 
     return plan(mask, mask_semantics, protocol, intervention=text,
                 rope=Rope.parse(rope) if rope else None)

@@ -1,4 +1,4 @@
-"""A command's flags, derived from its options class (pecli.runs.options: each option declared
+"""A command's flags, derived from its options class (pecli.runs.fields: each option declared
 once, with its help text, on its field), and the flags of the command line alone (--out,
 --force, --format, --short-titles)."""
 
@@ -48,7 +48,7 @@ ShortTitlesOpt = Annotated[bool | None, typer.Option(
 
 def flag(cls, name: str) -> inspect.Parameter:
     """The Typer parameter of option `name` of the options class `cls`: its help, type and
-    default from the field's metadata (pecli.runs.options.option); a deprecated spelling
+    default from the field's metadata (pecli.runs.fields.option); a deprecated spelling
     (a key of cls.RENAMED) is a hidden flag of its new name's type, warned about in `build`."""
     new = cls.RENAMED.get(name)
     if new is not None:
@@ -131,7 +131,7 @@ def derived(cls, where: str):
 
 def build(cls, where: str, **flags):
     """The command's options object from its flags: unset flags (None) take the options'
-    defaults; paths become strings. Every check of pecli.runs.options runs here, before loading."""
+    defaults; paths become strings. Every check of the options runs here, before loading."""
     given = {k: str(v) if isinstance(v, Path) else v for k, v in flags.items() if v is not None}
     return cls.build(given, where)
 

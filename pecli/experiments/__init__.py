@@ -3,7 +3,7 @@
 `pecli reproduce` runs from a preset.
 
 Each experiment module registers an `Experiment` whose `run(options)` takes its frozen
-options object (a `pecli.runs.options.Options`: the same names as its CLI flags, checked when
+options object (a `pecli.runs.fields.Options`: the same names as its CLI flags, checked when
 built) and returns tidy tables that pass `pecli.runs.tables.validate`; `figures` turns the
 written CSVs into PNGs without torch; `headlines` are the numbers `pecli compare` reads from
 its tables. Experiments name their figures by a "module:function" string (`lazy`), so that
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pecli.runs.errors import ConfigError
-from pecli.runs.options import Options
+from pecli.runs.fields import Options
 from pecli.runs.registry import Registry
 
 if TYPE_CHECKING:  # the command line imports this module (REGISTERED): no pandas at its start
@@ -116,6 +116,7 @@ REGISTERED: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("mc", ("mc",)), ("pe", ("pe", "recover")), ("toy", ("toy", "toy_length")),
     ("train", ("train_lm",)), ("compare", ()), ("length", ("length",)), ("passkey", ("passkey",)),
     ("ruler", ("ruler",)), ("lm_eval", ()), ("mask", ("mask_fit",)), ("attn", ("attn",)), ("finetune", ("finetune",)),
+    ("tune", ("tune",)),
 )
 
 

@@ -18,6 +18,7 @@ import torch
 
 from pecli.experiments import Headline, check_before_loading, data_of, length_slot, load, register
 from pecli.experiments.options.length import LengthOptions
+from pecli.measures.length_scoring import stream_of
 from pecli.measures.lm_scoring import resumed_nlls, start_token  # NLLs per key as an .npz, and back
 from pecli.measures.lm_scoring import saved_nlls as _saved
 from pecli.runs.errors import DataError
@@ -31,20 +32,6 @@ def conditions(options: LengthOptions) -> list:
     from pecli.positions.conditions import grid
 
     return grid(options)
-
-
-def stream_of(tokenizer, texts: list[str]) -> list[int]:
-    """The documents' tokens (no special tokens) joined by the tokenizer's EOS, in order."""
-    from pecli.runs.batching import encode
-
-    eos = tokenizer.eos_token_id
-    if eos is None:
-        raise DataError("the tokenizer has no EOS token to join documents with; pass a model "
-                        "whose tokenizer has one")
-    stream: list[int] = []
-    for i, ids in enumerate(encode(tokenizer, texts, max_length=10**12, add_special_tokens=False).ids):
-        stream += ([eos] if i else []) + list(ids)
-    return stream
 
 
 def run(options: LengthOptions, progress: Callable[[int, int], None] | None = None,

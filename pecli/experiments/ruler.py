@@ -18,19 +18,18 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, ClassVar
 
 from pecli.experiments import Headline, check_before_loading, load, register
+from pecli.positions.rope_scaling import RopeScaled
 from pecli.runs import names
 from pecli.runs.errors import ConfigError
+from pecli.runs.fields import MAX_RESAMPLES, option
 from pecli.runs.options import (
     CAUSAL_MODELS_HELP,
-    MAX_RESAMPLES,
     Masked,
-    RopeScaled,
     Running,
     _model_names,
     _token_counts,
     interventions,
     models,
-    option,
 )
 
 if TYPE_CHECKING:

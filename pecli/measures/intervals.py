@@ -24,7 +24,7 @@ here keeps (issue 46): no interval from fewer than MIN_TEXTS distinct units (a b
 text, or of texts that all give the same value, cannot vary: NaN bounds, with a warning for too
 few texts), and none of zero width (`proper`: a quantity fixed by construction, such as the
 intact model's difference from itself or the share of its own gap it closes, gets NaN bounds,
-not [x, x]). `--bootstrap` is 0 or MIN_RESAMPLES..MAX_RESAMPLES (pecli.runs.options checks it).
+not [x, x]). `--bootstrap` is 0 or MIN_RESAMPLES..MAX_RESAMPLES (pecli.runs.fields checks it).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from pecli.runs.options import MAX_RESAMPLES, MIN_RESAMPLES
+from pecli.runs.fields import MAX_RESAMPLES, MIN_RESAMPLES
 
 LEVEL = 0.95
 METHOD = ("95 % percentile bootstrap over texts (texts resampled with replacement, "

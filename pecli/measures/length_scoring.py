@@ -38,7 +38,8 @@ from pecli.measures.intervals import MIN_WINDOWS, diff_columns, ratio_interval
 from pecli.measures.lm_scoring import Window
 from pecli.measures.metrics import head_nll
 from pecli.runs import names
-from pecli.runs.errors import ConfigError
+from pecli.runs.batching import encode
+from pecli.runs.errors import ConfigError, DataError
 
 BAND_TOKENS = 4096  # stream tokens of queries per band-pass chunk (its keys reach L-2 further back)
 
@@ -73,6 +74,17 @@ class Cut:
         body = [s - len(self.lead) for s in self.sizes]
         return [Window(i, self.lead + stream[o:o + b], f)
                 for i, (o, b, f) in enumerate(zip(self.offsets, body, self.firsts, strict=True))]
+
+def stream_of(tokenizer, texts: list[str]) -> list[int]:
+    """The documents' tokens (no special tokens) joined by the tokenizer's EOS, in order."""
+    eos = tokenizer.eos_token_id
+    if eos is None:
+        raise DataError("the tokenizer has no EOS token to join documents with; pass a model "
+                        "whose tokenizer has one")
+    stream: list[int] = []
+    for i, ids in enumerate(encode(tokenizer, texts, max_length=10**12, add_special_tokens=False).ids):
+        stream += ([eos] if i else []) + list(ids)
+    return stream
 
 
 def cut(stream: list[int], length: int, protocol: str = "nonoverlapping",

@@ -2,7 +2,7 @@
 
 A condition is one frozen value, parsed once from the options: an intervention, a mask with
 its semantics and protocol, a rope scaling (its type and parameters, parsed once: a
-`pecli.runs.options.Rope`), and how it is computed (the attention to install, the passes),
+`pecli.positions.rope_scaling.Rope`), and how it is computed (the attention to install, the passes),
 decided once by `plan`. Every experiment on a model (ablate, perplexity, mc, length, passkey,
 lm-eval) uses it the same way:
 
@@ -40,10 +40,10 @@ from typing import Any
 
 from pecli.positions import labels
 from pecli.positions.labels import INTACT, OLD_INTACT, UNCHANGED_ROPE, label, labelled, upgraded
+from pecli.positions.rope_scaling import Rope
 from pecli.runs import names
 from pecli.runs.errors import ConfigError, ModelError
 from pecli.runs.names import Choice
-from pecli.runs.options import Rope
 
 __all__ = ["INTACT", "OLD_INTACT", "UNCHANGED_ROPE", "label", "labelled", "upgraded"]  # names too
 

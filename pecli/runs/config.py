@@ -33,8 +33,8 @@ from pathlib import Path
 import yaml
 
 from pecli.runs.errors import ConfigError
+from pecli.runs.fields import Options
 from pecli.runs.names import parse_formats
-from pecli.runs.options import Options
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 

@@ -27,6 +27,7 @@ def validate(df: pd.DataFrame, model_rows: bool = True) -> pd.DataFrame:
 # table's JSON sidecar records beside the options as given.
 RESOLVED_COLUMNS = ("model", "model_id", "model_revision", "model_source", "device", "dtype",
                     "dataset", "split", "data_revision", "text_field", "rows", "split_rows",
+                    "choice_split", "report_split",
                     "max_length", "start_token", "long_text", "stride", "padding_side",
                     "batch_size", "batches", "max_batch_tokens", "seed", "world_size")
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from pecli.experiments import Headline, register
-from pecli.runs.options import Options, option
+from pecli.runs.fields import Options, option
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from pecli.cli.flags import flag
 from pecli.experiments.options.ablate import AblateOptions
 from pecli.experiments.options.length import LengthOptions
 from pecli.experiments.options.perplexity import PerplexityOptions
-from pecli.runs.options import Options
+from pecli.runs.fields import Options
 
 
 def _commands(group=app):

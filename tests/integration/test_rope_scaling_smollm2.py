@@ -7,8 +7,7 @@ import pytest
 import torch
 import transformers
 
-from pecli.positions.rope_scaling import rope_scaled
-from pecli.runs.options import rope_parameters
+from pecli.positions.rope_scaling import rope_parameters, rope_scaled
 
 pytestmark = pytest.mark.slow
 

@@ -17,10 +17,9 @@ from pecli.experiments.options.passkey import PasskeyOptions
 from pecli.experiments.options.perplexity import PerplexityOptions
 from pecli.positions import conditions as C
 from pecli.positions.interventions import intervene
-from pecli.positions.rope_scaling import rope_scaled
+from pecli.positions.rope_scaling import Rope, rope_scaled
 from pecli.runs import names
 from pecli.runs.errors import InterventionError, ModelError
-from pecli.runs.options import Rope
 
 
 def test_every_field_of_a_condition_has_its_kind_and_its_label_part():

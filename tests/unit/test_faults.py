@@ -659,7 +659,7 @@ def test_bad_data_files_name_the_line_and_the_fix(name, content, message, tmp_pa
 
 
 def test_option_types_match_yaml_values_exactly():
-    from pecli.runs.options import type_matches
+    from pecli.runs.fields import type_matches
 
     assert type_matches(None, int | None) and type_matches(["a"], list[str] | None)
     assert type_matches(2, float) and type_matches(True, bool)

@@ -14,9 +14,8 @@ import pandas as pd
 import pytest
 import transformers
 
-from pecli.positions.rope_scaling import check_scalings, resolve
+from pecli.positions.rope_scaling import RopeScaled, check_scalings, resolve
 from pecli.runs.errors import ConfigError, ModelError
-from pecli.runs.options import RopeScaled
 
 TEXTS = ["The cat sat on the mat and looked around the room for a while.",
          "A boat drifted across the lake under a grey and quiet sky."] * 4

@@ -90,7 +90,7 @@ def test_no_default_is_a_deprecated_name():
 
     from pecli.experiments import options as package
     from pecli.experiments.options.attn import AttnOptions
-    from pecli.runs.options import Options
+    from pecli.runs.fields import Options
 
     modules = [importlib.import_module(f"{package.__name__}.{m.name}")
                for m in pkgutil.iter_modules(package.__path__)]

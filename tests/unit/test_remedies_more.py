@@ -113,7 +113,7 @@ def test_a_rope_scaling_crosses_with_dca(tiny):
     """DCA on a linearly scaled rotation (ChunkLlama combines them): the reference at the
     scaled frequencies (positions / 2)."""
     from pecli.positions.conditions import plan
-    from pecli.runs.options import Rope
+    from pecli.positions.rope_scaling import Rope
 
     loaded = tiny("llama", initializer_range=0.3, max_position_embeddings=TRAINED)
     ids = _ids(loaded)

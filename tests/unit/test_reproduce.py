@@ -10,7 +10,7 @@ import pytest
 from pecli.experiments import EXPERIMENTS, Experiment
 from pecli.experiments.reproduce import load_preset, run_preset
 from pecli.runs.errors import ConfigError
-from pecli.runs.options import Options, option
+from pecli.runs.fields import Options, option
 from pecli.runs.provenance import row_provenance
 
 CALLS: list[dict] = []

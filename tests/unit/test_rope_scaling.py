@@ -2,24 +2,55 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
 import torch
 import transformers
 
-from pecli.positions.rope_scaling import provenance, resolve, rope_scaled, rotary_modules
+from pecli.positions.rope_scaling import (
+    REFUSED,
+    ROPE_KEYS,
+    RopeScaled,
+    provenance,
+    resolve,
+    rope_parameters,
+    rope_scaled,
+    rotary_modules,
+    split_rope_scalings,
+)
 from pecli.runs.errors import ConfigError, ModelError
-from pecli.runs.options import ROPE_TYPES, RopeScaled, rope_parameters, split_rope_scalings
 
 LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0}
 LONGROPE = {"rope_type": "longrope", "short_factor": [1.0] * 4, "long_factor": [2.0, 3.0, 4.0, 5.0]}
 
 
-def test_rope_types_are_transformers_own():
+def test_every_rope_type_of_transformers_is_checked_or_refused():
+    """transformers' table (less "default": the unscaled model) is the vocabulary: each type is
+    checked before loading (ROPE_KEYS) or refused (REFUSED), and pecli names no other; what
+    ROPE_KEYS requires of a type is enough for transformers' own validation."""
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-    assert set(ROPE_TYPES) == set(ROPE_INIT_FUNCTIONS)
+    theirs = set(ROPE_INIT_FUNCTIONS) - {"default"}
+    assert theirs == set(ROPE_KEYS) | set(REFUSED) and not set(ROPE_KEYS) & set(REFUSED)
+    model = _llama()  # heads of 8 dimensions: 4 rotated frequencies
+    values = {"factor": 2.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+              "short_factor": [1.0] * 4, "long_factor": [2.0] * 4}
+    for kind, (required, _) in ROPE_KEYS.items():
+        given = {"rope_type": kind, **{k: values[k] for k in required}}
+        assert resolve(model.config, rope_parameters(json.dumps(given)))["rope_type"] == kind
+
+
+@pytest.mark.parametrize("text", ["linear:2", '{"rope_type": "linear", "factor": 2}'])
+def test_a_refused_rope_type_is_refused_in_one_line_with_its_reason(text, monkeypatch):
+    monkeypatch.delitem(ROPE_KEYS, "linear")
+    monkeypatch.setitem(REFUSED, "linear", "its frequencies are not rebuilt from the config")
+    with pytest.raises(ConfigError) as err:
+        RopeScaled.build({"rope_scaling": text}, where="pecli length")
+    message = str(err.value)
+    assert "\n" not in message and message.startswith("pecli length: rope_scaling (--rope-scaling)")
+    assert "'linear' is refused: its frequencies are not rebuilt from the config" in message
 
 
 def test_parse_type_factor_and_json():

@@ -3,5 +3,6 @@ one module each, named as the experiment's (`options.ablate` beside `pecli.exper
 the command line imports every options class for `--help`, which never loads pandas or torch.
 A new experiment declares its options in its own module instead (pecli.experiments.ruler).
 
-The bases (`Running`, `OnData`, `Masked`, `RopeScaled`, ...) are pecli.runs.options'.
+The bases are pecli.runs.options' (`Running`, `OnData`, `Masked`, ...) and
+pecli.positions.rope_scaling's `RopeScaled`.
 """

@@ -7,8 +7,9 @@ from typing import ClassVar
 
 from pecli.runs import names
 from pecli.runs.errors import ConfigError
+from pecli.runs.fields import option
 from pecli.runs.names import Choice
-from pecli.runs.options import OnData, interventions, option
+from pecli.runs.options import OnData, interventions
 
 
 @dataclass(frozen=True)

@@ -5,10 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from pecli.positions.rope_scaling import RopeScaled
 from pecli.runs import names
 from pecli.runs.errors import ConfigError
+from pecli.runs.fields import option
 from pecli.runs.names import Choice
-from pecli.runs.options import MaskGrid, RopeScaled, _model_names, interventions, models, option
+from pecli.runs.options import MaskGrid, _model_names, interventions, models
 
 
 @dataclass(frozen=True)

@@ -7,17 +7,9 @@ from pathlib import Path
 from typing import ClassVar
 
 from pecli.runs import names
+from pecli.runs.fields import MAX_RESAMPLES, option
 from pecli.runs.names import Choice
-from pecli.runs.options import (
-    BOOTSTRAP_HELP,
-    MAX_LR,
-    MAX_RESAMPLES,
-    MAX_STEPS,
-    MIN_LR,
-    MODEL_HELP,
-    Running,
-    option,
-)
+from pecli.runs.options import BOOTSTRAP_HELP, MAX_LR, MAX_STEPS, MIN_LR, MODEL_HELP, Running
 
 
 @dataclass(frozen=True)

@@ -7,18 +7,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
+from pecli.positions.rope_scaling import RopeScaled
 from pecli.runs import names
 from pecli.runs.errors import ConfigError
+from pecli.runs.fields import MAX_RESAMPLES, option
 from pecli.runs.names import Choice
-from pecli.runs.options import (
-    MAX_RESAMPLES,
-    SEED_MAX,
-    Masked,
-    RopeScaled,
-    Running,
-    interventions,
-    option,
-)
+from pecli.runs.options import SEED_MAX, Masked, Running, interventions
 
 
 @dataclass(frozen=True)

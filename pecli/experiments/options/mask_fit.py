@@ -7,16 +7,9 @@ from typing import ClassVar
 
 from pecli.runs import names
 from pecli.runs.errors import ConfigError
+from pecli.runs.fields import MAX_RESAMPLES, option
 from pecli.runs.names import Choice
-from pecli.runs.options import (
-    BOOTSTRAP_HELP,
-    MAX_RESAMPLES,
-    MAX_STEPS,
-    MIN_LR,
-    MODEL_HELP,
-    Running,
-    option,
-)
+from pecli.runs.options import BOOTSTRAP_HELP, MAX_STEPS, MIN_LR, MODEL_HELP, Running
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,9 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from pecli.runs.errors import ConfigError
+from pecli.runs.fields import MAX_RESAMPLES, option
 from pecli.runs.names import Choice
-from pecli.runs.options import MAX_RESAMPLES, MaskGrid, interventions, option
+from pecli.runs.options import MaskGrid, interventions
 
 
 @dataclass(frozen=True)

@@ -5,18 +5,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from pecli.positions.rope_scaling import RopeScaled
 from pecli.runs import names
 from pecli.runs.errors import ConfigError
+from pecli.runs.fields import option
 from pecli.runs.names import Choice
 from pecli.runs.options import (
     CAUSAL_MODELS_HELP,
-    RopeScaled,
     Running,
     _model_names,
     _token_counts,
     interventions,
     models,
-    option,
 )
 
 

@@ -7,8 +7,9 @@ from typing import ClassVar
 
 from pecli.runs import names
 from pecli.runs.errors import ConfigError
+from pecli.runs.fields import Options, option
 from pecli.runs.names import Choice
-from pecli.runs.options import SEED_MAX, OnModels, Options, option
+from pecli.runs.options import SEED_MAX, OnModels
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,8 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from pecli.runs.errors import ConfigError
-from pecli.runs.options import BOOTSTRAP_HELP, MAX_RESAMPLES, OnModels, option
+from pecli.runs.fields import MAX_RESAMPLES, option
+from pecli.runs.options import BOOTSTRAP_HELP, OnModels
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,9 @@ from typing import ClassVar
 
 from pecli.runs import names
 from pecli.runs.errors import ConfigError
+from pecli.runs.fields import option
 from pecli.runs.names import Choice
-from pecli.runs.options import MAX_STEPS, MAX_THREADS, Training, option
+from pecli.runs.options import MAX_STEPS, MAX_THREADS, Training
 
 TOY_PROBE = re.compile(r"(\d+)[+-](\d+)=")
 

@@ -8,8 +8,9 @@ from typing import ClassVar
 
 from pecli.runs import names
 from pecli.runs.errors import ConfigError
+from pecli.runs.fields import MAX_TOKENS, option
 from pecli.runs.names import Choice
-from pecli.runs.options import MAX_LR, MAX_STEPS, MAX_THREADS, MAX_TOKENS, MIN_LR, Training, option
+from pecli.runs.options import MAX_LR, MAX_STEPS, MAX_THREADS, MIN_LR, Training
 
 TOY_TASKS = ("copy", "reverse", "addition", "sort")
 

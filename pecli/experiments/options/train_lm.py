@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import ClassVar
 
 from pecli.runs.errors import ConfigError
-from pecli.runs.options import DATA_DIR_HELP, Training, _token_counts, option
+from pecli.runs.fields import option
+from pecli.runs.options import DATA_DIR_HELP, Training, _token_counts
 
 
 @dataclass(frozen=True)
