@@ -24,7 +24,8 @@ BASE = {"ablate": ["random:bert"], "perplexity": ["random:gpt2"], "mc": ["random
         "finetune": ["random:bert"], "pe probe": ["random:bert"], "pe recover": ["random:bert"],
         "mask fit": ["random:gpt2"], "train lm": [], "toy arithmetic": ["--max", "9"],
         "toy length": [], "ruler": ["random:llama"], "lm-eval": ["random:gpt2", "--tasks", "truthfulqa_mc1"],
-        "reproduce": ["--out", "o"], "compare": ["."]}
+        "reproduce": ["--out", "o"], "compare": ["."],
+        "tune": ["random:llama", "--condition", "rerope", "--grid", "W=16,32", "--length", "64"]}
 HOSTILE = ["nan", "inf", "-inf", "", "-1"]  # no count, size, rate or seed is negative
 HUGE = "1000000000000"
 MEANINGLESS = {("finetune", "--lr"): ["0", "1e30"], ("finetune", "--head-lr"): ["0", "1e30"],
