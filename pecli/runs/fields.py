@@ -142,7 +142,8 @@ class Options:
             value, meta = getattr(self, f.name), f.metadata
             texts = [value] if isinstance(value, str) else \
                 [v for v in value if isinstance(v, str)] if isinstance(value, list | tuple) else []
-            if value != f.default and any(not t.strip() for t in texts):  # `--split ""`: not the default
+            unset = (f.default, meta.get("flag", {}).get("default"))  # the field's, or its flag's
+            if value not in unset and any(not t.strip() for t in texts):  # `--split ""`: not a default
                 raise ConfigError(f"{key_label(f.name)}: {value!r} is empty; give a value or leave the "
                                   "option out")
             if meta.get("names") is not None:
