@@ -4,10 +4,11 @@
     python benchmarks/bench_ruler.py --model random:llama --length 512 --samples 2
 
 Both experiments' `run` on one loaded model (intact), the haystack built before timing: ruler's
-niah_single_1 (RULER's passkey-like task) at --length tokens (its prompt plus up to 128 new
-tokens) against passkey at the same sequence length (its prompt plus up to 10 new tokens), the
-same number of samples/trials. Per token: wall time over the sequence tokens (prompt + the
-most new tokens each may decode); and over prompt tokens alone. Goal: ruler within 1.2x of
+niah_single_1 (RULER's passkey-like task) at --length tokens (its prompt plus RULER's 128 new
+tokens; it decodes its cell's budget, measures.ruler.decode_budget) against passkey at the same
+sequence length (its prompt plus up to 10 new tokens), the same number of samples/trials. Per
+token: wall time over the sequence tokens (prompt + the most new tokens each may decode); and
+over prompt tokens alone. Goal: ruler within 1.2x of
 passkey per sequence token. Best of --repeats, interleaved.
 """
 
@@ -31,7 +32,6 @@ def main() -> None:
     from pecli.experiments import passkey as pk
     from pecli.experiments.options.passkey import PasskeyOptions
     from pecli.measures.passkey import NEW_TOKENS
-    from pecli.measures.ruler import TASKS
 
     r_opts = ruler.RulerOptions.build({"model": args.model, "tasks": args.task, "lengths": [args.length],
                                        "samples": args.samples, "bootstrap": 0}, "bench")
@@ -47,11 +47,12 @@ def main() -> None:
         p_time = min(p_time, t)
     r_prompt = int(r_out["ruler_samples"]["tokens"].sum())
     p_prompt = int(p_out["passkey_trials"]["tokens"].sum())
-    r_seq = r_prompt + args.samples * TASKS[args.task].new_tokens
+    r_new = int(r_out["ruler_samples"]["max_new_tokens"].max())
+    r_seq = r_prompt + args.samples * r_new
     p_seq = p_prompt + args.samples * NEW_TOKENS
     print(f"model {args.model}, {args.length} tokens, {args.samples} samples; load average {load_average()}")
     print(f"ruler {args.task}: {r_time:.1f} s, {r_prompt} prompt tokens (+ up to "
-          f"{TASKS[args.task].new_tokens} new each): {1e3 * r_time / r_seq:.2f} ms per sequence token, "
+          f"{r_new} new each): {1e3 * r_time / r_seq:.2f} ms per sequence token, "
           f"{1e3 * r_time / r_prompt:.2f} ms per prompt token")
     print(f"passkey: {p_time:.1f} s, {p_prompt} prompt tokens (+ up to {NEW_TOKENS} new each): "
           f"{1e3 * p_time / p_seq:.2f} ms per sequence token, {1e3 * p_time / p_prompt:.2f} ms per prompt token")

@@ -132,27 +132,29 @@ for _name, _ in REGISTERED:  # the one table of commands and experiments
 
 
 def with_figure_options(command):
-    """`command` with --format and --short-titles added: every figure it draws (through
-    pecli.plots.style.save) is written in those formats, with those titles. The format is
-    checked before the command runs, so a bad one fails before anything loads."""
-    from pecli.cli.flags import FormatOpt, ShortTitlesOpt
+    """`command` with --format, --short-titles and --all-panels added: every figure it draws
+    (through pecli.plots.style.save) is written in those formats, with those titles and
+    panels. The format is checked before the command runs, so a bad one fails before
+    anything loads."""
+    from pecli.cli.flags import AllPanelsOpt, FormatOpt, ShortTitlesOpt
 
     if getattr(command, "draws", False):  # a group's commands are wrapped once per process
         return command
     sig = inspect.signature(command, eval_str=True)
     added = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=kind)
-             for name, kind in (("format", FormatOpt), ("short_titles", ShortTitlesOpt))]
+             for name, kind in (("format", FormatOpt), ("short_titles", ShortTitlesOpt),
+                                ("all_panels", AllPanelsOpt))]
 
     @functools.wraps(command)
-    def drawing(*args, format=None, short_titles=None, **kwargs):
+    def drawing(*args, format=None, short_titles=None, all_panels=None, **kwargs):
         from pecli.plots.style import figure_output
 
-        with figure_output(format, short_titles):
+        with figure_output(format, short_titles, all_panels=all_panels):
             return command(*args, **kwargs)
 
     drawing.__signature__ = sig.replace(parameters=[*sig.parameters.values(), *added])
     drawing.__annotations__ = {**command.__annotations__, "format": FormatOpt,
-                               "short_titles": ShortTitlesOpt}
+                               "short_titles": ShortTitlesOpt, "all_panels": AllPanelsOpt}
     drawing.draws = True
     return drawing
 

@@ -36,7 +36,7 @@ ForceOpt = Annotated[bool, typer.Option(
                     "(otherwise refused, so that runs are never mixed).")]
 
 
-# Every command that draws gets these two (pecli.cli.app.with_figure_options).
+# Every command that draws gets these three (pecli.cli.app.with_figure_options).
 FormatOpt = Annotated[str | None, typer.Option(
     "--format", help="Figure format(s): png, pdf, svg (a,b for several, e.g. png,pdf; default "
                      "png; a preset's `format` key otherwise).")]
@@ -44,6 +44,10 @@ ShortTitlesOpt = Annotated[bool | None, typer.Option(
     "--short-titles/--full-titles", help="One-line figure titles (what is plotted), for a "
                                          "paper; the full titles, with model and data, go to "
                                          "figures/<name>.json. Default: full titles.")]
+AllPanelsOpt = Annotated[bool | None, typer.Option(
+    "--all-panels/--summary-panels", help="Figures of a panel per model and condition (attn's "
+                                          "heads, positional vectors, norms) draw every one; "
+                                          "default: the first, readable at a column's width.")]
 
 
 def flag(cls, name: str) -> inspect.Parameter:

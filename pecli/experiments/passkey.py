@@ -156,6 +156,36 @@ def _accuracy(trials: list[dict]) -> list[dict]:
                          "correct": right, "trials": n, "rows": len(part),
                          "tokens": int(scored["tokens"].sum()),
                          "note": "" if n else first["note"]})
+    return _paired_with_intact(df, rows)
+
+
+def _paired_with_intact(trials: pd.DataFrame, rows: list[dict]) -> list[dict]:
+    """Each accuracy row's DIFF_COLUMNS against the intact, unscaled model at the same model,
+    length and depth: the trials are paired by (depth, trial), the same key and filler for
+    both, and a bootstrap over the pairs draws the same trials for both (NaN on the intact
+    rows, and where there is no intact row)."""
+    from pecli.measures.intervals import diff_columns
+
+    scored = trials[trials["note"] == ""]
+    by_trial = scored.set_index(["model", "intervention", "rope_scaling", "length", "depth", "trial"])["value"]
+    def trials_of(*cell):  # a cell's scored trials by (depth, trial); None where none were scored
+        try:
+            return by_trial.xs(cell, level=[0, 1, 2, 3])
+        except KeyError:
+            return None
+
+    for row in rows:
+        reference = row["intervention"] == "intact" and str(row["rope_scaling"]) == "none"
+        here = trials_of(row["model"], row["intervention"], row["rope_scaling"], row["length"])
+        intact = trials_of(row["model"], "intact", "none", row["length"])
+        if reference or here is None or intact is None:
+            row.update(diff_columns(reference_row=True))
+            continue
+        if row["depth"] != "all":
+            here, intact = (x[x.index.get_level_values("depth") == row["depth"]] for x in (here, intact))
+        pairs = pd.concat([here.rename("x"), intact.rename("ref")], axis=1, join="inner")
+        row.update(diff_columns(pairs["x"].to_numpy(), pairs["ref"].to_numpy()) if len(pairs)
+                   else diff_columns(reference_row=True))
     return rows
 
 

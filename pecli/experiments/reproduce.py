@@ -18,9 +18,9 @@ import numpy as np
 import pandas as pd
 
 from pecli.experiments import EXPERIMENTS, load_all
-from pecli.measures.intervals import proper
+from pecli.measures.intervals import MIN_WINDOWS, proper
 from pecli.runs import config
-from pecli.runs.config import Entry, Preset
+from pecli.runs.config import Entry, Finding, Preset
 from pecli.runs.errors import ConfigError
 from pecli.runs.io import RunOutput, hold, run_meta, write_json, write_text
 from pecli.runs.io import record as list_in_manifest
@@ -196,12 +196,114 @@ def _lookup(csv: Path, where: dict, fmt: str) -> str:
     row = df.iloc[0]
     value = _fmt(row["value"], fmt)
     low, high = proper(row.get("ci_low", np.nan), row.get("ci_high", np.nan))  # never [x, x]
+    if pd.notna(row.get("windows")) and row["windows"] < MIN_WINDOWS:  # computed before the rule
+        low = high = np.nan
     if low == low:
         value += f" [{_fmt(low, fmt)}, {_fmt(high, fmt)}]"
     if pd.notna(row.get("chance")):  # multiple choice: the level a uniform guess reaches
         inside = low == low and low <= row["chance"] <= high
         value += f" (chance {_fmt(row['chance'], fmt)}{': the interval contains it' if inside else ''})"
     return value
+
+
+N_BOOT = 1000  # resamples of a finding's interval (seed 0: the REPORT is the same on every rerun)
+
+
+def _matching(df: pd.DataFrame, where: dict) -> pd.DataFrame:
+    for col, want in where.items():
+        if col not in df.columns:
+            raise ConfigError(f"a finding names column {col!r}, which its table lacks")
+        df = df[df[col].astype(str) == str(want)]
+    return df
+
+
+def _per_unit(df: pd.DataFrame, f: Finding, where: dict) -> pd.DataFrame:
+    """One row per unit (the finding's `unit`), sorted by it: `v` the value, `n` its weight."""
+    rows = _matching(df, where)
+    if rows[f.unit].duplicated().any():
+        raise ConfigError(f"finding {f.section}: {where} matches several rows per {f.unit}")
+    n = rows[f.weight].astype(float) if f.weight else 1.0
+    return pd.DataFrame({"v": rows["value"].astype(float).to_numpy(), "n": np.asarray(n) * 1.0,
+                         "unit": rows[f.unit].to_numpy()}).sort_values("unit").reset_index(drop=True)
+
+
+def finding_numbers(f: Finding, csv: Path) -> dict:
+    """A finding's numbers from its table: value, reference, intact (each NaN where the
+    measure has none), the tested quantity with its interval (t, low, high), the null it is
+    tested against, and the count of units behind the interval."""
+    from pecli.measures.intervals import paired_difference, t_interval
+    from pecli.measures.mask_fitting import gap_closed, gap_interval
+
+    df = pd.read_csv(csv, low_memory=False)
+    nan = float("nan")
+    if f.measure == "value":
+        rows = [_matching(df, w) for w in (f.where, f.reference) if w]
+        if any(len(r) != 1 for r in rows):
+            raise ConfigError(f"finding {f.section}: {[len(r) for r in rows]} rows match, not 1 each")
+        row = rows[0].iloc[0]
+        low, high = proper(row.get("ci_low", nan), row.get("ci_high", nan))
+        units = row.get("windows", row.get("texts", row.get("rows", nan)))
+        if "windows" in row and row["windows"] < MIN_WINDOWS:  # no interval from so few windows
+            low = high = nan
+        reference = float(rows[1].iloc[0]["value"]) if len(rows) > 1 else nan
+        return {"value": float(row["value"]), "reference": reference, "intact": nan,
+                "tested": (float(row["value"]), low, high), "null": f.against, "units": units}
+    x, r = _per_unit(df, f, f.where), _per_unit(df, f, {**f.where, **f.reference})
+    if list(x["unit"]) != list(r["unit"]):
+        raise ConfigError(f"finding {f.section}: the condition and its reference were not scored "
+                          "on the same units")
+
+    def stat(u: pd.DataFrame) -> float:  # a corpus perplexity where weighted, else a mean
+        return float(np.exp((u.n * np.log(u.v)).sum() / u.n.sum())) if f.weight else float(u.v.mean())
+
+    if f.measure == "paired" and f.interval == "t":
+        d = (x.v - r.v).to_numpy()
+        tested = (float(d.mean()), *t_interval(d))
+    elif f.measure == "paired":
+        logged = (lambda u: u.n * np.log(u.v)) if f.weight else (lambda u: u.v)
+        tested = paired_difference(logged(x), logged(r), x.n, r.n, n_boot=N_BOOT, seed=0,
+                                   transform=np.exp if f.weight else None)
+    else:  # gap: `reference` is no positions, `intact` the intact model
+        i = _per_unit(df, f, {**f.where, **f.intact})
+        sums = {"zero": (r.n * np.log(r.v)).to_numpy(), "intact": (i.n * np.log(i.v)).to_numpy(),
+                "x": (x.n * np.log(x.v)).to_numpy()}
+        counts = x.n.to_numpy()
+        point = gap_closed(*(sums[k].sum() / counts.sum() for k in ("zero", "x", "intact")))
+        tested = (point, *gap_interval(sums, counts, "x", N_BOOT, 0))
+        return {"value": stat(x), "reference": stat(r), "intact": stat(i), "tested": tested,
+                "null": 0.0, "units": len(x)}
+    return {"value": stat(x), "reference": stat(r), "intact": nan, "tested": tested, "null": 0.0,
+            "units": len(x)}
+
+
+def finding_sentence(f: Finding, numbers: dict) -> str:
+    """The finding's sentence: its template filled, {verdict} the words its interval licenses
+    (`intervals.verdict`), {tested} the tested number with its interval or "no interval"."""
+    from pecli.measures.intervals import verdict
+
+    t, low, high = numbers["tested"]
+    signed = f.format.replace("{:", "{:+") if f.measure == "paired" else f.format
+    low, high = proper(low, high)
+    tested = _fmt(t, signed) + (f" [{_fmt(low, signed)}, {_fmt(high, signed)}]" if low == low
+                                else " (no interval)")
+    words = dict(zip(("up", "down", "none"), f.words, strict=True))
+    said = verdict(low, high, null=numbers["null"] or 0.0, **words) if numbers["null"] is not None else ""
+    units = numbers["units"]
+    return f.text.strip().format(
+        value=_fmt(numbers["value"], f.format), reference=_fmt(numbers["reference"], f.format),
+        intact=_fmt(numbers["intact"], f.format), tested=tested, verdict=said,
+        units=f"{float(units):,.0f}" if pd.notna(units) else "?")
+
+
+def finding_lines(preset: Preset, out: Path) -> list[str]:
+    """REPORT's opening: one line per finding, its question, its sentence, its section's table."""
+    lines = []
+    for f in preset.findings:
+        record = json.loads((out / f.section / "done.json").read_text())
+        csv = out / f.section / record["tables"][f.table]
+        sentence = finding_sentence(f, finding_numbers(f, csv))
+        lines.append(f"{len(lines) + 1}. **{f.question}.** {sentence} ([{f.section}]({f.section}/{csv.name}))")
+    return lines
 
 
 def _fmt(value, fmt: str) -> str:
@@ -269,6 +371,12 @@ def write_report(preset: Preset, out: Path, results: list[EntryResult]) -> Path:
         "below).",
         "",
     ]
+    if preset.findings:
+        lines += ["## Findings", "",
+                  "Each sentence is generated from its section's table: a direction (rises, falls, "
+                  "beats, worse) only where the paired 95 % interval excludes zero (or chance), "
+                  "\"no detectable difference\" otherwise; \"no interval\" where the units are too "
+                  "few for one.", "", *finding_lines(preset, out), ""]
     if preset.choices:
         lines += ["## Choices the study left open, and what this preset takes", ""]
         lines += [f"- {c}" for c in preset.choices] + [""]

@@ -4,10 +4,12 @@ For every model and condition (the intact, unscaled model first; then every inte
 remedy and mask crossed with every --rope-scaling, conditions.grid), `samples` seeded samples
 per (task, length), each with its own haystack slice, needles and depth, are read back by
 greedy decoding with the KV cache (passkey's decode: one prefill per sample, samples of one
-token count batched). The samples are the same under every condition, so conditions differ
-only in the model. A length no condition can take, or one shorter than a task's template,
-gives "not applicable" rows, never a clamped number. Scores are RULER's recall of the
-expected strings; docs/ruler.md says where pecli's tasks differ from RULER's and why.
+token count batched, no padding; as many new tokens as the cell's longest expected answer
+needs, measures.ruler.decode_budget, stopping when every sequence of a batch has ended).
+The samples are the same under every condition, so conditions differ only in the model. A
+length no condition can take, or one shorter than a task's template, gives "not applicable"
+rows, never a clamped number. Scores are RULER's recall of the expected strings;
+docs/ruler.md says where pecli's tasks differ from RULER's and why.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 TASK_NAMES = ("niah_single_1", "niah_single_2", "niah_single_3", "niah_multikey_1", "niah_multikey_2",
-              "niah_multikey_3", "niah_multivalue", "niah_multiquery", "vt", "cwe", "fwe")
+              "niah_multikey_3", "niah_multivalue", "niah_multiquery", "vt", "cwe", "fwe", "qa")
 HAYSTACK_TEXTS = 5000  # a dataset's texts the essay haystack is cut from (a fixed, seeded subset)
 INTERVAL = "95 % Wilson score interval over samples (all-or-nothing), else percentile bootstrap over samples"
 
@@ -44,7 +46,8 @@ INTERVAL = "95 % Wilson score interval over samples (all-or-nothing), else perce
 @dataclass(frozen=True)
 class RulerOptions(Running, RopeScaled, Masked):
     """`pecli ruler` and the `ruler` experiment: RULER's synthetic tasks (needles in a haystack,
-    variable tracking, common/frequent words) by length, greedy decoding (pecli.measures.ruler)."""
+    variable tracking, common/frequent words, question answering) by length, greedy decoding
+    (pecli.measures.ruler)."""
 
     FLAGS: ClassVar[str] = ("model tasks lengths samples haystack intervention mask mask_semantics "
                             "rope_scaling rope_scaling_on batch_size bootstrap seed device dtype "
@@ -93,13 +96,15 @@ class RulerOptions(Running, RopeScaled, Masked):
 
 
 @lru_cache(maxsize=4)
-def essay(source: str, data_dir: str | None = None):
+def essay(source: str, data_dir: str | None = None, qa: bool = False):
     """The essay haystack (pecli.measures.ruler.Haystack): a dataset pecli reads (imdb,
-    truthfulqa: its text column) or a .txt/.md file."""
+    truthfulqa: its text column) or a .txt/.md file; with `qa`, TruthfulQA's items too (the qa
+    task's documents)."""
+    from dataclasses import replace
     from pathlib import Path
 
     from pecli.data.datasets import load_data
-    from pecli.measures.ruler import haystack_of
+    from pecli.measures.ruler import haystack_of, qa_items
     from pecli.runs.errors import DataError
 
     path = Path(source).expanduser()
@@ -107,9 +112,14 @@ def essay(source: str, data_dir: str | None = None):
         if path.suffix.lower() in (".txt", ".md"):
             if not path.is_file():
                 raise DataError(f"haystack (--haystack): {path} not found")
-            return haystack_of([path.read_text(encoding="utf-8", errors="replace")], str(path))
-        data = load_data(source, data_dir_=data_dir, limit=HAYSTACK_TEXTS, at_most=True)
-        return haystack_of(data.texts(), f"{data.dataset}/{data.split}")
+            hay = haystack_of([path.read_text(encoding="utf-8", errors="replace")], str(path))
+        else:
+            data = load_data(source, data_dir_=data_dir, limit=HAYSTACK_TEXTS, at_most=True)
+            hay = haystack_of(data.texts(), f"{data.dataset}/{data.split}")
+        if qa:
+            items = load_data("truthfulqa", data_dir_=data_dir).frame
+            hay = replace(hay, qa=qa_items(list(items["question"]), list(items["correct_answers"])))
+        return hay
     except ValueError as err:
         raise DataError(str(err)) from None
 
@@ -145,7 +155,7 @@ def run(options: RulerOptions, progress: Callable[[int, int], None] | None = Non
         check_before_loading(name, grid, causal=True)
         ref = peek(name)  # a table's positions, from the config before any weights
         refuse_past_the_table(name, o, ref.table_rows() if ref else None)
-    hay = essay(o.haystack, o.data_dir)
+    hay = essay(o.haystack, o.data_dir, "qa" in o.tasks)
     rows, summary = [], []
     for name in o.model:
         model = loaded or load(name, o)
@@ -175,7 +185,7 @@ def refuse_past_the_table(name: str, o: RulerOptions, rows: int | None) -> None:
 
 def _samples_under(loaded, grid, o: RulerOptions, hay, progress) -> list[dict]:
     from pecli.measures.passkey import decode
-    from pecli.measures.ruler import TASKS, score
+    from pecli.measures.ruler import TASKS, decode_budget, score
     from pecli.positions.conditions import check_all
 
     check_all(grid, loaded, causal=True)
@@ -183,6 +193,7 @@ def _samples_under(loaded, grid, o: RulerOptions, hay, progress) -> list[dict]:
     refuse_past_the_table(loaded.name, o, loaded.max_positions if all(past.values()) else None)
     cells = {(t, n): [None] * o.samples if past[n] else got
              for (t, n), got in samples_for(loaded.tokenizer, o, hay).items()}
+    budget = {cell: decode_budget(loaded.tokenizer, got) for cell, got in cells.items() if got[0] is not None}
     total = len(grid) * len(cells) * o.samples
     tick = (lambda k: progress(k, total)) if progress else None
     common = {"experiment": "ruler", "seed": o.seed, **loaded.provenance(), "dataset": "ruler",
@@ -198,7 +209,7 @@ def _samples_under(loaded, grid, o: RulerOptions, hay, progress) -> list[dict]:
                 if why is None and samples[0] is None:
                     why = f"not applicable: {task}'s template alone is longer than {length} tokens"
                 base = {**common, **columns, "task": task, "length": length,
-                        "max_new_tokens": TASKS[task].new_tokens}
+                        "max_new_tokens": budget.get((task, length), 0)}
                 if why is not None:
                     rows += [{**base, "sample": i, "tokens": 0, "metric": "recall", "value": float("nan"),
                               "rows": 1, "note": why} for i in range(o.samples)]
@@ -206,13 +217,14 @@ def _samples_under(loaded, grid, o: RulerOptions, hay, progress) -> list[dict]:
                         tick(o.samples)
                     continue
                 outputs = decode(loaded, samples, o.batch_size, progress=tick,
-                                 new_tokens=TASKS[task].new_tokens)
+                                 new_tokens=budget[task, length])
                 for s, text in zip(samples, outputs, strict=True):
                     rows.append({**base, "sample": s.index, "attempt": s.attempt, "depth": s.depth,
                                  "start": s.start, "size": s.size, "tokens": len(s.ids),
                                  "answers": "|".join(s.answers), "output": text,
                                  "prompt": s.text if c == 0 else "", "metric": "recall",
-                                 "value": score(text, s.answers), "rows": 1, "note": ""})
+                                 "value": score(text, s.answers, TASKS[task].match), "rows": 1,
+                                 "note": ""})
     return rows
 
 

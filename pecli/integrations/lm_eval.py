@@ -123,6 +123,15 @@ class PecliLM(HFLM):
         self.tokens += context.numel()
         return super()._model_generate(context, max_length, stop, **generation_kwargs)
 
+    def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
+        """HFLM's, where a document gives its own `max_new_tokens` (pecli ruler's decoding
+        budget, configs/lm_eval/pecli_data.py) in place of the task's max_gen_toks."""
+        for r in requests:
+            if isinstance(r.doc, dict) and "max_new_tokens" in r.doc:
+                context, kwargs = r.arguments
+                r.arguments = (context, {**kwargs, "max_gen_toks": int(r.doc["max_new_tokens"])})
+        return super().generate_until(requests, disable_tqdm)
+
     def close(self) -> None:
         """Restore the model exactly (the condition's context managers, in reverse)."""
         self._condition.close()

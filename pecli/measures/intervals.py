@@ -46,7 +46,8 @@ MIN_WINDOWS = 10  # windows of long documents: fewer give none (the table shows 
 _ZERO_WIDTH = 1e-9  # relative: a width below it is rounding, not variation
 __all__ = ["MAX_RESAMPLES", "MIN_RESAMPLES", "MIN_TEXTS", "pair_interval", "ratio_interval",
            "resampled", "statistic_interval", "wilson", "mean_interval", "by_text", "percentile_interval",
-           "proper", "t_interval", "MIN_WINDOWS", "seeds_and_texts_interval", "paired_difference", "diff_columns", "DIFF_COLUMNS"]
+           "proper", "t_interval", "MIN_WINDOWS", "seeds_and_texts_interval", "paired_difference", "diff_columns", "DIFF_COLUMNS",
+           "verdict", "NO_DIFFERENCE"]
 
 
 def proper(low: float, high: float) -> tuple[float, float]:
@@ -58,6 +59,22 @@ def proper(low: float, high: float) -> tuple[float, float]:
     if high - low <= _ZERO_WIDTH * max(abs(low), abs(high), 1e-300):
         return float("nan"), float("nan")
     return low, high
+
+
+NO_DIFFERENCE = "no detectable difference"
+
+
+def verdict(low: float, high: float, up: str, down: str, none: str = f"shows {NO_DIFFERENCE}",
+            null: float = 0.0) -> str:
+    """The words an interval licenses (REPORT's findings): `up` ("rises", "beats") only where
+    the whole interval lies above `null` (0 for a difference; chance for an accuracy), `down`
+    only where it lies below, `none` (which says NO_DIFFERENCE) otherwise, no interval included."""
+    low, high = proper(low, high)
+    if low == low and low > null:
+        return up
+    if high == high and high < null:
+        return down
+    return none
 
 
 def _enough(texts: int, n_boot: int, least: int = MIN_TEXTS) -> bool:

@@ -20,8 +20,18 @@ Where pecli differs from RULER, and why:
 - No sample contains an answer by chance: each answer is looked for (a whole word,
   case-insensitive) in everything but its own needles; a sample that has one is drawn again
   with the next attempt's seed, and after ATTEMPTS a ValueError says so (RULER does not check).
-- qa is not built: no local source holds documents with answers inside them (TruthfulQA's
-  answers are the question's only text, so a "document" would be the answer itself).
+- Decoding stops after the tokens the cell's longest expected answer needs (`decode_budget`:
+  the answers written as the answer prefix continues, in the model's tokens, plus a quarter
+  and at least 4 more), at most RULER's tokens_to_generate, which still sizes the prompt. An
+  answer the model writes only after a longer preamble is missed where RULER's budget would
+  find it; the budget sits in every row (max_new_tokens).
+- qa's documents are TruthfulQA's (the data directory), where RULER uses SQuAD and HotpotQA
+  (downloaded): an item's document is its correct answers, written as sentences; the
+  distractors are other items' documents. The expected strings are the item's correct answers
+  of at least 3 words that occur in no other item's document and not in the question (short
+  answers such as "No" occur everywhere); items with none are never asked. Scored by RULER's
+  string_match_part (1 where any expected string is in the output; lm-eval's port takes the
+  share found instead).
 """
 
 from __future__ import annotations
@@ -53,6 +63,13 @@ FWE = ("Read the following coded text and track the frequency of each coded word
        "Please ignore the dots '....'. What are the three most frequently appeared words in the "
        "above coded text?")
 FWE_PREFIX = " Answer: According to the coded text above, the three most frequently appeared words are:"
+QA = ("Answer the question based on the given documents. Only give me the answer and do not output "
+      "any other words.\n\nThe following are given documents.\n\n{context}\n\nAnswer the question "
+      "based on the given documents. Only give me the answer and do not output any other words."
+      "\n\nQuestion: {query}")
+QA_PREFIX = " Answer:"
+DOCUMENT = "Document {i}:\n{document}"
+QA_WORDS = 3  # an expected qa answer has at least this many words
 DEPTHS = np.round(np.linspace(0, 100, 40)).astype(int)  # RULER's needle depths, in percent
 ATTEMPTS = 20  # draws of a sample before an answer found in its haystack is an error
 
@@ -62,7 +79,7 @@ class Task:
     """One RULER task: how its needles and haystack are drawn, and how much it may generate."""
 
     name: str
-    family: str  # niah, vt, cwe, fwe
+    family: str  # niah, vt, cwe, fwe, qa
     new_tokens: int  # RULER's tokens_to_generate
     haystack: str = ""  # niah: noise (RULER's "repeat"), essay or needle
     keys: int = 1  # niah: needles with distinct keys (num_needle_k)
@@ -71,6 +88,7 @@ class Task:
     key_type: str = "words"
     value_type: str = "numbers"
     min_length: int = 256  # shorter lengths are refused when the options are checked
+    match: str = "all"  # RULER's string_match_all, or "part" (any expected string)
 
 
 TASKS: dict[str, Task] = {t.name: t for t in (
@@ -85,17 +103,42 @@ TASKS: dict[str, Task] = {t.name: t for t in (
     Task("vt", "vt", 30, min_length=256),
     Task("cwe", "cwe", 120, min_length=1024),
     Task("fwe", "fwe", 50, min_length=512),
+    Task("qa", "qa", 32, min_length=512, match="part"),
 )}
 VT_HOPS, VT_CHAINS = 4, 2  # RULER's num_hops; its chains plus one distractor chain
 
 
 @dataclass(frozen=True)
+class QAItem:
+    """One qa item: its question, its document, and the answers it may be asked for."""
+
+    question: str
+    document: str  # its correct answers, as sentences
+    answers: tuple[str, ...]  # its own: in its document, in no other, not in its question
+
+
+def qa_items(questions: list[str], correct: list[list[str]]) -> tuple[QAItem, ...]:
+    """Question-answering items from questions and their correct answers (module docstring)."""
+    docs = [" ".join(a.strip().rstrip(".") + "." for a in answers if a.strip()) for answers in correct]
+    lowered = [d.lower() for d in docs]
+    items = []
+    for q, answers, doc in zip(questions, correct, docs, strict=True):
+        own = [a.strip().rstrip(".") for a in answers if len(a.split()) >= QA_WORDS]
+        own = [a for a in dict.fromkeys(own) if not found_in(a, q)
+               and sum(a.lower() in d for d in lowered) == 1]
+        items.append(QAItem(q, doc, tuple(own)))
+    return tuple(items)
+
+
+@dataclass(frozen=True)
 class Haystack:
-    """The essay haystack: its sentences, in order, and its vocabulary (keys, cwe's words)."""
+    """The essay haystack: its sentences, in order, and its vocabulary (keys, cwe's words);
+    with the qa items where qa is asked for."""
 
     name: str
     sentences: tuple[str, ...]
     words: tuple[str, ...]  # lowercase alphabetic words of 4 to 10 letters, sorted
+    qa: tuple[QAItem, ...] = ()
 
 
 def haystack_of(texts: list[str], name: str) -> Haystack:
@@ -257,6 +300,21 @@ def _fwe(length: int, seed_rng, hay: Haystack, size: int) -> Drawn:
     return Drawn(text, tuple(vocab[1:4]), rest)
 
 
+def _qa(seed_rng, hay: Haystack, size: int) -> Drawn:
+    rng = seed_rng()
+    asked = [i for i, item in enumerate(hay.qa) if item.answers]
+    gold = asked[int(rng.integers(len(asked)))]
+    others = [int(i) for i in rng.permutation(len(hay.qa)) if i != gold][:size]
+    at = int(rng.integers(len(others) + 1))
+    docs = [hay.qa[i].document for i in others]
+    docs.insert(at, hay.qa[gold].document)
+    context = "\n\n".join(DOCUMENT.format(i=i + 1, document=d) for i, d in enumerate(docs))
+    question = hay.qa[gold].question
+    text = QA.format(context=context, query=question) + QA_PREFIX
+    rest = "\n".join([question, *(hay.qa[i].document for i in others)])
+    return Drawn(text, hay.qa[gold].answers, rest, at / max(len(others), 1))
+
+
 def draw(task: str, seed: int, length: int, index: int, attempt: int, hay: Haystack, size: int) -> Drawn:
     """One sample's text and answers with `size` haystack units (pure: the same for the same
     arguments)."""
@@ -269,6 +327,8 @@ def draw(task: str, seed: int, length: int, index: int, attempt: int, hay: Hayst
         return _niah(t, seeded, hay, size)
     if t.family == "vt":
         return _vt(t, seeded, hay, size)
+    if t.family == "qa":
+        return _qa(seeded, hay, size)
     return (_cwe if t.family == "cwe" else _fwe)(length, seeded, hay, size)
 
 
@@ -284,7 +344,11 @@ def fit(tokenizer, task: str, seed: int, length: int, index: int, hay: Haystack)
     ATTEMPTS."""
     t = TASKS[task]
     budget = length - t.new_tokens
-    smallest = {"niah": 2, "vt": 2, "cwe": 0, "fwe": 200}[t.family]  # haystack units at least
+    smallest = {"niah": 2, "vt": 2, "cwe": 0, "fwe": 200, "qa": 0}[t.family]  # haystack units at least
+    most = len(hay.qa) - 1 if t.family == "qa" else None  # qa: every other item's document
+    if t.family == "qa" and not any(item.answers for item in hay.qa):
+        raise ValueError(f"qa needs question-answering items (TruthfulQA in the data directory); "
+                         f"{hay.name} has none with an answer of its own")
     for attempt in range(ATTEMPTS):
         def tokens(size, attempt=attempt):
             drawn = draw(task, seed, length, index, attempt, hay, size)
@@ -293,10 +357,12 @@ def fit(tokenizer, task: str, seed: int, length: int, index: int, hay: Haystack)
         drawn, ids = tokens(smallest)
         if len(ids) > budget:
             return None
-        low, high = smallest, max(smallest, 1)
-        while len(tokens(high * 2)[1]) <= budget:  # then the largest size that fits
-            low, high = high * 2, high * 2
-        high *= 2
+        low, high = smallest, max(smallest, 1) * 2
+        while len(tokens(high)[1]) <= budget:  # then the largest size that fits
+            if high == most:
+                raise ValueError(f"{task} at {length} tokens: all {most + 1} documents take "
+                                 f"fewer tokens; give shorter lengths")
+            low, high = high, high * 2 if most is None else min(high * 2, most)
         while low < high - 1:
             mid = (low + high) // 2
             low, high = (mid, high) if len(tokens(mid)[1]) <= budget else (low, mid)
@@ -308,7 +374,29 @@ def fit(tokenizer, task: str, seed: int, length: int, index: int, hay: Haystack)
                      f"in each of {ATTEMPTS} draws; give another --haystack")
 
 
-def score(output: str, answers: tuple[str, ...]) -> float:
-    """RULER's string_match_all: the share of the answers found in the output (case-insensitive)."""
+def expected_text(task: str, answers: tuple[str, ...]) -> str:
+    """The answers as the answer prefix continues: numbered (cwe), spaced (vt, whose prefix
+    ends in a space), the longest (qa) or listed with a full stop (niah, fwe)."""
+    family = TASKS[task].family
+    if family == "cwe":
+        return " " + " ".join(f"{i + 1}. {w}" for i, w in enumerate(answers))
+    if family == "qa":  # any one of them is right: the longest
+        return " " + max(answers, key=len) + "."
+    return " ".join(answers) if family == "vt" else " " + ", ".join(answers) + "."
+
+
+def decode_budget(tokenizer, samples: list[Sample]) -> int:
+    """New tokens to decode for a cell's samples: the longest expected answer's tokens plus a
+    quarter (at least 4), at most RULER's tokens_to_generate (module docstring)."""
+    t = TASKS[samples[0].task]
+    need = max(len(tokenizer(expected_text(s.task, s.answers), add_special_tokens=False)["input_ids"])
+               for s in samples)
+    return min(t.new_tokens, need + max(4, need // 4))
+
+
+def score(output: str, answers: tuple[str, ...], match: str = "all") -> float:
+    """RULER's string_match_all: the share of the answers found in the output (case-insensitive);
+    string_match_part (`match` "part", qa): 1 where any of them is found, else 0."""
     out = output.lower()
-    return sum(a.lower() in out for a in answers) / len(answers)
+    found = [a.lower() in out for a in answers]
+    return float(any(found)) if match == "part" else sum(found) / len(answers)

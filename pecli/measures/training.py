@@ -242,6 +242,9 @@ def over_seeds(by_seed, keys: list[str], texts_of=None):
         else:
             (low, high), method = seed_interval(group["value"]), SEED_METHOD
         row = group.iloc[0].to_dict()
+        for col in ("perplexity", "nll_mean"):  # per-seed statistics: their mean, never seed 0's
+            if col in group:
+                row[col] = float(group[col].mean()) if col == "nll_mean" else float(group["value"].mean())
         row.update(value=float(group["value"].mean()), ci_low=low, ci_high=high,
                    interval=method if low == low else "", seeds=int(group["seed"].nunique()),
                    seed=int(group["seed"].min()), seed_list=",".join(map(str, group["seed"])),

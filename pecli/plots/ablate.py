@@ -30,7 +30,7 @@ def cosine_by_layer(main: pd.DataFrame, path: Path) -> Path:
             ax.plot(base["layer"], base["value"], color="0.45", ls=ls, lw=1.2, label=label)
     ax.axhline(1.0, color="grey", lw=0.8, ls=":", label="1 = unchanged")
     layers = sorted(sel["layer"].unique())
-    ax.set_xticks(layers)
+    ax.set_xticks(layers if len(layers) <= 13 else layers[::max(1, -(-len(layers) // 12))])  # readable at column width
     ax.set_xlabel("layer (0 = embedding output)")
     ax.set_ylabel("cosine similarity of hidden states")
     ax.set_title(title(main, "mean hidden-state cosine with vs without the model's positions, per layer"),

@@ -22,7 +22,7 @@ import pandas as pd
 from matplotlib.ticker import MaxNLocator
 
 from pecli.plots.length import condition_label, short_name
-from pecli.plots.style import WIDTH, save
+from pecli.plots.style import WIDTH, color_of, first_or_all, save
 
 CONDITION = ["model", "intervention", "mask", "mask_semantics", "rope_scaling"]
 
@@ -38,7 +38,7 @@ def heads(df: pd.DataFrame, path: Path) -> Path | None:
     df = df[df["scope"] == "head"]
     if df.empty:
         return None
-    groups = list(_groups(df))
+    groups, shown = first_or_all(list(_groups(df)))
     metrics = [("first_token_mass", "first-token mass (sink: > eps)", "viridis"),
                ("mean_distance", "mean distance (tokens)", "magma"),
                ("entropy", "entropy (nats)", "cividis")]
@@ -66,8 +66,8 @@ def heads(df: pd.DataFrame, path: Path) -> Path | None:
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     r = df.iloc[0]
-    fig.suptitle(f"Attention per layer and head ({r['rows']} texts of {r['length']} tokens, {r['dataset']})",
-                 fontsize=10)
+    fig.suptitle(f"Attention per layer and head ({r['rows']} texts of {r['length']} tokens, {r['dataset']})"
+                 f"{shown}", fontsize=10 if not shown else 8)
     return save(fig, path)
 
 
@@ -109,26 +109,42 @@ def entropy(df: pd.DataFrame, path: Path) -> Path | None:
     return save(fig, path)
 
 
+MODEL_MARKERS = "osD^vP*X"
+
+
 def distance(df: pd.DataFrame, path: Path) -> Path | None:
+    """Attention mass per distance bin (mean over layers, heads and queries): decoders and
+    encoders in panels of their own, one colour per condition (as in every figure), one marker
+    per model. The bins double in width (0, 1, 2-3, 4-7, ...): the axis is log2 of distance,
+    and the mass is per bin, not per token of distance."""
     df = df[df["head"] == -1]
     if df.empty:
         return None
-    fig, ax = plt.subplots(figsize=(WIDTH, 3.6), constrained_layout=True)
-    names = []
-    groups = list(_groups(df))
-    width = 0.8 / len(groups)
-    for g, (name, rows) in enumerate(groups):
-        prof = rows.groupby(["distance_low", "distance_high"], sort=True)["value"].mean().reset_index()
-        x = np.arange(len(prof))
-        ax.bar(x + g * width - 0.4 + width / 2, prof["value"], width,
-               color=plt.get_cmap("tab10")(g % 10), label=name)
-        names = [f"{lo}" if hi - lo == 1 else f"{lo}-{hi - 1}" for lo, hi in
-                 zip(prof["distance_low"], prof["distance_high"], strict=True)]
-    ax.set_xticks(np.arange(len(names)), names, rotation=45, fontsize=7)
-    ax.set_xlabel("distance |query - key| (tokens)")
-    ax.set_ylabel("attention mass (mean over layers, heads, queries)")
-    ax.set_title("Attention-distance profile", fontsize=10)
-    ax.legend(fontsize=7)
+    kinds = [(c, "decoders (causal)" if c else "encoders") for c in (True, False)
+             if (df["causal"].astype(bool) == c).any()]
+    fig, axes = plt.subplots(1, len(kinds), figsize=(WIDTH * (0.75 + 0.45 * len(kinds)), 3.8),
+                             squeeze=False, constrained_layout=True, sharey=True)
+    models = list(dict.fromkeys(df["model"]))
+    for ax, (causal, title) in zip(axes[0], kinds, strict=True):
+        names, seen = [], {}
+        for name, rows in _groups(df[df["causal"].astype(bool) == causal]):
+            prof = rows.groupby(["distance_low", "distance_high"], sort=True)["value"].mean().reset_index()
+            r = rows.iloc[0]
+            color = color_of(condition_label(r))
+            style = ("-", "--", ":", "-.")[seen.get((r["model"], color), 0) % 4]  # two conditions, one colour
+            seen[(r["model"], color)] = seen.get((r["model"], color), 0) + 1
+            ax.plot(np.arange(len(prof)), prof["value"], marker=MODEL_MARKERS[models.index(r["model"]) % 8],
+                    ms=4, lw=1.2, ls=style, color=color, label=name)
+            bins = [f"{lo}" if hi - lo == 1 else f"{lo}-{hi - 1}" for lo, hi in
+                    zip(prof["distance_low"], prof["distance_high"], strict=True)]
+            names = bins if len(bins) > len(names) else names
+        ax.set_xticks(np.arange(len(names)), names, rotation=45, fontsize=7)
+        ax.set_xlabel("distance |query - key| (tokens; bins double in width: log2 scale)", fontsize=8)
+        ax.set_title(title, fontsize=9)
+        ax.legend(fontsize=6, title="colour: condition; marker: model", title_fontsize=6)
+        ax.grid(alpha=0.3)
+    axes[0, 0].set_ylabel("attention mass in the bin\n(mean over layers, heads, queries)", fontsize=8)
+    fig.suptitle("Attention-distance profile", fontsize=10)
     return save(fig, path)
 
 
@@ -158,7 +174,7 @@ def _pick(values, k: int = 4) -> list:
 def positional(df: pd.DataFrame, path: Path) -> Path | None:
     if df.empty:
         return None
-    groups = list(_groups(df))
+    groups, shown = first_or_all(list(_groups(df)))
     cols = max(len(_pick(rows["layer"].unique())) for _, rows in groups)
     fig, axes = plt.subplots(len(groups), cols, figsize=(2.4 * cols + 0.8, 2.4 * len(groups) + 0.5),
                              squeeze=False, constrained_layout=True)
@@ -181,7 +197,7 @@ def positional(df: pd.DataFrame, path: Path) -> Path | None:
             ax.set_xlabel("PC1", fontsize=7)
         fig.colorbar(sc, ax=axes[i, len(pick) - 1], label="position", shrink=0.85)
     fig.suptitle("Positional vectors (Dong et al.): first two principal components "
-                 "(explained variance)", fontsize=9)
+                 f"(explained variance){shown.replace(' (', chr(10) + '(')}", fontsize=9)
     return save(fig, path)
 
 
@@ -189,7 +205,7 @@ def norms(positions: pd.DataFrame, probe: pd.DataFrame | None, path: Path) -> Pa
     df = positions[positions["metric"] == "hidden_norm"]
     if df.empty:
         return None
-    groups = list(_groups(df))
+    groups, shown = first_or_all(list(_groups(df)))
     fig, axes = plt.subplots(len(groups), 2, figsize=(WIDTH * 1.4, 2.8 * len(groups) + 0.5),
                              squeeze=False, constrained_layout=True)
     for i, (name, rows) in enumerate(groups):
@@ -228,7 +244,7 @@ def norms(positions: pd.DataFrame, probe: pd.DataFrame | None, path: Path) -> Pa
             ax.legend(fontsize=6)
         else:
             ax.set_visible(False)
-    fig.suptitle("Does position ride on the norm?", fontsize=10)
+    fig.suptitle(f"Does position ride on the norm?{shown}", fontsize=10 if not shown else 8)
     return save(fig, path)
 
 

@@ -28,7 +28,7 @@ def _lines(ax, rows: pd.DataFrame, label: str, color: str) -> None:
         at = at[~at["all_positions"]]
         x = (at["window_start"] + at["window_end"]) / 2
         main = length == longest
-        ax.plot(x, at["nll_mean"], "-o" if main else ":", color=color, ms=3, lw=1.6 if main else 0.9,
+        ax.plot(x, np.log(at["value"]), "-o" if main else ":", color=color, ms=3, lw=1.6 if main else 0.9,
                 alpha=1 if main else 0.6, label=label if main else None)
         if at["ci_low"].notna().any():  # every window length its band, the shorter ones fainter
             ax.fill_between(x, np.log(at["ci_low"]), np.log(at["ci_high"]), color=color,
@@ -51,13 +51,23 @@ def _context(ax, part: pd.DataFrame) -> None:
                         textcoords="offset points", fontsize=7, color="0.3")
 
 
-def _finish(ax, title: str, shorter: bool = False, legend: bool = True) -> None:
+WINDOWS_BAND = "band: 95 % bootstrap over windows (none from fewer than 10)"
+
+
+def band_label(df: pd.DataFrame) -> str:
+    """What the band is: the table's own `interval` (train lm's: a Student t over training
+    seeds), else the bootstrap over windows that `pecli length` computes."""
+    said = df["interval"].dropna().astype(str) if "interval" in df else pd.Series(dtype=str)
+    said = said[said != ""]
+    return f"band: {said.iloc[0]}" if len(said) else WINDOWS_BAND
+
+
+def _finish(ax, title: str, shorter: bool = False, legend: bool = True, band: str = WINDOWS_BAND) -> None:
     if shorter:  # what the dotted lines are, in the legend itself
         ax.plot([], [], ":", color="0.35", lw=0.9, label="dotted: a shorter window (fainter band)")
-    ax.fill_between([], [], [], color="0.5", alpha=0.15, lw=0,
-                    label="band: 95 % bootstrap over windows (none from fewer than 10)")
+    ax.fill_between([], [], [], color="0.5", alpha=0.15, lw=0, label=band)
     ax.set_xlabel("position in the window (tokens; bucket midpoints)")
-    ax.set_ylabel("mean NLL (nats)")
+    ax.set_ylabel("log of the mean perplexity (nats)" if band != WINDOWS_BAND else "mean NLL (nats)")
     ax.set_title(title, fontsize=9)
     if legend:
         ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, frameon=False)
@@ -70,7 +80,8 @@ def _panel(ax, part: pd.DataFrame, title: str | None = None, legend: bool = True
     for condition, rows in part.groupby("condition", sort=False):
         _lines(ax, rows, condition, color_of(condition))
     _context(ax, part)
-    _finish(ax, title or short_name(part["model"].iloc[0]), part["length"].nunique() > 1, legend)
+    _finish(ax, title or short_name(part["model"].iloc[0]), part["length"].nunique() > 1, legend,
+            band_label(part))
 
 
 def detail_limits(df: pd.DataFrame) -> tuple[float, float] | None:
@@ -94,7 +105,8 @@ def _overlay(ax, df: pd.DataFrame) -> None:
     for model, rows in df.groupby("model", sort=False):
         _lines(ax, rows, short_name(model), color_of(short_name(model)))
     _context(ax, df)
-    _finish(ax, f"{condition_label(df.iloc[0])}, one line per model", df["length"].nunique() > 1)
+    _finish(ax, f"{condition_label(df.iloc[0])}, one line per model", df["length"].nunique() > 1,
+            band=band_label(df))
 
 
 def nll_by_position(df: pd.DataFrame, path: Path) -> Path:

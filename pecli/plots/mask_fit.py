@@ -1,5 +1,5 @@
 """`pecli mask fit` figures: the fitted curve beside ALiBi and the study's linear mask, and
-held-out perplexity per condition with the gap each closes (pandas + matplotlib only)."""
+held-out perplexity per condition and the share of the gap each closes (pandas + matplotlib only)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.ticker import ScalarFormatter
 
 from pecli.plots.style import WIDTH, color_of, drawn, save
 
@@ -49,36 +50,50 @@ def curve(df: pd.DataFrame, path: Path) -> Path:
 
 
 def perplexities(df: pd.DataFrame, path: Path) -> Path:
-    """Held-out corpus perplexity per condition (log axis, bootstrap bars), one panel per
-    evaluation set, each bar labelled with the gap it closes."""
+    """Per evaluation set, two panels: held-out corpus perplexity per condition (points with
+    their bootstrap interval over texts, log axis), and below it the share of the gap in log
+    perplexity each condition closes with its paired interval (linear axis: 0 is no positions,
+    1 the intact model)."""
     sets = list(dict.fromkeys(zip(df["dataset"], df["split"], strict=True)))
-    fig, axes = plt.subplots(1, len(sets), figsize=(WIDTH * len(sets) / 1.3, 4.6), squeeze=False,
-                             layout="constrained")
-    for ax, (dataset, split) in zip(axes[0], sets, strict=True):
+    fig, axes = plt.subplots(2, len(sets), figsize=(WIDTH * len(sets) / 1.3, 6.2), squeeze=False,
+                             layout="constrained", sharex="col", height_ratios=(1, 1))
+    for k, (dataset, split) in enumerate(sets):
+        top, low = axes[0, k], axes[1, k]
         part = df[(df["dataset"] == dataset) & (df["split"] == split)].reset_index(drop=True)
-        y = part["value"].to_numpy(float)
-        err = np.vstack([y - part["ci_low"].to_numpy(float), part["ci_high"].to_numpy(float) - y])
+        x = np.arange(len(part))
         colors = [color_of("intact") if c == "intact" else color_of("zero") if c == "no positions"
                   else color_of(c.split(" ")[0]) for c in part["condition"]]
-        ax.bar(range(len(part)), y, color=colors, alpha=0.8)
-        ax.errorbar(range(len(part)), y, yerr=np.nan_to_num(np.clip(err, 0, None)), fmt="none",
-                    color="black", capsize=2, lw=1)
         by = part.set_index("condition")["value"]
         gap = by.get("no positions", np.nan) > by.get("intact", np.nan)  # else nothing to close
         for i, row in part.iterrows():
-            if row["condition"] not in ("intact", "no positions"):
-                ax.text(i, 0.02, f"{row['gap_closed']:+.0%}" if gap else "no gap", ha="center", va="bottom", fontsize=7,
-                        rotation=90, transform=ax.get_xaxis_transform(),
-                        bbox={"facecolor": "white", "alpha": 0.8, "lw": 0, "pad": 1})
-        ax.set_yscale("log")
-        ax.set_xticks(range(len(part)), part["condition"], rotation=40, ha="right", fontsize=7)
-        ax.set_title(f"{dataset}/{split}, {int(part['texts'].iloc[0])} held-out texts", fontsize=9)
-        ax.set_ylabel("corpus perplexity (log axis)")
-        ax.grid(axis="y", alpha=0.3)
+            _point(top, i, row["value"], row["ci_low"], row["ci_high"], colors[i])
+            if gap and row["condition"] not in ("intact", "no positions"):
+                _point(low, i, row["gap_closed"], row["gap_ci_low"], row["gap_ci_high"], colors[i])
+        top.set_yscale("log")
+        top.yaxis.set_major_formatter(ScalarFormatter())
+        top.yaxis.set_minor_formatter(ScalarFormatter())
+        top.tick_params(axis="y", which="minor", labelsize=7)
+        top.set_ylabel("corpus perplexity (log axis)")
+        top.set_title(f"{dataset}/{split}, {int(part['texts'].iloc[0])} held-out texts", fontsize=9)
+        for level in (0, 1):
+            low.axhline(level, color="0.4", ls="--", lw=0.8)
+        if not gap:
+            low.text(0.5, 0.5, "no gap to close: no positions is not worse than intact",
+                     ha="center", va="center", fontsize=8, transform=low.transAxes)
+        low.set_ylabel("share of the gap closed, linear axis\n(0 = no positions, 1 = intact)")
+        low.set_xticks(x, part["condition"], rotation=40, ha="right", fontsize=7)
+        for ax in (top, low):
+            ax.grid(axis="y", alpha=0.3)
     fig.suptitle(f"{df['model'].iloc[0]} without positions: held-out perplexity by mask\n"
-                 "bars: 95 % bootstrap interval over texts; label at the foot: share of the gap "
-                 "closed, (zero - x) / (zero - intact) in log perplexity", fontsize=9)
+                 "points: value with its 95 % bootstrap interval over texts (the gap closed: "
+                 "paired, the same texts for every condition)", fontsize=9)
     return save(fig, path)
+
+
+def _point(ax, x: float, y: float, low: float, high: float, color) -> None:
+    ax.plot([x], [y], "o", color=color, ms=5)
+    if low == low and high == high:
+        ax.plot([x, x], [low, high], color=color, lw=1.6)
 
 
 def figures(csv_paths: dict[str, Path], fig_dir: Path) -> list[Path]:

@@ -118,6 +118,10 @@ def aggregation_figure(df: pd.DataFrame, path: Path) -> Path:
     handles = max((a.get_legend_handles_labels() for a in fig.axes), key=lambda hl: len(hl[1]))
     fig.legend(*handles, loc="outside lower center", ncol=min(len(handles[1]), 4), fontsize=8,
                title=interval_note(df) or None, title_fontsize=8)
+    for ax in fig.axes:  # a linear axis cut above 0 magnifies small differences: say so
+        low = ax.get_ylim()[0]
+        if ax.get_yscale() == "linear" and low > 0:
+            ax.set_title(f"{ax.get_title()}\n(y axis from {low:,.4g}, not 0)", fontsize=ax.title.get_fontsize())
     tokens = int(df["tokens"].iloc[0])
     masked = ", graded masks" if (df["mask"].astype(str) != "default").any() else ""
     fig.suptitle(title(df, f"perplexity with and without positions{masked} "

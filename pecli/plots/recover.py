@@ -14,6 +14,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from pecli.plots.pe import folds_label  # noqa: E402
 from pecli.plots.style import color_of, drawn, save  # noqa: E402
@@ -29,7 +30,8 @@ def _width(n: int) -> float:
 
 
 def _panels(n: int, height: float = 3.8):
-    fig, axes = plt.subplots(1, n, figsize=(_width(n), height), squeeze=False, sharey=True)
+    fig, axes = plt.subplots(1, n, figsize=(_width(n), height), squeeze=False, sharey=True,
+                             layout="constrained")  # titles of two lines clear of the suptitle
     return fig, axes[0]
 
 
@@ -85,10 +87,11 @@ def hidden_probe(df: pd.DataFrame, out: Path) -> Path:
         ax.axhline(chance["value"].max(), color="0.5", lw=0.8, ls="--",
                    label="chance (most frequent class)")
         first = rows.iloc[0]
-        ax.set(title=f"{_model_title(rows)}: {first['rows']} {first['dataset']} texts, "
+        ax.set(title=f"{_model_title(rows)}\n{first['rows']} {first['dataset']} texts, "
                      f"top {first['classes']} tokens ({first['probe_rows']} rows)",
                xlabel="layer (0 = embedding output)", ylim=(0, 1.03))
         ax.title.set_fontsize(9)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # layers are whole
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("held-out token accuracy (linear probe)")
     axes[-1].legend(loc="lower left", fontsize=8, title="bars: 95 % bootstrap over texts",

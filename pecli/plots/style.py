@@ -144,16 +144,20 @@ from pecli.runs.names import FIGURE_FORMATS as FORMATS  # noqa: E402, F401 (what
 from pecli.runs.names import parse_formats  # noqa: E402
 
 # How figures are written: the innermost setting of each key wins (figure_output).
-_OUTPUT: list[dict] = [{"format": ("png",), "short_titles": False}]
+_OUTPUT: list[dict] = [{"format": ("png",), "short_titles": False, "all_panels": False}]
 
 
 @contextmanager
-def figure_output(format=None, short_titles: bool | None = None, *, default: bool = False):
+def figure_output(format=None, short_titles: bool | None = None, *, default: bool = False,
+                  all_panels: bool | None = None):
     """Within the block, `save` writes each of `format` (e.g. "png,pdf") and, if
-    `short_titles`, one-line titles. None leaves a setting as it is; `default=True` (a
-    preset's own keys) sets only what no enclosing block set (CLI > YAML > defaults)."""
+    `short_titles`, one-line titles; figures of many panels draw them all only if
+    `all_panels` (else the first condition's, which reads at a column's width). None leaves
+    a setting as it is; `default=True` (a preset's own keys) sets only what no enclosing
+    block set (CLI > YAML > defaults)."""
     given = {k: v for k, v in {"format": None if format is None else parse_formats(format),
-                               "short_titles": short_titles}.items() if v is not None}
+                               "short_titles": short_titles, "all_panels": all_panels}.items()
+             if v is not None}
     top = _OUTPUT[-1]
     set_before = top.get("_set", set())
     if default:
@@ -173,6 +177,19 @@ def formats() -> tuple[str, ...]:
 def short_titles() -> bool:
     """Whether `save` shortens titles now."""
     return _OUTPUT[-1]["short_titles"]
+
+
+def all_panels() -> bool:
+    """Whether a figure of a panel per model and condition draws every one (--all-panels)."""
+    return _OUTPUT[-1]["all_panels"]
+
+
+def first_or_all(groups: list) -> tuple[list, str]:
+    """The (title, rows) groups a many-panel figure draws: all under --all-panels, else the
+    first (a summary that reads at a column's width), with what the title says about it."""
+    if all_panels() or len(groups) <= 1:
+        return groups, ""
+    return groups[:1], f" (the first of {len(groups)} conditions; --all-panels draws every one)"
 
 
 def _titles(fig) -> list:

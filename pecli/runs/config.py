@@ -38,11 +38,19 @@ from pecli.runs.names import parse_formats
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 
-PRESET_KEYS = {"name", "description", "defaults", "choices", "experiments", "format", "short_titles"}
+PRESET_KEYS = {"name", "description", "defaults", "choices", "experiments", "format", "short_titles",
+               "findings"}
 ENTRY_KEYS = {"id", "experiment", "title", "options", "report", "study_notes", "appendix", "reference"}
 STUDY_COLUMN = "study (its model)"  # REPORT's reference column, unless an entry names its own
 LOCATION_OPTIONS = {"data_dir", "workers"}  # where / how, not what: excluded from keys and reports
 REPORT_KEYS = {"label", "study", "table", "where", "format"}
+FINDING_KEYS = {"question", "section", "text", "table", "where", "measure", "reference", "intact",
+                "unit", "weight", "interval", "against", "words", "format"}
+# The order REPORT's findings keep: the study's questions, then the field's
+QUESTIONS = ("E1", "E2", "E3", "Open question 1", "Open question 2", "Open question 3",
+             "Length", "Remedies", "Mechanism")
+MEASURES = ("value", "paired", "gap")  # a row's value; a paired difference; the share of a gap closed
+MAX_FINDINGS = 10
 ENTRY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # a folder name under --out
 
 
@@ -53,6 +61,33 @@ class ReportLine:
     where: dict
     study: float | str | None = None
     format: str = "{:.4f}"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One sentence at the top of REPORT.md, its words chosen by its interval
+    (pecli.measures.intervals.verdict) and its numbers read from its section's table.
+
+    measure: "value" (the one row of `table` matching `where`; `reference`, if given, another
+    row, quoted beside it), "paired" (per-unit rows, `where` against `reference`, aligned on
+    `unit`; a paired bootstrap over units, or a t interval where `interval` is "t"), "gap"
+    (the share of the log-perplexity gap between `reference`, no positions, and `intact` that
+    `where` closes, units resampled together). `weight`: a column of per-unit token counts
+    (the statistic is then a corpus perplexity, exp of the token-weighted mean log value)."""
+    question: str
+    section: str
+    text: str  # with {value}, {reference}, {tested}, {verdict}, {units}
+    table: str
+    where: dict
+    measure: str = "value"
+    reference: dict = field(default_factory=dict)
+    intact: dict = field(default_factory=dict)
+    unit: str = "text_id"
+    weight: str = ""
+    interval: str = "bootstrap"
+    against: float | None = None  # "value": what its interval is tested against (chance); else 0
+    words: tuple[str, str, str] = ("rises", "falls", "shows no detectable difference")
+    format: str = "{:.2f}"
 
 
 @dataclass(frozen=True)
@@ -129,6 +164,7 @@ class Preset:
     path: Path | None = None
     format: tuple[str, ...] | None = None  # figure formats (--format overrides)
     short_titles: bool | None = None  # one-line figure titles (--short-titles overrides)
+    findings: tuple[Finding, ...] = field(default=())
 
 
 def _check_keys(found: dict, allowed: set[str], where: str) -> None:
@@ -231,6 +267,35 @@ def _entry(item, where: str, seen: set, defaults: dict, overrides: dict, experim
                  item.get("reference", STUDY_COLUMN))
 
 
+def _findings(raw, where: str, ids: set[str]) -> tuple[Finding, ...]:
+    """The preset's findings, checked: known keys, a section it runs, a measure, the order of
+    QUESTIONS, at most MAX_FINDINGS, and words whose third says there is no detectable difference."""
+    if not isinstance(raw or [], list):
+        raise ConfigError(f"{where}: findings must be a list")
+    out, last = [], 0
+    for i, item in enumerate(raw or []):
+        at = f"{where}: findings[{i}]"
+        item = _mapping(item, at)
+        _check_keys(item, FINDING_KEYS, at)
+        if not {"question", "section", "text", "table", "where"} <= set(item):
+            raise ConfigError(f"{at}: a finding needs question, section, text, table and where")
+        if item["section"] not in ids:
+            raise ConfigError(f"{at}: no section {item['section']!r} in this preset")
+        if item["question"] not in QUESTIONS or QUESTIONS.index(item["question"]) < last:
+            raise ConfigError(f"{at}: question {item['question']!r} must be one of "
+                              f"{', '.join(QUESTIONS)}, in that order")
+        last = QUESTIONS.index(item["question"])
+        if item.get("measure", "value") not in MEASURES:
+            raise ConfigError(f"{at}: measure must be one of {', '.join(MEASURES)}")
+        words = tuple(item.get("words", Finding.words))
+        if len(words) != 3 or "no detectable difference" not in words[2]:
+            raise ConfigError(f"{at}: words are [up, down, none], none saying 'no detectable difference'")
+        out.append(Finding(**{**item, "words": words}))
+    if len(out) > MAX_FINDINGS:
+        raise ConfigError(f"{where}: {len(out)} findings; at most {MAX_FINDINGS}")
+    return tuple(out)
+
+
 def load_preset(name_or_path: str, overrides: dict | None = None, *, experiments) -> Preset:
     """Load and validate a preset by name (configs/<name>.yaml) or path.
 
@@ -261,4 +326,5 @@ def load_preset(name_or_path: str, overrides: dict | None = None, *, experiments
     except ConfigError as err:
         raise ConfigError(f"{path.name}: {err}") from None
     return Preset(raw.get("name", path.stem), raw.get("description", ""), tuple(entries),
-                  tuple(raw.get("choices") or ()), path, formats, raw.get("short_titles"))
+                  tuple(raw.get("choices") or ()), path, formats, raw.get("short_titles"),
+                  _findings(raw.get("findings"), path.name, seen))

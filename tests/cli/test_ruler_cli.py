@@ -30,7 +30,7 @@ def test_ruler_writes_tables_samples_and_figure_under_every_kind_of_condition(
 
 
 @pytest.mark.parametrize("args, words", [
-    (["llama", "--tasks", "qa"], "not a RULER task"),
+    (["llama", "--tasks", "qb"], "not a RULER task"),
     (["llama", "--tasks", "cwe", "--lengths", "512"], "give at least 1024"),
     (["random:gpt2", "--rope-scaling", "linear:2", "--lengths", "512", "--tasks", "vt"],
      "rope-scaling applies to rotary"),

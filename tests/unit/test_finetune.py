@@ -88,3 +88,18 @@ def test_intervals_over_seeds_are_student_t():
     assert math.isnan(seed_interval([0.5])[1])
     assert steps_to_within([(0, 300.0), (10, 120.0), (20, 108.0), (30, 100.0)], 110.0) == 20.0
     assert math.isnan(steps_to_within([(0, 300.0)], 110.0))
+
+
+def test_over_seeds_gives_the_seeds_mean_in_every_per_seed_statistic():
+    """train lm's length.csv held seed 0's `perplexity` beside the seeds' mean `value` (issue 44)."""
+    import numpy as np
+    import pandas as pd
+
+    from pecli.measures.training import over_seeds
+
+    by_seed = pd.DataFrame({"model": "m", "seed": [0, 1, 2], "value": [18.0, 17.0, 16.0],
+                            "perplexity": [18.0, 17.0, 16.0], "nll_mean": np.log([18.0, 17.0, 16.0]),
+                            "model_revision": "r"})
+    row = over_seeds(by_seed, ["model"]).iloc[0]
+    assert row["value"] == row["perplexity"] == 17.0
+    assert row["nll_mean"] == pytest.approx(np.log([18.0, 17.0, 16.0]).mean(), rel=1e-12)

@@ -228,3 +228,26 @@ def test_trials_of_a_cell_are_independent_draws_that_share_only_the_template(tin
     trials = [pk.fit(tok, x.k, 96, x.depth, x.filler, x.offset) for x in got[:4]]
     bodies = {t.text.replace(str(t.k), "K") for t in trials}
     assert len(bodies) == 4 and all(len(t.ids) <= 96 for t in trials)  # not only the key differs
+
+
+def test_passkey_accuracy_rows_carry_the_paired_difference_from_intact():
+    """Each condition's accuracy minus the intact model's on the same trials (same depth and
+    trial index: the same key and filler), the bootstrap drawing the pairs together."""
+    import numpy as np
+
+    from pecli.experiments.passkey import _accuracy
+    from pecli.measures.intervals import paired_difference
+
+    rng = np.random.default_rng(3)
+    right = {"intact": rng.random(24) < 0.3, "rerope:2048": rng.random(24) < 0.9}
+    trials = [{"model": "m", "intervention": c, "rope_scaling": "none", "length": 64, "depth": d,
+               "trial": k, "value": float(right[c][i]), "note": "", "tokens": 64, "metric": "correct"}
+              for c in right for i, (d, k) in enumerate((d, k) for d in (0.0, 0.5, 1.0) for k in range(8))]
+    rows = pd.DataFrame(_accuracy(trials)).set_index(["intervention", "depth"])
+    assert rows.loc[("intact", "all"), ["diff_vs_intact", "diff_ci_low"]].isna().all()
+    got = rows.loc[("rerope:2048", "all")]
+    want = paired_difference(right["rerope:2048"].astype(float), right["intact"].astype(float))
+    assert got["diff_vs_intact"] == pytest.approx(right["rerope:2048"].mean() - right["intact"].mean())
+    assert (got["diff_vs_intact"], got["diff_ci_low"], got["diff_ci_high"]) == pytest.approx(want)
+    at = rows.loc[("rerope:2048", 0.5)]  # one depth: its 8 pairs only
+    assert at["diff_vs_intact"] == pytest.approx(right["rerope:2048"][8:16].mean() - right["intact"][8:16].mean())

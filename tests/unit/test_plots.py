@@ -122,9 +122,13 @@ def test_perplexity_figure_headline_panels_points_and_log_only_where_needed(capt
     fig = captured[0]
     titles = [ax.get_title() for ax in fig.axes]
     assert sum("corpus perplexity (headline)" in t for t in titles) == 2  # one per protocol
-    scales = {ax.get_title(): ax.get_yscale() for ax in fig.axes}
+    scales = {ax.get_title().split("\n")[0]: ax.get_yscale() for ax in fig.axes}
     assert scales[perplexity.AGG_LABEL["mean_per_token"]] == "log"  # 100 .. 1e12
     assert scales["corpus perplexity (headline), study protocol"] == "linear"  # all near 100
+    for ax in fig.axes:  # a linear axis cut above 0 says so (issue 44 §4); a log one need not
+        low = ax.get_ylim()[0]
+        said = "not 0)" in ax.get_title()
+        assert said == (ax.get_yscale() == "linear" and low > 0), ax.get_title()
     for ax in fig.axes:
         assert not ax.patches  # no bars anywhere
         assert ax.get_xticklabels()[0].get_text() == "no mask"
@@ -244,3 +248,46 @@ def test_titles_name_a_file_by_its_name_and_count_in_words():
     rows = rows.assign(dataset="imdb", split="test", rows=20)
     assert style.title(rows, "cosine") == "cosine\nm, imdb/test, 20 texts"
     assert style.data_label(rows.iloc[0], "document") == "imdb/test, 20 documents"
+
+
+def test_attn_distance_keeps_encoders_and_decoders_apart_one_colour_per_condition(monkeypatch, tmp_path):
+    """attn_distance.png (issue 44 §4): lines, not bars; a panel for decoders and one for
+    encoders; each condition's colour the palette's, whatever the model."""
+    from pecli.plots import attn
+
+    figs = []
+    monkeypatch.setattr(attn, "save", lambda fig, path, dpi=150: figs.append(fig) or path)
+    rows = [{"model": m, "causal": causal, "intervention": iv, "mask": "default", "mask_semantics": "legacy",
+             "rope_scaling": "none", "head": -1, "layer": 0, "distance_low": lo, "distance_high": hi,
+             "value": 0.1 + 0.01 * lo}
+            for m, causal in (("smollm2", True), ("minilm", False))
+            for iv in ("intact", "zero") for lo, hi in ((0, 1), (1, 2), (2, 4))]
+    attn.distance(pd.DataFrame(rows), tmp_path / "d.png")
+    fig = figs[0]
+    assert [ax.get_title() for ax in fig.axes] == ["decoders (causal)", "encoders"]
+    for ax in fig.axes:
+        assert not ax.patches  # no bars
+        colours = {line.get_label().split(": ")[1]: mcolors.to_hex(line.get_color()) for line in ax.lines}
+        assert colours == {c: mcolors.to_hex(style.color_of(c)) for c in ("intact", "zero")}
+        assert "log2" in ax.get_xlabel()
+
+
+def test_attn_heads_draw_the_first_condition_unless_all_panels_are_asked_for(monkeypatch, tmp_path):
+    """attn_heads.png reads at a column's width: the first condition's panels, the title saying
+    how many there are; --all-panels (figure_output(all_panels=True)) draws every one."""
+    from pecli.plots import attn
+
+    figs = []
+    monkeypatch.setattr(attn, "save", lambda fig, path, dpi=150: figs.append(fig) or path)
+    rows = [{"model": "m", "intervention": iv, "mask": "default", "mask_semantics": "legacy",
+             "rope_scaling": "none", "scope": "head", "layer": layer, "head": head, "metric": metric,
+             "value": 0.5, "epsilon": 0.3, "rows": 4, "length": 8, "dataset": "imdb"}
+            for iv in ("intact", "zero") for layer in range(2) for head in range(2)
+            for metric in ("first_token_mass", "mean_distance", "entropy")]
+    attn.heads(pd.DataFrame(rows), tmp_path / "h.png")
+    with style.figure_output(all_panels=True):
+        attn.heads(pd.DataFrame(rows), tmp_path / "h.png")
+    summary, every = (len([ax for ax in f.axes if ax.get_label() != "<colorbar>"]) for f in figs)
+    assert (summary, every) == (3, 6)
+    assert "the first of 2 conditions; --all-panels" in figs[0]._suptitle.get_text()
+    assert "--all-panels" not in figs[1]._suptitle.get_text()

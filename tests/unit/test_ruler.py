@@ -16,11 +16,16 @@ SYLLABLES = [c + v for c in "bdfgklmnprstvz" for v in "aeiou"]
 
 
 def made_up():
-    """A haystack of 400 sentences of made-up words (no data directory needed)."""
+    """A haystack of 400 sentences of made-up words, and 200 qa items of made-up questions and
+    answers (no data directory needed)."""
+    from dataclasses import replace
+
     words = ["".join(p) for p in itertools.product(SYLLABLES[:40], SYLLABLES[:40])][:1600]
     rng = np.random.default_rng(0)
     text = " ".join(" ".join(rng.choice(words, 9)).capitalize() + "." for _ in range(400))
-    return R.haystack_of([text], "made-up")
+    questions = [" ".join(rng.choice(words, 6)).capitalize() + "?" for _ in range(200)]
+    answers = [[" ".join(rng.choice(words, n)) for n in (2, 4, 5)] for _ in range(200)]
+    return replace(R.haystack_of([text], "made-up"), qa=R.qa_items(questions, answers))
 
 
 @pytest.fixture(scope="module")
@@ -110,6 +115,59 @@ def test_an_answer_in_the_haystack_draws_again_or_refuses(tok, hay, monkeypatch)
         R.fit(tok, "niah_single_2", 0, 512, 0, hay)
 
 
+def test_qa_is_rulers_template_with_one_gold_document_among_other_items(tok, hay):
+    s = R.fit(tok, "qa", 0, 1024, 2, hay)
+    head = ("Answer the question based on the given documents. Only give me the answer and do not "
+            "output any other words.\n\nThe following are given documents.\n\n")
+    question = s.text.rsplit("\n\nQuestion: ", 1)[1].removesuffix(" Answer:")
+    assert s.text.startswith(head + "Document 1:\n") and s.text.endswith(" Answer:")
+    gold, = (item for item in hay.qa if item.question == question)
+    assert s.answers == gold.answers and s.answers
+    body = s.text[len(head):].split("\n\nAnswer the question based")[0].split("\n\n")
+    assert [d.split(":\n")[0] for d in body] == [f"Document {i + 1}" for i in range(len(body))]
+    docs = [d.split(":\n", 1)[1] for d in body]
+    assert docs.count(gold.document) == 1 and len(set(docs)) == len(docs) == s.size + 1
+    assert set(docs) <= {item.document for item in hay.qa}  # the distractors: other items
+    assert docs.index(gold.document) == round(s.depth * s.size)
+    others = [d for d in docs if d != gold.document]
+    assert not any(a.lower() in d.lower() for a in s.answers for d in [question, *others])
+
+
+def test_qa_on_truthfulqa_asks_most_items_and_never_finds_an_answer_among_distractors(tok, shared_data):
+    from pecli.data.datasets import load_data
+
+    frame = load_data("truthfulqa", data_dir_=shared_data).frame
+    items = R.qa_items(list(frame["question"]), list(frame["correct_answers"]))
+    assert len(items) == 817 and sum(bool(i.answers) for i in items) > 700
+    hay = R.Haystack("truthfulqa", (), (), items)
+    for i in range(3):
+        s = R.fit(tok, "qa", 0, 2048, i, hay)
+        others = s.text.split("Document ")[1:]
+        holding = [d for d in others if any(a.lower() in d.lower() for a in s.answers)]
+        assert len(holding) == 1 and s.size > 10  # the gold document alone, among many
+
+
+def test_qa_items_ask_only_answers_of_their_own():
+    items = R.qa_items(["Where is the red door?", "Who built it?"],
+                       [["No", "the red door", "It is far away", "behind the old mill"],
+                        ["It is far away", "Nobody built the thing"]])
+    assert items[0].answers == ("behind the old mill",)  # short, in the question, in another's
+    assert items[1].answers == ("Nobody built the thing",)
+    assert items[0].document == "No. the red door. It is far away. behind the old mill."
+
+
+def test_qa_score_is_rulers_string_match_part_literally():
+    def string_match_part(preds, refs):  # RULER's eval/synthetic/constants.py, as written there
+        return sum(max(1.0 if r.lower() in pred.lower() else 0.0 for r in ref)
+                   for pred, ref in zip(preds, refs, strict=True)) / len(preds)
+
+    cases = [("It is behind the Old Mill.", ("behind the old mill", "next to it")),
+             ("nothing", ("a b c",)), ("a b c and d e f", ("a b c", "d e f"))]
+    for out, answers in cases:
+        assert R.score(out, answers, "part") == string_match_part([out], [list(answers)])
+    assert R.score("a b c", ("a b c", "d e f"), "part") == 1.0 != R.score("a b c", ("a b c", "d e f"))
+
+
 def test_score_is_lm_evals_string_match_all():
     from lm_eval.tasks.ruler.common_utils import string_match_all
 
@@ -131,7 +189,7 @@ def test_intervals_are_wilson_or_bootstrap_and_never_zero_width():
 
 
 @pytest.mark.parametrize("values, words", [
-    ({"tasks": "niah_single_1,qa"}, "not a RULER task"),
+    ({"tasks": "niah_single_1,qb"}, "not a RULER task"),
     ({"tasks": "cwe", "lengths": "512"}, "give at least 1024"),
     ({"tasks": "vt", "lengths": "100"}, "shorter than vt's template"),
     ({"protocol": "study"}, "drop --protocol"),
@@ -156,6 +214,30 @@ def test_two_runs_give_identical_samples_and_answers(tiny, tmp_path, hay, monkey
     assert len(acc) == 2 and acc["samples"].eq(2).all() and (acc["ci_high"] > acc["ci_low"]).all()
 
 
+def test_decoding_stops_at_the_cells_budget_and_batches_give_one_by_ones_answers(tiny, hay):
+    """The budget covers every expected answer's tokens and no more than RULER's new tokens;
+    what it decodes is the start of what RULER's 128 tokens decode (greedy); a batch of N
+    equal-length prompts decodes what each decodes alone."""
+    from dataclasses import replace
+
+    from pecli.measures.passkey import decode
+
+    loaded = tiny("llama", max_position_embeddings=1024)
+    tok = loaded.tokenizer
+    samples = [R.fit(tok, "niah_single_2", 0, 512, i, hay) for i in range(4)]
+    budget = R.decode_budget(tok, samples)
+    need = max(len(tok(R.expected_text(s.task, s.answers), add_special_tokens=False)["input_ids"])
+               for s in samples)
+    assert need + 4 <= budget < R.TASKS["niah_single_2"].new_tokens
+    short, full = (decode(loaded, samples[:2], 1, new_tokens=n) for n in (budget, 128))
+    assert all(f.startswith(s) and len(tok(s, add_special_tokens=False)["input_ids"]) <= budget
+               for s, f in zip(short, full, strict=True)) and short != full
+    n = min(len(s.ids) for s in samples)
+    same = [replace(s, ids=s.ids[:n]) for s in samples]  # one token count: one batch
+    assert decode(loaded, same, 4, new_tokens=budget) == [decode(loaded, [s], 1, new_tokens=budget)[0]
+                                                           for s in same]
+
+
 def test_essay_refuses_a_missing_file(tmp_path):
     from pecli.runs.errors import DataError
 
@@ -163,9 +245,10 @@ def test_essay_refuses_a_missing_file(tmp_path):
         essay(str(tmp_path / "none.txt"))
 
 
-def test_the_lm_eval_route_gives_pecli_rulers_samples_outputs_and_scores(tiny, hay, monkeypatch):
-    """configs/lm_eval/ruler_vt.yaml through `pecli`'s lm-eval model: the same documents as
-    `pecli ruler` builds, the same greedy outputs and recalls."""
+@pytest.mark.parametrize("task, length", [("vt", 320), ("qa", 512)])
+def test_the_lm_eval_route_gives_pecli_rulers_samples_outputs_and_scores(tiny, hay, monkeypatch, task, length):
+    """configs/lm_eval/ruler_{vt,qa}.yaml through `pecli`'s lm-eval model: the same documents
+    as `pecli ruler` builds, the same budgets, greedy outputs and recalls."""
     lm_eval = pytest.importorskip("lm_eval", reason="lm-eval not installed (make setup)")
     from pathlib import Path
 
@@ -176,18 +259,19 @@ def test_the_lm_eval_route_gives_pecli_rulers_samples_outputs_and_scores(tiny, h
     loaded = tiny("llama", max_position_embeddings=512)
     monkeypatch.setattr("pecli.experiments.ruler.essay", lambda *a: hay)
     monkeypatch.setattr("pecli.models.loading.load_model", lambda *a, **k: loaded)
-    o = RulerOptions.build({"model": "tiny", "tasks": "vt", "lengths": "320", "samples": 2}, "test")
+    o = RulerOptions.build({"model": "tiny", "tasks": task, "lengths": str(length), "samples": 2}, "test")
     ours = run(o, loaded=loaded)["ruler_samples"]
-    meta = {"pretrained": "tiny", "ruler_tasks": "vt", "ruler_lengths": [320], "ruler_samples": 2}
+    meta = {"pretrained": "tiny", "ruler_tasks": task, "ruler_lengths": [length], "ruler_samples": 2}
     configs = Path(__file__).resolve().parents[2] / "configs" / "lm_eval"
     manager = TaskManager(include_path=str(configs), metadata=meta)
-    docs = list(manager.load_task_or_group(["ruler_vt"])["ruler_vt"].test_docs())
+    docs = list(manager.load_task_or_group([f"ruler_{task}"])[f"ruler_{task}"].test_docs())
     assert [d["prompt"] for d in docs] == list(ours["prompt"])
     lm = plugin.PecliLM(pretrained="tiny", loaded=loaded, batch_size=1)
     try:
-        out = lm_eval.simple_evaluate(model=lm, tasks=["ruler_vt"], task_manager=manager)
+        out = lm_eval.simple_evaluate(model=lm, tasks=[f"ruler_{task}"], task_manager=manager)
     finally:
         lm.close()
-    samples = sorted(out["samples"]["ruler_vt"], key=lambda s: s["doc_id"])
+    samples = sorted(out["samples"][f"ruler_{task}"], key=lambda s: s["doc_id"])
     assert [s["resps"][0][0] for s in samples] == list(ours["output"])
     assert [s["recall"] for s in samples] == list(ours["value"])
+    assert [d["max_new_tokens"] for d in docs] == list(ours["max_new_tokens"])

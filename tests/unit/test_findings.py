@@ -1,0 +1,149 @@
+"""REPORT's findings: the words an interval licenses, the numbers read from a section's table,
+and the committed REPORT.md's findings against its committed tables."""
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pecli.experiments.reproduce import (
+    finding_lines,
+    finding_numbers,
+    finding_sentence,
+    load_preset,
+)
+from pecli.measures.intervals import verdict
+from pecli.runs.config import Finding, _findings
+from pecli.runs.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[2]
+WORDS = {"up": "rises", "down": "falls", "none": "shows no detectable difference"}
+
+
+@pytest.mark.parametrize(("low", "high", "null", "said"), [
+    (0.1, 0.5, 0.0, "rises"),
+    (-0.5, -0.1, 0.0, "falls"),
+    (-0.1, 0.2, 0.0, "shows no detectable difference"),
+    (0.0, 0.3, 0.0, "shows no detectable difference"),  # touching zero does not exclude it
+    (-0.3, 0.0, 0.0, "shows no detectable difference"),
+    (float("nan"), float("nan"), 0.0, "shows no detectable difference"),  # no interval
+    (0.3, 0.3, 0.0, "shows no detectable difference"),  # zero width: not an interval
+    (0.55, 0.7, 0.5, "rises"),  # against chance
+    (0.45, 0.7, 0.5, "shows no detectable difference"),
+    (0.2, 0.45, 0.5, "falls"),
+])
+def test_verdict_rule_on_constructed_intervals(low, high, null, said):
+    assert verdict(low, high, null=null, **WORDS) == said
+
+
+def _texts(tmp_path, shift: float) -> Path:
+    """Per-text perplexities of intact and zero on the same 40 texts; zero = intact * exp(shift)
+    plus noise."""
+    rng = np.random.default_rng(0)
+    base = rng.uniform(5, 50, 40)
+    tokens = rng.integers(20, 120, 40)
+    noise = rng.normal(0, 0.3, 40)
+    rows = [{"intervention": c, "text_id": i, "text_tokens": int(tokens[i]),
+             "value": float(base[i] * (np.exp(shift + noise[i]) if c == "zero" else 1.0))}
+            for c in ("intact", "zero") for i in rng.permutation(40)]  # rows in any order
+    path = tmp_path / "texts.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    return path
+
+
+def _finding(**kw) -> Finding:
+    return Finding(**{"question": "E2", "section": "s", "table": "texts", "measure": "paired",
+                      "where": {"intervention": "zero"}, "reference": {"intervention": "intact"},
+                      "weight": "text_tokens", "text": "it {verdict}: {value} against {reference}, {tested}",
+                      **kw})
+
+
+@pytest.mark.parametrize(("shift", "said"), [(1.0, "rises"), (-1.0, "falls"), (0.0, "no detectable")])
+def test_paired_finding_reads_corpus_perplexities_and_words_them_by_the_interval(tmp_path, shift, said):
+    path = _texts(tmp_path, shift)
+    f = _finding()
+    numbers = finding_numbers(f, path)
+    df = pd.read_csv(path)
+    corpus = {c: np.exp((g.text_tokens * np.log(g.value)).sum() / g.text_tokens.sum())
+              for c, g in df.groupby("intervention")}  # the corpus perplexity, written plainly
+    assert numbers["value"] == pytest.approx(corpus["zero"], rel=1e-12)
+    assert numbers["reference"] == pytest.approx(corpus["intact"], rel=1e-12)
+    t, low, high = numbers["tested"]
+    assert t == pytest.approx(corpus["zero"] - corpus["intact"], rel=1e-9)
+    assert numbers["units"] == 40
+    sentence = finding_sentence(f, numbers)
+    assert said in sentence
+    if said != "no detectable":
+        assert low < t < high and (low > 0 or high < 0)
+    else:
+        assert low <= 0 <= high
+
+
+def test_gap_finding_is_the_share_of_the_log_perplexity_gap(tmp_path):
+    rng = np.random.default_rng(1)
+    tokens = rng.integers(10, 60, 30)
+    rows = []
+    for i in range(30):
+        for c, level in (("intact", 10.0), ("zero", 40.0), ("mask", 20.0)):
+            rows.append({"intervention": "intact" if c == "intact" else "zero",
+                         "mask": "linear" if c == "mask" else "default", "text_id": i,
+                         "text_tokens": int(tokens[i]), "value": level * np.exp(rng.normal(0, 0.2))})
+    path = tmp_path / "texts.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    f = _finding(measure="gap", where={"intervention": "zero", "mask": "linear"},
+                 reference={"mask": "default"}, intact={"intervention": "intact", "mask": "default"},
+                 words=("closes", "widens", "shows no detectable difference in"))
+    numbers = finding_numbers(f, path)
+    df = pd.read_csv(path)
+    nll = {k: (g.text_tokens * np.log(g.value)).sum() / g.text_tokens.sum()
+           for k, g in df.groupby(["intervention", "mask"])}
+    z, i, x = nll[("zero", "default")], nll[("intact", "default")], nll[("zero", "linear")]
+    t, low, high = numbers["tested"]
+    assert t == pytest.approx((z - x) / (z - i), rel=1e-9)
+    assert low < t < high
+    assert finding_sentence(f, numbers).startswith("it closes")
+
+
+def test_findings_are_checked_when_the_preset_loads():
+    one = {"question": "E2", "section": "a", "text": "t", "table": "x", "where": {}}
+    assert len(_findings([one], "p", {"a"})) == 1
+    with pytest.raises(ConfigError, match="no section"):
+        _findings([{**one, "section": "b"}], "p", {"a"})
+    with pytest.raises(ConfigError, match="in that order"):
+        _findings([one, {**one, "question": "E1"}], "p", {"a"})
+    with pytest.raises(ConfigError, match="no detectable difference"):
+        _findings([{**one, "words": ["up", "down", "same"]}], "p", {"a"})
+    with pytest.raises(ConfigError, match="at most 10"):
+        _findings([one] * 11, "p", {"a"})
+    with pytest.raises(ConfigError, match="unknown key"):
+        _findings([{**one, "claim": "x"}], "p", {"a"})
+
+
+def _as_word(word: str, line: str) -> bool:
+    return re.search(rf"(?<![\w-]){re.escape(word)}(?![\w-])", line) is not None
+
+
+def test_committed_report_opens_with_findings_that_match_their_tables():
+    """Every finding of results/offline/REPORT.md is the sentence its committed table gives,
+    in the preset's order; a direction only where its interval excludes zero (or chance)."""
+    out = ROOT / "results" / "offline"
+    preset = load_preset("offline")
+    text = (out / "REPORT.md").read_text(encoding="utf-8")
+    block = text.split("## Findings\n", 1)[1].split("\n## ", 1)[0]
+    committed = [line for line in block.splitlines() if re.match(r"\d+\. ", line)]
+    assert committed == finding_lines(preset, out)
+    assert 1 <= len(committed) <= 10
+    assert text.index("## Findings") < text.index("## E1")  # the REPORT opens with them
+    for f, line in zip(preset.findings, committed, strict=True):
+        record = json.loads((out / f.section / "done.json").read_text())
+        numbers = finding_numbers(f, out / f.section / record["tables"][f.table])
+        _, low, high = numbers["tested"]
+        null = numbers["null"] or 0.0
+        if numbers["null"] is not None and (_as_word(f.words[0], line) or _as_word(f.words[1], line)):
+            assert low > null or high < null, line
+        if "no detectable difference" in line:
+            assert not (low > null or high < null), line
+
