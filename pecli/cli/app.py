@@ -56,6 +56,10 @@ class _PecliGroup(TyperGroup):
 
     def invoke(self, ctx):
         warnings.formatwarning = _one_line
+        repeated = _repeated_option(self, [*ctx._protected_args, *ctx.args])
+        if repeated:
+            typer.echo(f"error: {repeated}", err=True)
+            raise typer.Exit(2)
         try:
             return super().invoke(ctx)
         except PecliError as err:
@@ -72,6 +76,25 @@ class _PecliGroup(TyperGroup):
         except KeyboardInterrupt:
             typer.echo(f"interrupted{_SIGNALLED[0]}: {_kept(ctx.invoked_subcommand)}", err=True)
             raise typer.Exit(_SIGNALLED[1]) from None
+
+
+def _repeated_option(group, args: list[str]) -> str | None:
+    """Why the command line gives a one-value option twice (`--limit 4 --limit 5`: click keeps
+    the last silently), or None; list options repeat (`--intervention a --intervention b`)."""
+    command, path = group, ["pecli"]
+    while args and args[0] in getattr(command, "commands", {}):
+        command, path, args = command.commands[args[0]], [*path, args[0]], args[1:]
+    once = {name: p for p in getattr(command, "params", ()) if p.param_type_name == "option"
+            and not p.multiple and not p.is_flag for name in p.opts}
+    given: dict[str, list[str]] = {}
+    for a in args[:args.index("--")] if "--" in args else args:
+        if a.split("=", 1)[0] in once:
+            given.setdefault(once[a.split("=", 1)[0]].opts[0], []).append(a.split("=", 1)[0])
+    twice = next((name for name, seen in given.items() if len(seen) > 1), None)
+    if twice is None:
+        return None
+    times = "twice" if len(given[twice]) == 2 else f"{len(given[twice])} times"
+    return f"{' '.join(path)}: {twice} given {times}; give it once"
 
 
 def _one_line(message, category, *args, **kwargs) -> str:

@@ -132,10 +132,10 @@ def run(options: AttnOptions, progress: Callable[[int, int], None] | None = None
         ref = peek(name)
         if ref is not None:
             _refuse_undescribed(name, ref.spec.family)
-        rows = ref.learned_rows() if ref is not None else None
+        rows = ref.table_rows() if ref is not None else None
         if rows is not None and o.length > rows:  # every row would be "not applicable"
-            raise ConfigError(f"--length {o.length}: {name} has {rows} learned positions and no row "
-                              f"past them; use --length {rows} or less")
+            raise ConfigError(f"--length {o.length}: {name} has a table of {rows} positions and no "
+                              f"row past them; use --length {rows} or less")
     data = load_data(o.dataset, o.split, data_dir_=o.data_dir, seed=o.seed, text_field=o.text_field)
     tables: dict[str, list] = {}
     for name in o.model:

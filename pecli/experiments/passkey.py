@@ -39,10 +39,15 @@ def run(options: PasskeyOptions, progress: Callable[[int, int], None] | None = N
     and per length over all depths) and `passkey_trials` (every trial: k, depth, length, the
     prompt's tokens, the decoded text, whether it was right). `loaded` replaces loading the
     one model (tests, benchmarks); `progress(advance, total)` counts trials."""
+    from pecli.models.loading import load_tokenizer
+    from pecli.models.sources import peek
+
     o = options
     grid = conditions(o)
     for name in o.model if loaded is None else ():
         check_before_loading(name, grid, causal=True)
+        ref = peek(name)  # what the config and the tokenizer alone decide, before any weights
+        refuse_what_cannot_fit(name, load_tokenizer(name), o, ref.table_rows() if ref else None)
     trials, summary = [], []
     for name in o.model:
         model = loaded or load(name, o)
@@ -56,7 +61,7 @@ def run(options: PasskeyOptions, progress: Callable[[int, int], None] | None = N
 
 
 def _trials_for(loaded, grid, o: PasskeyOptions, progress) -> list[dict]:
-    from pecli.measures.passkey import NEW_TOKENS, answer, decode, draws, fit, keys, prompt
+    from pecli.measures.passkey import NEW_TOKENS, answer, decode, draws, fit, keys
     from pecli.positions.conditions import check_all
 
     check_all(grid, loaded, causal=True)
@@ -64,17 +69,11 @@ def _trials_for(loaded, grid, o: PasskeyOptions, progress) -> list[dict]:
     past = {n: all(how.reason(loaded, n + NEW_TOKENS, "the prompt and its answer") for how in grid)
             for n in o.lengths}
     # every trial its own draw: key, depth jitter, filler order and offset (measures.passkey.draws)
+    refuse_what_cannot_fit(loaded.name, loaded.tokenizer, o, loaded.max_positions if any(past.values())
+                           else None, {n for n, p in past.items() if p})  # names only loading knew
     cells = {(n, d): [] if past[n] else [fit(loaded.tokenizer, x.k, n, x.depth, x.filler, x.offset)
                                          for x in draws(o.seed, n, d, o.trials, o.draws == "independent")]
              for n in o.lengths for d in o.depths}
-    if all(past[n] or None in ts for (n, _), ts in cells.items()):  # nothing could be measured
-        need = max(len(loaded.tokenizer(prompt(k, 0, d))["input_ids"]) for (n, d), ts in cells.items()
-                   for k in keys(o.seed, n, d, 1))
-        fits = "at most " + f"{loaded.max_positions - NEW_TOKENS}" if all(past.values()) else \
-            f"at least {need}"
-        raise ConfigError(f"--lengths {','.join(map(str, o.lengths))}: no passkey trial fits "
-                          f"{loaded.name} (the template alone takes {need} tokens, the answer "
-                          f"{NEW_TOKENS}); give lengths of {fits} tokens")
     total = len(grid) * sum(len(ts) for ts in cells.values())
     tick = (lambda k: progress(k, total)) if progress else None
     common = {"experiment": "passkey", "seed": o.seed, **loaded.provenance(), "dataset": "passkey",
@@ -105,6 +104,31 @@ def _trials_for(loaded, grid, o: PasskeyOptions, progress) -> list[dict]:
                                  "answer": got, "metric": "correct", "value": float(got == t.k),
                                  "rows": 1, "note": ""})
     return rows
+
+
+def refuse_what_cannot_fit(name: str, tokenizer, o: PasskeyOptions, rows: int | None,
+                           past=frozenset()) -> None:
+    """A run none of whose cells can be scored, refused in one line naming the lengths that
+    work: each length shorter than its template with its key (per `tokenizer`; None: not known
+    yet), or past `rows` positions with the answer, or in `past` (no condition can take it)."""
+    from pecli.measures.passkey import NEW_TOKENS, cell_fits, shortest
+
+    last = None if rows is None else rows - NEW_TOKENS
+    independent = o.draws == "independent"
+    if not all(n in past or (last is not None and n > last) or (tokenizer is not None and not any(
+            cell_fits(tokenizer, o.seed, n, d, o.trials, independent) for d in o.depths))
+            for n in o.lengths):
+        return
+    first = None if tokenizer is None else shortest(tokenizer, o.seed, o.depths, o.trials, independent)
+    lengths = f"--lengths {','.join(map(str, o.lengths))}: no passkey trial fits {name}"
+    if first is not None and last is not None and first > last:
+        raise ConfigError(f"{lengths}: its template with a key takes {first} tokens and the answer "
+                          f"{NEW_TOKENS}, more than its {rows} positions")
+    why = [f"the template with its key takes {first} tokens" if first is not None else "",
+           f"its {rows} positions hold the answer's {NEW_TOKENS} after at most {last}" if rows else ""]
+    fits = (f"from {first} to {last}" if first is not None and last is not None else
+            f"of at least {first}" if first is not None else f"of at most {last}")
+    raise ConfigError(f"{lengths} ({'; '.join(w for w in why if w)}); give lengths {fits} tokens")
 
 
 def _accuracy(trials: list[dict]) -> list[dict]:

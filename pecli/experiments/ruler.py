@@ -144,6 +144,7 @@ def run(options: RulerOptions, progress: Callable[[int, int], None] | None = Non
     model (tests, benchmarks); `progress(advance, total)` counts samples."""
     import pandas as pd
 
+    from pecli.models.sources import peek
     from pecli.positions.conditions import grid as grid_of
     from pecli.runs.provenance import row_provenance
     from pecli.runs.tables import validate
@@ -152,6 +153,8 @@ def run(options: RulerOptions, progress: Callable[[int, int], None] | None = Non
     grid = grid_of(o)
     for name in o.model if loaded is None else ():
         check_before_loading(name, grid, causal=True)
+        ref = peek(name)  # a table's positions, from the config before any weights
+        refuse_past_the_table(name, o, ref.table_rows() if ref else None)
     hay = essay(o.haystack, o.data_dir, "qa" in o.tasks)
     rows, summary = [], []
     for name in o.model:
@@ -165,6 +168,21 @@ def run(options: RulerOptions, progress: Callable[[int, int], None] | None = Non
             "ruler_samples": validate(pd.DataFrame(rows).assign(**extra))}
 
 
+def refuse_past_the_table(name: str, o: RulerOptions, rows: int | None) -> None:
+    """Every length past the `rows` positions of a table with no row past them (None: none)
+    would give only "not applicable" rows: one line naming the largest length that works."""
+    from pecli.measures.ruler import TASKS
+
+    need = max(TASKS[t].min_length for t in o.tasks)  # the options' check refused fewer
+    if rows is not None and rows < need:
+        raise ConfigError(f"lengths (--lengths): {name}'s {rows} positions (a table with no row past "
+                          f"them) hold none of {', '.join(o.tasks)}: they need at least {need} tokens")
+    if rows is not None and min(o.lengths) > rows:
+        raise ConfigError(f"lengths (--lengths): {','.join(map(str, o.lengths))} tokens are past "
+                          f"{name}'s {rows} positions (a table with no row past them); give "
+                          f"lengths of at most {rows}")
+
+
 def _samples_under(loaded, grid, o: RulerOptions, hay, progress) -> list[dict]:
     from pecli.measures.passkey import decode
     from pecli.measures.ruler import TASKS, decode_budget, score
@@ -172,6 +190,7 @@ def _samples_under(loaded, grid, o: RulerOptions, hay, progress) -> list[dict]:
 
     check_all(grid, loaded, causal=True)
     past = {n: all(how.reason(loaded, n, "the prompt and its answer") for how in grid) for n in o.lengths}
+    refuse_past_the_table(loaded.name, o, loaded.max_positions if all(past.values()) else None)
     cells = {(t, n): [None] * o.samples if past[n] else got
              for (t, n), got in samples_for(loaded.tokenizer, o, hay).items()}
     budget = {cell: decode_budget(loaded.tokenizer, got) for cell, got in cells.items() if got[0] is not None}

@@ -46,6 +46,7 @@ from pecli.experiments import check_before_loading, load, register
 from pecli.experiments.options.lm_eval import LmEvalOptions
 from pecli.measures.intervals import document_interval, paired_with_intact
 from pecli.positions import labels
+from pecli.runs import names
 from pecli.runs.errors import ConfigError
 
 
@@ -74,7 +75,10 @@ def plan_of(options: LmEvalOptions):
     """The one condition of single-valued options (pecli.positions.conditions.Condition)."""
     from pecli.positions.conditions import plan
 
-    return plan(options.mask[0], options.mask_semantics[0], options.protocol[0],
+    mask = options.mask[0]
+    semantics = (options.mask_semantics[0] if options.mask_semantics else  # none given: a file's own
+                 names.mask_file_fields(mask)["semantics"] if mask.term is names.MASK_FILE else "legacy")
+    return plan(mask, semantics, options.protocol[0],
                 options.intervention[0], rope=(options.rope_scaling or (None,))[0])
 
 
@@ -89,7 +93,7 @@ class PecliLM(HFLM):
     """
 
     def __init__(self, pretrained: str = "random:gpt2", intervention: str = "intact",
-                 mask: str = "default", mask_semantics: str = "legacy",
+                 mask: str = "default", mask_semantics: str | None = None,
                  protocol: str = "relative", rope_scaling: str | None = None, seed: int = 0,
                  device: str = "auto", dtype: str = "float32", loaded=None, condition=None,
                  **kwargs) -> None:
@@ -248,6 +252,10 @@ def run(options: LmEvalOptions, progress=None) -> dict[str, pd.DataFrame]:
     single = {"pretrained": o.model, "seed": o.seed, "device": o.device, "dtype": o.dtype}
     first = condition_options(single, "pecli lm-eval")
     check_before_loading(o.model, grid, causal=True)  # before the model loads
+    if o.apply_chat_template:
+        from pecli.models.loading import load_tokenizer
+
+        check_chat_template(o.model, load_tokenizer(o.model))  # the tokenizer alone says
     if o.data_dir:  # the local task YAMLs (configs/lm_eval) read it from the environment
         from pecli.data.datasets import data_dir
 
@@ -264,9 +272,8 @@ def run(options: LmEvalOptions, progress=None) -> dict[str, pd.DataFrame]:
     gen_kwargs = generation_kwargs(o.gen_kwargs)
     manager = _task_manager(o, meta)
     loaded = load(o.model, first)
-    if o.apply_chat_template and not getattr(loaded.tokenizer, "chat_template", None):
-        raise ConfigError(f"apply_chat_template (--apply_chat_template): {o.model}'s tokenizer has "
-                          "no chat template; drop the flag (a base model reads plain prompts)")
+    if o.apply_chat_template:
+        check_chat_template(o.model, loaded.tokenizer)  # where only loading gave the tokenizer
     conditions.check_all(grid, loaded, causal=True)  # again, before any condition is scored
     if "passkey" in o.tasks:
         check_passkey_fits(loaded, passkey_sizes(meta, "metadata (--metadata)"), hflm)
@@ -290,6 +297,13 @@ def run(options: LmEvalOptions, progress=None) -> dict[str, pd.DataFrame]:
 
     table = paired_with_intact(pd.DataFrame(rows), per_doc, o.bootstrap, o.seed)
     return {"lm_eval": validate(table.assign(experiment="lm-eval", **row_provenance()))}
+
+
+def check_chat_template(model: str, tokenizer) -> None:
+    """--apply_chat_template needs a tokenizer with a chat template (None: not known yet)."""
+    if tokenizer is not None and not getattr(tokenizer, "chat_template", None):
+        raise ConfigError(f"apply_chat_template (--apply_chat_template): {model}'s tokenizer has "
+                          "no chat template; drop the flag (a base model reads plain prompts)")
 
 
 def _task_manager(o: LmEvalOptions, meta: dict):

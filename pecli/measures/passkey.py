@@ -76,6 +76,26 @@ def draws(seed: int, length: int, depth: float, trials: int, independent: bool =
     return [Draw(int(k), float(d), f, int(o)) for k, d, f, o in zip(ks, depths, fillers, offsets, strict=True)]
 
 
+def template_tokens(tokenizer, k: int) -> int:
+    """The tokens of the prompt without filler for key `k`: `fit` needs at least these."""
+    return len(tokenizer(prompt(k, 0, 0.0))["input_ids"])
+
+
+def cell_fits(tokenizer, seed: int, length: int, depth: float, trials: int, independent: bool) -> bool:
+    """Whether `fit` gives every trial of the (length, depth) cell a prompt (its template fits)."""
+    return all(template_tokens(tokenizer, x.k) <= length
+               for x in draws(seed, length, depth, trials, independent))
+
+
+def shortest(tokenizer, seed: int, depths, trials: int, independent: bool) -> int:
+    """The smallest length whose cells all fit at every depth (keys, so template tokens, are
+    drawn per length): from the template with a one-digit key up."""
+    n = template_tokens(tokenizer, KEYS[0])
+    while not all(cell_fits(tokenizer, seed, n, d, trials, independent) for d in depths):
+        n += 1
+    return n
+
+
 @dataclass(frozen=True)
 class Trial:
     k: int

@@ -54,6 +54,8 @@ class ArchSpec:
     #                              attention registry (where pecli installs masks): no masks
     note: str = ""  # what `pecli models` adds (a shrunk config, a stand-in tokenizer)
     offset_inside: bool = False  # the model adds pos_offset to the position_ids it is given (OPT)
+    fixed_table: bool = False  # not learned, yet its code holds a table of its positions (MPT's
+    #                            ALiBi bias, GPT-J's sin/cos): no sequence past the config's length
 
     @property
     def rotates(self) -> bool:
@@ -348,7 +350,7 @@ for _spec in [
              "bigscience/bloom-560m", _bloom_config, "gpt2", bias="alibi", context=2048, own_attention=True,
              note="offline tokenizer: GPT-2's BPE (its ids fit; BLOOM's own differs)"),
     ArchSpec("mpt", ("mpt",), ALIBI, None, None, 0, True, "blocks", "AutoModelForCausalLM",
-             "mosaicml/mpt-7b", _mpt_config, "gpt2", bias="position_bias", own_attention=True,
+             "mosaicml/mpt-7b", _mpt_config, "gpt2", bias="position_bias", own_attention=True, fixed_table=True,
              note="mpt-7b's config shrunk to 2 of its 32 layers; GPT-2's BPE stands in for "
                   "its tokenizer"),
     ArchSpec("t5", ("t5",), RELATIVE_BIAS, None, None, 0, False, "encoder.block",
@@ -368,7 +370,8 @@ for _spec in [
              note="offline tokenizer: GPT-2's BPE (phi-1_5's is GPT-2's BPE plus code tokens)"),
     ArchSpec("gptj", ("gptj",), PARTIAL_ROTARY, None, None, 0, True, "h",
              "AutoModelForCausalLM", "EleutherAI/gpt-j-6b", _gptj_config, "gpt2",
-             sincos="attn.embed_positions", own_attention=True, note="gpt-j-6b's config shrunk to 2 of its 28 layers"),
+             sincos="attn.embed_positions", own_attention=True, fixed_table=True,
+             note="gpt-j-6b's config shrunk to 2 of its 28 layers"),
     ArchSpec("gemma3", ("gemma3_text",), ROTARY, None, "rotary_emb", 0, True, "layers",
              "AutoModelForCausalLM", "google/gemma-3-270m", _gemma3_config, "smollm2",
              note="one rotary module, a base per layer type (sliding 1e4, full 1e6); "

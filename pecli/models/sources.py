@@ -137,10 +137,12 @@ class ModelRef:
     heads: int | None = None  # attention heads, where the config file says it
     rows: int | None = None  # a learned table's positions that do not extend, per the config
 
-    def learned_rows(self) -> int | None:
-        """The positions of a learned table with no row past them (None: another kind, a table
-        pecli trained that extends, or a config that does not say), before loading."""
-        if self.spec.position != "learned":
+    def table_rows(self) -> int | None:
+        """The positions of a table with no row past them, before loading: a learned table, or
+        the table a family's own code holds (ArchSpec.fixed_table). None: positions that extend
+        (rotary, ALiBi computed per length, a table pecli trained that extends) or a config that
+        does not say."""
+        if self.spec.position != "learned" and not self.spec.fixed_table:
             return None
         rows = _table_rows(vars(self.spec.random_config())) if self.name.startswith("random:") \
             else self.rows
@@ -217,7 +219,8 @@ def _sized(ref: ModelRef, raw: dict) -> ModelRef:
 def _table_rows(config: dict) -> int | None:
     if config.get("pecli_position") in ("sinusoidal", "none", "alibi"):  # extends exactly
         return None
-    value = next((config[k] for k in ("max_position_embeddings", "n_positions") if k in config), None)
+    value = next((config[k] for k in ("max_position_embeddings", "n_positions", "max_seq_len")
+                  if k in config), None)
     return value if type(value) is int else None
 
 

@@ -35,6 +35,8 @@ def not_applicable(loaded, length: int) -> str | None:
     rows = loaded.max_positions
     if loaded.spec.position == "learned" and length > rows and table_kind(loaded) not in EXTENDS:
         return f"not applicable: {rows} learned positions"
+    if loaded.spec.fixed_table and length > rows:
+        return f"not applicable: {rows} positions ({loaded.spec.family}'s own position table)"
     return None
 
 

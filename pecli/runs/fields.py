@@ -140,6 +140,12 @@ class Options:
         hints = typing.get_type_hints(type(self))
         for f in dataclasses.fields(self):
             value, meta = getattr(self, f.name), f.metadata
+            texts = [value] if isinstance(value, str) else \
+                [v for v in value if isinstance(v, str)] if isinstance(value, list | tuple) else []
+            unset = (f.default, meta.get("flag", {}).get("default"))  # the field's, or its flag's
+            if value not in unset and any(not t.strip() for t in texts):  # `--split ""`: not a default
+                raise ConfigError(f"{key_label(f.name)}: {value!r} is empty; give a value or leave the "
+                                  "option out")
             if meta.get("names") is not None:
                 object.__setattr__(self, f.name, _parse_names(f.name, value, meta))
                 continue

@@ -23,11 +23,13 @@ DTYPES = ("float32", "bfloat16", "float16")
 # What a learning rate or a number of optimiser steps can mean: 0 trains nothing; past these an
 # optimiser diverges (a learning rate of 1e12 fits mask values of 1e12) or a run never ends
 MIN_LR, MAX_LR, MAX_STEPS = 1e-8, 1.0, 1_000_000
+MAX_THREADS = 1024  # torch threads: more overflow torch.set_num_threads
 
 MASK_HELP = ("Mask shape(s): default, linear, exponential, alibi, self, or a mask FILE that `pecli "
              "mask fit` wrote (repeat or a,b; see pecli masks). Default: default.")
 SEMANTICS_HELP = ("What a mask weight does: legacy (transformers 4.x), boolean (5.x), log-bias, scale "
-                  "(repeat or a,b; docs/masks.md). Default: legacy.")
+                  "(repeat or a,b; docs/masks.md). Default: legacy; a fitted mask file runs under "
+                  "its own, which a contradicting value given here refuses.")
 PROTOCOL_HELP = ("How a mask meets a causal LM's prefixes: relative (each query weighs its own prefix, "
                  "one pass; mc: the question's context scored once for every choice) or study (one "
                  "pass per predicted token, one 1-D key mask; exact but ~10x slower) (repeat or a,b). "
@@ -113,20 +115,23 @@ class Masked(Options):
 
     mask: tuple[Choice, ...] = option(("default",), vocabulary=names.MASKS, many=True,
                                       flag={"decls": ("--mask",)}, help=MASK_HELP)
-    mask_semantics: tuple[Choice, ...] = option(("legacy",), vocabulary=names.MASK_SEMANTICS, many=True,
+    mask_semantics: tuple[Choice, ...] = option((), vocabulary=names.MASK_SEMANTICS, many=True,
                                                 flag={"decls": ("--mask-semantics",)}, help=SEMANTICS_HELP)
     protocol: tuple[Choice, ...] = option(("relative",), vocabulary=names.PROTOCOLS, many=True,
                                           flag={"decls": ("--protocol",)}, help=PROTOCOL_HELP)
 
     def check(self) -> None:
         super().check()
-        given = {s.name for s in self.mask_semantics}
-        for m in self.mask:
-            own = names.mask_file_fields(m)["semantics"] if m.term is names.MASK_FILE else None
-            if own and given != {"legacy"} and own not in given:  # legacy: the default
+        given = {s.name for s in self.mask_semantics}  # none given: () until here
+        files = [m for m in self.mask if m.term is names.MASK_FILE]
+        for m in files:
+            own = names.mask_file_fields(m)["semantics"]
+            if given and own not in given:  # legacy too: a file knows its semantics
                 raise ConfigError(f"mask {m.argument.partition(names.HASH_MARK)[0]} was fitted "
                                   f"with {own} semantics and runs under them; drop "
                                   f"--mask-semantics {','.join(sorted(given))} (or add {own})")
+        if not given and not files:  # the default; with a file, () stays: each mask's own
+            object.__setattr__(self, "mask_semantics", (names.parse(names.MASK_SEMANTICS, "legacy"),))
 
 
 @dataclass(frozen=True)
@@ -214,7 +219,7 @@ class Training(Options):
     batch: int = option(16, low=1, help="Windows per step.")
     lr: float = option(3e-3, low=MIN_LR, high=MAX_LR)
     seed: int = option(0, low=0, high=SEED_MAX, flag={"min": 0, "max": SEED_MAX}, help=SEED_HELP)
-    threads: int | None = option(None, low=1, help="torch threads (default: torch's).")
+    threads: int | None = option(None, low=1, high=MAX_THREADS, help="torch threads (default: torch's).")
     save_dir: str | None = option(None, location=True)  # checkpoints: <save_dir>/<pe>
     # models trained at once, each in its own process of one thread (same numbers; not in keys)
     workers: int = option(1, low=1, location=True,

@@ -7,6 +7,8 @@ Dataset names are checked by `pecli.data.datasets.load_data` itself, before it r
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from typer.testing import CliRunner
 
@@ -85,6 +87,15 @@ CASES = [
     # what the config alone decides: a length past a learned table (every row would be "not
     # applicable")
     ["attn", "random:bert", "--length", "1000"],
+    # the tokenizer and config alone decide (issue 46 §3): a length shorter than the passkey
+    # template, or past a table with no row past it (MPT's ALiBi, GPT-J's sin/cos: they crashed)
+    *[["passkey", model, "--lengths", n] for model, n in (
+        ("random:llama", "10"), ("random:llama", "8,12"), ("random:gpt2", "10,2000"),
+        ("random:mpt", "3000"), ("random:gptj", "3000,5000"))],
+    *[["ruler", model, "--lengths", n, "--tasks", "niah_single_1"] for model, n in (
+        ("random:mpt", "3000"), ("random:gptj", "4096"), ("random:gpt2", "2000"))],
+    ["ruler", str(Path(__file__).resolve().parents[2] / "models" / "gpt2-imdb"), "--lengths", "256"],
+    *[["attn", model, "--length", "3000"] for model in ("random:mpt", "random:gptj")],
 ]
 
 
@@ -95,6 +106,25 @@ def test_a_bad_option_fails_before_loading(no_loading, args):
     assert not isinstance(result.exception, AssertionError), "loaded before checking " + " ".join(args)
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error:"), result.output
+
+
+@pytest.mark.parametrize("args,words", [
+    (["passkey", "random:llama", "--lengths", "10"], "give lengths of at least {first} tokens"),
+    (["passkey", "random:gpt2", "--lengths", "10,1015"], "give lengths from {first} to 1014 tokens"),
+    (["passkey", "random:gptj", "--lengths", "2039"], "give lengths from {first} to 2038 tokens"),
+    (["ruler", "random:mpt", "--lengths", "2049", "--tasks", "vt"], "give lengths of at most 2048"),
+], ids=lambda v: " ".join(v) if isinstance(v, list) else None)
+def test_a_run_of_only_not_applicable_rows_names_the_lengths_that_work(no_loading, args, words):
+    """The smallest length is the tokenizer's (counted by measures.passkey.shortest, tested
+    against `fit`), the largest the table's less the answer's 10 tokens (passkey) or the
+    table's own (ruler, whose lengths count the new tokens)."""
+    from pecli.measures.passkey import shortest
+    from pecli.models.loading import load_tokenizer
+
+    first = shortest(load_tokenizer(args[1]), 0, (0.0, 0.5, 1.0), 5, False)  # the defaults
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1 and not isinstance(result.exception, AssertionError), result.output
+    assert words.format(first=first) in result.output, result.output
 
 
 @pytest.mark.parametrize("args", [["perplexity", "random:bloom", "--mask", "linear"],
@@ -266,8 +296,21 @@ def test_a_mask_file_runs_under_its_own_semantics(no_loading, tmp_path):
     built = PerplexityOptions.build({"model": "random:gpt2", "intervention": ["zero"], "mask": [mask]}, "test")
     files = [c for c in grid(built) if c.mask.name == "file"]
     assert files and {c.mask_semantics.name for c in files} == {"log-bias"}
-    result = runner.invoke(app, [*PPL, "--mask", mask, "--mask-semantics", "boolean"])
-    assert result.exit_code == 1 and "fitted with log-bias semantics" in result.output, result.output
+    for semantics in ("boolean", "legacy"):  # legacy, the default, given explicitly contradicts too
+        for cmd in (PPL, ["lm-eval", "random:gpt2", "--tasks", "truthfulqa_mc1"]):
+            result = runner.invoke(app, [*cmd, "--mask", f"linear,{mask}", "--mask-semantics", semantics])
+            lines = [line for line in result.output.splitlines() if line.strip()]
+            assert result.exit_code == 1 and len(lines) == 1 and "fitted with log-bias semantics" \
+                in lines[0] and f"drop --mask-semantics {semantics}" in lines[0], result.output
+    both = PerplexityOptions.build({"model": "random:gpt2", "mask": ["linear", mask],
+                                    "mask_semantics": ["legacy", "log-bias"]}, "test")
+    assert {(c.mask.name, c.mask_semantics.name) for c in grid(both)} >= {
+        ("linear", "legacy"), ("linear", "log-bias"), ("file", "log-bias")}
+    assert ("file", "legacy") not in {(c.mask.name, c.mask_semantics.name) for c in grid(both)}
+    unset = PerplexityOptions.build({"model": "random:gpt2", "mask": ["linear"]}, "test")
+    assert [s.name for s in unset.mask_semantics] == ["legacy"]  # the default, as the sidecar says
+    assert unset.replace(seed=1).mask_semantics == unset.mask_semantics
+    assert [s.name for s in built.replace(seed=1).mask_semantics] == []  # each mask's own, kept
 
 
 @pytest.mark.parametrize("args,checkpoint", [

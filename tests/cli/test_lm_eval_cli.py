@@ -99,6 +99,11 @@ def test_two_conditions_write_lm_evals_json_a_table_and_a_figure(tmp_path, share
     (["--tasks", "truthfulqa_mc1", "--seed", "1,2"], "four comma-separated seeds"),
     (["--tasks", "truthfulqa_mc1", "--seed", "-3"], "not a seed"),
     (["--tasks", "passkey", "--gen_kwargs", "temperature"], "gen_kwargs"),
+    # issue 46 §3: the tokenizer alone says there is no chat template (gemma3: a GGUF alias's
+    # cached tokenizer, no weights read)
+    *[([model, "--tasks", "truthfulqa_mc1", "--apply_chat_template"], "has no chat template")
+      for model in ("random:gpt2", str(Path(__file__).resolve().parents[2] / "models" / "tiny-gpt2-imdb"),
+                    "gemma3")],
 ])
 def test_bad_input_is_one_line(tmp_path, monkeypatch, args, words):
     def never(*a, **k):

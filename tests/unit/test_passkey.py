@@ -64,6 +64,20 @@ def test_a_template_longer_than_the_length_does_not_fit(tiny):
     assert pk.fit(tiny("llama").tokenizer, 123, 40, 0.5) is None
 
 
+@pytest.mark.parametrize("independent", [True, False])
+def test_shortest_is_the_first_length_where_fit_gives_every_trial_a_prompt(tiny, independent):
+    """What `pecli passkey` names as the smallest length that works, against `fit` itself on
+    every draw of every depth, lengths counted up from 1."""
+    tok, depths = tiny("llama").tokenizer, (0.0, 0.5, 1.0)
+
+    def every_trial_fits(n):
+        return all(pk.fit(tok, x.k, n, x.depth, x.filler, x.offset) is not None
+                   for d in depths for x in pk.draws(5, n, d, 4, independent))
+
+    first = next(n for n in range(1, 200) if every_trial_fits(n))
+    assert pk.shortest(tok, 5, depths, 4, independent) == first and first > 40
+
+
 @pytest.mark.parametrize("text, expected", [
     (" 46123.\nThe grass", 46123), ("46123", 46123), (" is 123. 456 is", 123),
     (" 1,234", 1), (" -5 apples", 5), (" a magical number", None), ("", None), (" 0042", 42)])

@@ -10,7 +10,7 @@ from pecli.runs import names
 from pecli.runs.errors import ConfigError
 from pecli.runs.fields import option
 from pecli.runs.names import Choice
-from pecli.runs.options import MAX_STEPS, Training
+from pecli.runs.options import MAX_STEPS, MAX_THREADS, Training
 
 TOY_PROBE = re.compile(r"(\d+)[+-](\d+)=")
 
@@ -36,7 +36,7 @@ class ToyOptions(Training):
     probe: str | None = option(None, help="Input whose attention is drawn (default 21+211= if "
                                           "--max > 211, else 21+21=, or 1+1= below 22).")
     eval_limit: int | None = option(None, low=1)
-    threads: int | None = option(1, low=1, flag={"type": int},
+    threads: int | None = option(1, low=1, high=MAX_THREADS, flag={"type": int},
                                  help="torch threads (1 is fastest at this size).")
 
     def check(self) -> None:

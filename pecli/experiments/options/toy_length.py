@@ -8,9 +8,9 @@ from typing import ClassVar
 
 from pecli.runs import names
 from pecli.runs.errors import ConfigError
-from pecli.runs.fields import option
+from pecli.runs.fields import MAX_TOKENS, option
 from pecli.runs.names import Choice
-from pecli.runs.options import MAX_LR, MAX_STEPS, MIN_LR, Training
+from pecli.runs.options import MAX_LR, MAX_STEPS, MAX_THREADS, MIN_LR, Training
 
 TOY_TASKS = ("copy", "reverse", "addition", "sort")
 
@@ -30,7 +30,7 @@ class ToyLengthOptions(Training):
         ("copy", "reverse", "sort"), flag={"type": list[str] | None},
         help=f"Task(s): {', '.join(TOY_TASKS)} (repeat or comma-separate; default: copy, reverse, "
              "sort).")
-    train_length: int = option(4, low=1, help="N: training instances have lengths 1..N.")
+    train_length: int = option(4, low=1, high=MAX_TOKENS, help="N: training instances have lengths 1..N.")
     test_lengths: tuple[int, ...] | str = option(
         (), help="Test lengths, e.g. 8,16,24 (default: N/2, N, 1.5N, 2N, 2.5N, 3N).")
     seeds: int = option(3, low=1, help="Training seeds per (task, scheme): --seed, --seed + 1, ...")
@@ -41,7 +41,7 @@ class ToyLengthOptions(Training):
     heads: int = option(4, low=1)
     batch: int = option(32, low=1, help="Instances per step.")
     lr: float = option(1e-2, low=MIN_LR, high=MAX_LR, help="Peak learning rate.")
-    threads: int | None = option(1, low=1, flag={"type": int},
+    threads: int | None = option(1, low=1, high=MAX_THREADS, flag={"type": int},
                                  help="torch threads (1 is fastest at this size).")
     workers: int = option(1, low=1, location=True, help="Models trained at once, each in its own "
                                                         "one-thread process (same numbers).")
