@@ -46,20 +46,29 @@ BASELINES = (("self_similarity_mean", "--", "baseline: the same token in another
 
 
 FEW_TEXTS = 4  # per-position means over fewer texts are drawn dotted (no interval from so few)
+NEAR_ONE = 1e-3  # every per-position cosine closer to 1 than this: plot 1 − cosine, log axis
 
 
 def cosine_by_position(pos: pd.DataFrame, path: Path) -> Path:
     """Mean final-layer cosine at each position index; token counts shaded on a second axis."""
     fig, ax = plt.subplots(figsize=(WIDTH, 3.8), layout="constrained")
+    # Cosines all within NEAR_ONE of 1 (a model that barely uses its positions) read as an
+    # offset axis ("1e-5+9.999e-1"): plot the distance from 1 on a log axis instead.
+    gap = 1.0 - pos["value"]
+    near_one = bool(gap.max() < NEAR_ONE)
     few = False
     for name, group in pos.groupby("intervention", sort=False):
         g = group.sort_values("position")
+        y = (1.0 - g["value"]).where(lambda d: d > 0) if near_one else g["value"]
         solid = g["tokens"] >= FEW_TEXTS  # a mean over 1-3 texts: faint, and said so
-        ax.plot(g["position"], g["value"].where(solid), lw=1, color=color_of(name), label=f"{name}: mean cosine")
+        ax.plot(g["position"], y.where(solid), lw=1, color=color_of(name),
+                label=f"{name}: {'1 − mean cosine' if near_one else 'mean cosine'}")
         if (~solid).any():
             few = True
-            ax.plot(g["position"], g["value"].where(~solid | solid.shift(-1, fill_value=False)), lw=0.8,
+            ax.plot(g["position"], y.where(~solid | solid.shift(-1, fill_value=False)), lw=0.8,
                     ls=":", alpha=0.6, color=color_of(name))
+    if near_one:
+        ax.set_yscale("log")
     if few:
         ax.plot([], [], ":", color="0.4", lw=0.8, label=f"fewer than {FEW_TEXTS} texts reach it: dotted")
     counts = pos.drop_duplicates("position").sort_values("position")
@@ -70,7 +79,9 @@ def cosine_by_position(pos: pd.DataFrame, path: Path) -> Path:
     ax.set_zorder(twin.get_zorder() + 1)
     ax.patch.set_visible(False)
     ax.set_xlabel("position index in the text (0 = first token)")
-    ax.set_ylabel(f"mean cosine, final layer ({int(pos['layer'].max())})")
+    layer = int(pos['layer'].max())
+    ax.set_ylabel(f"1 − mean cosine, final layer ({layer}), log" if near_one
+                  else f"mean cosine, final layer ({layer})")
     ax.set_title(title(pos, "final-layer cosine with vs without positions, per position"),
                  fontsize=10)
     handles = ax.get_legend_handles_labels()
@@ -88,11 +99,17 @@ def random_baseline(main: pd.DataFrame, rand: pd.DataFrame, path: Path) -> Path:
            label=f"{int(hist['pairs'].iloc[0]):,} random pairs of {int(hist['dim'].iloc[0])}-d "
                  "normal vectors")
     final = main[(main["final_layer"]) & (main["special_tokens"] == "included")]
+    marked: list[float] = []
     for name, group in final.groupby("intervention", sort=False):
         observed = group.loc[group["metric"] == "cosine_mean", "value"].iloc[0]
         z = group.loc[group["metric"] == "z_score", "value"].iloc[0]
-        ax.axvline(observed, color=color_of(name), lw=2,
+        # A line drawn on one already there (both 1.0000) is dashed, so both stay visible.
+        covers = any(abs(observed - m) < 0.004 for m in marked)
+        ax.axvline(observed, color=color_of(name), lw=2, ls=(0, (4, 3)) if covers else "-",
                    label=f"{name}: observed mean {observed:.4f} (z = {z:.1f})")
+        marked.append(observed)
+    left, right = ax.get_xlim()
+    ax.set_xlim(left, max(right, max(marked, default=right) + 0.03 * (right - left)))  # no line on the frame
     ax.set_xlabel("cosine similarity")
     ax.set_ylabel("random pairs per bin")
     ax.set_title(title(main, "final-layer mean cosine against the cosine of random vectors"),

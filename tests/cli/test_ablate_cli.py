@@ -29,8 +29,10 @@ def assets(tmp_path_factory):
 
 
 def _ablate(assets, tmp_path, *extra):
+    # --limit 12 unless the caller gives its own (a flag given twice is refused)
+    limit = [] if "--limit" in extra else ["--limit", "12"]
     return runner.invoke(app, ["ablate", str(assets / "bert32"), "--dataset",
-                               str(assets / "reviews.csv"), "--limit", "12", "--out",
+                               str(assets / "reviews.csv"), *limit, "--out",
                                str(tmp_path / "out"), "--baseline-pairs", "300", "--device", "cpu",
                                *extra], env={"COLUMNS": "200"})
 

@@ -101,6 +101,34 @@ def test_a_condition_has_one_colour_in_every_ablate_figure(captured, tmp_path):
     assert any("s.d." in label for label in labels)  # the band is named in the legend
 
 
+def test_random_baseline_keeps_every_observed_line_inside_the_frame_and_visible(captured, tmp_path):
+    main, rand = _ablate_tables()
+    final = main["final_layer"] & (main["metric"] == "cosine_mean")
+    main.loc[final, "value"] = 1.0  # both conditions at 1.0000: one line on the other
+    ablate.random_baseline(main, rand, tmp_path / "b.png")
+    ax = captured[0].axes[0]
+    marks = [line for line in ax.get_lines() if line.get_label().endswith(")")]
+    assert len(marks) == 2 and ax.get_xlim()[1] > 1.0  # not drawn on the frame
+    assert {line.get_linestyle() for line in marks} == {"-", "--"}  # the second dashed
+
+
+def _positions_table(gap: float) -> pd.DataFrame:
+    return pd.DataFrame([{"model": "t5", "dataset": "imdb", "split": "test", "rows": 8,
+                          "intervention": iv, "layer": 6, "position": p, "tokens": 8 - p // 10,
+                          "value": 1.0 - gap * (1 + (iv == "shuffle")) * (1 + p % 3)}
+                         for iv in ("zero", "shuffle") for p in range(60)])
+
+
+@pytest.mark.parametrize("gap,log", [(2e-5, True), (0.05, False)])
+def test_per_position_cosines_near_one_are_drawn_as_distance_from_one(captured, tmp_path, gap, log):
+    ablate.cosine_by_position(_positions_table(gap), tmp_path / "p.png")
+    ax = captured[0].axes[0]
+    assert (ax.get_yscale() == "log") is log
+    assert ax.get_ylabel().startswith("1 − mean cosine") is log
+    ys = [y for line in ax.get_lines() for y in line.get_ydata() if y == y]
+    assert bool(max(ys) < 1e-3) == log  # 1 − cosine itself, not the cosine with an offset
+
+
 def _perplexity_table(huge: float):
     rows = []
     for iv, (mask, sem, proto), agg in itertools.product(
