@@ -56,9 +56,9 @@ class _PecliGroup(TyperGroup):
 
     def invoke(self, ctx):
         warnings.formatwarning = _one_line
-        repeated = _repeated_option(self, [*ctx._protected_args, *ctx.args])
-        if repeated:
-            typer.echo(f"error: {repeated}", err=True)
+        fault = _command_line_fault(self, [*ctx._protected_args, *ctx.args])
+        if fault:
+            typer.echo(f"error: {fault}", err=True)
             raise typer.Exit(2)
         try:
             return super().invoke(ctx)
@@ -78,23 +78,39 @@ class _PecliGroup(TyperGroup):
             raise typer.Exit(_SIGNALLED[1]) from None
 
 
-def _repeated_option(group, args: list[str]) -> str | None:
-    """Why the command line gives a one-value option twice (`--limit 4 --limit 5`: click keeps
-    the last silently), or None; list options repeat (`--intervention a --intervention b`)."""
+def _command_line_fault(group, args: list[str]) -> str | None:
+    """What click would read silently wrong, or None: a one-value option given twice
+    (`--limit 4 --limit 5`: click keeps the last; list options do repeat) or a path option
+    given empty text (`--out ""`: read as the current folder)."""
     command, path = group, ["pecli"]
     while args and args[0] in getattr(command, "commands", {}):
         command, path, args = command.commands[args[0]], [*path, args[0]], args[1:]
-    once = {name: p for p in getattr(command, "params", ()) if p.param_type_name == "option"
-            and not p.multiple and not p.is_flag for name in p.opts}
+    where = " ".join(path)
+    options = {name: p for p in getattr(command, "params", ()) if p.param_type_name == "option"
+               and not p.is_flag for name in p.opts}
+    args = args[:args.index("--")] if "--" in args else args
     given: dict[str, list[str]] = {}
-    for a in args[:args.index("--")] if "--" in args else args:
-        if a.split("=", 1)[0] in once:
-            given.setdefault(once[a.split("=", 1)[0]].opts[0], []).append(a.split("=", 1)[0])
+    for i, a in enumerate(args):
+        name, eq, inline = a.partition("=")
+        p = options.get(name)
+        if p is None:
+            continue
+        value = inline if eq else (args[i + 1] if i + 1 < len(args) else None)
+        if value is not None and not value.strip() and "Path" in str(_annotation(p)):
+            return f"{where}: {p.opts[0]} is empty; give a path or leave the option out"
+        if not p.multiple:
+            given.setdefault(p.opts[0], []).append(name)
     twice = next((name for name, seen in given.items() if len(seen) > 1), None)
     if twice is None:
         return None
     times = "twice" if len(given[twice]) == 2 else f"{len(given[twice])} times"
-    return f"{' '.join(path)}: {twice} given {times}; give it once"
+    return f"{where}: {twice} given {times}; give it once"
+
+
+def _annotation(param):
+    """The Python type a Typer parameter was declared with (None where click's own)."""
+    descriptor = getattr(param, "type_descriptor", None)
+    return getattr(descriptor, "annotation", None)
 
 
 def _one_line(message, category, *args, **kwargs) -> str:

@@ -38,6 +38,11 @@ from pecli.runs.registry import Registry
 MIN_RESAMPLES, MAX_RESAMPLES = 100, 100_000  # --bootstrap: 0 (none) or within these
 MAX_TOKENS = 131_072  # the longest window or prompt pecli builds (2^17: YaRN's longest evaluations)
 TOKEN_FIELDS = ("length", "max_length", "context")  # one input's tokens: at most MAX_TOKENS
+# A count with no ceiling of its own (texts, pairs, items, layers, ...): a value past these is
+# a typo (`--seeds 1e12`), never a study; refused, not run until memory or patience runs out.
+MAX_COUNT = 1_000_000
+COUNT_CEILINGS = {"seeds": 1_000, "layers": 1_024, "heads": 1_024, "width": 65_536,
+                  "dim": 65_536, "epochs": 10_000}
 
 
 def option(default=None, *, low: int | float | None = None, high: int | float | None = None,
@@ -159,6 +164,8 @@ class Options:
                 raise ConfigError(f"{key_label(f.name)}: {value} tokens is past the longest input "
                                   f"pecli builds, {MAX_TOKENS} tokens")
             low, high = meta.get("low"), meta.get("high")
+            if high is None and low is not None and hints[f.name] in (int, int | None):
+                high = COUNT_CEILINGS.get(f.name, MAX_COUNT)
             if isinstance(value, int | float) and not isinstance(value, bool) and (
                     (low is not None and value < low) or (high is not None and value > high)):
                 bounds = [f"at least {low}"] * (low is not None) + [f"at most {high}"] * (high is not None)
