@@ -11,7 +11,9 @@ Every text has exactly `length` tokens, so batches need no padding.
 For every model and condition (the intact model first; then every intervention x mask x
 semantics, each crossed with every --rope-scaling) one pass over the texts feeds
 pecli.measures.attention.Stats, and the tables below come out of it. Intervals: 95 %
-bootstrap over texts wherever a statistic has one value per text.
+bootstrap over texts wherever a statistic has one value per text; `attn` also gives every
+other condition's difference from intact (`diff_vs_intact`, `diff_ci_low`, `diff_ci_high`),
+with a bootstrap that draws the same texts for both (all conditions see the same texts).
 
     attn            per (layer, head), per layer, per layer type (`layer_type`: transformers'
                     names, pecli.models.architectures.layer_types; scope layer_type, the
@@ -174,6 +176,7 @@ def _tables_for(loaded, data, grid, o: AttnOptions, progress, models: int = 1) -
     out: dict[str, list[dict]] = {k: [] for k in ("attn", "attn_positions", "attn_distance",
                                                  "attn_frequency", "attn_positional", "attn_probe")}
     total = len(grid) * n * models  # texts x conditions over the run (other models: as many texts)
+    reference = None  # intact's head values (grid's first), once measured
     for how in grid:
         cond = {"condition": how.label, **how.names, "computation": how.computation}
         rope = rope_columns(str(how.rope or "none"), how.rope and how.rope.parameters, None)
@@ -197,7 +200,10 @@ def _tables_for(loaded, data, grid, o: AttnOptions, progress, models: int = 1) -
         columns = how.columns(loaded)
         row = {**common, **cond, **{k: columns[k] for k in ("rope_scaling", "rope_parameters")},
                "note": ""}
-        out["attn"] += head_rows(stats, row, o, types)
+        values = head_values(stats, o)
+        if how.intact:  # grid's first: every other condition is paired with it, text by text
+            reference = values
+        out["attn"] += head_rows(stats, row, o, types, values, None if how.intact else reference)
         out["attn_positions"] += position_rows(stats, row, o, context)
         out["attn_distance"] += distance_rows(stats, row)
         out["attn_frequency"] += frequency_rows(stats, row, frequencies)
@@ -219,33 +225,44 @@ def _interval(values: np.ndarray, o: AttnOptions) -> tuple[float, float]:
     return mean_interval(values, n_boot=o.bootstrap, seed=o.seed)
 
 
-def head_rows(stats, row: dict, o: AttnOptions, types: list[str]) -> list[dict]:
-    """The `attn` table (module doc); `types`: each layer's type (layer_types)."""
-    from pecli.measures.attention import ROLE_THRESHOLD
-
-    per = stats.per_text()  # name -> [n, L, H]
+def head_values(stats, o: AttnOptions) -> dict[str, np.ndarray]:
+    """Each head statistic per text, [texts, layers, heads]; `sink` (1 where the first token
+    takes more than epsilon) beside them."""
+    per = stats.per_text()
     per["sink"] = (per["first_token_mass"] > o.epsilon).astype(np.float64)
+    return per
+
+
+def head_rows(stats, row: dict, o: AttnOptions, types: list[str], per: dict[str, np.ndarray],
+              reference: dict[str, np.ndarray] | None = None) -> list[dict]:
+    """The `attn` table (module doc); `types`: each layer's type (layer_types); `per`: this
+    condition's head_values; `reference`: intact's on the same texts, for each row's paired
+    difference (None: this is intact, whose difference columns are blank)."""
+    from pecli.measures.attention import ROLE_THRESHOLD
+    from pecli.measures.intervals import diff_columns
+
     rows = []
 
-    def add(scope, layer, head, metric, values, role="", kind="all"):
+    def add(scope, layer, head, metric, select, role="", kind="all"):
+        values = select(per["sink" if metric == "sink_rate" else metric])
         low, high = _interval(values, o)
+        diff = diff_columns(reference_row=True) if reference is None else diff_columns(
+            values, select(reference["sink" if metric == "sink_rate" else metric]),
+            n_boot=o.bootstrap, seed=o.seed)
         rows.append({**row, "scope": scope, "layer": layer, "head": head, "layer_type": kind,
                      "metric": metric, "value": float(values.mean()), "ci_low": low,
-                     "ci_high": high, "role": role})
+                     "ci_high": high, **diff, "role": role})
 
-    add("model", -1, -1, "sink_rate", per["sink"].mean((1, 2)))
-    for metric in HEAD_METRICS:
-        add("model", -1, -1, metric, per[metric].mean((1, 2)))
+    for metric in ("sink_rate", *HEAD_METRICS):
+        add("model", -1, -1, metric, lambda v: v.mean((1, 2)))
     for kind in dict.fromkeys(types):  # in the order the layers first name them
         of = [i for i, t in enumerate(types) if t == kind]
-        for metric in ("sink", *HEAD_METRICS):
-            add("layer_type", -1, -1, "sink_rate" if metric == "sink" else metric,
-                per[metric][:, of].mean((1, 2)), kind=kind)
+        for metric in ("sink_rate", *HEAD_METRICS):
+            add("layer_type", -1, -1, metric, lambda v, of=of: v[:, of].mean((1, 2)), kind=kind)
     L, H = per["sink"].shape[1:]
     for layer in range(L):
-        add("layer", layer, -1, "sink_rate", per["sink"][:, layer].mean(1), kind=types[layer])
-        for metric in HEAD_METRICS:
-            add("layer", layer, -1, metric, per[metric][:, layer].mean(1), kind=types[layer])
+        for metric in ("sink_rate", *HEAD_METRICS):
+            add("layer", layer, -1, metric, lambda v, layer=layer: v[:, layer].mean(1), kind=types[layer])
     for layer in range(L):
         for head in range(H):
             for metric in HEAD_METRICS:
@@ -257,7 +274,8 @@ def head_rows(stats, row: dict, o: AttnOptions, types: list[str]) -> list[dict]:
                     role = "diagonal head"
                 elif metric == "first_token_mass" and v.mean() > o.epsilon:
                     role = "sink head"
-                add("head", layer, head, metric, v, role, types[layer])
+                add("head", layer, head, metric, lambda x, layer=layer, head=head: x[:, layer, head],
+                    role, types[layer])
     usage = stats.frequency_usage()
     if usage is not None:
         q, k = usage  # [L, H, pairs], [L, H_kv, pairs]
@@ -269,7 +287,8 @@ def head_rows(stats, row: dict, o: AttnOptions, types: list[str]) -> list[dict]:
             for head in range(H):
                 rows.append({**row, "scope": "head", "layer": layer, "head": head,
                              "layer_type": types[layer], "metric": "high_frequency_share", "value": float(share[layer, head]),
-                             "ci_low": float("nan"), "ci_high": float("nan"), "role": ""})
+                             "ci_low": float("nan"), "ci_high": float("nan"),
+                             **diff_columns(reference_row=True), "role": ""})  # no per-text values
     return rows
 
 

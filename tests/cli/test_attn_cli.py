@@ -48,6 +48,26 @@ def test_attn_writes_every_table_and_figure(use_tiny, docs, tmp_path, invoke):
     assert compared.exit_code == 0 and "sink_rate" in compared.output, compared.output
 
 
+def test_every_condition_carries_its_paired_difference_from_intact(use_tiny, docs, tmp_path, invoke):
+    out = tmp_path / "run"
+    result = invoke("attn", "llama", "--length", "24", "--intervention", "zero,shuffle", "--dataset",
+                    str(docs), "--bootstrap", "200", "--no-hidden", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    df = pd.read_csv(out / "attn.csv")
+    diffs = ["diff_vs_intact", "diff_ci_low", "diff_ci_high"]
+    per_text = df["metric"] != "high_frequency_share"  # one value per model: nothing to pair
+    assert df.loc[(df["intervention"] == "intact") | ~per_text, diffs].isna().all().all()
+    key = ["scope", "layer", "head", "layer_type", "metric"]
+    intact = df[(df["intervention"] == "intact") & per_text].set_index(key)
+    for name in ("zero", "shuffle"):
+        cond = df[(df["intervention"] == name) & per_text].set_index(key)
+        assert len(cond) == len(intact)
+        point = cond["value"] - intact.loc[cond.index, "value"]
+        assert (cond["diff_vs_intact"] - point).abs().max() < 1e-9, name  # the means' difference
+        has = cond["diff_ci_low"].notna()
+        assert has.any() and cond[has].eval("diff_ci_low <= diff_vs_intact <= diff_ci_high").all()
+
+
 def test_masks_on_positions_removed(use_tiny, docs, tmp_path, invoke):
     out = tmp_path / "run"
     result = invoke("attn", "gpt2", "--length", "16", "--intervention", "zero", "--mask",
