@@ -306,3 +306,18 @@ def test_report_cells_give_chance_and_never_a_zero_width_interval(tmp_path):
         "0.250 [0.200, 0.310] (chance 0.237: the interval contains it)"
     assert _lookup(csv, {"metric": "mc2"}, "{:.3f}") == "0.520 [0.490, 0.550] (chance 0.464)"
     assert _lookup(csv, {"metric": "sink_rate"}, "{:.3f}") == "0.000"
+
+
+def test_report_cells_give_the_paired_difference_from_intact_where_the_table_has_one(tmp_path):
+    from pecli.experiments.reproduce import _lookup
+
+    csv = tmp_path / "t.csv"
+    pd.DataFrame({"condition": ["intact", "zero", "shuffle"], "value": [0.75, 0.70, 0.75],
+                  "ci_low": [0.72, 0.66, 0.71], "ci_high": [0.78, 0.74, 0.79],
+                  "diff_vs_intact": [None, -0.05, 0.0], "diff_ci_low": [None, -0.07, 0.0],
+                  "diff_ci_high": [None, -0.03, 0.0]}).to_csv(csv, index=False)
+    assert _lookup(csv, {"condition": "intact"}, "{:.2f}") == "0.75 [0.72, 0.78]"
+    assert _lookup(csv, {"condition": "zero"}, "{:.2f}") == \
+        "0.70 [0.66, 0.74]; paired difference from intact -0.05 [-0.07, -0.03]"
+    assert _lookup(csv, {"condition": "shuffle"}, "{:.2f}") == \
+        "0.75 [0.71, 0.79]; paired difference from intact +0.00 (no interval)"  # never [0, 0]
