@@ -113,14 +113,11 @@ def _condition_rows(loaded, how, length: int, windows, stream: list[int], o: Len
                     common: dict, done: dict, intact: tuple | None, checkpoint, tick) -> list[dict]:
     """One condition's rows at one window length: its buckets, with the paired difference from
     the intact model's (`intact`: its key in `done`), or one row saying why not."""
-    from pecli.measures.length_scoring import band_applies, score_band, summarise
+    from pecli.measures.length_scoring import score_band, summarise
     from pecli.measures.lm_scoring import score_windows
     from pecli.positions.rope_scaling import provenance as rope_columns
 
-    rope = how.rope.type if how.rope else None
-    why = how.reason(loaded, length)
-    if why is None and o.windows == "band":
-        why = band_applies(loaded, rope, how)
+    why = how.reason(loaded, length, band=o.windows == "band")
     cond = {"condition": how.label, **how.names, "computation": how.computation,
             "length": length, "dropped_tokens": windows.dropped_tokens}
     if why is not None or not len(windows):

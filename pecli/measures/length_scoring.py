@@ -37,7 +37,6 @@ import torch
 from pecli.measures.intervals import MIN_WINDOWS, diff_columns, ratio_interval
 from pecli.measures.lm_scoring import Window
 from pecli.measures.metrics import head_nll
-from pecli.runs import names
 from pecli.runs.batching import encode
 from pecli.runs.errors import ConfigError, DataError
 
@@ -125,28 +124,6 @@ def cut(stream: list[int], length: int, protocol: str = "nonoverlapping",
     # token): it has no context in its window, and is counted here
     dropped = len(stream) - (0 if lead else 1) - scored
     return Cut(length, offsets, sizes, firsts, lead, max(dropped, 0), protocol, stride)
-
-
-def band_applies(loaded, rope_type: str | None, plan) -> str | None:
-    """Why the band pass cannot compute this condition, or None when it can: attention must
-    depend only on query-key offsets (rotary with static frequencies, ALiBi, no positions),
-    the model unchanged (no intervention, the default mask)."""
-    from pecli.positions.extension import table_kind
-
-    if loaded.spec.position in ("alibi", "relative bias"):  # a hub model's bias, built per call
-        return (f"not applicable: the band pass is proven for rotary models and pecli-trained "
-                f"tables, not {loaded.spec.position}; use --windows sliding")
-    kind = "rotary" if loaded.spec.rotates else table_kind(loaded)
-    if kind not in ("rotary", "none", "alibi"):
-        return (f"not applicable: {loaded.name} has {kind} absolute positions, which restart in "
-                "every window; use --windows sliding (per-window evaluation)")
-    if rope_type in ("dynamic", "longrope"):
-        return (f"not applicable: {rope_type} rope scaling sets its frequencies from the sequence "
-                "length, so one pass over the stream is not a window; use --windows sliding")
-    if plan.intervention.name != names.INTACT or plan.attention is not None:
-        return ("not applicable: the band pass runs the model's own positions under the default "
-                "mask; use --windows sliding for interventions and masks")
-    return None
 
 
 def _band_mask(lo: torch.Tensor, n: int) -> torch.Tensor:

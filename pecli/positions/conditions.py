@@ -126,10 +126,11 @@ class Condition:
         return self.label == INTACT
 
     def check(self, target, length: int | None = None, *, causal: bool = False,
-              what: str = "the window's") -> None:
+              what: str = "the window's", band: bool = False) -> None:
         """Raise unless this condition can act on `target`: a model name or a ModelRef (its
         config only, before weights load), or a LoadedModel; with `length`, also at that many
-        tokens (NotApplicable: `what` names them in the message). The one place that decides."""
+        tokens (NotApplicable: `what` names them in the message); with `band`, also by one band
+        pass over a stream (length's `--windows band`). The one place that decides."""
         ref = _target(target)
         if ref is None:  # only loading will tell
             return
@@ -139,11 +140,14 @@ class Condition:
             kind.check(self, ref)
         if length is not None:
             _check_length(self, ref, length, what)
+        if band:
+            _check_band(self, ref)
 
-    def reason(self, target, length: int, what: str = "the window's") -> str | None:
+    def reason(self, target, length: int, what: str = "the window's", *,
+               band: bool = False) -> str | None:
         """Why this condition is not applicable at `length` tokens (a row's note), or None."""
         try:
-            self.check(target, length, what=what)
+            self.check(target, length, what=what, band=band)
         except NotApplicable as err:
             return str(err)
         return None
@@ -240,11 +244,21 @@ def _mask_prepare(c: Condition, loaded, seed: int):
 def _rope_columns(c: Condition, loaded) -> dict[str, str]:
     if loaded is None:
         return {"rope_scaling": str(c.rope or UNCHANGED_ROPE)}
-    from pecli.positions.rope_scaling import provenance, resolve
+    from pecli.positions.rope_scaling import provenance
 
-    config = loaded.model.config
-    resolved = resolve(config, c.rope.parameters) if c.rope else None
-    return provenance(str(c.rope or UNCHANGED_ROPE), resolved, config)
+    return provenance(str(c.rope or UNCHANGED_ROPE), c.rope and _resolved_rope(c, loaded),
+                      loaded.model.config)
+
+
+def _resolved_rope(c: Condition, loaded) -> dict:
+    """c's scaling resolved against the loaded model's config and validated by transformers:
+    once per model and scaling (in the check after loading), then read by columns and apply."""
+    done = loaded.__dict__.setdefault("resolved_ropes", {})
+    if c.rope.params not in done:
+        from pecli.positions.rope_scaling import resolve
+
+        done[c.rope.params] = resolve(loaded.model.config, c.rope.parameters)
+    return done[c.rope.params]
 
 
 def _rope_check(c: Condition, ref) -> None:
@@ -260,9 +274,7 @@ def _rope_check(c: Condition, ref) -> None:
         raise ModelError(f"{ref.name} ({spec.family}) keeps its rotation as fixed sin/cos tables, "
                          "with no rope_parameters to scale; drop --rope-scaling or the model")
     if getattr(ref, "model", None) is not None:  # loaded: transformers validates the parameters
-        from pecli.positions.rope_scaling import resolve
-
-        resolve(ref.model.config, c.rope.parameters)
+        _resolved_rope(c, ref)
 
 
 def _rope_prepare(c: Condition, loaded, seed: int):
@@ -272,7 +284,7 @@ def _rope_prepare(c: Condition, loaded, seed: int):
     def scale():
         from pecli.positions.rope_scaling import rope_scaled
 
-        return rope_scaled(loaded.model, c.rope.parameters)
+        return rope_scaled(loaded.model, c.rope.parameters, resolved=_resolved_rope(c, loaded))
 
     return scale
 
@@ -320,6 +332,31 @@ def _check_length(c: Condition, ref, length: int, what: str) -> None:
     if c.intervention.name == "shuffle" and length > n:
         raise NotApplicable(f"not applicable: shuffle permutes the model's {n} positions, fewer "
                             f"than {what}")
+
+
+def _check_band(c: Condition, ref) -> None:
+    """The band pass (one pass over the stream, each query seeing its window's keys) equals
+    per-window passes only where attention depends on query-key offsets alone (rotary with
+    static frequencies, ALiBi, no positions) and the model runs unchanged."""
+    position = ref.spec.position
+    if position in ("alibi", "relative bias"):  # a hub model's bias, built per call
+        raise NotApplicable(f"not applicable: the band pass is proven for rotary models and "
+                            f"pecli-trained tables, not {position}; use --windows sliding")
+    if not ref.spec.rotates and getattr(ref, "model", None) is not None:
+        from pecli.positions.extension import table_kind
+
+        kind = table_kind(ref)
+        if kind not in ("none", "alibi"):
+            raise NotApplicable(f"not applicable: {ref.name} has {kind} absolute positions, which "
+                                "restart in every window; use --windows sliding (per-window "
+                                "evaluation)")
+    if c.rope is not None and c.rope.type in ("dynamic", "longrope"):
+        raise NotApplicable(f"not applicable: {c.rope.type} rope scaling sets its frequencies from "
+                            "the sequence length, so one pass over the stream is not a window; "
+                            "use --windows sliding")
+    if c.intervention.name != names.INTACT or c.attention is not None:
+        raise NotApplicable("not applicable: the band pass runs the model's own positions under "
+                            "the default mask; use --windows sliding for interventions and masks")
 
 
 def check_all(grid: Iterable[Condition], target, *, causal: bool = False) -> None:

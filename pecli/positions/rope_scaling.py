@@ -306,9 +306,11 @@ def rotary_modules(model: torch.nn.Module) -> list[tuple[torch.nn.Module, str, t
 
 
 @contextmanager
-def rope_scaled(model: torch.nn.Module, parameters: dict[str, Any] | None) -> Iterator[dict | None]:
+def rope_scaled(model: torch.nn.Module, parameters: dict[str, Any] | None, *,
+                resolved: dict[str, Any] | None = None) -> Iterator[dict | None]:
     """Within the block, `model`'s rotary modules are built from rope_parameters scaled by
     `parameters` (None: unchanged); yields the resolved rope_parameters (for provenance).
+    `resolved`: `resolve(model.config, parameters)` already done (a condition's check did it).
 
     The new modules are transformers' own classes, built from a copy of the config, on the
     old modules' device; the model's config says the new rope_parameters during the block."""
@@ -316,7 +318,7 @@ def rope_scaled(model: torch.nn.Module, parameters: dict[str, Any] | None) -> It
         yield None
         return
     config = model.config
-    resolved = resolve(config, parameters)
+    resolved = resolved or resolve(config, parameters)
     scaled = _config_with(config, resolved)
     found = rotary_modules(model)
     if not found:

@@ -144,6 +144,29 @@ def test_the_same_check_after_loading_decides_lengths(tiny):
         C.plan(rope=Rope.parse("linear:2")).check(gpt2)
 
 
+def test_a_rope_scaling_is_validated_once_after_loading(tiny, monkeypatch):
+    """transformers' validation runs in the check after loading; columns and the applied
+    block read what it resolved (issue 45: checked once before loading and once after)."""
+    from pecli.positions import rope_scaling
+
+    calls = []
+    real = rope_scaling.resolve
+    monkeypatch.setattr(rope_scaling, "resolve", lambda *a: calls.append(a) or real(*a))
+    loaded = tiny("llama")
+    c = C.plan(rope=Rope.parse("yarn:2"))
+    C.check_all([c], loaded, causal=True)
+    assert len(calls) == 1
+    with c.applied(loaded):
+        scaled = c.columns(loaded)["rope_parameters"]
+    assert len(calls) == 1 and json.loads(scaled)["factor"] == 2.0
+    assert json.loads(c.columns(loaded)["rope_parameters"]) == json.loads(scaled)
+    with pytest.raises(ModelError, match="rotary"):  # the band pass check is the same function
+        C.plan(rope=Rope.parse("linear:2")).check(tiny("gpt2"), band=True)
+    assert C.plan(intervention="zero").reason(loaded, 32, band=True).startswith(
+        "not applicable: the band pass runs the model's own positions")
+    assert C.plan().reason(loaded, 32, band=True) is None
+
+
 def _out(loaded, ids):
     with torch.no_grad():
         return loaded.model(input_ids=ids).logits
