@@ -164,11 +164,13 @@ class Options:
                 raise ConfigError(f"{key_label(f.name)}: {value} tokens is past the longest input "
                                   f"pecli builds, {MAX_TOKENS} tokens")
             low, high = meta.get("low"), meta.get("high")
-            if high is None and low is not None and hints[f.name] in (int, int | None):
+            ceiling = high is None and low is not None and hints[f.name] in (int, int | None)
+            if ceiling:  # a count's own ceiling, named only to a value above it
                 high = COUNT_CEILINGS.get(f.name, MAX_COUNT)
             if isinstance(value, int | float) and not isinstance(value, bool) and (
                     (low is not None and value < low) or (high is not None and value > high)):
-                bounds = [f"at least {low}"] * (low is not None) + [f"at most {high}"] * (high is not None)
+                named = high is not None and (not ceiling or value > high)
+                bounds = [f"at least {low}"] * (low is not None) + [f"at most {high}"] * named
                 raise ConfigError(f"{key_label(f.name)}: {value} is out of range ({', '.join(bounds)})")
             if f.name == "bootstrap" and 0 < value < MIN_RESAMPLES:
                 raise ConfigError(f"{key_label(f.name)}: {value} resamples give no meaningful 95 % "

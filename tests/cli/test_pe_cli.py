@@ -86,7 +86,8 @@ def test_probe_learned_and_rotary(assets, tmp_path):
 ])
 def test_probe_bad_args(assets, tmp_path, args, message):
     args = [str(assets / "gpt2") if a == "MODEL" else a for a in args]
-    result = _invoke("probe", "--limit", "8", *args, "--dataset", str(assets / "reviews.csv"),
+    limit = [] if "--limit" in args else ["--limit", "8"]  # a flag given twice is refused
+    result = _invoke("probe", *limit, *args, "--dataset", str(assets / "reviews.csv"),
                      "--device", "cpu", "--out", str(tmp_path / "out"))
     assert result.exit_code == 1, result.output
     assert f"error: {message}" in result.output and "Traceback" not in result.output
