@@ -18,12 +18,7 @@ RESULTS = Path(__file__).resolve().parents[2] / "results" / "offline"
 UNITS = ("texts", "trials", "items", "windows", "seeds", "samples", "documents")  # counts of units
 FIXED = {"gap_closed": ("intact", "none")}  # metric: the conditions where it is fixed by definition
 STALE = {  # computed before the code blanked these intervals (issue 46 §2); rerun to clear
-    "attn-mask/attn.csv", "attn-mask/attn_positions.csv", "attn-sink/attn.csv",
-    "e2-smollm2-cosine/ablate.csv", "families-bloom/ablate.csv", "families-gptj/ablate.csv",
-    "families-modernbert/ablate.csv", "families-mpt/ablate.csv", "families-phi/ablate.csv",
-    "families-pythia/ablate.csv", "families-t5/ablate.csv", "finetune-tiny-gpt2/recovery.csv",
-    "mask-fit-gpt2-imdb/mask_fit.csv", "mask-fit-tiny-gpt2/mask_fit.csv",
-    "pe-recover/by_position.csv", "pe-recover/hidden.csv", "pe-recover/summary.csv",
+    "attn-sink/attn.csv", "finetune-tiny-gpt2/recovery.csv", "mask-fit-tiny-gpt2/mask_fit.csv",
     "toy-length/accuracy.csv", "toy-length/ranking.csv", "train-lm/perplexity.csv"}
 TABLES = sorted(p.relative_to(RESULTS).as_posix() for p in RESULTS.glob("*/*.csv"))
 
