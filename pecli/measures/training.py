@@ -309,7 +309,13 @@ def train(model, batches: Iterator[dict], cfg: TrainConfig,
 
 
 def _one_thread() -> None:
+    """A worker's start: one torch thread, and SIGTERM/SIGHUP back to their defaults (the
+    pool ends its workers with SIGTERM; the parent's handler would print a traceback)."""
+    import signal
+
     torch.set_num_threads(1)
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_DFL)
 
 
 def run_jobs(fn: Callable, jobs: list[tuple], workers: int = 1) -> list:

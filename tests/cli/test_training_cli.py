@@ -117,3 +117,18 @@ def test_toy_length_refuses_bad_tasks_in_one_line(tmp_path):
     res = runner.invoke(app, ["toy", "length", "--task", "copy,sortt", "--out", str(tmp_path)])
     assert res.exit_code == 1 and "unknown task 'sortt'" in res.output
     assert "Traceback" not in res.output
+
+
+def test_forked_workers_end_without_a_traceback(tmp_path):
+    """The pool ends its workers with SIGTERM: they take the default action, not pecli's
+    handler (which turned it into a traceback from a worker on stderr, in about half the runs
+    of this command before the fix)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "pecli", "toy", "length", "--task", "copy",
+                           "--pe", "none,t5", "--train-length", "2", "--steps", "2", "--seeds", "2",
+                           "--eval-items", "3", "--width", "16", "--workers", "4",
+                           "--out", str(tmp_path / "tl")], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr and "Stopped" not in done.stderr, done.stderr
