@@ -1,10 +1,8 @@
 """Issue 46's done-when on the committed tables: no interval in results/offline is zero-width
 (all units equal: no interval), computed from fewer than 2 units, or attached to a quantity
 fixed by definition (mask fit's gap_closed of intact and of no positions, 1 and 0 by
-construction). The code no longer writes such intervals (test_attn_cli, test_mask_fit,
-test_training_cli, test_lm_eval_cli); the tables listed in STALE were computed before and
-keep them until the coordinator reruns their sections: each is an xfail that fails once its
-table is clean (strict), so the list only shrinks.
+construction). The code writes no such interval (test_attn_cli, test_mask_fit,
+test_training_cli, test_lm_eval_cli); every committed table was computed by that code.
 """
 
 from __future__ import annotations
@@ -17,9 +15,6 @@ import pytest
 RESULTS = Path(__file__).resolve().parents[2] / "results" / "offline"
 UNITS = ("texts", "trials", "items", "windows", "seeds", "samples", "documents")  # counts of units
 FIXED = {"gap_closed": ("intact", "none")}  # metric: the conditions where it is fixed by definition
-STALE = {  # computed before the code blanked these intervals (issue 46 §2); rerun to clear
-    "attn-sink/attn.csv", "finetune-tiny-gpt2/recovery.csv", "mask-fit-tiny-gpt2/mask_fit.csv",
-    "toy-length/accuracy.csv", "toy-length/ranking.csv", "train-lm/perplexity.csv"}
 TABLES = sorted(p.relative_to(RESULTS).as_posix() for p in RESULTS.glob("*/*.csv"))
 
 
@@ -52,12 +47,7 @@ def test_the_rule_catches_each_kind():
     assert problems(df.iloc[[3]]) == []
 
 
-@pytest.mark.parametrize("table", [pytest.param(t, marks=pytest.mark.xfail(
-    strict=True, reason="computed before issue 46 §2; rerun its section")) if t in STALE else t
-    for t in TABLES])
+@pytest.mark.parametrize("table", TABLES)
 def test_no_committed_interval_breaks_the_rule(table):
     assert problems(pd.read_csv(RESULTS / table, low_memory=False)) == []
 
-
-def test_every_stale_table_exists():
-    assert STALE <= set(TABLES)

@@ -147,3 +147,12 @@ def test_committed_report_opens_with_findings_that_match_their_tables():
         if "no detectable difference" in line:
             assert not (low > null or high < null), line
 
+
+
+def test_every_committed_report_cell_finds_its_row():
+    """Each quantity of results/offline/REPORT.md names exactly one row of its table: a cell
+    that finds none (a preset still saying `intervention: learned` of tables that now say
+    `intact`) or several would print '— (N rows match)'."""
+    text = (ROOT / "results" / "offline" / "REPORT.md").read_text(encoding="utf-8")
+    broken = [line for line in text.splitlines() if re.search(r"— \((\d+ rows match|no column )", line)]
+    assert broken == []
