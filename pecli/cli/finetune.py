@@ -46,6 +46,8 @@ def finetune(options: FinetuneOptions, *, out: OutOpt = None, force: ForceOpt = 
         console.print(_accuracy_table(frames["finetune"]))
     if "recovery" in frames:
         console.print(_recovery_table(frames["recovery"]))
+        for line in reliance(frames["recovery"]):
+            console.print(line)
     for p in [*tables.values(), *figures]:
         console.print(f"wrote {p}")
 
@@ -82,6 +84,28 @@ def _recovery_table(df) -> Table:
                   f"{int(within['value'])} {within['interval']}",
                   "" if within["steps_mean"] != within["steps_mean"] else f"{within['steps_mean']:.0f}")
     return t
+
+
+def reliance(df) -> list[str]:
+    """What removing positions costs the untrained model on the held-out texts, and a warning
+    where it is not detectably worse than intact (its perplexity inside intact's interval over
+    texts): a recovery from nothing measures little (issue 44, as `pecli mask fit` warns)."""
+    intact = df[df["metric"] == "intact_perplexity"]
+    zero = df[(df["metric"] == "perplexity_mean") & (df["step"] == 0) & (df["condition"] == "zero")]
+    if intact.empty or zero.empty:
+        return []
+    intact, zero, model = intact.iloc[0], zero.iloc[0], df.iloc[0]["model"]
+    lines = [f"reliance on positions: held-out perplexity {intact['value']:.4g} intact, "
+             f"{zero['value']:.4g} without ({zero['value'] / intact['value'] - 1:+.1%})"]
+    if intact["ci_high"] != intact["ci_high"]:  # NaN: too few texts for an interval
+        lines.append(f"warning: intact has no interval over {intact['rows']} texts, so whether "
+                     f"{model} relies on its positions is not known; give more texts (--limit)")
+    elif not zero["value"] > intact["ci_high"]:
+        lines.append(f"warning: {model} barely relies on its positions (without them, "
+                     f"{zero['value']:.4g} lies inside intact's interval{ci_text(intact, '.4g')}): "
+                     "its recovery measures little; use a model that needs its positions "
+                     "(models/gpt2-imdb)")
+    return lines
 
 
 # Its row in README.md's table of commands (`make docs`)

@@ -68,3 +68,23 @@ def test_encoder_sentiment_beside_the_probe(invoke, shared_data, tmp_path, minil
         assert len(part[part["metric"] == "probe_accuracy"]) == 1
     assert (df["fine_tuning"] == "full fine-tuning").all() and (df["test_rows"] == 8).all()
     assert (out / "figures" / "finetune.png").exists()
+
+
+def _recovery(zero: float, low: float, high: float) -> pd.DataFrame:
+    return pd.DataFrame({"model": "m", "rows": 48, "condition": ["intact, untrained", "zero", "zero"],
+                         "metric": ["intact_perplexity", "perplexity_mean", "perplexity_mean"],
+                         "step": [0, 0, 10], "value": [219.5, zero, 1.0],
+                         "ci_low": [low, np.nan, np.nan], "ci_high": [high, np.nan, np.nan]})
+
+
+@pytest.mark.parametrize("zero, low, high, warned", [
+    (220.6, 196.7, 246.7, "barely relies"),  # the tiny stand-in's committed numbers
+    (560.0, 196.7, 246.7, None),  # outside intact's interval: a gap worth recovering
+    (220.6, np.nan, np.nan, "no interval over 48 texts")])
+def test_finetune_says_how_much_the_model_relies_on_its_positions(zero, low, high, warned):
+    from pecli.cli.finetune import reliance
+
+    lines = reliance(_recovery(zero, low, high))
+    assert lines[0] == f"reliance on positions: held-out perplexity 219.5 intact, {zero:.4g} without " \
+                       f"({zero / 219.5 - 1:+.1%})"
+    assert (len(lines) == 1) if warned is None else (warned in lines[1] and len(lines) == 2)
