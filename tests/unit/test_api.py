@@ -147,5 +147,9 @@ def test_the_docs_example_runs(smollm2):
     exec(compile(code, "docs/api.md", "exec"), scope)
     assert scope["out"].shape[1] > scope["inputs"]["input_ids"].shape[1]
     assert torch.isfinite(scope["loss"]) and scope["loss"] > 0
+    inputs = scope["inputs"]
+    with torch.no_grad(), pc.applied(smollm2.model, "zero"):  # SmolLM2: every layer is full attention
+        zero = smollm2.model(**inputs, labels=inputs["input_ids"]).loss
+    torch.testing.assert_close(scope["loss"].detach(), zero, rtol=1e-6, atol=0)
     _same(before, _state(smollm2.model))
     assert len(attention_modules(smollm2)) == smollm2.model.config.num_hidden_layers
