@@ -1,13 +1,15 @@
 """Issue 46's sweep: every numeric option of every command that computes, given a hostile
-value (NaN, infinite, negative, empty, a count of zero where zero means nothing, a size that
+value (NaN, infinite, negative, empty, zero where zero means nothing, a size that
 overflows), or any one-value option given twice, is refused in one `error:` line before any
 model or data loads; none is silently accepted.
 
 Values that mean something documented are not hostile: --seed 0, --bootstrap 0 (no
-interval), a --limit or --batch-size past the data (every row, the largest batch). Found and
-fixed by this sweep: finetune --lr/--head-lr 0 (trained nothing) and 1e30; --threads past
-torch's range and toy length --train-length 1e12 (tracebacks); a repeated flag (the last won);
-a count of 1e12 (--seeds, --pairs, --layers, ...: ran until memory or patience gave out).
+interval), --probe-positions 0 (no probe), lm-eval's --num_fewshot 0, a --limit or
+--batch-size past the data (every row, the largest batch). Found and fixed by this sweep:
+finetune --lr/--head-lr 0 (trained nothing) and 1e30; --threads past torch's range and toy
+length --train-length 1e12 (tracebacks); a repeated flag (the last won); a count of 1e12
+(--seeds, --pairs, --layers, ...: ran until memory or patience gave out); attn --epsilon 0
+(every head a sink).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ BASE = {"ablate": ["random:bert"], "perplexity": ["random:gpt2"], "mc": ["random
         "tune": ["random:llama", "--condition", "rerope", "--grid", "W=16,32", "--length", "64"]}
 HOSTILE = ["nan", "inf", "-inf", "", "-1"]  # no count, size, rate or seed is negative
 HUGE = "1000000000000"
+ZERO_MEANS = {"--seed", "--bootstrap", "--probe-positions", "--num_fewshot"}  # documented: 0 is a choice
 MEANINGLESS = {("finetune", "--lr"): ["0", "1e30"], ("finetune", "--head-lr"): ["0", "1e30"]}
 
 
@@ -46,7 +49,8 @@ def _numeric_options():
             ann = str(p.type_descriptor.annotation)
             if ("int" in ann or "float" in ann) and "list" not in ann:
                 huge = [HUGE] if "int" in ann else []  # every count has a ceiling
-                for value in [*HOSTILE, *huge, *MEANINGLESS.get((key, p.opts[0]), [])]:
+                zero = [] if p.opts[0] in ZERO_MEANS else ["0"]  # found: attn --epsilon 0
+                for value in [*HOSTILE, *zero, *huge, *MEANINGLESS.get((key, p.opts[0]), [])]:
                     yield [*key.split(), *base, p.opts[0], value]
 
 

@@ -69,6 +69,10 @@ class AttnOptions(MaskGrid, RopeScaled):
         if self.buckets > self.length:  # each bucket at least one position: none empty
             raise ConfigError(f"buckets (--buckets): {self.buckets} position buckets do not fit "
                               f"the {self.length} positions of --length; give at most {self.length}")
+        if self.epsilon in (0.0, 1.0):  # a mean attention exceeds 0 always, 1 never
+            raise ConfigError(f"epsilon (--epsilon): {self.epsilon:g} makes "
+                              f"{'every' if self.epsilon == 0 else 'no'} head a sink; give a "
+                              "threshold between 0 and 1 (Gu et al.: 0.3)")
         if self.probe_positions and self.probe_positions > self.length:
             raise ConfigError(f"probe_positions (--probe-positions) {self.probe_positions} is more "
                               f"than the {self.length} positions of --length")
