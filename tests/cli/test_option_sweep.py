@@ -29,7 +29,7 @@ BASE = {"ablate": ["random:bert"], "perplexity": ["random:gpt2"], "mc": ["random
         "toy length": [], "ruler": ["random:llama"], "lm-eval": ["random:gpt2", "--tasks", "truthfulqa_mc1"],
         "reproduce": ["--out", "o"], "compare": ["."],
         "tune": ["random:llama", "--condition", "rerope", "--grid", "W=16,32", "--length", "64"]}
-HOSTILE = ["nan", "inf", "-inf", "", "-1"]  # no count, size, rate or seed is negative
+HOSTILE = ["nan", "inf", "-inf", "", "-1", "abc"]  # no count, size, rate or seed is negative; not a number
 HUGE = "1000000000000"
 ZERO_MEANS = {"--seed", "--bootstrap", "--probe-positions", "--num_fewshot"}  # documented: 0 is a choice
 MEANINGLESS = {("finetune", "--lr"): ["0", "1e30"], ("finetune", "--head-lr"): ["0", "1e30"]}
