@@ -42,8 +42,42 @@ def _panel(ax, part: pd.DataFrame, first_column: bool, bottom_row: bool):
     return image
 
 
+def _points(df: pd.DataFrame, path: Path) -> Path:
+    """One length and one depth: a heatmap would be one cell a panel, so each condition is a
+    point with its Wilson interval, its paired difference from intact beneath its name."""
+    cells = df[df["depth"].astype(str) != "all"]
+    fig, ax = plt.subplots(figsize=(WIDTH, 3.4), layout="constrained")
+    ticks = []
+    for x, (_, row) in enumerate(cells.iterrows()):
+        ax.errorbar(x, row["value"], yerr=[[row["value"] - row["ci_low"]], [row["ci_high"] - row["value"]]],
+                    fmt="o", color="black", ms=5, capsize=4, lw=1.2)
+        ax.annotate(f"{int(row['correct'])}/{int(row['trials'])}", (x, row["value"]),
+                    textcoords="offset points", xytext=(8, -3), fontsize=8)
+        diff = row.get("diff_vs_intact", np.nan)
+        pair = "" if diff != diff else f"\n{diff:+.2f}" + (
+            f" [{row['diff_ci_low']:+.2f}, {row['diff_ci_high']:+.2f}]"
+            if row.get("diff_ci_low") == row.get("diff_ci_low") else " (no interval)")
+        models = cells["model"].nunique() > 1
+        ticks.append(f"{short_name(row['model']) + ': ' if models else ''}{row['condition']}{pair}")
+    ax.set_xticks(range(len(ticks)), ticks, fontsize=7.5)
+    ax.set_xlim(-0.5, len(ticks) - 0.5)
+    ax.set_ylim(-0.05, 1.05)
+    ax.set_ylabel("passkey accuracy")
+    ax.grid(axis="y", color="0.9", lw=0.6)
+    first = cells.iloc[0]
+    past = " (past the context)" if first["length"] > first["context"] else ""
+    fig.suptitle(f"passkey retrieval at {int(first['length']):,} tokens{past}, depth {first['depth']}; "
+                 f"{short_name(first['model']) if cells['model'].nunique() == 1 else 'models'}"
+                 f"{dtype_note(first)}\nbars: 95 % Wilson interval over trials; under each "
+                 "condition its paired difference from intact (bootstrap over trials)", fontsize=9)
+    return save(fig, path)
+
+
 def heatmap(df: pd.DataFrame, path: Path) -> Path:
     df = df.assign(condition=[condition_label(r) for _, r in df.iterrows()])
+    cells = df[df["depth"].astype(str) != "all"]
+    if cells["length"].nunique() == 1 and cells["depth"].nunique() == 1:
+        return _points(df, path)
     groups = list(df.groupby(["model", "condition"], sort=False))
     cols = min(len(groups), 3)
     rows = -(-len(groups) // cols)

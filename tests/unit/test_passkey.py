@@ -209,6 +209,27 @@ def test_figure(tiny, tmp_path):
     assert png.exists() and png.stat().st_size > 10_000
 
 
+def test_one_cell_per_condition_is_drawn_as_points_with_the_paired_difference(tiny, tmp_path, monkeypatch):
+    """One length and one depth: the figure is one axes of points with Wilson bars (no
+    heatmap of one-cell panels), each condition's paired difference from intact beneath it."""
+    import matplotlib
+
+    from pecli.plots import passkey as plot
+
+    o = PasskeyOptions.build({"model": "llama", "lengths": "64", "depths": "0.5", "trials": 3,
+                              "intervention": "intact,zero"}, "t")
+    df = run(o, loaded=tiny("llama"))["passkey"]
+    seen, real = [], plot.save
+    monkeypatch.setattr(plot, "save", lambda fig, path: seen.append(fig) or real(fig, path))
+    png = plot.heatmap(df, tmp_path / "passkey.png")
+    (ax,) = seen[0].axes  # one axes: no colour bar, no panels
+    assert not ax.images and png.stat().st_size > 10_000
+    zero = df[(df["condition"] == "zero") & (df["depth"].astype(str) != "all")].iloc[0]
+    labels = [t.get_text() for t in ax.get_xticklabels()]
+    assert labels[0] == "intact" and labels[1].startswith(f"zero\n{zero['diff_vs_intact']:+.2f}")
+    matplotlib.pyplot.close("all")
+
+
 def test_trials_of_a_cell_are_independent_draws_that_share_only_the_template(tiny):
     got = pk.draws(0, 96, 0.5, 20)
     assert got == pk.draws(0, 96, 0.5, 20) and got != pk.draws(1, 96, 0.5, 20)  # seeded
