@@ -69,7 +69,12 @@ def test_length_rows_equal_transformers_own_model_unrotated_per_layer_type(gemma
                                   ("zero@full_attention", "full_attention"),
                                   ("zero@sliding_attention", "sliding_attention")):
         means[condition] = _own_nll(gemma3.model, windows, layer_type).mean().item()
-        assert whole[condition] == pytest.approx(means[condition], rel=1e-5), condition
+        # pecli scores in float32 through the chunked head (metrics.head_nll), the reference
+        # in float64 from whole logits: on the 262k vocabulary they differ by about 1e-5
+        # relative (4.3e-5 of 4.34 nats intact, 7.4e-5 of 7.26 without rotation; the logits
+        # themselves are equal), so 3e-5; a condition acting on the wrong layers moves the
+        # loss by more than 1e-2
+        assert whole[condition] == pytest.approx(means[condition], rel=3e-5), condition
     assert len(set(round(v, 3) for v in means.values())) == 4  # each condition changes the loss
 
 
