@@ -148,8 +148,8 @@ class PecliLM(HFLM):
 
 
 def model_args(condition) -> dict[str, str]:
-    """A condition's names as lm-eval's model_args (what `--model pecli` would be given); a
-    record in lm-eval's results, never parsed back."""
+    """A condition's names as lm-eval's model_args (what lm-eval's own command line would
+    give pecli's model); a record in lm-eval's results, never parsed back."""
     return {k: v for k, v in condition.columns().items() if k != "condition"
             and not (k == "rope_scaling" and condition.rope is None)}
 

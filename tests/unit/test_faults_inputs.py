@@ -218,7 +218,7 @@ def test_bootstrap_counts_are_bounded(invoke, value, message):
     ("mps", "unknown device 'mps'"),
     ("CPU", "unknown device 'CPU'"),
     ("cpu:0", "unknown device 'cpu:0'"),
-    ("", "unknown device ''"),
+    ("", "device (--device): '' is empty; give a value or leave the option out"),
 ])
 def test_every_form_of_device_string_is_one_line(tmp_path, invoke, device, message):
     import torch
