@@ -176,7 +176,7 @@ def test_a_symlink_to_a_folder_takes_the_results(tmp_path):
 def test_an_empty_out_is_refused(invoke, never_loads, tmp_path, value, monkeypatch):
     monkeypatch.chdir(tmp_path)
     result = invoke("passkey", "random:llama", "--out", value)
-    assert result.exit_code == 2 and "an empty name" in result.output, result.output
+    assert result.exit_code == 2 and "--out is empty; give a path" in result.output, result.output
     assert os.listdir(tmp_path) == []
 
 
