@@ -47,7 +47,7 @@ def _points(df: pd.DataFrame, path: Path) -> Path:
     point with its Wilson interval, its paired difference from intact beneath its name."""
     cells = df[df["depth"].astype(str) != "all"]
     fig, ax = plt.subplots(figsize=(WIDTH, 3.4), layout="constrained")
-    ticks = []
+    ticks, models = [], cells["model"].nunique() > 1
     for x, (_, row) in enumerate(cells.iterrows()):
         ax.errorbar(x, row["value"], yerr=[[row["value"] - row["ci_low"]], [row["ci_high"] - row["value"]]],
                     fmt="o", color="black", ms=5, capsize=4, lw=1.2)
@@ -57,7 +57,6 @@ def _points(df: pd.DataFrame, path: Path) -> Path:
         pair = "" if diff != diff else f"\n{diff:+.2f}" + (
             f" [{row['diff_ci_low']:+.2f}, {row['diff_ci_high']:+.2f}]"
             if row.get("diff_ci_low") == row.get("diff_ci_low") else " (no interval)")
-        models = cells["model"].nunique() > 1
         ticks.append(f"{short_name(row['model']) + ': ' if models else ''}{row['condition']}{pair}")
     ax.set_xticks(range(len(ticks)), ticks, fontsize=7.5)
     ax.set_xlim(-0.5, len(ticks) - 0.5)
@@ -67,7 +66,7 @@ def _points(df: pd.DataFrame, path: Path) -> Path:
     first = cells.iloc[0]
     past = " (past the context)" if first["length"] > first["context"] else ""
     fig.suptitle(f"passkey retrieval at {int(first['length']):,} tokens{past}, depth {first['depth']}; "
-                 f"{short_name(first['model']) if cells['model'].nunique() == 1 else 'models'}"
+                 f"{'models' if models else short_name(first['model'])}"
                  f"{dtype_note(first)}\nbars: 95 % Wilson interval over trials; under each "
                  "condition its paired difference from intact (bootstrap over trials)", fontsize=9)
     return save(fig, path)
