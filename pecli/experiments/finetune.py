@@ -13,7 +13,7 @@ The model's config decides the task:
   from the intact model as the control (what the same training does with positions), and
   from zero + a fitted mask (`--mask FILE`, pecli mask fit). Held-out corpus perplexity on
   IMDB test texts at step 0 and every `eval_every` steps: the recovery curve, its mean over
-  seeds with a Student-t interval, and the steps until it comes within 10 % of the intact
+  seeds with an interval over seeds and texts together, and the steps until it comes within 10 % of the intact
   model's (untrained) perplexity. Table `recovery`.
 
 `model_out`: the first seed's model of each condition saved as <model_out>/<condition>, which
@@ -251,19 +251,16 @@ def _lm(o: FinetuneOptions, loaded, conds, say) -> pd.DataFrame:
     prepared = windows_for(ids, length, bos, "truncate")
     batch = o.batch or DEFAULT_BATCH["lm"]
 
-    def held_out() -> list[torch.Tensor]:
+    def held_out() -> list[torch.Tensor]:  # each held-out text's NLL per token
         with torch.inference_mode():
-            return score_windows(loaded, prepared.windows)
-
-    def corpus(nlls) -> float:
-        return float(np.exp(torch.cat(nlls).double().mean().item()))
+            return [n for n in score_windows(loaded, prepared.windows) if n.numel()]
 
     common = {**_common(o, loaded, test, "language modelling"), "tokens": prepared.tokens,
               "train_rows": len(seqs), "truncated": prepared.truncated, "steps": o.steps,
               "batch": batch, "fine_tuning": "full fine-tuning (position table frozen)",
               "start_token": prepared.start_token}
     intact = held_out()
-    intact_ppl = corpus(intact)
+    intact_ppl = _corpus(intact)
     low, high = intervals(intact, o.bootstrap, o.seed)["corpus"]
     target = (1 + WITHIN) * intact_ppl
     rows = [{**common, "intervention": names.INTACT, "mask": "default", "condition": "intact, untrained",
@@ -274,25 +271,37 @@ def _lm(o: FinetuneOptions, loaded, conds, say) -> pd.DataFrame:
         label = str(cond) + (f" + {mask}" if mask is not None else "")
         base = {**common, "intervention": str(cond), "mask": str(mask or "default"),
                 "mask_semantics": "log-bias" if mask is not None else "", "condition": label}
-        rows += _recovery_rows(o, loaded, cond, mask, initial, seqs, lambda: corpus(held_out()),
-                               target, base, say)
+        rows += _recovery_rows(o, loaded, cond, mask, initial, seqs, held_out, target, base, say)
     return validate(pd.DataFrame(rows))
 
 
-def _recovery_rows(o: FinetuneOptions, loaded, cond, mask, initial: dict, seqs, evaluate,
+def _corpus(nlls: list[torch.Tensor]) -> float:
+    """Corpus perplexity: exp of the mean NLL over every token of every text."""
+    return float(np.exp(torch.cat(nlls).double().mean().item()))
+
+
+def _recovery_rows(o: FinetuneOptions, loaded, cond, mask, initial: dict, seqs, held_out,
                    target: float, base: dict, say) -> list[dict]:
     """One starting condition (an intervention, and a mask under log-bias) trained from
-    `initial` with each seed: its held-out perplexity curve (`evaluate`), the steps to within
-    10 % of the intact model's (`target`), and the means over seeds."""
-    from pecli.measures.finetuning import seed_interval, steps_to_within, train_lm
+    `initial` with each seed: its held-out perplexity curve (`held_out`: each text's NLLs), the
+    steps to within 10 % of the intact model's (`target`), and the means over seeds with an
+    interval over seeds and held-out texts together."""
+    from pecli.measures.finetuning import steps_to_within, train_lm
+    from pecli.measures.intervals import SEEDS_AND_TEXTS, seeds_and_texts_interval
     from pecli.positions.conditions import plan
 
     batch = o.batch or DEFAULT_BATCH["lm"]
     label = base["condition"]
     rows = []
-    curves, reached = {}, []
+    curves, texts, reached = {}, {}, []
     for k, s in enumerate(_seeds(o)):
         loaded.model.load_state_dict(initial)
+        texts[s] = evaluated = []  # per evaluation: each held-out text's NLLs
+
+        def evaluate(evaluated=evaluated) -> float:
+            evaluated.append(held_out())
+            return _corpus(evaluated[-1])
+
         with plan(mask or "default", "log-bias", "relative", cond).applied(loaded, o.seed):
             curve = train_lm(loaded, seqs, steps=o.steps, batch=batch, lr=o.lr, seed=s,
                              eval_every=o.eval_every, evaluate=evaluate,
@@ -319,10 +328,15 @@ def _recovery_rows(o: FinetuneOptions, loaded, cond, mask, initial: dict, seqs, 
                      "ci_low": np.nan, "ci_high": np.nan, "seed_run": s, "interval": "",
                      "target_perplexity": target, "checkpoint_revision": revision})
     for i, (st, _, _) in enumerate(next(iter(curves.values()))):
-        mean, low, high = seed_interval([c[i][2] for c in curves.values()])
-        rows.append({**base, "metric": "perplexity_mean", "step": st, "value": mean,
+        nlls = [texts[s][i] for s in curves]  # [seed][text]: this evaluation's NLLs
+        low, high = seeds_and_texts_interval(
+            [[float(n.double().mean()) for n in seed_nlls] for seed_nlls in nlls],
+            weights=[[n.numel() for n in seed_nlls] for seed_nlls in nlls],
+            transform=np.exp, n_boot=o.bootstrap, seed=o.seed)  # each seed's corpus perplexity
+        rows.append({**base, "metric": "perplexity_mean", "step": st,
+                     "value": float(np.mean([c[i][2] for c in curves.values()])),
                      "ci_low": low, "ci_high": high, "seed_run": np.nan,
-                     "interval": f"Student t over {len(curves)} seeds" if low == low else ""})
+                     "interval": f"{SEEDS_AND_TEXTS} ({len(curves)} seeds)" if low == low else ""})
     done = [r for r in reached if r == r]
     rows.append({**base, "metric": "seeds_within_10pct", "step": np.nan,
                  "value": float(len(done)), "ci_low": np.nan, "ci_high": np.nan,

@@ -175,14 +175,6 @@ def train_lm(loaded, seqs: list[list[int]], *, steps: int, batch: int, lr: float
     return curve
 
 
-def seed_interval(values, level: float = 0.95) -> tuple[float, float, float]:
-    """Mean over seeds and its Student-t interval (intervals.t_interval: NaN bounds for fewer
-    than 2 seeds or seeds that all agree)."""
-    from pecli.measures.intervals import t_interval
-
-    return (float(np.mean(values)), *t_interval(values, level))
-
-
 def steps_to_within(curve: list[tuple[int, float]], target: float) -> float:
     """The first step whose held-out value is at most `target` (NaN if none)."""
     return next((float(s) for s, v in curve if v <= target), float("nan"))

@@ -320,19 +320,33 @@ SEEDS_AND_TEXTS = ("95 % two-level percentile bootstrap: training seeds resample
 
 
 def seeds_and_texts_interval(per_seed: list, n_boot: int = 1000, seed: int = 0,
-                             level: float = LEVEL) -> tuple[float, float]:
+                             level: float = LEVEL, weights: list | None = None,
+                             transform: Callable[[np.ndarray], np.ndarray] | None = None
+                             ) -> tuple[float, float]:
     """Interval of the mean over training seeds of each seed's mean over its texts (or items),
     where both vary: every resample draws seeds with replacement, then each drawn seed's texts
     with replacement (`per_seed`: one array of per-text values per seed). Bounds stay inside
     the values' range (an accuracy's in [0, 1]), which a t interval over 3 seeds does not; one
-    seed gives the bootstrap over its texts. NaN where nothing can vary (`proper`)."""
+    seed gives the bootstrap over its texts. NaN where nothing can vary (`proper`).
+
+    `weights` (per seed, one per text) make each seed's statistic a weighted mean, and
+    `transform` maps it before the mean over seeds: a corpus perplexity is exp of the
+    token-weighted mean of the texts' mean NLL (weights: their token counts; transform: exp)."""
     arrays = [np.asarray(v, np.float64).ravel() for v in per_seed]
-    arrays = [v for v in arrays if v.size]
-    if not arrays or n_boot <= 0 or sum(v.size for v in arrays) < MIN_TEXTS:
+    weighed = [np.asarray(w, np.float64).ravel() for w in weights] if weights is not None else \
+        [np.ones_like(v) for v in arrays]
+    kept = [(v, w) for v, w in zip(arrays, weighed, strict=True) if v.size]
+    if not kept or n_boot <= 0 or sum(v.size for v, _ in kept) < MIN_TEXTS:
         return float("nan"), float("nan")
     rng = np.random.default_rng(seed)
-    within = np.stack([v[rng.integers(0, v.size, (n_boot, v.size))].mean(1) for v in arrays], 1)  # [B, S]
-    drawn = rng.integers(0, len(arrays), (n_boot, len(arrays)))
+    within = []  # [B] per seed: the statistic of its resampled texts
+    for v, w in kept:
+        drawn_texts = rng.integers(0, v.size, (n_boot, v.size))
+        within.append((v[drawn_texts] * w[drawn_texts]).sum(1) / w[drawn_texts].sum(1))
+    within = np.stack(within, 1)  # [B, S]
+    if transform is not None:
+        within = transform(within)
+    drawn = rng.integers(0, len(kept), (n_boot, len(kept)))
     return _percentiles(np.take_along_axis(within, drawn, 1).mean(1), level)
 
 

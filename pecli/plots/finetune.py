@@ -9,7 +9,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from pecli.plots.style import WIDTH, color_of, drawn, save, title, wants_log
+from pecli.plots.style import WIDTH, band_note, color_of, drawn, save, title, wants_log
 from pecli.positions import labels
 
 
@@ -50,7 +50,7 @@ def accuracy(df: pd.DataFrame, path: Path) -> Path:
 
 def recovery(df: pd.DataFrame, path: Path) -> Path:
     """Held-out perplexity against training steps per start (mean over seeds with its
-    Student-t band, each seed thin), the untrained intact model and 10 % above it."""
+    band over seeds and texts, each seed thin), the untrained intact model and 10 % above it."""
     fig, ax = plt.subplots(figsize=(WIDTH, 4.0))
     intact = df[df["metric"] == "intact_perplexity"]["value"].iloc[0]
     for cond in dict.fromkeys(df.loc[df["metric"] == "perplexity_mean", "condition"]):
@@ -75,8 +75,8 @@ def recovery(df: pd.DataFrame, path: Path) -> Path:
     ax.set_xlabel("fine-tuning steps")
     ax.set_ylabel("held-out corpus perplexity" + (" (log axis)" if log else ""))
     n = int(df["seeds"].iloc[0])
-    ax.set_title(title(df, f"recovery after positions are removed ({n} seeds; band: Student t "
-                           "over seeds)"), fontsize=9)
+    band = band_note(df[df["metric"] == "perplexity_mean"])
+    ax.set_title(title(df, f"recovery after positions are removed ({n} seeds; {band})"), fontsize=9)
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3, which="both")
     return save(fig, path)

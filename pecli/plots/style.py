@@ -142,6 +142,16 @@ def interval_note(df: pd.DataFrame) -> str:
     return f"bars: {said[0]}" if len(said) == 1 else "bars: 95 % bootstrap interval over texts"
 
 
+def band_note(rows: pd.DataFrame) -> str:
+    """A band's interval over training seeds in a few words, from the rows' own `interval`."""
+    said = [s for s in rows["interval"].dropna().unique() if s] if "interval" in rows else []
+    if len(said) != 1:
+        return "band: 95 % interval (see the table's interval column)" if len(said) else "no band"
+    if "two-level" in said[0]:
+        return "band: 95 % bootstrap over seeds, then test items within each"
+    return "band: 95 % t interval over seeds" if "Student t" in said[0] else f"band: {said[0]}"
+
+
 from pecli.runs.names import FIGURE_FORMATS as FORMATS  # noqa: E402, F401 (what save may write)
 from pecli.runs.names import parse_formats  # noqa: E402
 

@@ -15,6 +15,7 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 from pecli.plots.style import (  # noqa: E402
     MARKERS,
     WIDTH,
+    band_note,
     color_of,
     interval_note,
     points,
@@ -171,16 +172,6 @@ def lm_perplexity(csv: Path, out: Path) -> Path:
     return save(fig, out)
 
 
-def _band(rows: pd.DataFrame) -> str:
-    """The band's interval in a few words, from the rows' own `interval` column."""
-    said = rows["interval"].dropna().unique() if "interval" in rows else ()
-    if len(said) != 1:
-        return "band: 95 % interval (see the table's interval column)" if len(said) else "no band"
-    if "two-level" in said[0]:
-        return "band: 95 % bootstrap over seeds, then test items within each"
-    return "band: 95 % t interval over seeds" if "Student t" in said[0] else f"band: {said[0]}"
-
-
 def toy_length(csv: Path, out: Path) -> Path:
     """Exact match against test length, one panel per task: each scheme's mean over training
     seeds with its interval as a band; the training lengths shaded, N marked."""
@@ -219,7 +210,7 @@ def toy_length(csv: Path, out: Path) -> Path:
                title_fontsize=8)
     first = acc.iloc[0]
     fig.suptitle(f"train short (lengths 1-{n_train}, shaded), test long: exact match by length\n"
-                 f"mean of {int(first['seeds'])} training seeds, {_band(acc)}; "
+                 f"mean of {int(first['seeds'])} training seeds, {band_note(acc)}; "
                  f"{int(first['layers'])} layers x {int(first['width'])}, {int(first['steps'])} steps, "
                  f"{int(first['rows'])} test items per length", fontsize=9)
     return save(fig, out)

@@ -199,11 +199,28 @@ def test_lm_evals_difference_from_intact_has_no_interval_where_it_is_zero_by_con
     assert (out["diff_ci_low"][2], out["diff_ci_high"][2]) == mean_interval(d, seed=0)
 
 
-def test_finetune_step_zero_has_no_interval_when_every_seed_starts_from_the_same_model():
-    from pecli.measures.finetuning import seed_interval
+def test_seeds_and_texts_of_a_corpus_perplexity_by_hand():
+    """The recovery curve's interval: each drawn seed's corpus perplexity over its resampled
+    texts (exp of total NLL over total tokens), averaged over the drawn seeds."""
+    from pecli.measures.intervals import seeds_and_texts_interval
 
-    mean, low, high = seed_interval([321.16, 321.16, 321.16])
-    assert mean == pytest.approx(321.16) and np.isnan([low, high]).all()
+    rng = np.random.default_rng(2)
+    tokens = [rng.integers(5, 60, 12) for _ in range(3)]  # 12 texts of different lengths per seed
+    nll = [[rng.normal(4.0 + s / 10, 0.5, n) for n in t] for s, t in enumerate(tokens)]
+    means = [[x.mean() for x in seed] for seed in nll]
+    low, high = seeds_and_texts_interval(means, weights=tokens, transform=np.exp, n_boot=500, seed=7)
+    g = np.random.default_rng(7)
+    within = np.zeros((500, 3))
+    for s in range(3):
+        drawn = g.integers(0, 12, (500, 12))
+        for b in range(500):
+            picked = [nll[s][i] for i in drawn[b]]
+            within[b, s] = np.exp(np.concatenate(picked).sum() / sum(len(x) for x in picked))
+    seeds = g.integers(0, 3, (500, 3))
+    stats = np.array([within[b, seeds[b]].mean() for b in range(500)])
+    np.testing.assert_allclose([low, high], np.percentile(stats, [2.5, 97.5]), rtol=1e-10)
+    corpus = [np.exp(np.concatenate(seed).mean()) for seed in nll]  # the point estimate's parts
+    assert low < np.mean(corpus) < high
 
 
 def test_paired_difference_is_a_bootstrap_of_pairs_written_plainly():
