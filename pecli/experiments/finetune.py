@@ -332,7 +332,8 @@ def _recovery_rows(o: FinetuneOptions, loaded, cond, mask, initial: dict, seqs, 
         low, high = seeds_and_texts_interval(
             [[float(n.double().mean()) for n in seed_nlls] for seed_nlls in nlls],
             weights=[[n.numel() for n in seed_nlls] for seed_nlls in nlls],
-            transform=np.exp, n_boot=o.bootstrap, seed=o.seed)  # each seed's corpus perplexity
+            transform=np.exp, n_boot=o.bootstrap, seed=o.seed,
+            same_texts=True)  # each seed's corpus perplexity, every seed on the same held-out texts
         rows.append({**base, "metric": "perplexity_mean", "step": st,
                      "value": float(np.mean([c[i][2] for c in curves.values()])),
                      "ci_low": low, "ci_high": high, "seed_run": np.nan,

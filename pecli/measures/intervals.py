@@ -321,8 +321,8 @@ SEEDS_AND_TEXTS = ("95 % two-level percentile bootstrap: training seeds resample
 
 def seeds_and_texts_interval(per_seed: list, n_boot: int = 1000, seed: int = 0,
                              level: float = LEVEL, weights: list | None = None,
-                             transform: Callable[[np.ndarray], np.ndarray] | None = None
-                             ) -> tuple[float, float]:
+                             transform: Callable[[np.ndarray], np.ndarray] | None = None,
+                             same_texts: bool = False) -> tuple[float, float]:
     """Interval of the mean over training seeds of each seed's mean over its texts (or items),
     where both vary: every resample draws seeds with replacement, then each drawn seed's texts
     with replacement (`per_seed`: one array of per-text values per seed). Bounds stay inside
@@ -331,17 +331,24 @@ def seeds_and_texts_interval(per_seed: list, n_boot: int = 1000, seed: int = 0,
 
     `weights` (per seed, one per text) make each seed's statistic a weighted mean, and
     `transform` maps it before the mean over seeds: a corpus perplexity is exp of the
-    token-weighted mean of the texts' mean NLL (weights: their token counts; transform: exp)."""
+    token-weighted mean of the texts' mean NLL (weights: their token counts; transform: exp).
+    `same_texts`: every seed was scored on the same texts, in the same order (texts crossed
+    with seeds, not nested in them): one draw of texts serves every seed of a resample, so the
+    texts' variance is not averaged away over seeds (with identical seeds the interval is the
+    texts' bootstrap)."""
     arrays = [np.asarray(v, np.float64).ravel() for v in per_seed]
     weighed = [np.asarray(w, np.float64).ravel() for w in weights] if weights is not None else \
         [np.ones_like(v) for v in arrays]
     kept = [(v, w) for v, w in zip(arrays, weighed, strict=True) if v.size]
     if not kept or n_boot <= 0 or sum(v.size for v, _ in kept) < MIN_TEXTS:
         return float("nan"), float("nan")
+    if same_texts and len({v.size for v, _ in kept}) != 1:
+        raise ValueError("same_texts: every seed must give one value per text of the same texts")
     rng = np.random.default_rng(seed)
+    shared = rng.integers(0, kept[0][0].size, (n_boot, kept[0][0].size)) if same_texts else None
     within = []  # [B] per seed: the statistic of its resampled texts
     for v, w in kept:
-        drawn_texts = rng.integers(0, v.size, (n_boot, v.size))
+        drawn_texts = shared if same_texts else rng.integers(0, v.size, (n_boot, v.size))
         within.append((v[drawn_texts] * w[drawn_texts]).sum(1) / w[drawn_texts].sum(1))
     within = np.stack(within, 1)  # [B, S]
     if transform is not None:

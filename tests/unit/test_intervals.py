@@ -223,6 +223,25 @@ def test_seeds_and_texts_of_a_corpus_perplexity_by_hand():
     assert low < np.mean(corpus) < high
 
 
+def test_seeds_crossed_with_the_same_texts_share_each_draw_of_texts():
+    """Seeds scored on the same texts: one draw of texts per resample serves every seed, so
+    identical seeds give exactly the texts' own bootstrap (nested draws would shrink it)."""
+    from pecli.measures.intervals import mean_interval, seeds_and_texts_interval
+
+    rng = np.random.default_rng(3)
+    texts = rng.normal(0.0, 1.0, 40)
+    same = seeds_and_texts_interval([texts] * 5, n_boot=800, seed=1, same_texts=True)
+    g = np.random.default_rng(1)
+    drawn = g.integers(0, 40, (800, 40))
+    np.testing.assert_allclose(same, np.percentile(texts[drawn].mean(1), [2.5, 97.5]), rtol=1e-12)
+    nested = seeds_and_texts_interval([texts] * 5, n_boot=800, seed=1)
+    assert nested[1] - nested[0] < 0.8 * (same[1] - same[0])  # what nesting would claim
+    low, high = mean_interval(texts, n_boot=800, seed=1)
+    assert abs((high - low) - (same[1] - same[0])) < 0.2 * (high - low)
+    with pytest.raises(ValueError, match="same texts"):
+        seeds_and_texts_interval([texts, texts[:30]], same_texts=True)
+
+
 def test_paired_difference_is_a_bootstrap_of_pairs_written_plainly():
     from pecli.measures.intervals import diff_columns, paired_difference
 
