@@ -10,16 +10,14 @@ user leaves out (rope_theta, and the original context: the model's max_position_
 
 The one module of rope scaling: what a user may type and its check before loading (the
 options' `RopeScaled`, `Rope`, parsed once), then what needs the model's config (`resolve`)
-and the rotary modules (`rope_scaled`). The rope types and their keys are transformers' own
-(`rope_keys`), read when a scaling is first parsed; importing this module imports no torch,
-since the options import it for `--help`.
+and the rotary modules (`rope_scaled`). It imports no torch: the options import it for
+`--help`.
 """
 
 from __future__ import annotations
 
 import copy
 import difflib
-import functools
 import inspect
 import json
 import math
@@ -39,64 +37,26 @@ if TYPE_CHECKING:
 LABEL = "rope_scaling (--rope-scaling)"
 
 ROPE_EXAMPLE = '{"rope_type": "llama3", "factor": 8, "low_freq_factor": 1, "high_freq_factor": 4}'
-# What pecli fills in from the model, so that a user need not give it.
-FILLED = ("rope_type", "rope_theta", "original_max_position_embeddings")
-# transformers' rope types that pecli refuses, with the reason (none today): a type is
-# refused here before its keys are read.
+# Per type: (keys a user must give, keys a user may give), as transformers' _validate_*
+# functions take them, less what pecli fills in from the model (rope_theta, the original
+# context). rope_theta and partial_rotary_factor may be given to any type.
+ROPE_KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "linear": (("factor",), ()),
+    "dynamic": (("factor",), ()),
+    "yarn": (("factor",), ("original_max_position_embeddings", "attention_factor", "beta_fast",
+                           "beta_slow", "mscale", "mscale_all_dim", "truncate")),
+    "longrope": (("short_factor", "long_factor"), ("factor", "attention_factor",
+                                                   "original_max_position_embeddings")),
+    "llama3": (("factor", "low_freq_factor", "high_freq_factor"), ("original_max_position_embeddings",)),
+    "proportional": ((), ()),
+}
+# transformers' rope types (modeling_rope_utils.ROPE_INIT_FUNCTIONS, less "default") that pecli
+# refuses, with the reason. Every type of that table is in ROPE_KEYS or here (tests/unit/
+# test_rope_scaling.py); the options check a type against these two before torch is imported.
 REFUSED: dict[str, str] = {}
-
-
-class _Heard(Exception):
-    """What one of transformers' `_validate_<type>_rope_parameters` asks of its keys."""
-
-
-class _Listener:
-    """Stands in for a config in transformers' validation: hears the key sets it checks."""
-
-    @staticmethod
-    def _check_received_keys(rope_type, received_keys, required_keys, optional_keys=None,
-                             ignore_keys=None):
-        raise _Heard(set(required_keys), set(optional_keys or ()))
-
-
-@functools.cache
-def rope_keys() -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
-    """transformers' rope types (`ROPE_INIT_FUNCTIONS`, less "default": the unscaled model),
-    each with (keys a user must give, keys a user may give), as transformers' own validation
-    of that type checks them, less what pecli fills in from the model (FILLED). rope_theta
-    and partial_rotary_factor may be given to any type. Read when a rope scaling is first
-    parsed (it imports torch, which the command needs anyway); --help stays light.
-
-    A type whose validation does not name its keys (a change in transformers) is left out,
-    so it is refused in one line, never applied unchecked."""
-    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS, RotaryEmbeddingConfigMixin
-
-    keys = {}
-    for kind in ROPE_INIT_FUNCTIONS:
-        validate = getattr(RotaryEmbeddingConfigMixin, f"_validate_{kind}_rope_parameters", None)
-        if kind == "default" or kind in REFUSED or validate is None:
-            continue
-        try:
-            validate(_Listener(), {"rope_type": kind}, ignore_keys=None)
-        except _Heard as heard:
-            required, optional = heard.args
-            may = (optional | required | {"rope_theta", "partial_rotary_factor"}) - {"rope_type"}
-            must = required - set(FILLED)
-            keys[kind] = (_ordered(must), _ordered(may - must))
-        except Exception:  # noqa: BLE001 -- a validation pecli cannot read: the type is left out
-            continue
-    return keys
-
-
-def _ordered(keys: set[str]) -> tuple[str, ...]:
-    """Keys in the order pecli describes them (ROPE_VALUES: low before high), then by name."""
-    order = list(ROPE_VALUES)
-    return tuple(sorted(keys, key=lambda k: (order.index(k) if k in order else len(order), k)))
-
-
-def factor_types() -> tuple[str, ...]:
-    """The types TYPE:FACTOR can say: those whose only key a user must give is the factor."""
-    return tuple(t for t, (need, _) in rope_keys().items() if need == ("factor",))
+ROPE_FACTOR_TYPES = tuple(t for t, (need, _) in ROPE_KEYS.items() if need == ("factor",))  # TYPE:FACTOR
+ROPE_EXTRA_KEYS = {t: tuple(k for k in need if k != "factor")  # what TYPE:FACTOR cannot say
+                   for t, (need, _) in ROPE_KEYS.items() if set(need) - {"factor"}}
 
 
 def _number(v) -> bool:
@@ -161,26 +121,24 @@ def rope_parameters(text: str) -> dict[str, Any]:
         if "type" in params and "rope_type" in params:
             raise ConfigError(f"{label}: {text!r} gives both type and rope_type; give rope_type")
         kind = params.get("rope_type", params.get("type"))
-        if not isinstance(kind, str) or kind not in rope_keys():
+        if not isinstance(kind, str) or kind not in ROPE_KEYS:
             raise ConfigError(f"{label}: rope_type {kind!r} {_not_checked(kind)}")
         return check_rope_parameters(
             {"rope_type": kind, **{k: v for k, v in params.items() if k not in ("type", "rope_type")}})
     kind, colon, factor = text.partition(":")
     if kind in REFUSED:
         raise ConfigError(f"{label}: rope type {kind!r} {_not_checked(kind)}")
-    known, shorthand = rope_keys(), factor_types()
-    extra = [k for k in known.get(kind, ((), ()))[0] if k != "factor"]  # what TYPE:FACTOR cannot say
-    if extra:
-        raise ConfigError(f"{label}: {kind} needs {' and '.join(extra)} besides a "
+    if kind in ROPE_EXTRA_KEYS:
+        raise ConfigError(f"{label}: {kind} needs {' and '.join(ROPE_EXTRA_KEYS[kind])} besides a "
                           f"factor; give a JSON dict of rope_parameters, e.g. '{ROPE_EXAMPLE}'")
-    if kind in known and kind not in shorthand:
+    if kind in ROPE_KEYS and kind not in ROPE_FACTOR_TYPES:
         raise ConfigError(f"{label}: {kind} takes a JSON dict of rope_parameters (see "
                           "transformers' modeling_rope_utils), not TYPE:FACTOR")
-    if kind not in shorthand:
-        close = difflib.get_close_matches(kind, list(known), n=1)
+    if kind not in ROPE_FACTOR_TYPES:
+        close = difflib.get_close_matches(kind, list(ROPE_KEYS), n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise ConfigError(f"{label}: unknown rope type {kind!r}{hint}; write TYPE:FACTOR with "
-                          f"TYPE one of {', '.join(shorthand)} (e.g. yarn:2), or a JSON "
+                          f"TYPE one of {', '.join(ROPE_FACTOR_TYPES)} (e.g. yarn:2), or a JSON "
                           "dict of rope_parameters for any type")
     if not colon or not factor.strip():
         raise ConfigError(f"{label}: {text!r} needs a factor: {kind}:FACTOR, e.g. {kind}:2")
@@ -195,7 +153,7 @@ def _not_checked(kind) -> str:
     """Why a rope type is refused (REFUSED), or that it is not one pecli checks."""
     if kind in REFUSED:
         return f"is refused: {REFUSED[kind]}"
-    return f"is not one of the rope types pecli checks (transformers' own): {', '.join(rope_keys())}"
+    return f"is not one of the rope types pecli checks (transformers' own): {', '.join(ROPE_KEYS)}"
 
 
 def check_rope_parameters(params: dict[str, Any]) -> dict[str, Any]:
@@ -205,11 +163,11 @@ def check_rope_parameters(params: dict[str, Any]) -> dict[str, Any]:
     above low_freq_factor, beta_fast above beta_slow). What needs the model (the length of
     longrope's lists) is checked against its config (`resolve`, below)."""
     label = f"{LABEL}: {params['rope_type']}"
-    required, optional = rope_keys()[params["rope_type"]]
+    required, optional = ROPE_KEYS[params["rope_type"]]
     missing = [k for k in required if k not in params]
     if missing:
         raise ConfigError(f"{label} needs {' and '.join(missing)}; e.g. '{ROPE_EXAMPLE}'")
-    takes = {"rope_type", *required, *optional}
+    takes = {"rope_type", *required, *optional, "rope_theta", "partial_rotary_factor"}
     unknown = sorted(set(params) - takes)
     if unknown:
         raise ConfigError(f"{label} takes no {', '.join(unknown)}; it takes "
@@ -217,7 +175,7 @@ def check_rope_parameters(params: dict[str, Any]) -> dict[str, Any]:
     for key, value in params.items():
         if key == "rope_type":
             continue
-        ok, what = ROPE_VALUES.get(key, (lambda _: True, ""))  # a key new to pecli: transformers checks it
+        ok, what = ROPE_VALUES[key]
         if not ok(value):
             raise ConfigError(f"{label}: {key} {value!r} must be {what}")
     for low, high in (("low_freq_factor", "high_freq_factor"), ("beta_slow", "beta_fast")):
@@ -291,6 +249,8 @@ class RopeScaled(Options):
 
 # keys of the model's own rope_parameters that a scaling keeps (the base, the rotated share)
 KEPT = ("rope_theta", "partial_rotary_factor")
+NEEDS_ORIGINAL = tuple(t for t, (_, may) in ROPE_KEYS.items()  # types that read the original context
+                       if "original_max_position_embeddings" in may)
 
 
 def resolve(config, parameters: dict[str, Any]) -> dict[str, Any]:
@@ -310,7 +270,7 @@ def resolve(config, parameters: dict[str, Any]) -> dict[str, Any]:
                 raise ConfigError(f"rope_scaling (--rope-scaling): longrope: {key} has "
                                   f"{len(resolved[key])} values; {config.model_type}'s heads "
                                   f"rotate {half} frequencies, one value each")
-    if "original_max_position_embeddings" in rope_keys()[resolved["rope_type"]][1]:  # read by the type
+    if resolved["rope_type"] in NEEDS_ORIGINAL:
         resolved.setdefault("original_max_position_embeddings", config.max_position_embeddings)
     scaled = _config_with(config, resolved)
     try:

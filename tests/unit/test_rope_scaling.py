@@ -11,10 +11,10 @@ import transformers
 
 from pecli.positions.rope_scaling import (
     REFUSED,
+    ROPE_KEYS,
     RopeScaled,
     provenance,
     resolve,
-    rope_keys,
     rope_parameters,
     rope_scaled,
     rotary_modules,
@@ -28,54 +28,23 @@ LONGROPE = {"rope_type": "longrope", "short_factor": [1.0] * 4, "long_factor": [
 
 def test_every_rope_type_of_transformers_is_checked_or_refused():
     """transformers' table (less "default": the unscaled model) is the vocabulary: each type is
-    checked before loading (rope_keys) or refused (REFUSED), and pecli names no other; what
-    rope_keys requires of a type is enough for transformers' own validation."""
+    checked before loading (ROPE_KEYS) or refused (REFUSED), and pecli names no other; what
+    ROPE_KEYS requires of a type is enough for transformers' own validation."""
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
     theirs = set(ROPE_INIT_FUNCTIONS) - {"default"}
-    assert theirs == set(rope_keys()) | set(REFUSED) and not set(rope_keys()) & set(REFUSED)
+    assert theirs == set(ROPE_KEYS) | set(REFUSED) and not set(ROPE_KEYS) & set(REFUSED)
     model = _llama()  # heads of 8 dimensions: 4 rotated frequencies
     values = {"factor": 2.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
               "short_factor": [1.0] * 4, "long_factor": [2.0] * 4}
-    for kind, (required, _) in rope_keys().items():
+    for kind, (required, _) in ROPE_KEYS.items():
         given = {"rope_type": kind, **{k: values[k] for k in required}}
         assert resolve(model.config, rope_parameters(json.dumps(given)))["rope_type"] == kind
 
 
-@pytest.fixture
-def fresh_rope_keys():
-    """rope_keys read again from transformers' (patched) table, and again after the test."""
-    rope_keys.cache_clear()
-    yield
-    rope_keys.cache_clear()
-
-
-def test_the_rope_vocabulary_is_read_from_transformers_not_copied(monkeypatch, fresh_rope_keys):
-    """A type transformers gains (with its validation) is checked with the keys that
-    validation names; one whose validation pecli cannot read is refused in one line."""
-    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS, RotaryEmbeddingConfigMixin
-
-    def _validate_warp_rope_parameters(self, rope_parameters, ignore_keys=None):
-        self._check_received_keys("warp", set(rope_parameters), {"rope_type", "factor", "twist"},
-                                  {"rope_theta", "beta"}, ignore_keys=ignore_keys)
-
-    monkeypatch.setitem(ROPE_INIT_FUNCTIONS, "warp", ROPE_INIT_FUNCTIONS["linear"])
-    monkeypatch.setitem(ROPE_INIT_FUNCTIONS, "unread", ROPE_INIT_FUNCTIONS["linear"])
-    monkeypatch.setattr(RotaryEmbeddingConfigMixin, "_validate_warp_rope_parameters",
-                        _validate_warp_rope_parameters, raising=False)
-    assert rope_keys()["warp"] == (("factor", "twist"), ("rope_theta", "partial_rotary_factor", "beta"))
-    given = rope_parameters('{"rope_type": "warp", "factor": 2, "twist": 3, "beta": 1}')
-    assert given == {"rope_type": "warp", "factor": 2, "twist": 3, "beta": 1}
-    for text, words in [('{"rope_type": "warp", "factor": 2}', "needs twist"),
-                        ('{"rope_type": "warp", "factor": 2, "twist": 3, "gamma": 1}', "takes no gamma"),
-                        ("warp:2", "warp needs twist besides a factor"),
-                        ('{"rope_type": "unread", "factor": 2}', "'unread' is not one of the rope types")]:
-        with pytest.raises(ConfigError, match=words):
-            rope_parameters(text)
-
-
 @pytest.mark.parametrize("text", ["linear:2", '{"rope_type": "linear", "factor": 2}'])
-def test_a_refused_rope_type_is_refused_in_one_line_with_its_reason(text, monkeypatch, fresh_rope_keys):
+def test_a_refused_rope_type_is_refused_in_one_line_with_its_reason(text, monkeypatch):
+    monkeypatch.delitem(ROPE_KEYS, "linear")
     monkeypatch.setitem(REFUSED, "linear", "its frequencies are not rebuilt from the config")
     with pytest.raises(ConfigError) as err:
         RopeScaled.build({"rope_scaling": text}, where="pecli length")
