@@ -34,7 +34,7 @@ import torch
 
 from pecli.experiments import Headline, check_before_loading, load, register
 from pecli.experiments.options.finetune import FinetuneOptions
-from pecli.measures.intervals import SEEDS_AND_TEXTS
+from pecli.measures.intervals import SEEDS_AND_TEXTS, SEEDS_CROSSED_TEXTS
 from pecli.runs import names
 from pecli.runs.errors import ConfigError, OutputError
 from pecli.runs.provenance import row_provenance
@@ -287,7 +287,7 @@ def _recovery_rows(o: FinetuneOptions, loaded, cond, mask, initial: dict, seqs, 
     steps to within 10 % of the intact model's (`target`), and the means over seeds with an
     interval over seeds and held-out texts together."""
     from pecli.measures.finetuning import steps_to_within, train_lm
-    from pecli.measures.intervals import SEEDS_AND_TEXTS, seeds_and_texts_interval
+    from pecli.measures.intervals import seeds_and_texts_interval
     from pecli.positions.conditions import plan
 
     batch = o.batch or DEFAULT_BATCH["lm"]
@@ -337,7 +337,7 @@ def _recovery_rows(o: FinetuneOptions, loaded, cond, mask, initial: dict, seqs, 
         rows.append({**base, "metric": "perplexity_mean", "step": st,
                      "value": float(np.mean([c[i][2] for c in curves.values()])),
                      "ci_low": low, "ci_high": high, "seed_run": np.nan,
-                     "interval": f"{SEEDS_AND_TEXTS} ({len(curves)} seeds)" if low == low else ""})
+                     "interval": f"{SEEDS_CROSSED_TEXTS} ({len(curves)} seeds)" if low == low else ""})
     done = [r for r in reached if r == r]
     rows.append({**base, "metric": "seeds_within_10pct", "step": np.nan,
                  "value": float(len(done)), "ci_low": np.nan, "ci_high": np.nan,
@@ -360,4 +360,4 @@ register("finetune", 1, run, FinetuneOptions, "pecli.plots.finetune:figures",
              Headline("perplexity_mean", "held-out perplexity while fine-tuning without positions", {},
                       ("condition",), name="finetune_perplexity",
                       slot=lambda r: f"step {int(r['step'])}", axis="perplexity",
-                      interval="95 % Student t interval of the mean over training seeds")))
+                      interval=SEEDS_CROSSED_TEXTS)))

@@ -317,6 +317,9 @@ def paired_perplexity(nlls: list, intact: list | None, n_boot: int, seed: int) -
 
 SEEDS_AND_TEXTS = ("95 % two-level percentile bootstrap: training seeds resampled, then the "
                    "texts within each drawn seed; the mean over seeds of each seed's statistic")
+SEEDS_CROSSED_TEXTS = ("95 % two-level percentile bootstrap: training seeds resampled, and the "
+                       "texts every seed was scored on resampled once for all of them; the mean "
+                       "over seeds of each seed's statistic")  # seeds_and_texts_interval(same_texts=True)
 
 
 def seeds_and_texts_interval(per_seed: list, n_boot: int = 1000, seed: int = 0,

@@ -148,7 +148,8 @@ def band_note(rows: pd.DataFrame) -> str:
     if len(said) != 1:
         return "band: 95 % interval (see the table's interval column)" if len(said) else "no band"
     if "two-level" in said[0]:
-        return "band: 95 % bootstrap over seeds, then test items within each"
+        return ("band: 95 % bootstrap over seeds and the shared test texts" if "once for all" in said[0]
+                else "band: 95 % bootstrap over seeds, then test items within each")
     return "band: 95 % t interval over seeds" if "Student t" in said[0] else f"band: {said[0]}"
 
 
