@@ -98,6 +98,20 @@ def preflight(preset: Preset) -> None:
     if missing:
         unique = list(dict.fromkeys(missing))
         raise ConfigError(f"preset {preset.name!r} cannot run here; missing: " + "; ".join(unique))
+    _check_rope_types(preset)
+
+
+def _check_rope_types(preset: Preset) -> None:
+    """Every section's rope scalings against transformers' rope types (the condition's check,
+    with no model yet): a typo in the last section stops the preset before the first runs."""
+    from pecli.positions.conditions import check_all, plan
+
+    for entry in preset.entries:
+        try:
+            check_all([plan(rope=r) for r in getattr(entry.built, "rope_scaling", None) or ()], None)
+        except ConfigError as err:
+            raise ConfigError(f"preset {preset.name!r}, section {entry.id} ({entry.experiment}): "
+                              f"{err}") from None
 
 
 def run_preset(preset: Preset, out: Path, force: bool = False,

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from pecli.experiments import Headline, check_before_loading, data_of, load, register
 from pecli.positions.rope_scaling import Rope
+from pecli.positions.rotary import factor_types
 from pecli.runs import names
 from pecli.runs.errors import ConfigError, DataError
 from pecli.runs.fields import option
@@ -39,7 +40,6 @@ if TYPE_CHECKING:
     import pandas as pd
 
 OBJECTIVES = {"length": ("perplexity", "window", min), "passkey": ("accuracy", "trial", max)}
-ROPE_FACTOR = ("linear", "dynamic", "yarn")  # rope types whose one parameter is `factor`
 NOT_TUNED = ("swap",)  # an argument that is not a number
 DIFF_COLUMNS = ("diff_vs_intact", "diff_ci_low", "diff_ci_high")  # pecli.measures.intervals'
 VS_DEFAULT = ("diff_vs_default", "diff_default_ci_low", "diff_default_ci_high")
@@ -58,11 +58,17 @@ class Setting:
         return " ".join(f"{k}={v}" for k, v in self.values)
 
 
+def _rope(condition: str) -> bool:
+    """A rope scaling whose one parameter is its factor (transformers' types, read only where
+    the name is not an intervention: reading them imports torch)."""
+    return condition not in names.INTERVENTIONS and condition in factor_types()
+
+
 def parameters(condition: str) -> list[tuple[str, str]]:
     """(name, letter) of each parameter of a condition, in argument order: a remedy's names
     are its METHODS entry's (`group`, `window`), its letters its argument's (`G:W`); a rope
     scaling's one parameter is `factor` (S)."""
-    if condition in ROPE_FACTOR:
+    if _rope(condition):
         return [("factor", "S")]
     term = names.INTERVENTIONS.get(condition)
     if not term.argument or term.name in NOT_TUNED:
@@ -79,14 +85,14 @@ def parameters(condition: str) -> list[tuple[str, str]]:
 def tunable() -> list[str]:
     """The conditions with parameters: every intervention with a numeric argument (remedies
     included) and the rope scalings with a factor."""
-    return [t.name for t in names.INTERVENTIONS.values() if t.argument and t.name not in NOT_TUNED] + list(ROPE_FACTOR)
+    return [t.name for t in names.INTERVENTIONS.values() if t.argument and t.name not in NOT_TUNED] + list(factor_types())
 
 
 def settings(condition: str, items: tuple[str, ...], what: str = "grid (--grid)") -> list[Setting]:
     """The grid `items` (`G=2,4,8`, `window=512,1024`) crossed, in order (the last parameter
     fastest), each checked as the condition's own argument: one line for an unknown
     parameter, a value outside its domain, a required one missing."""
-    if condition not in ROPE_FACTOR and condition not in names.INTERVENTIONS:
+    if not (condition in names.INTERVENTIONS or _rope(condition)):
         raise ConfigError(f"condition (--condition): unknown condition {condition!r}; give one with "
                           f"parameters: {', '.join(tunable())}")
     params = parameters(condition)
@@ -126,7 +132,7 @@ def _setting(condition: str, values: tuple[tuple[str, str], ...], what: str) -> 
     """One setting, checked by the one parser of its kind (names.parse, Rope.parse)."""
     text = ":".join([condition, *(v for _, v in values)])
     try:
-        if condition in ROPE_FACTOR:
+        if _rope(condition):
             Rope.parse(text)
         else:
             text = str(names.parse(names.INTERVENTIONS, text))
@@ -155,17 +161,16 @@ DEFAULTS: dict[str, tuple[Callable[[int, int], dict[str, float]], str]] = {
     "sinks": (lambda n, length: {"sinks": 4, "window": n - 4}, "K = 4 and a cache of n (Xiao et al. 2023)"),
     "lminfinite": (lambda n, length: {"sinks": 10, "window": n}, "10 start tokens and W = n (Han et al. 2024)"),
     "logscale": (lambda n, length: {"slope": 0.1}, "c = 0.1 (YaRN's 0.1 ln s + 1)"),
-    **{r: (lambda n, length: {"factor": length / n}, "the factor length / n (the scaling's own rule)")
-       for r in ROPE_FACTOR},
 }
+ROPE_DEFAULT = (lambda n, length: {"factor": length / n}, "the factor length / n (the scaling's own rule)")
 
 
 def recommended(condition: str, n: int, length: int) -> tuple[Setting, str] | None:
     """The papers' setting for `condition` (DEFAULTS) at `length` tokens on a model trained on
     `n`, and where it comes from; None where no paper recommends one."""
-    if condition not in DEFAULTS:
+    if condition not in DEFAULTS and not _rope(condition):
         return None
-    rule, source = DEFAULTS[condition]
+    rule, source = DEFAULTS.get(condition) or ROPE_DEFAULT
     values = rule(n, length)
     names_ = [name for name, _ in parameters(condition)]
     items = [f"{k}={_number(values[k])}" for k in names_ if k in values]
@@ -319,7 +324,7 @@ def run(options: TuneOptions, progress: Callable[[int, int], None] | None = None
 def _condition(s: Setting, condition: str):
     from pecli.positions.conditions import plan
 
-    if condition in ROPE_FACTOR:
+    if _rope(condition):
         return plan(rope=Rope.parse(s.text))
     return plan(intervention=s.text)
 

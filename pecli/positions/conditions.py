@@ -131,6 +131,10 @@ class Condition:
         config only, before weights load), or a LoadedModel; with `length`, also at that many
         tokens (NotApplicable: `what` names them in the message); with `band`, also by one band
         pass over a stream (length's `--windows band`). The one place that decides."""
+        if self.rope is not None:  # transformers' rope types: known before any model is read
+            from pecli.positions.rotary import check_type
+
+            check_type(self.rope)
         ref = _target(target)
         if ref is None:  # only loading will tell
             return
@@ -255,7 +259,7 @@ def _resolved_rope(c: Condition, loaded) -> dict:
     once per model and scaling (in the check after loading), then read by columns and apply."""
     done = loaded.__dict__.setdefault("resolved_ropes", {})
     if c.rope.params not in done:
-        from pecli.positions.rope_scaling import resolve
+        from pecli.positions.rotary import resolve
 
         done[c.rope.params] = resolve(loaded.model.config, c.rope.parameters)
     return done[c.rope.params]
@@ -282,7 +286,7 @@ def _rope_prepare(c: Condition, loaded, seed: int):
         return nullcontext
 
     def scale():
-        from pecli.positions.rope_scaling import rope_scaled
+        from pecli.positions.rotary import rope_scaled
 
         return rope_scaled(loaded.model, c.rope.parameters, resolved=_resolved_rope(c, loaded))
 
@@ -303,7 +307,8 @@ OWN_RULE = ("intervention", "mask", "rope")  # the kinds `grid` crosses by its o
 
 
 def _target(target):
-    """A ModelRef or LoadedModel; a model name is peeked (None: only loading will tell)."""
+    """A ModelRef or LoadedModel; a model name is peeked (None, or a name peek cannot read: only
+    loading will tell)."""
     if isinstance(target, str):
         from pecli.models.sources import peek
 

@@ -84,6 +84,9 @@ CASES = [
     *[["finetune", "random:gpt2", *a] for a in (["--train-layers", "1"], ["--head-lr", "0.5"],
                                                  ["--epochs", "2"])],
     *[[cmd, "random:llama", "--rope-scaling-on", "intact"] for cmd in ("length", "passkey")],
+    # transformers' rope types and their keys: the condition's check before loading
+    *[[cmd, "random:llama", "--rope-scaling", r] for cmd in ("length", "passkey", "attn", "ruler")
+      for r in ("yran:2", "llama3:8", '{"rope_type": "yarn", "factor": 2, "twist": 1}')],
     # what the config alone decides: a length past a learned table (every row would be "not
     # applicable")
     ["attn", "random:bert", "--length", "1000"],
@@ -199,6 +202,8 @@ experiments:
     ("perplexity", "model: random:gpt2, long_text: windw"),
     ("perplexity", "model: random:gpt2, limit: 0"),
     ("perplexity", "model: random:gpt2, limit: four"),
+    ("length", "model: random:llama, rope_scaling: 'yarn:2,yran:2'"),  # transformers' types: preflight
+    ("passkey", "model: random:llama, rope_scaling: 'llama3:8'"),
 ])
 def test_a_preset_typo_fails_before_anything_runs(no_loading, tmp_path, experiment, options):
     """The second entry's typo stops the preset before the first entry loads anything."""

@@ -7,7 +7,8 @@ import pytest
 import torch
 import transformers
 
-from pecli.positions.rope_scaling import rope_parameters, rope_scaled
+from pecli.positions.rope_scaling import rope_parameters
+from pecli.positions.rotary import rope_scaled
 
 pytestmark = pytest.mark.slow
 

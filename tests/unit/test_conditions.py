@@ -18,7 +18,8 @@ from pecli.experiments.options.perplexity import PerplexityOptions
 from pecli.positions import conditions as C
 from pecli.positions import labels
 from pecli.positions.interventions import intervene
-from pecli.positions.rope_scaling import Rope, rope_scaled
+from pecli.positions.rope_scaling import Rope
+from pecli.positions.rotary import rope_scaled
 from pecli.runs import names
 from pecli.runs.errors import InterventionError, ModelError
 
@@ -147,7 +148,7 @@ def test_the_same_check_after_loading_decides_lengths(tiny):
 def test_a_rope_scaling_is_validated_once_after_loading(tiny, monkeypatch):
     """transformers' validation runs in the check after loading; columns and the applied
     block read what it resolved (issue 45: checked once before loading and once after)."""
-    from pecli.positions import rope_scaling
+    from pecli.positions import rotary as rope_scaling
 
     calls = []
     real = rope_scaling.resolve

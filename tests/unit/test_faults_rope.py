@@ -14,7 +14,8 @@ import pandas as pd
 import pytest
 import transformers
 
-from pecli.positions.rope_scaling import RopeScaled, check_scalings, resolve
+from pecli.positions.rope_scaling import RopeScaled
+from pecli.positions.rotary import check_scalings, resolve
 from pecli.runs.errors import ConfigError, ModelError
 
 TEXTS = ["The cat sat on the mat and looked around the room for a while.",
@@ -22,10 +23,16 @@ TEXTS = ["The cat sat on the mat and looked around the room for a while.",
 
 
 def _refused(text: str) -> str:
+    """The one-line refusal of an item: by the options (its spelling and values) or by the
+    condition's check before loading (transformers' rope types and their keys)."""
+    from pecli.positions.conditions import plan
+
     with pytest.raises(ConfigError) as err:
-        RopeScaled.build({"rope_scaling": text}, where="pecli length")
+        for rope in RopeScaled.build({"rope_scaling": text}, where="pecli length").rope_scaling:
+            plan(rope=rope).check("random:llama")
     message = str(err.value)
-    assert "\n" not in message and message.startswith("pecli length: rope_scaling (--rope-scaling)")
+    assert "\n" not in message
+    assert message.removeprefix("pecli length: ").startswith("rope_scaling (--rope-scaling)")
     return message
 
 
@@ -61,7 +68,7 @@ def test_a_bad_factor_is_refused_alike_in_both_spellings(short, json_value):
     ({"rope_type": "linear"}, "linear needs factor"),
     ({"rope_type": "linear", "factor": 2, "scale": 3}, "linear takes no scale; it takes factor"),
     ({"type": "linear", "rope_type": "linear", "factor": 2}, "gives both type and rope_type"),
-    ({"rope_type": 3, "factor": 2}, "rope_type 3 is not one of"),
+    ({"rope_type": 3, "factor": 2}, "needs rope_type, a string naming one of"),
 ])
 def test_json_rope_parameters_are_checked_key_by_key(params, words):
     import json

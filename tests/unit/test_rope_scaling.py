@@ -9,16 +9,21 @@ import pytest
 import torch
 import transformers
 
+from pecli.positions.conditions import plan
 from pecli.positions.rope_scaling import (
-    REFUSED,
-    ROPE_KEYS,
+    Rope,
     RopeScaled,
     provenance,
-    resolve,
     rope_parameters,
+    split_rope_scalings,
+)
+from pecli.positions.rotary import (
+    REFUSED,
+    check_type,
+    resolve,
+    rope_keys,
     rope_scaled,
     rotary_modules,
-    split_rope_scalings,
 )
 from pecli.runs.errors import ConfigError, ModelError
 
@@ -26,30 +31,70 @@ LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_fr
 LONGROPE = {"rope_type": "longrope", "short_factor": [1.0] * 4, "long_factor": [2.0, 3.0, 4.0, 5.0]}
 
 
+def _checked(text: str) -> None:
+    """An item as a run takes it: parsed by the options, then the condition's check before
+    any model loads (where transformers' rope types are read)."""
+    for rope in RopeScaled.build({"rope_scaling": text}, where="pecli length").rope_scaling:
+        plan(rope=rope).check("random:llama")
+
+
 def test_every_rope_type_of_transformers_is_checked_or_refused():
     """transformers' table (less "default": the unscaled model) is the vocabulary: each type is
-    checked before loading (ROPE_KEYS) or refused (REFUSED), and pecli names no other; what
-    ROPE_KEYS requires of a type is enough for transformers' own validation."""
+    checked before loading (rope_keys) or refused (REFUSED), and pecli names no other; what
+    rope_keys requires of a type is enough for transformers' own validation."""
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
     theirs = set(ROPE_INIT_FUNCTIONS) - {"default"}
-    assert theirs == set(ROPE_KEYS) | set(REFUSED) and not set(ROPE_KEYS) & set(REFUSED)
+    assert theirs == set(rope_keys()) | set(REFUSED) and not set(rope_keys()) & set(REFUSED)
     model = _llama()  # heads of 8 dimensions: 4 rotated frequencies
     values = {"factor": 2.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
               "short_factor": [1.0] * 4, "long_factor": [2.0] * 4}
-    for kind, (required, _) in ROPE_KEYS.items():
-        given = {"rope_type": kind, **{k: values[k] for k in required}}
-        assert resolve(model.config, rope_parameters(json.dumps(given)))["rope_type"] == kind
+    for kind, (required, _) in rope_keys().items():
+        given = json.dumps({"rope_type": kind, **{k: values[k] for k in required}})
+        check_type(Rope.parse(given))
+        assert resolve(model.config, rope_parameters(given))["rope_type"] == kind
+
+
+@pytest.fixture
+def fresh_rope_keys():
+    """rope_keys read again from transformers' (patched) table, and again after the test."""
+    rope_keys.cache_clear()
+    yield
+    rope_keys.cache_clear()
+
+
+def test_the_rope_vocabulary_is_read_from_transformers_not_copied(monkeypatch, fresh_rope_keys):
+    """A type transformers gains (with its validation) is checked with the keys that
+    validation names; one whose validation pecli cannot read is refused in one line."""
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS, RotaryEmbeddingConfigMixin
+
+    def _validate_warp_rope_parameters(self, rope_parameters, ignore_keys=None):
+        self._check_received_keys("warp", set(rope_parameters), {"rope_type", "factor", "twist"},
+                                  {"rope_theta", "beta"}, ignore_keys=ignore_keys)
+
+    monkeypatch.setitem(ROPE_INIT_FUNCTIONS, "warp", ROPE_INIT_FUNCTIONS["linear"])
+    monkeypatch.setitem(ROPE_INIT_FUNCTIONS, "unread", ROPE_INIT_FUNCTIONS["linear"])
+    monkeypatch.setattr(RotaryEmbeddingConfigMixin, "_validate_warp_rope_parameters",
+                        _validate_warp_rope_parameters, raising=False)
+    assert rope_keys()["warp"] == (("factor", "twist"), ("rope_theta", "partial_rotary_factor", "beta"))
+    given = rope_parameters('{"rope_type": "warp", "factor": 2, "twist": 3, "beta": 1}')
+    assert given == {"rope_type": "warp", "factor": 2, "twist": 3, "beta": 1}
+    _checked('{"rope_type": "warp", "factor": 2, "twist": 3, "beta": 1}')
+    for text, words in [('{"rope_type": "warp", "factor": 2}', "needs twist"),
+                        ('{"rope_type": "warp", "factor": 2, "twist": 3, "gamma": 1}', "takes no gamma"),
+                        ("warp:2", "warp needs twist besides a factor"),
+                        ('{"rope_type": "unread", "factor": 2}', "'unread' is not one of transformers'")]:
+        with pytest.raises(ConfigError, match=words):
+            _checked(text)
 
 
 @pytest.mark.parametrize("text", ["linear:2", '{"rope_type": "linear", "factor": 2}'])
-def test_a_refused_rope_type_is_refused_in_one_line_with_its_reason(text, monkeypatch):
-    monkeypatch.delitem(ROPE_KEYS, "linear")
+def test_a_refused_rope_type_is_refused_in_one_line_with_its_reason(text, monkeypatch, fresh_rope_keys):
     monkeypatch.setitem(REFUSED, "linear", "its frequencies are not rebuilt from the config")
     with pytest.raises(ConfigError) as err:
-        RopeScaled.build({"rope_scaling": text}, where="pecli length")
+        _checked(text)
     message = str(err.value)
-    assert "\n" not in message and message.startswith("pecli length: rope_scaling (--rope-scaling)")
+    assert "\n" not in message and message.startswith("rope_scaling (--rope-scaling)")
     assert "'linear' is refused: its frequencies are not rebuilt from the config" in message
 
 
@@ -66,20 +111,39 @@ def test_parse_type_factor_and_json():
 
 
 @pytest.mark.parametrize("text, words", [
-    ("llama3:8", ["low_freq_factor", "high_freq_factor"]),
-    ("longrope:4", ["short_factor", "long_factor"]),
     ("yarn", ["needs a factor"]),
     ("yarn:-1", ["factor -1.0 must be a finite number of at least 1"]),
-    ("yran:2", ["did you mean 'yarn'"]),
-    ("proportional:2", ["JSON dict"]),
-    ('{"rope_type": "warp"}', ["not one of"]),
+    ('{"factor": 2}', ["needs rope_type"]),
+    ('{"rope_type": "llama3", "factor": 8, "low_freq_factor": 4, "high_freq_factor": 1}',
+     ["high_freq_factor (1) must be greater than low_freq_factor (4)"]),
     ("{oops", ["not valid JSON"]),
 ])
-def test_bad_scalings_fail_in_one_line(text, words):
+def test_bad_spellings_fail_in_one_line_as_the_options_are_built(text, words):
+    """What the text alone decides is refused by the options (torch-free, before any check)."""
     with pytest.raises(ConfigError) as err:
         RopeScaled.build({"rope_scaling": text}, where="pecli length")
     message = str(err.value)
     assert "\n" not in message and message.startswith("pecli length: rope_scaling (--rope-scaling)")
+    for word in words:
+        assert word in message
+
+
+@pytest.mark.parametrize("text, words", [
+    ("llama3:8", ["low_freq_factor", "high_freq_factor", "besides a factor"]),
+    ("longrope:4", ["short_factor", "long_factor"]),
+    ("yran:2", ["did you mean 'yarn'"]),
+    ("proportional:2", ["JSON dict"]),
+    ('{"rope_type": "warp"}', ["not one of transformers' rope types"]),
+    ('{"rope_type": "yarn", "factor": 2, "twist": 1}', ["takes no twist"]),
+    ('{"rope_type": "llama3", "factor": 8, "high_freq_factor": 4}', ["needs low_freq_factor"]),
+])
+def test_types_and_keys_fail_in_one_line_before_loading(text, words):
+    """What transformers' table decides is refused by the condition's check, before loading."""
+    RopeScaled.build({"rope_scaling": text}, where="pecli length")  # the spelling is fine
+    with pytest.raises(ConfigError) as err:
+        _checked(text)
+    message = str(err.value)
+    assert "\n" not in message and message.startswith("rope_scaling (--rope-scaling)")
     for word in words:
         assert word in message
 
