@@ -8,7 +8,8 @@ The model's config decides the task:
   with full fine-tuning (or the last `train_layers` layers), the position table frozen.
   Several seeds; test accuracy per seed (Wilson interval over test texts) and its mean over seeds
   with an interval over seeds and test texts together, beside pecli's frozen-feature probe (logistic regression on
-  the same features of the same texts, untrained encoder). Table `finetune`.
+  the same features of the same texts, untrained encoder); every row of a condition carries
+  its paired difference from intact's (same seed, same texts). Table `finetune`.
 - a causal LM is fine-tuned on IMDB train texts after its positions are removed (zero), and
   from the intact model as the control (what the same training does with positions), and
   from zero + a fitted mask (`--mask FILE`, pecli mask fit). Held-out corpus perplexity on
@@ -34,7 +35,7 @@ import torch
 
 from pecli.experiments import Headline, check_before_loading, load, register
 from pecli.experiments.options.finetune import FinetuneOptions
-from pecli.measures.intervals import SEEDS_AND_TEXTS, SEEDS_CROSSED_TEXTS
+from pecli.measures.intervals import SEEDS_CROSSED_TEXTS
 from pecli.runs import names
 from pecli.runs.errors import ConfigError, OutputError
 from pecli.runs.provenance import row_provenance
@@ -166,17 +167,51 @@ def _encoder(o: FinetuneOptions, loaded, conds, say) -> pd.DataFrame:
               "fine_tuning": method, "position_table": "frozen", "epochs": o.epochs,
               "batch": batch, "head_lr": o.head_lr}
     initial = {k: v.detach().clone() for k, v in loaded.model.state_dict().items()}
-    rows = []
+    rows, intact = [], None  # intact: its probe's and each seed's per-text 0/1, once computed
     for cond in conds:
+        loaded.model.load_state_dict(initial)  # the untrained encoder, not the last condition's fine-tuned one
         with plan(intervention=cond).applied(loaded, o.seed):
             say(f"{cond}: frozen-feature probe")
             right = probe_accuracy(features(loaded, tr.ids), ytr, features(loaded, te.ids), yte)
+        tuned, accs = _finetuned_rows(o, loaded, cond, initial, tr.ids, ytr, te.ids, yte,
+                                      {**common, "intervention": str(cond)}, say)
+        if str(cond) == names.INTACT:
+            intact = (right, accs)
         rows.append({**common, "intervention": str(cond), "metric": "probe_accuracy",
                      "value": right.mean(), **_wilson(right, wilson), "seed_run": np.nan,
-                     "interval": "Wilson over test texts", "checkpoint_revision": ""})
-        rows += _finetuned_rows(o, loaded, cond, initial, tr.ids, ytr, te.ids, yte,
-                                {**common, "intervention": str(cond)}, say)
+                     "interval": "Wilson over test texts", "checkpoint_revision": "",
+                     **_paired(right, intact and intact[0], cond, o.seed)})
+        rows += _with_paired(tuned, accs, intact and intact[1], cond, o.seed)
     return validate(pd.DataFrame(rows))
+
+
+def _paired(right: np.ndarray, reference: np.ndarray | None, cond, seed: int) -> dict:
+    """DIFF_COLUMNS of one set of per-text 0/1 against intact's on the same test texts
+    (NaN on intact's own rows and where intact was not run)."""
+    from pecli.measures.intervals import diff_columns
+
+    if reference is None or str(cond) == names.INTACT:
+        return diff_columns(reference_row=True)
+    return diff_columns(right, reference, seed=seed)
+
+
+def _with_paired(rows: list[dict], accs: list, intact: list | None, cond, seed: int) -> list[dict]:
+    """A condition's fine-tuning rows with their differences from intact: each seed's against
+    intact's same seed (paired bootstrap over the test texts), the mean over seeds with seeds
+    and texts resampled together, each seed's per-text difference on the same texts
+    (seeds_and_texts_interval(same_texts=True))."""
+    from pecli.measures.intervals import DIFF_COLUMNS, seeds_and_texts_interval
+
+    *per_seed, mean = rows
+    out = [{**r, **_paired(a, intact and intact[k], cond, seed)}
+           for k, (r, a) in enumerate(zip(per_seed, accs, strict=True))]
+    diff = _paired(accs[0], intact and intact[0], cond, seed)  # NaN where it has no reference
+    if diff[DIFF_COLUMNS[0]] == diff[DIFF_COLUMNS[0]]:
+        d = [a - b for a, b in zip(accs, intact, strict=True)]
+        diff = dict(zip(DIFF_COLUMNS, (float(np.mean([x.mean() for x in d])),
+                                       *seeds_and_texts_interval(d, seed=seed, same_texts=True)),
+                        strict=True))
+    return [*out, {**mean, **diff}]
 
 
 def _finetuned_rows(o: FinetuneOptions, loaded, cond, initial: dict, train_ids, ytr, test_ids, yte,
@@ -212,12 +247,13 @@ def _finetuned_rows(o: FinetuneOptions, loaded, cond, initial: dict, train_ids, 
         rows.append({**common, "metric": "finetune_accuracy",
                      "value": right.mean(), **_wilson(right, wilson), "seed_run": s,
                      "interval": "Wilson over test texts", "checkpoint_revision": revision})
-    low, high = seeds_and_texts_interval(accs, seed=o.seed)
+    low, high = seeds_and_texts_interval(accs, seed=o.seed, same_texts=True)  # every seed on the same test texts
     rows.append({**common, "metric": "finetune_accuracy_mean",
                  "value": float(np.mean([a.mean() for a in accs])), "ci_low": low, "ci_high": high,
-                 "seed_run": np.nan, "interval": f"{SEEDS_AND_TEXTS} ({len(accs)} seeds)" if low == low else "",
+                 "seed_run": np.nan,
+                 "interval": f"{SEEDS_CROSSED_TEXTS} ({len(accs)} seeds)" if low == low else "",
                  "checkpoint_revision": ""})
-    return rows
+    return rows, accs
 
 
 def _wilson(right: np.ndarray, wilson) -> dict:
@@ -353,7 +389,7 @@ register("finetune", 1, run, FinetuneOptions, "pecli.plots.finetune:figures",
          headlines=(
              Headline("finetune_accuracy_mean", "IMDB sentiment accuracy after fine-tuning", {},
                       ("intervention",), reference=((0.5, "chance"),),
-                      interval=SEEDS_AND_TEXTS),
+                      interval=SEEDS_CROSSED_TEXTS),
              Headline("probe_accuracy", "IMDB sentiment accuracy of the frozen-feature probe", {},
                       ("intervention",), name="finetune_probe_accuracy",
                       interval="95 % Wilson score interval over test texts"),

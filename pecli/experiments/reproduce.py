@@ -267,6 +267,8 @@ def finding_numbers(f: Finding, csv: Path) -> dict:
         reference = float(rows[1].iloc[0]["value"]) if len(rows) > 1 else nan
         return {"value": float(row["value"]), "reference": reference, "intact": nan,
                 "tested": (float(row["value"]), low, high), "null": f.against, "units": units}
+    if f.interval == "table":  # the section computed the paired difference (DIFF_COLUMNS)
+        return _tabled_difference(df, f)
     x, r = _per_unit(df, f, f.where), _per_unit(df, f, {**f.where, **f.reference})
     if list(x["unit"]) != list(r["unit"]):
         raise ConfigError(f"finding {f.section}: the condition and its reference were not scored "
@@ -293,6 +295,25 @@ def finding_numbers(f: Finding, csv: Path) -> dict:
                 "null": 0.0, "units": len(x)}
     return {"value": stat(x), "reference": stat(r), "intact": nan, "tested": tested, "null": 0.0,
             "units": len(x)}
+
+
+def _tabled_difference(df: pd.DataFrame, f: Finding) -> dict:
+    """A paired finding whose section wrote the difference itself: the one `where` row's
+    DIFF_COLUMNS (its design's interval, e.g. seeds and texts crossed), `reference` its row's
+    value; units the row's seeds (or texts)."""
+    from pecli.measures.intervals import DIFF_COLUMNS
+
+    rows = [_matching(df, w) for w in (f.where, {**f.where, **f.reference})]
+    if any(len(r) != 1 for r in rows):
+        raise ConfigError(f"finding {f.section}: {[len(r) for r in rows]} rows match, not 1 each")
+    row = rows[0].iloc[0]
+    if any(c not in row for c in DIFF_COLUMNS) or pd.isna(row[DIFF_COLUMNS[0]]):
+        raise ConfigError(f"finding {f.section}: its row has no paired difference "
+                          f"({', '.join(DIFF_COLUMNS)}); rerun the section")
+    nan = float("nan")
+    return {"value": float(row["value"]), "reference": float(rows[1].iloc[0]["value"]),
+            "intact": nan, "tested": tuple(float(row[c]) for c in DIFF_COLUMNS), "null": 0.0,
+            "units": row.get("seeds", row.get("texts", nan))}
 
 
 def finding_sentence(f: Finding, numbers: dict) -> str:

@@ -34,8 +34,8 @@ import torch
 
 from pecli.experiments import Headline, lazy, register
 from pecli.experiments.options.toy_length import ToyLengthOptions
-from pecli.measures.intervals import SEEDS_AND_TEXTS, percentile_interval
-from pecli.measures.training import SEED_METHOD, char_tokenizer, over_seeds, seed_interval
+from pecli.measures.intervals import SEEDS_CROSSED_TEXTS, percentile_interval
+from pecli.measures.training import char_tokenizer, over_seeds
 from pecli.runs.provenance import row_provenance
 from pecli.runs.tables import validate
 
@@ -224,7 +224,7 @@ def ranking(by_seed: pd.DataFrame, train_length: int, n_boot: int = 1000, seed: 
     for s in schemes:
         draws = np.array([b[s] for b in boot])
         accuracy = np.array([cells[(t, s)] for t in tasks]).mean(0)  # per seed, over tasks
-        low, high = seed_interval(accuracy)
+        low, high = _past_interval(past[past.pe == s], seed)
         mrr_low, mrr_high = percentile_interval(draws)
         rows.append({"pe": s, "metric": "mrr", "value": point[s],
                      "ci_low": mrr_low, "ci_high": mrr_high,
@@ -233,8 +233,22 @@ def ranking(by_seed: pd.DataFrame, train_length: int, n_boot: int = 1000, seed: 
                      "tasks": ",".join(tasks)})
         rows.append({"pe": s, "metric": "exact_match_past_train_length",
                      "value": float(accuracy.mean()), "ci_low": low, "ci_high": high,
-                     "interval": SEED_METHOD, "tasks": ",".join(tasks)})
+                     "interval": SEEDS_CROSSED_TEXTS if low == low else "", "tasks": ",".join(tasks)})
     return pd.DataFrame(rows)
+
+
+def _past_interval(rows: pd.DataFrame, seed: int) -> tuple[float, float]:
+    """A scheme's exact match past the training length, seeds and test items resampled
+    together: each seed's items of every task and length in one order (every seed answers
+    the same items, as many per task and length: the mean over them is the mean over tasks)."""
+    from pecli.measures.intervals import seeds_and_texts_interval
+
+    per_seed = [[_items(r) for _, r in group.sort_values(["task", "test_length"]).iterrows()]
+                for _, group in rows.groupby("seed", sort=True)]
+    if any(i is None for items in per_seed for i in items):
+        return float("nan"), float("nan")
+    return seeds_and_texts_interval([np.concatenate(items) for items in per_seed], seed=seed,
+                                    same_texts=True)
 
 
 # --- the experiment -------------------------------------------------------------------
@@ -310,7 +324,8 @@ def _one_model(task: str, scheme: str, seed: int, o: ToyLengthOptions, positions
         correct = exact_match(model, enc, its, pos)
         rows.append({**base, "metric": "exact_match", "test_length": n,
                      "in_training": n <= o.train_length, "value": float(correct.mean()),
-                     "rows": len(its), "tokens": len(its) * sequence_length(task, n)})
+                     "rows": len(its), "tokens": len(its) * sequence_length(task, n),
+                     "items_right": "".join("1" if c else "0" for c in correct)})  # item by item
     eval_seconds = time.perf_counter() - start
     rows += _profile_rows(model, enc, task, scheme, items, positions, generator, base, o)
     longest = max(o.test_lengths)
@@ -377,18 +392,20 @@ def _run(o: ToyLengthOptions, progress) -> dict[str, pd.DataFrame]:
 
 def summary(by_seed: pd.DataFrame) -> pd.DataFrame:
     """Every per-seed number as its mean over training seeds: exact match with a bootstrap
-    over seeds and test items together (its items are right or wrong: `rows` of them, the
-    value the share right), the others with a t interval over seeds."""
-    return over_seeds(by_seed, ["task", "pe", "metric", "test_length", "layer"], _items)
+    over seeds and test items together (every seed answers the same items: one draw of items
+    serves all seeds of a resample), the others with a t interval over seeds."""
+    return over_seeds(by_seed, ["task", "pe", "metric", "test_length", "layer"], _items,
+                      same_texts=True)
 
 
 def _items(row) -> np.ndarray | None:
-    """A per-seed exact-match row's per-item 0/1 values (their order does not matter)."""
-    if row["metric"] != "exact_match":
+    """A per-seed exact-match row's 0/1 per test item, in the items' order."""
+    right = row.get("items_right")
+    if row["metric"] != "exact_match" or not isinstance(right, str):  # a table from before they were kept
         return None
-    n = int(row["rows"])
-    right = int(round(float(row["value"]) * n))
-    return np.r_[np.ones(right), np.zeros(n - right)]
+    if len(right) != int(row["rows"]):
+        raise ValueError(f"items_right has {len(right)} items, the row {row['rows']}")
+    return np.array([c == "1" for c in right], np.float64)
 
 
 def _with(ranking_rows: pd.DataFrame, by_seed: pd.DataFrame) -> pd.DataFrame:
@@ -417,6 +434,6 @@ register("toy-length", VERSION, run, ToyLengthOptions, figures,
              Headline("exact_match", "exact match by test length (toy length)",
                       {"aggregation": "mean over training seeds"}, ("pe",), name="toy_length_exact_match",
                       slot=lambda r: f"{r['task']}, length {int(r['test_length'])}",
-                      interval=SEEDS_AND_TEXTS),
+                      interval=SEEDS_CROSSED_TEXTS),
              Headline("mrr", "mean reciprocal rank over tasks (toy length)", {}, ("pe",),
                       name="toy_length_mrr", interval="95 % percentile bootstrap over training seeds")))

@@ -104,18 +104,21 @@ def eval_windows(stream: torch.Tensor, context: int) -> torch.Tensor:
 
 
 @torch.inference_mode()
-def window_nll(model, windows: torch.Tensor, batch: int = 32) -> tuple[float, int]:
-    """(summed NLL in nats, scored tokens) over every token after the first of each window."""
-    total, count = 0.0, 0
+def window_nlls(model, windows: torch.Tensor, batch: int = 32) -> torch.Tensor:
+    """Each window's summed NLL in nats over every token after its first: [n], float64."""
+    out = []
     for i in range(0, len(windows), batch):
         ids = windows[i: i + batch]  # [b, t]
         # Windows are never padded; the explicit all-ones mask says so to transformers.
         logits = model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits[:, :-1].float()  # [b, t-1, v]
-        nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1),
-                              reduction="sum")
-        total += nll.item()
-        count += ids[:, 1:].numel()
-    return total, count
+        nll = F.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")  # [b, t-1]
+        out.append(nll.double().sum(1))
+    return torch.cat(out)
+
+
+def window_nll(model, windows: torch.Tensor, batch: int = 32) -> tuple[float, int]:
+    """(summed NLL in nats, scored tokens) over every token after the first of each window."""
+    return float(window_nlls(model, windows, batch).sum()), windows[:, 1:].numel()
 
 
 def unigram_nll(train_stream: torch.Tensor, windows: torch.Tensor, vocab_size: int) -> tuple[float, int]:
@@ -254,9 +257,16 @@ def _tables(ppl_rows: list[dict], results: list[dict]) -> dict[str, pd.DataFrame
         length_rows += rows["length"]
         position_rows += rows["positions"]
     by_seed_df = pd.DataFrame(by_seed)
-    tables = {"perplexity": validate(pd.concat([pd.DataFrame(ppl_rows),
-                                                over_seeds(by_seed_df, ["model", "metric"])],
-                                               ignore_index=True)),
+    keys = ["model", "metric"]
+    windowed = by_seed_df.metric.isin(["test_perplexity", "test_nll"])
+    means = [over_seeds(by_seed_df[~windowed], keys)]  # speeds and counts: a t interval over seeds
+    for metric, transform in (("test_perplexity", np.exp), ("test_nll", None)):
+        # every seed scored on the same windows: seeds and windows resampled together
+        means.append(over_seeds(by_seed_df[by_seed_df.metric == metric], keys,
+                                lambda r: r[PER_WINDOW], same_texts=True, transform=transform))
+    by_seed_df, means = (t.drop(columns=PER_WINDOW, errors="ignore") for t in (by_seed_df, pd.concat(
+        [pd.DataFrame(ppl_rows), *means[1:], means[0]], ignore_index=True)))
+    tables = {"perplexity": validate(means),
               "perplexity_by_seed": validate(by_seed_df),
               "curve": validate(pd.DataFrame(curve_rows))}
     if length_rows:
@@ -296,7 +306,8 @@ def _train_one(scheme, seed, o, tok, train_stream, windows, common, test_prov, s
         batches = with_random_positions(batches, max([o["context"], *o["test_lengths"]]), seed)
     result = train(model, batches, TrainConfig(steps=o["steps"], lr=o["lr"]), on_step=curve.step)
     start = time.perf_counter()
-    nll, n = window_nll(model, windows)
+    per_window = window_nlls(model, windows).numpy()  # the windows every seed is scored on
+    nll, n = float(per_window.sum()), windows[:, 1:].numel()
     result["eval_seconds"] = time.perf_counter() - start
     name = scheme if seed == o["seed"] else f"{scheme}-seed{seed}"
     out_dir = Path(model_out) if model_out else (Path(save_dir) / name if save_dir else None)
@@ -306,6 +317,8 @@ def _train_one(scheme, seed, o, tok, train_stream, windows, common, test_prov, s
                 "train_tokens": result["tokens"]}
         base["model_id"], base["model_revision"] = saved_as(model, tok, out_dir, card)
     ppl = _perplexity_rows({**base, **test_prov, "aggregation": "corpus", "tokens": n}, nll, n, result)
+    for row in ppl[:2]:  # test_perplexity, test_nll: per window, for the interval over seeds
+        row[PER_WINDOW] = per_window / (windows.shape[1] - 1)
     length, removed = [], []
     if o["test_lengths"] or (o["positions_removed"] and scheme in ZEROABLE):
         with _checkpoint(model, tok, out_dir, scheme) as loaded:
@@ -344,6 +357,9 @@ class _Curve:
             self.rows.append({**row, "metric": "eval_loss", "value": c_nll / c_n,
                               "curve_windows": len(self.windows)})
             self.recent.clear()
+
+
+PER_WINDOW = "_nll_per_window"  # each window's mean NLL, kept in memory for the interval, never written
 
 
 def _perplexity_rows(row: dict, nll: float, n: int, result: dict) -> list[dict]:

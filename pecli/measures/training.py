@@ -225,20 +225,28 @@ def seed_interval(values) -> tuple[float, float]:
     return t_interval(values)
 
 
-def over_seeds(by_seed, keys: list[str], texts_of=None):
+def over_seeds(by_seed, keys: list[str], texts_of=None, same_texts: bool = False,
+               transform=None):
     """One row per `keys` group of a per-seed table: the mean over its training seeds with
     `seed_interval` (ci_low, ci_high), `seeds` the count, their revisions joined. Where
     `texts_of(row)` gives a row's per-text (per-item) values, the interval resamples seeds and
-    the texts within them together (intervals.seeds_and_texts_interval)."""
+    texts together (intervals.seeds_and_texts_interval); `same_texts`: every seed was scored
+    on the same texts in the same order (crossed, not nested); `transform` maps each seed's
+    mean over texts before the mean over seeds (exp: a corpus perplexity from mean NLLs)."""
     import pandas as pd
 
-    from pecli.measures.intervals import SEEDS_AND_TEXTS, seeds_and_texts_interval
+    from pecli.measures.intervals import (
+        SEEDS_AND_TEXTS,
+        SEEDS_CROSSED_TEXTS,
+        seeds_and_texts_interval,
+    )
 
     out = []
     for _, group in by_seed.groupby(keys, sort=False, dropna=False):
         texts = [texts_of(r) for _, r in group.iterrows()] if texts_of else [None]
         if all(t is not None for t in texts):
-            (low, high), method = seeds_and_texts_interval(texts), SEEDS_AND_TEXTS
+            (low, high) = seeds_and_texts_interval(texts, same_texts=same_texts, transform=transform)
+            method = SEEDS_CROSSED_TEXTS if same_texts else SEEDS_AND_TEXTS
         else:
             (low, high), method = seed_interval(group["value"]), SEED_METHOD
         row = group.iloc[0].to_dict()

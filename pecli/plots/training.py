@@ -225,11 +225,10 @@ def toy_length_ranking(csv: Path, out: Path) -> Path:
     schemes = _ordered(past.index)
     fig, ax = plt.subplots(figsize=(WIDTH, 3.3), layout="constrained")
     for i, scheme in enumerate(schemes):
-        row = past.loc[[scheme]].assign(ci_low=lambda r: r.ci_low.clip(0, 1),
+        row = past.loc[[scheme]].assign(ci_low=lambda r: r.ci_low.clip(0, 1),  # a t interval can leave [0, 1]
                                         ci_high=lambda r: r.ci_high.clip(0, 1))
         points(ax, [i], row, color_of(scheme), None)
-    method = str(past["interval"].dropna().iloc[0]) if past["interval"].notna().any() else "no interval"
-    ax.plot([], [], "o", color="0.3", label=f"mean; bar: {method} (clipped to [0, 1])")
+    ax.plot([], [], "o", color="0.3", label="mean; " + band_note(past).replace("band:", "bar:"))
     ax.set_xticks(range(len(schemes)), schemes, fontsize=8)
     first = df.iloc[0]
     return _finished(fig, ax, out, 1.05, f"exact match past N = {int(first['train_length'])}",

@@ -50,6 +50,7 @@ FINDING_KEYS = {"question", "section", "text", "table", "where", "measure", "ref
 QUESTIONS = ("E1", "E2", "E3", "Open question 1", "Open question 2", "Open question 3",
              "Length", "Remedies", "Mechanism")
 MEASURES = ("value", "paired", "gap")  # a row's value; a paired difference; the share of a gap closed
+INTERVALS = ("bootstrap", "t", "table")  # a paired finding's: over units; t over units; the table's own
 MAX_FINDINGS = 10
 ENTRY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # a folder name under --out
 
@@ -70,7 +71,8 @@ class Finding:
 
     measure: "value" (the one row of `table` matching `where`; `reference`, if given, another
     row, quoted beside it), "paired" (per-unit rows, `where` against `reference`, aligned on
-    `unit`; a paired bootstrap over units, or a t interval where `interval` is "t"), "gap"
+    `unit`; a paired bootstrap over units, a t interval where `interval` is "t", or the
+    difference and interval the section wrote in its row's DIFF_COLUMNS where it is "table"), "gap"
     (the share of the log-perplexity gap between `reference`, no positions, and `intact` that
     `where` closes, units resampled together). `weight`: a column of per-unit token counts
     (the statistic is then a corpus perplexity, exp of the token-weighted mean log value)."""
@@ -287,6 +289,10 @@ def _findings(raw, where: str, ids: set[str]) -> tuple[Finding, ...]:
         last = QUESTIONS.index(item["question"])
         if item.get("measure", "value") not in MEASURES:
             raise ConfigError(f"{at}: measure must be one of {', '.join(MEASURES)}")
+        if item.get("interval", Finding.interval) not in INTERVALS or (
+                item.get("interval") == "table" and item.get("measure") != "paired"):
+            raise ConfigError(f"{at}: interval must be one of {', '.join(INTERVALS)} ('table' "
+                              "only with measure: paired)")
         words = tuple(item.get("words", Finding.words))
         if len(words) != 3 or "no detectable difference" not in words[2]:
             raise ConfigError(f"{at}: words are [up, down, none], none saying 'no detectable difference'")

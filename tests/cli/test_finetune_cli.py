@@ -66,8 +66,17 @@ def test_encoder_sentiment_beside_the_probe(invoke, shared_data, tmp_path, minil
         assert mean["interval"].startswith("95 % two-level percentile bootstrap") or np.isnan(mean["ci_low"])
         assert not mean["ci_low"] > mean["value"] and not (mean["ci_low"] < 0 or mean["ci_high"] > 1)
         assert len(part[part["metric"] == "probe_accuracy"]) == 1
+    assert df[df.intervention == "intact"]["diff_vs_intact"].isna().all()
+    zero, intact = (df[df.intervention == c].set_index(["metric", "seed_run"]) for c in ("zero", "intact"))
+    np.testing.assert_allclose(zero["diff_vs_intact"], zero["value"] - intact["value"], atol=1e-12)
     assert (df["fine_tuning"] == "full fine-tuning").all() and (df["test_rows"] == 8).all()
     assert (out / "figures" / "finetune.png").exists()
+    alone = invoke("finetune", "minilm", "--intervention", "zero", "--seeds", "1", "--train-limit", "16",
+                   "--limit", "8", "--max-length", "32", "--batch", "8", "--out", str(tmp_path / "alone"))
+    assert alone.exit_code == 0, alone.output
+    probe = pd.read_csv(tmp_path / "alone" / "finetune.csv").query("metric == 'probe_accuracy'")
+    # the frozen-feature probe reads the untrained encoder, whatever was fine-tuned before it
+    assert probe["value"].item() == df.query("metric == 'probe_accuracy' and intervention == 'zero'")["value"].item()
 
 
 def _recovery(zero: float, low: float, high: float) -> pd.DataFrame:

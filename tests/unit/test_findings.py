@@ -120,6 +120,30 @@ def test_findings_are_checked_when_the_preset_loads():
         _findings([one] * 11, "p", {"a"})
     with pytest.raises(ConfigError, match="unknown key"):
         _findings([{**one, "claim": "x"}], "p", {"a"})
+    with pytest.raises(ConfigError, match="interval must be one of"):
+        _findings([{**one, "interval": "wilson"}], "p", {"a"})
+    with pytest.raises(ConfigError, match="only with measure: paired"):
+        _findings([{**one, "interval": "table"}], "p", {"a"})
+
+
+def test_a_paired_finding_may_read_the_difference_its_section_computed(tmp_path):
+    """interval: table -- the row's own DIFF_COLUMNS (e.g. seeds and texts crossed), worded
+    by the same rule; a row without them is refused in one line."""
+    rows = pd.DataFrame({"intervention": ["intact", "zero"], "metric": "m", "value": [0.73, 0.58],
+                         "seeds": 5, "diff_vs_intact": [np.nan, -0.15],
+                         "diff_ci_low": [np.nan, -0.25], "diff_ci_high": [np.nan, -0.07]})
+    path = tmp_path / "t.csv"
+    rows.to_csv(path, index=False)
+    f = _finding(interval="table", weight="", where={"metric": "m", "intervention": "zero"},
+                 words=("beats", "is worse than", "shows no detectable difference from"),
+                 text="over {units} seeds it {verdict} intact: {value} against {reference}, {tested}")
+    numbers = finding_numbers(f, path)
+    assert numbers["tested"] == (-0.15, -0.25, -0.07) and numbers["units"] == 5
+    assert finding_sentence(f, numbers) == ("over 5 seeds it is worse than intact: 0.58 against "
+                                            "0.73, -0.15 [-0.25, -0.07]")
+    rows.drop(columns=["diff_vs_intact"]).to_csv(path, index=False)
+    with pytest.raises(ConfigError, match="no paired difference"):
+        finding_numbers(f, path)
 
 
 def _as_word(word: str, line: str) -> bool:

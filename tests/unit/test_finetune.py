@@ -96,3 +96,33 @@ def test_over_seeds_gives_the_seeds_mean_in_every_per_seed_statistic():
     row = over_seeds(by_seed, ["model"]).iloc[0]
     assert row["value"] == row["perplexity"] == 17.0
     assert row["nll_mean"] == pytest.approx(np.log([18.0, 17.0, 16.0]).mean(), rel=1e-12)
+
+
+def test_a_conditions_fine_tuning_rows_carry_its_difference_from_intact_seed_by_seed():
+    """Each seed against intact's same seed (paired over the same texts); the mean over seeds
+    with seeds and texts crossed: one draw of texts serves every seed, written out here."""
+    import numpy as np
+
+    from pecli.experiments.finetune import _with_paired
+    from pecli.runs import names
+
+    rng = np.random.default_rng(2)
+    intact = [rng.integers(0, 2, 30).astype(float) for _ in range(3)]
+    zero = [rng.integers(0, 2, 30).astype(float) for _ in range(3)]
+    rows = [{"metric": "finetune_accuracy", "value": z.mean()} for z in zero]
+    rows.append({"metric": "finetune_accuracy_mean", "value": np.mean([z.mean() for z in zero])})
+    cond = names.parse(names.INTERVENTIONS, "zero")
+    out = _with_paired(rows, zero, intact, cond, seed=4)
+    for r, z, i in zip(out[:-1], zero, intact, strict=True):
+        assert r["diff_vs_intact"] == pytest.approx(z.mean() - i.mean())
+    d = np.array([z - i for z, i in zip(zero, intact, strict=True)])  # [seed, text]
+    g = np.random.default_rng(4)
+    texts = g.integers(0, 30, (1000, 30))
+    within = np.stack([d[s][texts].mean(1) for s in range(3)], 1)  # [B, seed]
+    seeds = g.integers(0, 3, (1000, 3))
+    stats = np.take_along_axis(within, seeds, 1).mean(1)
+    assert out[-1]["diff_vs_intact"] == pytest.approx(d.mean())
+    np.testing.assert_allclose([out[-1]["diff_ci_low"], out[-1]["diff_ci_high"]],
+                               np.percentile(stats, [2.5, 97.5]), rtol=1e-12)
+    same = _with_paired(rows, intact, intact, names.parse(names.INTERVENTIONS, "intact"), seed=4)
+    assert all(math.isnan(r["diff_vs_intact"]) for r in same)  # intact's own rows

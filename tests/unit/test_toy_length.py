@@ -19,7 +19,6 @@ from pecli.experiments.toy_length import (
     instance,
     ranking,
     reciprocal_ranks,
-    seed_interval,
     sequence_length,
     training_batches,
 )
@@ -146,6 +145,8 @@ def test_exact_match_needs_the_answer_then_eos():
 
 
 def test_seed_interval_is_students_t_by_hand():
+    from pecli.measures.training import seed_interval
+
     values = [0.2, 0.4, 0.9]
     mean = sum(values) / 3
     sd = math.sqrt(sum((v - mean) ** 2 for v in values) / 2)
@@ -346,3 +347,34 @@ def test_addition_runs_write_the_probe_map_of_the_first_seed_at_the_longest_leng
     maps.to_csv(tmp_path / "map.csv", index=False)
     out = toy_length_map(tmp_path / "map.csv", tmp_path / "map.png")
     assert out.exists() and out.stat().st_size > 0
+
+
+def test_exact_match_over_seeds_resamples_the_shared_items_once_for_all_seeds():
+    """Every seed answers the same items: the by-seed rows keep each item's 0/1 in order, and
+    the summary's interval draws one set of items per resample for every seed (written out)."""
+    from pecli.experiments.toy_length import run, summary
+
+    o = ToyLengthOptions.build({"task": "reverse", "pe": "none", "train_length": 2, "steps": 3,
+                                "seeds": 3, "eval_items": 6, "width": 16}, "t")
+    tables = run(o)
+    by_seed = tables["by_seed"]
+    past = tables["ranking"].query("metric == 'exact_match_past_train_length'")
+    assert not (past["ci_low"] < 0).any() and not (past["ci_high"] > 1).any()  # t over 3 seeds went below 0
+    em = by_seed[by_seed.metric == "exact_match"]
+    right = [np.array([c == "1" for c in str(s)], float) for s in em["items_right"]]
+    assert [len(r) for r in right] == em["rows"].tolist()
+    np.testing.assert_allclose([r.mean() for r in right], em["value"])
+    rng = np.random.default_rng(5)
+    fake = em.iloc[:1].loc[em.index[[0] * 3]].assign(
+        seed=[0, 1, 2], model_revision="r", rows=30,
+        items_right=["".join(rng.choice(["0", "1"], 30)) for _ in range(3)])
+    fake["value"] = [np.mean([c == "1" for c in s]) for s in fake["items_right"]]
+    row = summary(fake).iloc[0]
+    d = np.array([[c == "1" for c in s] for s in fake["items_right"]], float)  # [seed, item]
+    g = np.random.default_rng(0)
+    items = g.integers(0, 30, (1000, 30))
+    within = np.stack([d[s][items].mean(1) for s in range(3)], 1)
+    stats = np.take_along_axis(within, g.integers(0, 3, (1000, 3)), 1).mean(1)
+    np.testing.assert_allclose([row["ci_low"], row["ci_high"]], np.percentile(stats, [2.5, 97.5]),
+                               rtol=1e-12)
+    assert row["interval"].startswith("95 % two-level percentile bootstrap: training seeds resampled, and")

@@ -213,3 +213,35 @@ def test_committed_demo_checkpoint_loads():
     ids = loaded.tokenizer("This movie was", return_tensors="pt")["input_ids"]
     with torch.inference_mode():
         assert torch.isfinite(loaded.model(input_ids=ids).logits).all()
+
+
+def test_train_lm_test_perplexity_interval_resamples_seeds_and_the_shared_windows():
+    """train lm's mean over seeds: each seed's corpus perplexity (exp of the mean of its
+    windows' mean NLL, windows of one length) with seeds and the windows every seed was
+    scored on resampled together, one draw of windows per resample (written out); the
+    per-window values stay out of the tables."""
+    import numpy as np
+
+    from pecli.experiments.train_lm import PER_WINDOW, _tables
+
+    rng = np.random.default_rng(1)
+    per = [rng.gamma(20.0, 0.14, 40) for _ in range(3)]  # [seed][window] mean NLL
+    from pecli.runs.tables import CORE_COLUMNS, MODEL_COLUMNS
+
+    filled = dict.fromkeys(CORE_COLUMNS + MODEL_COLUMNS, "x")
+    rows = [[{**filled, "model": "lm-learned", "metric": m, "seed": s, "model_revision": f"seed:{s}",
+              "value": float(np.exp(w.mean())) if m == "test_perplexity" else float(w.mean()),
+              PER_WINDOW: w} for m in ("test_perplexity", "test_nll")] for s, w in enumerate(per)]
+    results = [{"perplexity": r, "curve": [{**filled, "metric": "train_loss", "value": 1.0}],
+                "length": [], "positions": []} for r in rows]
+    tables = _tables([], results)
+    assert all(PER_WINDOW not in t.columns for t in tables.values())
+    ppl = tables["perplexity"].set_index("metric").loc["test_perplexity"]
+    d = np.stack(per)  # [seed, window]
+    g = np.random.default_rng(0)
+    windows = g.integers(0, 40, (1000, 40))
+    within = np.exp(np.stack([d[s][windows].mean(1) for s in range(3)], 1))
+    stats = np.take_along_axis(within, g.integers(0, 3, (1000, 3)), 1).mean(1)
+    np.testing.assert_allclose([ppl["ci_low"], ppl["ci_high"]], np.percentile(stats, [2.5, 97.5]),
+                               rtol=1e-12)
+    assert ppl["value"] == pytest.approx(np.mean(np.exp(d.mean(1))))
