@@ -139,6 +139,8 @@ def interval_note(df: pd.DataFrame) -> str:
     if not has_intervals(df):
         return ""
     said = df["interval"].dropna().unique() if "interval" in df else ()
+    if len(said) == 1 and ("two-level" in said[0] or "Student t" in said[0]):  # over seeds: in a few words
+        return band_note(df).replace("band:", "bars:")
     return f"bars: {said[0]}" if len(said) == 1 else "bars: 95 % bootstrap interval over texts"
 
 
