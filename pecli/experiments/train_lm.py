@@ -27,6 +27,7 @@ import torch.nn.functional as F
 
 from pecli.experiments import CONDITION, Headline, lazy, length_slot, register
 from pecli.experiments.options.train_lm import TrainLmOptions
+from pecli.runs import names
 from pecli.runs.provenance import row_provenance
 from pecli.runs.tables import validate
 
@@ -250,12 +251,13 @@ def _tables(ppl_rows: list[dict], results: list[dict]) -> dict[str, pd.DataFrame
     """Every model's rows (`_train_one`'s) as tables: means over seeds, and by seed."""
     from pecli.measures.training import over_seeds
 
-    by_seed, curve_rows, length_rows, position_rows = [], [], [], []
+    by_seed, curve_rows, length_rows, position_rows, position_texts = [], [], [], [], []
     for rows in results:
         by_seed += rows["perplexity"]
         curve_rows += rows["curve"]
         length_rows += rows["length"]
         position_rows += rows["positions"]
+        position_texts += rows.get("position_texts", [])
     by_seed_df = pd.DataFrame(by_seed)
     keys = ["model", "metric"]
     windowed = by_seed_df.metric.isin(["test_perplexity", "test_nll"])
@@ -276,7 +278,7 @@ def _tables(ppl_rows: list[dict], results: list[dict]) -> dict[str, pd.DataFrame
         tables["length_by_seed"] = validate(table)
     if position_rows:
         table = pd.concat(position_rows, ignore_index=True)
-        tables["positions"] = validate(over_seeds(table, ["model", "intervention", "metric"]))
+        tables["positions"] = validate(positions_over_seeds(table, pd.concat(position_texts, ignore_index=True)))
         tables["positions_by_seed"] = validate(table)
     return tables
 
@@ -319,16 +321,18 @@ def _train_one(scheme, seed, o, tok, train_stream, windows, common, test_prov, s
     ppl = _perplexity_rows({**base, **test_prov, "aggregation": "corpus", "tokens": n}, nll, n, result)
     for row in ppl[:2]:  # test_perplexity, test_nll: per window, for the interval over seeds
         row[PER_WINDOW] = per_window / (windows.shape[1] - 1)
-    length, removed = [], []
+    length, removed, removed_texts = [], [], []
     if o["test_lengths"] or (o["positions_removed"] and scheme in ZEROABLE):
         with _checkpoint(model, tok, out_dir, scheme) as loaded:
             if o["test_lengths"]:
                 length.append(_test_long(loaded, scheme, seed, o, data_dir).assign(
                     model_revision=base["model_revision"]))
             if o["positions_removed"] and scheme in ZEROABLE:
-                removed.append(_positions_removed(loaded, scheme, seed, o, data_dir).assign(
-                    model_revision=base["model_revision"]))
-    return {"perplexity": ppl, "curve": curve.rows, "length": length, "positions": removed}
+                corpus, texts = _positions_removed(loaded, scheme, seed, o, data_dir)
+                removed.append(corpus.assign(model_revision=base["model_revision"]))
+                removed_texts.append(texts)
+    return {"perplexity": ppl, "curve": curve.rows, "length": length, "positions": removed,
+            "position_texts": removed_texts}
 
 
 class _Curve:
@@ -418,10 +422,46 @@ def _positions_removed(loaded, scheme: str, seed: int, o: dict, data_dir) -> pd.
                                         "limit": o["eval_limit"], "intervention": ["zero"],
                                         "seed": o["seed"], "device": "cpu", "data_dir": data_dir},
                                        "train-lm: positions_removed")
-    table = perplexity.run(options, loaded=loaded)["perplexity"]
-    table = table[table.aggregation == "corpus"]
+    tables = perplexity.run(options, loaded=loaded)
+    table = tables["perplexity"][tables["perplexity"].aggregation == "corpus"]
+    texts = tables["texts"][["intervention", "text_id", "text_tokens", "value"]].assign(pe=scheme, seed=seed)
     return table.assign(experiment="train-lm", pe=scheme, model_id=f"train-lm:{scheme}",
-                        seed=seed, metric="checkpoint_perplexity")
+                        seed=seed, metric="checkpoint_perplexity"), texts
+
+
+def positions_over_seeds(table: pd.DataFrame, texts: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
+    """The positions table: each (scheme, condition)'s corpus perplexity, mean over training
+    seeds, its interval resampling seeds and the test texts every seed was scored on together
+    (a seed's corpus perplexity: exp of the token-weighted mean of its texts' log perplexity),
+    and each condition's paired difference from intact (same seeds, same texts, same draws)."""
+    from pecli.measures.intervals import DIFF_COLUMNS, SEEDS_CROSSED_TEXTS, seeds_and_texts_interval
+    from pecli.measures.training import over_seeds
+
+    out = over_seeds(table, ["model", "intervention", "metric"])
+    for (pe, condition, s), g in texts.groupby(["pe", "intervention", "seed"]):  # the texts are the rows' own
+        corpus = float(np.exp((g.text_tokens * np.log(g["value"])).sum() / g.text_tokens.sum()))
+        recorded = table[(table.pe == pe) & (table.intervention.astype(str) == str(condition))
+                         & (table.seed == s)]["value"].item()
+        if not np.isclose(corpus, recorded, rtol=1e-6):
+            raise ValueError(f"{pe} seed {s} {condition}: the texts give {corpus}, the table {recorded}")
+
+    def per_seed(pe: str, condition: str) -> tuple[list, list]:
+        rows = texts[(texts.pe == pe) & (texts.intervention.astype(str) == condition)]
+        seeds = [g.sort_values("text_id") for _, g in rows.groupby("seed", sort=True)]
+        return [np.log(g["value"].to_numpy(float)) for g in seeds], [g["text_tokens"].to_numpy(float) for g in seeds]
+
+    for i, row in out.iterrows():
+        logs, tokens = per_seed(row["pe"], str(row["intervention"]))
+        boot = {"weights": tokens, "transform": np.exp, "same_texts": True, "seed": seed}
+        low, high = seeds_and_texts_interval(logs, **boot)
+        out.loc[i, ["ci_low", "ci_high", "interval"]] = [low, high, SEEDS_CROSSED_TEXTS if low == low else ""]
+        out.loc[i, list(DIFF_COLUMNS)] = np.nan
+        if str(row["intervention"]) != names.INTACT:
+            intact = out[(out.pe == row["pe"]) & (out.intervention.astype(str) == names.INTACT)]
+            reference, _ = per_seed(row["pe"], names.INTACT)
+            out.loc[i, list(DIFF_COLUMNS)] = [row["value"] - intact["value"].item(),
+                                              *seeds_and_texts_interval(logs, reference=reference, **boot)]
+    return out
 
 
 figures = lazy("pecli.plots.training:train_lm_figures")

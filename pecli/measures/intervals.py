@@ -325,7 +325,8 @@ SEEDS_CROSSED_TEXTS = ("95 % two-level percentile bootstrap: training seeds resa
 def seeds_and_texts_interval(per_seed: list, n_boot: int = 1000, seed: int = 0,
                              level: float = LEVEL, weights: list | None = None,
                              transform: Callable[[np.ndarray], np.ndarray] | None = None,
-                             same_texts: bool = False) -> tuple[float, float]:
+                             same_texts: bool = False,
+                             reference: list | None = None) -> tuple[float, float]:
     """Interval of the mean over training seeds of each seed's mean over its texts (or items),
     where both vary: every resample draws seeds with replacement, then each drawn seed's texts
     with replacement (`per_seed`: one array of per-text values per seed). Bounds stay inside
@@ -338,7 +339,13 @@ def seeds_and_texts_interval(per_seed: list, n_boot: int = 1000, seed: int = 0,
     `same_texts`: every seed was scored on the same texts, in the same order (texts crossed
     with seeds, not nested in them): one draw of texts serves every seed of a resample, so the
     texts' variance is not averaged away over seeds (with identical seeds the interval is the
-    texts' bootstrap)."""
+    texts' bootstrap). `reference` (same_texts only: per seed, the same texts under the
+    reference condition, e.g. intact): each seed's statistic becomes its own minus the
+    reference's, both on the same draw of texts: a paired difference over seeds and texts."""
+    if reference is not None:
+        if not same_texts or len(reference) != len(per_seed):
+            raise ValueError("a reference pairs each seed's texts with its own: give one per seed, same_texts")
+        return _seeds_and_texts_paired(per_seed, reference, n_boot, seed, level, weights, transform)
     arrays = [np.asarray(v, np.float64).ravel() for v in per_seed]
     weighed = [np.asarray(w, np.float64).ravel() for w in weights] if weights is not None else \
         [np.ones_like(v) for v in arrays]
@@ -357,6 +364,29 @@ def seeds_and_texts_interval(per_seed: list, n_boot: int = 1000, seed: int = 0,
     if transform is not None:
         within = transform(within)
     drawn = rng.integers(0, len(kept), (n_boot, len(kept)))
+    return _percentiles(np.take_along_axis(within, drawn, 1).mean(1), level)
+
+
+def _seeds_and_texts_paired(per_seed, reference, n_boot, seed, level, weights, transform):
+    """seeds_and_texts_interval with a reference: per seed, transform(weighted mean of its
+    resampled texts) minus the same of the reference's, on one draw of texts for all."""
+    x = [np.asarray(v, np.float64).ravel() for v in per_seed]
+    r = [np.asarray(v, np.float64).ravel() for v in reference]
+    w = [np.asarray(v, np.float64).ravel() for v in weights] if weights is not None else \
+        [np.ones_like(v) for v in x]
+    if len({v.size for v in (*x, *r, *w)}) != 1:
+        raise ValueError("a paired interval needs every seed and the reference on the same texts")
+    if not x or not x[0].size or n_boot <= 0 or x[0].size < MIN_TEXTS:
+        return float("nan"), float("nan")
+    t = transform or (lambda a: a)
+    rng = np.random.default_rng(seed)
+    texts = rng.integers(0, x[0].size, (n_boot, x[0].size))
+
+    def stat(v, wt):
+        return t((v[texts] * wt[texts]).sum(1) / wt[texts].sum(1))
+
+    within = np.stack([stat(a, wt) - stat(b, wt) for a, b, wt in zip(x, r, w, strict=True)], 1)
+    drawn = rng.integers(0, len(x), (n_boot, len(x)))
     return _percentiles(np.take_along_axis(within, drawn, 1).mean(1), level)
 
 

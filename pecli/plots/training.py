@@ -358,7 +358,8 @@ def lm_positions(csv: Path, out: Path) -> Path:
     first = df.iloc[0]
     ax.set_title("does the model use its positions? pecli perplexity, intact vs zero\n"
                  f"{int(first['rows'])} test reviews, each truncated to the positions trained; "
-                 f"mean of {int(first['seeds'])} training seeds, 95 % t interval", fontsize=9)
+                 f"mean of {int(first['seeds'])} training seeds, "
+                 f"{interval_note(df).replace('bars: ', '') or 'no interval'}", fontsize=9)
     ax.legend(fontsize=8)
     ax.grid(axis="y", color="0.9", lw=0.6)
     return save(fig, out)

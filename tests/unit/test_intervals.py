@@ -276,3 +276,30 @@ def test_seeds_and_texts_together_by_hand_and_inside_the_values_range():
     assert 0.0 <= low < high <= 1.0
     assert t_interval([v.mean() for v in per_seed])[0] < 0  # what the t interval over 3 seeds gave
     assert np.isnan(seeds_and_texts_interval([np.zeros(20)] * 3)).all()  # all wrong: no interval
+
+
+def test_seeds_and_texts_paired_difference_is_the_crossed_bootstrap_written_plainly():
+    """With a reference, each seed's statistic is its transform(weighted mean) minus the
+    reference's on the same draw of texts; seeds resampled after (written out)."""
+    from pecli.measures.intervals import seeds_and_texts_interval
+
+    rng = np.random.default_rng(7)
+    ref = [rng.normal(2.8, 0.3, 25) for _ in range(4)]  # [seed][text] log perplexity, intact
+    x = [r + 0.3 + rng.normal(0, 0.05, 25) for r in ref]  # zero: higher on every text
+    w = [rng.integers(20, 64, 25).astype(float)] * 4  # tokens per text, the same texts
+    got = seeds_and_texts_interval(x, n_boot=600, seed=3, weights=w, transform=np.exp,
+                                   same_texts=True, reference=ref)
+    g = np.random.default_rng(3)
+    texts = g.integers(0, 25, (600, 25))
+
+    def corpus(v, wt):
+        return np.exp((v[texts] * wt[texts]).sum(1) / wt[texts].sum(1))
+
+    within = np.stack([corpus(a, wt) - corpus(b, wt) for a, b, wt in zip(x, ref, w, strict=True)], 1)
+    stats = np.take_along_axis(within, g.integers(0, 4, (600, 4)), 1).mean(1)
+    np.testing.assert_allclose(got, np.percentile(stats, [2.5, 97.5]), rtol=1e-12)
+    assert got[0] > 0
+    with pytest.raises(ValueError, match="same_texts"):
+        seeds_and_texts_interval(x, reference=ref)
+    with pytest.raises(ValueError, match="same texts"):
+        seeds_and_texts_interval(x, same_texts=True, reference=[r[:20] for r in ref])

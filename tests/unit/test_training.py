@@ -245,3 +245,40 @@ def test_train_lm_test_perplexity_interval_resamples_seeds_and_the_shared_window
     np.testing.assert_allclose([ppl["ci_low"], ppl["ci_high"]], np.percentile(stats, [2.5, 97.5]),
                                rtol=1e-12)
     assert ppl["value"] == pytest.approx(np.mean(np.exp(d.mean(1))))
+
+
+def test_train_lm_positions_table_pairs_zero_with_intact_over_seeds_and_texts():
+    """The positions table: each condition's corpus perplexity over seeds, its interval and
+    zero's paired difference from intact resampling seeds and the shared texts together
+    (intervals.seeds_and_texts_interval, itself written out in test_intervals)."""
+    import numpy as np
+    import pandas as pd
+
+    from pecli.experiments.train_lm import positions_over_seeds
+    from pecli.measures.intervals import seeds_and_texts_interval
+
+    rng = np.random.default_rng(2)
+    tokens = rng.integers(10, 64, 30)
+    texts, rows = [], []
+    for seed in range(3):
+        base = rng.gamma(20.0, 0.8, 30)
+        for cond, scale in (("intact", 1.0), ("zero", 1.5)):
+            ppl = base * scale * np.exp(rng.normal(0, 0.05, 30))
+            texts.append(pd.DataFrame({"intervention": cond, "text_id": range(30), "text_tokens": tokens,
+                                       "value": ppl, "pe": "learned", "seed": seed}))
+            corpus = float(np.exp((tokens * np.log(ppl)).sum() / tokens.sum()))
+            rows.append({"model": "lm-learned", "pe": "learned", "intervention": cond, "seed": seed,
+                         "metric": "checkpoint_perplexity", "value": corpus, "model_revision": "r"})
+    texts = pd.concat(texts, ignore_index=True)
+    out = positions_over_seeds(pd.DataFrame(rows), texts).set_index("intervention")
+    logs = {c: [np.log(texts[(texts.intervention == c) & (texts.seed == s)]["value"].to_numpy())
+                for s in range(3)] for c in ("intact", "zero")}
+    w = [tokens.astype(float)] * 3
+    boot = {"weights": w, "transform": np.exp, "same_texts": True, "seed": 0}
+    assert out.loc["zero", ["ci_low", "ci_high"]].tolist() == list(seeds_and_texts_interval(logs["zero"], **boot))
+    assert out.loc["zero", "diff_vs_intact"] == pytest.approx(out.loc["zero", "value"] - out.loc["intact", "value"])
+    assert [out.loc["zero", "diff_ci_low"], out.loc["zero", "diff_ci_high"]] == list(
+        seeds_and_texts_interval(logs["zero"], reference=logs["intact"], **boot))
+    assert out.loc["zero", "diff_ci_low"] > 0 and np.isnan(out.loc["intact", "diff_vs_intact"])
+    corpus = [np.exp((tokens * g).sum() / tokens.sum()) for g in logs["zero"]]  # the rows' own values
+    assert out.loc["zero", "value"] == pytest.approx(np.mean(corpus))
