@@ -236,6 +236,7 @@ def over_seeds(by_seed, keys: list[str], texts_of=None, same_texts: bool = False
     import pandas as pd
 
     from pecli.measures.intervals import (
+        DIFF_COLUMNS,
         SEEDS_AND_TEXTS,
         SEEDS_CROSSED_TEXTS,
         seeds_and_texts_interval,
@@ -253,6 +254,9 @@ def over_seeds(by_seed, keys: list[str], texts_of=None, same_texts: bool = False
         for col in ("perplexity", "nll_mean"):  # per-seed statistics: their mean, never seed 0's
             if col in group:
                 row[col] = float(group[col].mean()) if col == "nll_mean" else float(group["value"].mean())
+        for col in DIFF_COLUMNS:  # seed 0's paired difference is not the mean's (a caller pairs over seeds)
+            if col in row:
+                row[col] = float("nan")
         row.update(value=float(group["value"].mean()), ci_low=low, ci_high=high,
                    interval=method if low == low else "", seeds=int(group["seed"].nunique()),
                    seed=int(group["seed"].min()), seed_list=",".join(map(str, group["seed"])),

@@ -92,10 +92,13 @@ def test_over_seeds_gives_the_seeds_mean_in_every_per_seed_statistic():
 
     by_seed = pd.DataFrame({"model": "m", "seed": [0, 1, 2], "value": [18.0, 17.0, 16.0],
                             "perplexity": [18.0, 17.0, 16.0], "nll_mean": np.log([18.0, 17.0, 16.0]),
-                            "model_revision": "r"})
+                            "model_revision": "r", "diff_vs_intact": [5.6, 7.0, 6.1],
+                            "diff_ci_low": [4.8, 6.0, 5.0], "diff_ci_high": [6.8, 8.0, 7.0]})
     row = over_seeds(by_seed, ["model"]).iloc[0]
     assert row["value"] == row["perplexity"] == 17.0
     assert row["nll_mean"] == pytest.approx(np.log([18.0, 17.0, 16.0]).mean(), rel=1e-12)
+    # seed 0's paired difference is not the mean's: train lm's positions table showed it so
+    assert np.isnan(row[["diff_vs_intact", "diff_ci_low", "diff_ci_high"]].astype(float)).all()
 
 
 def test_a_conditions_fine_tuning_rows_carry_its_difference_from_intact_seed_by_seed():
