@@ -43,10 +43,12 @@ def conditions(options: LengthOptions) -> list:
 
 
 def run(options: LengthOptions, progress: Callable[[int, int], None] | None = None,
-        loaded=None) -> dict[str, pd.DataFrame]:
+        loaded=None, per_window: bool = False) -> dict[str, pd.DataFrame]:
     """The `length` table: one row per (model, condition, length, position bucket), the
     all-positions row last in each group. `loaded` (a LoadedModel) replaces loading the one
-    model (tests, benchmarks); `progress(advance, total)` counts scored tokens."""
+    model (tests, benchmarks); `progress(advance, total)` counts scored tokens; `per_window`
+    keeps each row's per-window sums (length_scoring.PER_WINDOW, never written)."""
+    from pecli.measures.length_scoring import PER_WINDOW
 
     o = options
     grid = conditions(o)
@@ -59,7 +61,8 @@ def run(options: LengthOptions, progress: Callable[[int, int], None] | None = No
         model = loaded or load(name, o)
         rows += _rows_for(model, data, grid, o, progress)
         del model
-    return {"length": validate(pd.DataFrame(rows).assign(**row_provenance()))}
+    table = pd.DataFrame(rows).assign(**row_provenance())
+    return {"length": validate(table if per_window else table.drop(columns=list(PER_WINDOW), errors="ignore"))}
 
 
 def _rows_for(loaded, data, grid, o: LengthOptions, progress) -> list[dict]:

@@ -27,11 +27,13 @@ import torch.nn.functional as F
 
 from pecli.experiments import CONDITION, Headline, lazy, length_slot, register
 from pecli.experiments.options.train_lm import TrainLmOptions
+from pecli.measures.intervals import SEEDS_CROSSED_TEXTS
+from pecli.measures.length_scoring import PER_WINDOW as LENGTH_PER_WINDOW
 from pecli.runs import names
 from pecli.runs.provenance import row_provenance
 from pecli.runs.tables import validate
 
-VERSION = 3  # 2: train_tokens apart from (evaluation) tokens; portable model ids; 3: seeds, bigram, positions removed
+VERSION = 4  # 2: train_tokens apart from (evaluation) tokens; portable model ids; 3: seeds, bigram, positions removed; 4: length intervals over seeds and windows
 EOT = "<|endoftext|>"
 TOKENIZER_TEXTS = 5000  # train reviews the BPE is learned from (seeded subset)
 
@@ -273,9 +275,8 @@ def _tables(ppl_rows: list[dict], results: list[dict]) -> dict[str, pd.DataFrame
               "curve": validate(pd.DataFrame(curve_rows))}
     if length_rows:
         table = pd.concat(length_rows, ignore_index=True)
-        keys = ["model", "metric", "length", "window_start", "all_positions"]
-        tables["length"] = validate(over_seeds(table, keys))
-        tables["length_by_seed"] = validate(table)
+        tables["length"] = validate(length_over_seeds(table))
+        tables["length_by_seed"] = validate(table.drop(columns=list(LENGTH_PER_WINDOW)))
     if position_rows:
         table = pd.concat(position_rows, ignore_index=True)
         tables["positions"] = validate(positions_over_seeds(table, pd.concat(position_texts, ignore_index=True)))
@@ -407,7 +408,7 @@ def _test_long(loaded, scheme: str, seed: int, o: dict, data_dir) -> pd.DataFram
                                     "limit": o["eval_limit"], "lengths": list(o["test_lengths"]),
                                     "seed": o["seed"], "device": "cpu", "data_dir": data_dir},
                                    "train-lm: test_lengths")
-    table = length.run(options, loaded=loaded)["length"]
+    table = length.run(options, loaded=loaded, per_window=True)["length"]
     return table.assign(experiment="train-lm", pe=scheme, model_id=f"train-lm:{scheme}", seed=seed)
 
 
@@ -427,6 +428,28 @@ def _positions_removed(loaded, scheme: str, seed: int, o: dict, data_dir) -> pd.
     texts = tables["texts"][["intervention", "text_id", "text_tokens", "value"]].assign(pe=scheme, seed=seed)
     return table.assign(experiment="train-lm", pe=scheme, model_id=f"train-lm:{scheme}",
                         seed=seed, metric="checkpoint_perplexity"), texts
+
+
+def length_over_seeds(table: pd.DataFrame) -> pd.DataFrame:
+    """The length table: each (scheme, length, bucket)'s perplexity, mean over training seeds,
+    its interval resampling seeds and the test windows every seed was scored on together (a
+    seed's bucket perplexity: exp of its windows' NLL sums over their target counts)."""
+    from pecli.measures.training import over_seeds
+
+    sums, counts = LENGTH_PER_WINDOW
+    keys = ["model", "metric", "length", "window_start", "all_positions"]
+    for _, group in table.groupby(keys, sort=False):
+        scored = [c for c in group[counts] if isinstance(c, np.ndarray)]
+        if any(c.shape != scored[0].shape or (c != scored[0]).any() for c in scored):
+            raise ValueError(f"train lm's length rows {group.iloc[0][keys].to_dict()}: the seeds "
+                             "were not scored on the same windows")
+
+    def mean_nll(row):  # a row's windows' mean NLLs; None where nothing was scored (a note row)
+        return row[sums] / row[counts] if isinstance(row[counts], np.ndarray) else None
+
+    out = over_seeds(table, keys, mean_nll, same_texts=True, transform=np.exp,
+                     weights_of=lambda r: r[counts])
+    return out.drop(columns=list(LENGTH_PER_WINDOW))
 
 
 def positions_over_seeds(table: pd.DataFrame, texts: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
@@ -472,8 +495,8 @@ register("train-lm", VERSION, run, TrainLmOptions, figures,
          headlines=(
              Headline("perplexity", "perplexity by position in the window", {},
                       ("pe", *CONDITION), name="length_perplexity", slot=length_slot,
-                      interval="95 % percentile bootstrap over windows", axis="perplexity"),
+                      interval=SEEDS_CROSSED_TEXTS, axis="perplexity"),
              Headline("test_perplexity", "test perplexity of small causal LMs", {}, ("pe",)),
              Headline("checkpoint_perplexity", "pecli perplexity on each trained checkpoint, intact and "
                       "with positions removed", {}, ("pe", "intervention"),
-                      interval="95 % Student t interval of the mean over training seeds")))
+                      interval=SEEDS_CROSSED_TEXTS)))

@@ -176,6 +176,12 @@ def buckets(length: int, count: int) -> list[tuple[int, int]]:
     return list(zip(edges[:-1].tolist(), edges[1:].tolist(), strict=True))
 
 
+# Each row's per-window NLL sums and target counts (the windows with a target in its bucket),
+# kept in memory for an interval over more than windows (train lm: seeds and windows together);
+# `pecli length` drops them before writing.
+PER_WINDOW = ("_window_nll_sums", "_window_tokens")
+
+
 def summarise(nlls: list[torch.Tensor], windows: Cut, count: int, n_boot: int, seed: int,
               intact: list[torch.Tensor] | None = None) -> list[dict]:
     """Rows by position bucket, then the all-positions row: window_start, window_end (positions
@@ -203,6 +209,7 @@ def summarise(nlls: list[torch.Tensor], windows: Cut, count: int, n_boot: int, s
                      "all_positions": i == len(spans) - 1,
                      "nll_mean": mean, "perplexity": float(np.exp(mean)), "tokens": tokens,
                      "windows": int(has.sum()), "ci_low": low, "ci_high": high,
+                     **dict(zip(PER_WINDOW, (sums[has], counts[has]), strict=True)),
                      **_paired(intact, owner, keep, counts, sums, has, windows, n_boot, seed)})
     return rows
 

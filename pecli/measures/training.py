@@ -226,13 +226,14 @@ def seed_interval(values) -> tuple[float, float]:
 
 
 def over_seeds(by_seed, keys: list[str], texts_of=None, same_texts: bool = False,
-               transform=None):
+               transform=None, weights_of=None):
     """One row per `keys` group of a per-seed table: the mean over its training seeds with
     `seed_interval` (ci_low, ci_high), `seeds` the count, their revisions joined. Where
     `texts_of(row)` gives a row's per-text (per-item) values, the interval resamples seeds and
     texts together (intervals.seeds_and_texts_interval); `same_texts`: every seed was scored
     on the same texts in the same order (crossed, not nested); `transform` maps each seed's
-    mean over texts before the mean over seeds (exp: a corpus perplexity from mean NLLs)."""
+    mean over texts before the mean over seeds (exp: a corpus perplexity from mean NLLs);
+    `weights_of(row)` weighs the texts in that mean (their token counts)."""
     import pandas as pd
 
     from pecli.measures.intervals import (
@@ -246,7 +247,9 @@ def over_seeds(by_seed, keys: list[str], texts_of=None, same_texts: bool = False
     for _, group in by_seed.groupby(keys, sort=False, dropna=False):
         texts = [texts_of(r) for _, r in group.iterrows()] if texts_of else [None]
         if all(t is not None for t in texts):
-            (low, high) = seeds_and_texts_interval(texts, same_texts=same_texts, transform=transform)
+            weights = [weights_of(r) for _, r in group.iterrows()] if weights_of else None
+            (low, high) = seeds_and_texts_interval(texts, same_texts=same_texts, transform=transform,
+                                                   weights=weights)
             method = SEEDS_CROSSED_TEXTS if same_texts else SEEDS_AND_TEXTS
         else:
             (low, high), method = seed_interval(group["value"]), SEED_METHOD

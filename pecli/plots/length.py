@@ -55,11 +55,12 @@ WINDOWS_BAND = "band: 95 % bootstrap over windows (none from fewer than 10)"
 
 
 def band_label(df: pd.DataFrame) -> str:
-    """What the band is: the table's own `interval` (train lm's: a Student t over training
-    seeds), else the bootstrap over windows that `pecli length` computes."""
+    """What the band is: the table's own `interval` (train lm's: over training seeds and the
+    shared windows), else the bootstrap over windows that `pecli length` computes."""
+    from pecli.plots.style import band_note
+
     said = df["interval"].dropna().astype(str) if "interval" in df else pd.Series(dtype=str)
-    said = said[said != ""]
-    return f"band: {said.iloc[0]}" if len(said) else WINDOWS_BAND
+    return band_note(df, units="windows") if (said != "").any() else WINDOWS_BAND
 
 
 def _finish(ax, title: str, shorter: bool = False, legend: bool = True, band: str = WINDOWS_BAND) -> None:

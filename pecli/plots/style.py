@@ -144,13 +144,14 @@ def interval_note(df: pd.DataFrame) -> str:
     return f"bars: {said[0]}" if len(said) == 1 else "bars: 95 % bootstrap interval over texts"
 
 
-def band_note(rows: pd.DataFrame) -> str:
-    """A band's interval over training seeds in a few words, from the rows' own `interval`."""
+def band_note(rows: pd.DataFrame, units: str = "texts") -> str:
+    """A band's interval over training seeds in a few words, from the rows' own `interval`
+    (`units`: what the seeds were scored on, as the reader knows them)."""
     said = [s for s in rows["interval"].dropna().unique() if s] if "interval" in rows else []
     if len(said) != 1:
         return "band: 95 % interval (see the table's interval column)" if len(said) else "no band"
     if "two-level" in said[0]:
-        return ("band: 95 % bootstrap over seeds and the shared test texts" if "once for all" in said[0]
+        return (f"band: 95 % bootstrap over seeds and the shared test {units}" if "once for all" in said[0]
                 else "band: 95 % bootstrap over seeds, then test items within each")
     return "band: 95 % t interval over seeds" if "Student t" in said[0] else f"band: {said[0]}"
 

@@ -9,6 +9,8 @@ from pecli.experiments.length import run as length_run
 from pecli.experiments.options.length import LengthOptions
 from pecli.experiments.options.train_lm import TrainLmOptions
 from pecli.experiments.train_lm import run as train_run
+from pecli.measures.intervals import SEEDS_CROSSED_TEXTS
+from pecli.measures.length_scoring import PER_WINDOW
 from pecli.runs.errors import ConfigError
 
 TINY = {"steps": 3, "layers": 1, "width": 32, "heads": 2, "context": 16, "batch": 2, "vocab": 300,
@@ -33,6 +35,19 @@ def test_test_lengths_equal_pecli_length_on_the_saved_checkpoints(shared_data, t
     mine = table[table["model"] == "lm-sinusoidal"].reset_index(drop=True)
     cols = ["length", "window_start", "nll_mean", "ci_low", "ci_high", "tokens", "windows"]
     pd.testing.assert_frame_equal(mine[cols], direct[cols])
+    assert not set(PER_WINDOW) & {c for t in (*tables.values(), direct) for c in t.columns}
+
+
+def test_test_lengths_over_seeds_resample_seeds_and_windows(shared_data, tmp_path):
+    """Two seeds scored on the same windows: every scored length row's interval is the crossed
+    bootstrap; the row past the learned table has none (no windows scored)."""
+    o = TrainLmOptions.build({**TINY, "seeds": 2, "pe": "learned", "test_lengths": "16,32",
+                              "data_dir": str(shared_data)}, "t")
+    table = train_run(o)["length"].set_index(["length", "window_start", "all_positions"])
+    scored = table.loc[16]
+    assert (scored["interval"] == SEEDS_CROSSED_TEXTS).all() and (scored["seeds"] == 2).all()
+    assert (scored["ci_low"] < scored["value"]).all() and (scored["value"] < scored["ci_high"]).all()
+    assert table.loc[32]["ci_low"].isna().all()
 
 
 def test_test_lengths_are_checked():

@@ -247,6 +247,39 @@ def test_train_lm_test_perplexity_interval_resamples_seeds_and_the_shared_window
     assert ppl["value"] == pytest.approx(np.mean(np.exp(d.mean(1))))
 
 
+def test_train_lm_length_table_resamples_seeds_and_the_shared_windows():
+    """train lm's length rows: a seed's bucket perplexity is exp of its windows' NLL sums over
+    their target counts; the mean over seeds' interval draws seeds and the windows every seed
+    was scored on together (written out); the per-window sums stay out of the table, and
+    seeds scored on different windows are refused."""
+    import numpy as np
+    import pandas as pd
+
+    from pecli.experiments.train_lm import length_over_seeds
+    from pecli.measures.intervals import SEEDS_CROSSED_TEXTS
+    from pecli.measures.length_scoring import PER_WINDOW
+
+    rng = np.random.default_rng(3)
+    counts = rng.integers(5, 9, 25)  # targets per window in the bucket
+    sums = [rng.gamma(20.0, 0.15, 25) * counts for _ in range(4)]  # [seed][window]
+    rows = [{"model": "lm-rope", "metric": "perplexity", "length": 64, "window_start": 0,
+             "all_positions": True, "seed": s, "model_revision": f"seed:{s}",
+             "value": float(np.exp(x.sum() / counts.sum())), PER_WINDOW[0]: x, PER_WINDOW[1]: counts}
+            for s, x in enumerate(sums)]
+    out = length_over_seeds(pd.DataFrame(rows)).iloc[0]
+    assert not set(PER_WINDOW) & set(out.index) and out["interval"] == SEEDS_CROSSED_TEXTS
+    g = np.random.default_rng(0)
+    windows = g.integers(0, 25, (1000, 25))
+    within = np.exp(np.stack([x[windows].sum(1) / counts[windows].sum(1) for x in sums], 1))
+    stats = np.take_along_axis(within, g.integers(0, 4, (1000, 4)), 1).mean(1)
+    np.testing.assert_allclose([out["ci_low"], out["ci_high"]], np.percentile(stats, [2.5, 97.5]),
+                               rtol=1e-12)
+    assert out["value"] == pytest.approx(np.mean([np.exp(x.sum() / counts.sum()) for x in sums]))
+    rows[2][PER_WINDOW[1]] = counts[::-1].copy()
+    with pytest.raises(ValueError, match="same windows"):
+        length_over_seeds(pd.DataFrame(rows))
+
+
 def test_train_lm_positions_table_pairs_zero_with_intact_over_seeds_and_texts():
     """The positions table: each condition's corpus perplexity over seeds, its interval and
     zero's paired difference from intact resampling seeds and the shared texts together
