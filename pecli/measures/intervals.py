@@ -342,52 +342,38 @@ def seeds_and_texts_interval(per_seed: list, n_boot: int = 1000, seed: int = 0,
     texts' bootstrap). `reference` (same_texts only: per seed, the same texts under the
     reference condition, e.g. intact): each seed's statistic becomes its own minus the
     reference's, both on the same draw of texts: a paired difference over seeds and texts."""
-    if reference is not None:
-        if not same_texts or len(reference) != len(per_seed):
-            raise ValueError("a reference pairs each seed's texts with its own: give one per seed, same_texts")
-        return _seeds_and_texts_paired(per_seed, reference, n_boot, seed, level, weights, transform)
     arrays = [np.asarray(v, np.float64).ravel() for v in per_seed]
     weighed = [np.asarray(w, np.float64).ravel() for w in weights] if weights is not None else \
         [np.ones_like(v) for v in arrays]
-    kept = [(v, w) for v, w in zip(arrays, weighed, strict=True) if v.size]
-    if not kept or n_boot <= 0 or sum(v.size for v, _ in kept) < MIN_TEXTS:
+    refs = None
+    if reference is not None:
+        refs = [np.asarray(v, np.float64).ravel() for v in reference]
+        if not same_texts or len(refs) != len(arrays):
+            raise ValueError("a reference pairs each seed's texts with its own: give one per seed, same_texts")
+        if len({v.size for v in (*arrays, *refs, *weighed)}) > 1:
+            raise ValueError("a paired interval needs every seed and the reference on the same texts")
+    kept = [i for i, (v, _) in enumerate(zip(arrays, weighed, strict=True)) if v.size]
+    # a paired difference needs enough texts in each seed; a mean, enough over all seeds
+    texts = arrays[0].size if refs is not None and arrays else sum(arrays[i].size for i in kept)
+    if not kept or n_boot <= 0 or texts < MIN_TEXTS:
         return float("nan"), float("nan")
-    if same_texts and len({v.size for v, _ in kept}) != 1:
+    if same_texts and len({arrays[i].size for i in kept}) != 1:
         raise ValueError("same_texts: every seed must give one value per text of the same texts")
     rng = np.random.default_rng(seed)
-    shared = rng.integers(0, kept[0][0].size, (n_boot, kept[0][0].size)) if same_texts else None
-    within = []  # [B] per seed: the statistic of its resampled texts
-    for v, w in kept:
-        drawn_texts = shared if same_texts else rng.integers(0, v.size, (n_boot, v.size))
-        within.append((v[drawn_texts] * w[drawn_texts]).sum(1) / w[drawn_texts].sum(1))
-    within = np.stack(within, 1)  # [B, S]
-    if transform is not None:
-        within = transform(within)
+    shared = rng.integers(0, arrays[kept[0]].size, (n_boot, arrays[kept[0]].size)) if same_texts else None
+    transform = transform or (lambda a: a)
+
+    def within(values: list) -> np.ndarray:  # [B, S]: each seed's statistic on its drawn texts
+        columns = []
+        for i in kept:
+            drawn_texts = shared if same_texts else rng.integers(0, values[i].size, (n_boot, values[i].size))
+            w = weighed[i][drawn_texts]
+            columns.append(transform((values[i][drawn_texts] * w).sum(1) / w.sum(1)))
+        return np.stack(columns, 1)
+
+    stats = within(arrays) - within(refs) if refs is not None else within(arrays)
     drawn = rng.integers(0, len(kept), (n_boot, len(kept)))
-    return _percentiles(np.take_along_axis(within, drawn, 1).mean(1), level)
-
-
-def _seeds_and_texts_paired(per_seed, reference, n_boot, seed, level, weights, transform):
-    """seeds_and_texts_interval with a reference: per seed, transform(weighted mean of its
-    resampled texts) minus the same of the reference's, on one draw of texts for all."""
-    x = [np.asarray(v, np.float64).ravel() for v in per_seed]
-    r = [np.asarray(v, np.float64).ravel() for v in reference]
-    w = [np.asarray(v, np.float64).ravel() for v in weights] if weights is not None else \
-        [np.ones_like(v) for v in x]
-    if len({v.size for v in (*x, *r, *w)}) != 1:
-        raise ValueError("a paired interval needs every seed and the reference on the same texts")
-    if not x or not x[0].size or n_boot <= 0 or x[0].size < MIN_TEXTS:
-        return float("nan"), float("nan")
-    t = transform or (lambda a: a)
-    rng = np.random.default_rng(seed)
-    texts = rng.integers(0, x[0].size, (n_boot, x[0].size))
-
-    def stat(v, wt):
-        return t((v[texts] * wt[texts]).sum(1) / wt[texts].sum(1))
-
-    within = np.stack([stat(a, wt) - stat(b, wt) for a, b, wt in zip(x, r, w, strict=True)], 1)
-    drawn = rng.integers(0, len(x), (n_boot, len(x)))
-    return _percentiles(np.take_along_axis(within, drawn, 1).mean(1), level)
+    return _percentiles(np.take_along_axis(stats, drawn, 1).mean(1), level)
 
 
 # --- lm-eval's numbers per document (pecli lm-eval) ---------------------------------------
