@@ -239,11 +239,16 @@ def _matching(df: pd.DataFrame, where: dict) -> pd.DataFrame:
 def _per_unit(df: pd.DataFrame, f: Finding, where: dict) -> pd.DataFrame:
     """One row per unit (the finding's `unit`), sorted by it: `v` the value, `n` its weight."""
     rows = _matching(df, where)
-    if rows[f.unit].duplicated().any():
-        raise ConfigError(f"finding {f.section}: {where} matches several rows per {f.unit}")
+    columns = [f.unit] if isinstance(f.unit, str) else list(f.unit)  # a unit may need several columns
+    missing = [c for c in columns if c not in rows.columns]
+    if missing:
+        raise ConfigError(f"finding {f.section}: its unit names {missing}, which the table lacks")
+    unit = rows[columns].astype(str).agg(" | ".join, axis=1)
+    if unit.duplicated().any():
+        raise ConfigError(f"finding {f.section}: {where} matches several rows per {' x '.join(columns)}")
     n = rows[f.weight].astype(float) if f.weight else 1.0
     return pd.DataFrame({"v": rows["value"].astype(float).to_numpy(), "n": np.asarray(n) * 1.0,
-                         "unit": rows[f.unit].to_numpy()}).sort_values("unit").reset_index(drop=True)
+                         "unit": unit.to_numpy()}).sort_values("unit").reset_index(drop=True)
 
 
 def finding_numbers(f: Finding, csv: Path) -> dict:

@@ -84,7 +84,7 @@ class Finding:
     measure: str = "value"
     reference: dict = field(default_factory=dict)
     intact: dict = field(default_factory=dict)
-    unit: str = "text_id"
+    unit: str | tuple[str, ...] = "text_id"  # the column(s) naming one unit (passkey: depth x trial)
     weight: str = ""
     interval: str = "bootstrap"
     against: float | None = None  # "value": what its interval is tested against (chance); else 0
@@ -296,7 +296,10 @@ def _findings(raw, where: str, ids: set[str]) -> tuple[Finding, ...]:
         words = tuple(item.get("words", Finding.words))
         if len(words) != 3 or "no detectable difference" not in words[2]:
             raise ConfigError(f"{at}: words are [up, down, none], none saying 'no detectable difference'")
-        out.append(Finding(**{**item, "words": words}))
+        unit = item.get("unit", Finding.unit)
+        if not (isinstance(unit, str) or (isinstance(unit, list) and unit and all(isinstance(u, str) for u in unit))):
+            raise ConfigError(f"{at}: unit is a column or a list of columns")
+        out.append(Finding(**{**item, "words": words, "unit": unit if isinstance(unit, str) else tuple(unit)}))
     if len(out) > MAX_FINDINGS:
         raise ConfigError(f"{where}: {len(out)} findings; at most {MAX_FINDINGS}")
     return tuple(out)

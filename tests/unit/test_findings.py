@@ -180,3 +180,31 @@ def test_every_committed_report_cell_finds_its_row():
     text = (ROOT / "results" / "offline" / "REPORT.md").read_text(encoding="utf-8")
     broken = [line for line in text.splitlines() if re.search(r"— \((\d+ rows match|no column )", line)]
     assert broken == []
+
+
+def test_a_finding_unit_may_span_columns_as_passkey_trials_do(tmp_path):
+    """Passkey trials repeat their index at every depth: the unit is depth x trial. The paired
+    difference of two conditions' 0/1 answers is the mean difference with the paired bootstrap
+    over those units; one column alone is refused as ambiguous, in one line."""
+    from pecli.measures.intervals import paired_difference
+
+    rng = np.random.default_rng(4)
+    cells = [(d, t) for d in (0.0, 0.5, 1.0) for t in range(7)]
+    right = {"rerope:2048": rng.random(21) < 0.9, "intact": rng.random(21) < 0.2}
+    rows = [{"intervention": c, "length": 12288, "depth": d, "trial": t, "value": float(right[c][i])}
+            for c in right for i, (d, t) in enumerate(cells)]
+    path = tmp_path / "passkey_trials.csv"
+    pd.DataFrame(rows).sample(frac=1, random_state=1).to_csv(path, index=False)
+    f = _finding(table="passkey_trials", unit=("depth", "trial"), weight="",
+                 where={"intervention": "rerope:2048", "length": 12288}, reference={"intervention": "intact"})
+    numbers = finding_numbers(f, path)
+    order = sorted(range(21), key=lambda i: f"{cells[i][0]} | {cells[i][1]}")
+    assert numbers["tested"] == paired_difference(right["rerope:2048"][order] * 1.0,
+                                                  right["intact"][order] * 1.0, n_boot=1000, seed=0)
+    assert numbers["units"] == 21 and numbers["tested"][1] > 0
+    with pytest.raises(ConfigError, match="several rows per trial"):
+        finding_numbers(_finding(table="passkey_trials", unit="trial", weight="",
+                                 where=f.where, reference=f.reference), path)
+    with pytest.raises(ConfigError, match="unit is a column or a list"):
+        _findings([{"question": "Remedies", "section": "s", "text": "t", "table": "x", "where": {},
+                    "unit": []}], "t", {"s"})
