@@ -276,7 +276,7 @@ def _tables(ppl_rows: list[dict], results: list[dict]) -> dict[str, pd.DataFrame
     if length_rows:
         table = pd.concat(length_rows, ignore_index=True)
         tables["length"] = validate(length_over_seeds(table))
-        tables["length_by_seed"] = validate(table.drop(columns=list(LENGTH_PER_WINDOW)))
+        tables["length_by_seed"] = validate(table.drop(columns=list(LENGTH_PER_WINDOW), errors="ignore"))
     if position_rows:
         table = pd.concat(position_rows, ignore_index=True)
         tables["positions"] = validate(positions_over_seeds(table, pd.concat(position_texts, ignore_index=True)))
@@ -438,6 +438,7 @@ def length_over_seeds(table: pd.DataFrame) -> pd.DataFrame:
 
     sums, counts = LENGTH_PER_WINDOW
     keys = ["model", "metric", "length", "window_start", "all_positions"]
+    table = table.reindex(columns=list(dict.fromkeys([*table.columns, sums, counts])))  # note rows only: none
     for _, group in table.groupby(keys, sort=False):
         scored = [c for c in group[counts] if isinstance(c, np.ndarray)]
         if any(c.shape != scored[0].shape or (c != scored[0]).any() for c in scored):

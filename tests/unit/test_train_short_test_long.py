@@ -50,6 +50,17 @@ def test_test_lengths_over_seeds_resample_seeds_and_windows(shared_data, tmp_pat
     assert table.loc[32]["ci_low"].isna().all()
 
 
+def test_test_lengths_that_no_model_can_take_give_note_rows(shared_data):
+    """Every length past the learned table: the length table holds only note rows (no windows
+    scored, no per-window sums), over seeds as by seed."""
+    o = TrainLmOptions.build({**TINY, "seeds": 2, "pe": "learned", "test_lengths": "32",
+                              "data_dir": str(shared_data)}, "t")
+    tables = train_run(o)
+    for name in ("length", "length_by_seed"):
+        assert tables[name]["note"].eq("not applicable: 16 learned positions").all()
+        assert tables[name]["value"].isna().all() and not set(PER_WINDOW) & set(tables[name].columns)
+
+
 def test_test_lengths_are_checked():
     with pytest.raises(ConfigError, match="lengths"):
         TrainLmOptions.build({"test_lengths": "16,x"}, "t")
