@@ -439,9 +439,13 @@ def length_over_seeds(table: pd.DataFrame) -> pd.DataFrame:
     sums, counts = LENGTH_PER_WINDOW
     keys = ["model", "metric", "length", "window_start", "all_positions"]
     table = table.reindex(columns=list(dict.fromkeys([*table.columns, sums, counts])))  # note rows only: none
+    # what fixes a row's windows: the same data, stream, cut and targets for every seed
+    defining = [c for c in ("data_revision", "stream_tokens", "dropped_tokens", "windows", "tokens")
+                if c in table]
     for _, group in table.groupby(keys, sort=False):
         scored = [c for c in group[counts] if isinstance(c, np.ndarray)]
-        if any(c.shape != scored[0].shape or (c != scored[0]).any() for c in scored):
+        if any(c.shape != scored[0].shape or (c != scored[0]).any() for c in scored) or \
+                (group[defining].nunique(dropna=False) > 1).any():
             raise ValueError(f"train lm's length rows {group.iloc[0][keys].to_dict()}: the seeds "
                              "were not scored on the same windows")
 

@@ -278,6 +278,12 @@ def test_train_lm_length_table_resamples_seeds_and_the_shared_windows():
     rows[2][PER_WINDOW[1]] = counts[::-1].copy()
     with pytest.raises(ValueError, match="same windows"):
         length_over_seeds(pd.DataFrame(rows))
+    rows[2][PER_WINDOW[1]] = counts  # equal counts, but seed 1 read another stream
+    streams = [{**r, "stream_tokens": 39725 + (r["seed"] == 1), "windows": 25} for r in rows]
+    with pytest.raises(ValueError, match="same windows"):
+        length_over_seeds(pd.DataFrame(streams))
+    same = [{**r, "stream_tokens": 39725, "windows": 25} for r in rows]
+    assert length_over_seeds(pd.DataFrame(same)).iloc[0]["ci_low"] == out["ci_low"]
 
 
 def test_train_lm_positions_table_pairs_zero_with_intact_over_seeds_and_texts():
