@@ -20,10 +20,11 @@ def passkey(options: PasskeyOptions, *, out: OutOpt = None, force: ForceOpt = Fa
     The template is Mohtashami & Jaggi's (as YaRN's evaluation uses it; docs/length.md). The
     key k is drawn uniformly from 1..50000 (seeded; the same keys under every condition);
     the model decodes at most 10 tokens greedily, with the KV cache; a trial is right when
-    the first integer in its output is k. passkey.csv: accuracy with a 95 % Wilson interval
-    per (model, condition, length, depth) and per length over all depths; passkey_trials.csv:
-    every trial. The intact model comes first; every --intervention is crossed with every
-    --rope-scaling.
+    the first integer in its output is k. passkey.csv: accuracy per (model, condition, length,
+    depth) and per length over all depths, with a 95 % Wilson interval where trials are
+    independent draws (--draws independent), and each condition's difference from intact on
+    the same trials with Newcombe's paired interval; passkey_trials.csv: every trial. The
+    intact model comes first; every --intervention is crossed with every --rope-scaling.
 
     Examples:
         pecli passkey smollm2 --lengths 1024,4096 --depths 0,0.5,1 --trials 5
@@ -36,8 +37,12 @@ def passkey(options: PasskeyOptions, *, out: OutOpt = None, force: ForceOpt = Fa
     with counter("decoding", "trials") as advance:
         tables, paths, pngs, _ = run_and_write(
             "passkey", run, options, out, progress=advance, force=force,
-            notes={"intervals": "95 % Wilson score interval over trials",
-                   "interval_unit": "trial (its own key, depth jitter, filler order and offset)"})
+            notes={"intervals": ("95 % Wilson score interval over trials; the difference from intact: "
+                                 "Newcombe's paired score interval"
+                                 if options.draws == "independent" else
+                                 "none: the trials of a cell share their filler and depth (--draws fixed)"),
+                   "interval_unit": ("trial (its own key, depth jitter, filler order and offset)"
+                                     if options.draws == "independent" else "depth cell")})
     if not parallel.is_main():
         return
     console = wide_console()

@@ -9,11 +9,18 @@ text so that no other byte of a row changes, then records it in the table's side
 keys stay valid: an entry's key also matches its options with `intact` spelled `learned`
 (pecli.runs.config.Entry.keys), so `pecli reproduce` skips the migrated sections.
 
+Passkey's summary (issue 44) is a function of its trials table: `resummarize_passkey` rewrites
+a section's passkey.csv from its passkey_trials.csv as the current code summarises it (the
+difference from intact bounded by Newcombe's paired interval, not a bootstrap; no interval
+where the trials share their filler, --draws fixed) and records `resummarized` in the sidecar.
+The trials, and every cell the summary shares with before, are unchanged (the keys stay valid).
+
     python -m pecli.experiments.migrate results/offline
 """
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 from pathlib import Path
@@ -35,15 +42,54 @@ def migrate_table(path: Path) -> bool:
     new = upgraded(old)
     if new.equals(old):
         return False
+    _rewrite(path, new, "migrated", NOTE)
+    return True
+
+
+def _rewrite(path: Path, table: pd.DataFrame, record: str, note: str) -> None:
+    """Write `table` over `path` and say so in its sidecar (`record`: what, from which sha256,
+    by what), with the new table_sha256."""
     side = path.parent / (path.name.split(".")[0] + ".json")
     before = file_sha256.__wrapped__(path)
-    write_csv(new, path)
+    write_csv(table, path)
     if side.exists():
         meta = json.loads(side.read_text(encoding="utf-8"))
-        meta["migrated"] = {"note": NOTE, "table_sha256_before": before,
-                            "by": "pecli.experiments.migrate"}
+        meta[record] = {"note": note, "table_sha256_before": before, "by": "pecli.experiments.migrate"}
         meta["table_sha256"] = file_sha256.__wrapped__(path)
         write_json(meta, side)
+
+
+PASSKEY_NOTE = ("issue 44: passkey.csv summarised again from passkey_trials.csv: the difference "
+                "from intact bounded by Newcombe's paired score interval (was a bootstrap over the "
+                "pairs, none where every pair differed alike); no intervals where the trials share "
+                "their filler (--draws fixed); every other cell unchanged")
+
+
+def resummarize_passkey(path: Path) -> bool:
+    """Rewrite a preset section's passkey.csv from its trials as `passkey._accuracy` now
+    summarises them (the section's `draws` option read from its done.json); whether it changed.
+    Refuses, rather than rewrites, a table whose other cells the summary would change."""
+    from pecli.measures.intervals import DIFF_COLUMNS
+    from pecli.measures.passkey import accuracy
+
+    path = Path(path)
+    trials_csv, done = path.with_name("passkey_trials.csv"), path.with_name("done.json")
+    if path.name != "passkey.csv" or not (trials_csv.exists() and done.exists()):
+        return False
+    draws = json.loads(done.read_text(encoding="utf-8"))["config"]["options"].get("draws", "fixed")
+    trials = pd.read_csv(trials_csv, low_memory=False)
+    trials["note"] = trials["note"].astype("object").fillna("")
+    new = pd.DataFrame(accuracy(trials.to_dict("records"), independent=draws == "independent"))
+    old = pd.read_csv(path, dtype=str, keep_default_na=False, low_memory=False)
+    columns = list(old.columns) + [c for c in DIFF_COLUMNS if c not in old.columns]
+    text = pd.read_csv(io.StringIO(new[columns].to_csv(index=False)), dtype=str, keep_default_na=False)
+    if set(columns) <= set(old.columns) and text.equals(old[columns]):
+        return False
+    kept = [c for c in old.columns if c not in (*DIFF_COLUMNS, "ci_low", "ci_high")]
+    if not text[kept].equals(old[kept]):
+        changed = [c for c in kept if not text[c].equals(old[c])]
+        raise RuntimeError(f"{path}: summarising the trials again changes {changed}; rerun the section")
+    _rewrite(path, text, "resummarized", PASSKEY_NOTE)
     return True
 
 
@@ -53,7 +99,7 @@ def migrate(folder: Path) -> list[Path]:
     again from the migrated tables, as `pecli reproduce` names them (the same files)."""
     folder = Path(folder)
     tables = sorted(p for pattern in ("*.csv", "*.csv.gz") for p in folder.rglob(pattern))
-    changed = [p for p in tables if migrate_table(p)]
+    changed = [p for p in tables if migrate_table(p) | resummarize_passkey(p)]
     for done in sorted(folder.glob("*/done.json")):
         if any(p.parent == done.parent for p in changed):
             _redraw(folder, done)

@@ -12,6 +12,7 @@ under every condition, so conditions differ only in the model. Prompts longer th
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 
 import pandas as pd
@@ -48,12 +49,18 @@ def run(options: PasskeyOptions, progress: Callable[[int, int], None] | None = N
         check_before_loading(name, grid, causal=True)
         ref = peek(name)  # what the config and the tokenizer alone decide, before any weights
         refuse_what_cannot_fit(name, load_tokenizer(name), o, ref.table_rows() if ref else None)
+    if o.draws == "fixed" and o.trials > 1:
+        warnings.warn("the trials of a cell share their filler and depth (--draws fixed): accuracy "
+                      "without intervals; --draws independent gives each trial its own draw",
+                      stacklevel=2)
+    from pecli.measures.passkey import accuracy
+
     trials, summary = [], []
     for name in o.model:
         model = loaded or load(name, o)
         got = _trials_for(model, grid, o, progress)
         trials += got
-        summary += _accuracy(got)
+        summary += accuracy(got, independent=o.draws == "independent")
         del model
     extra = row_provenance()
     return {"passkey": validate(pd.DataFrame(summary).assign(**extra)),
@@ -129,62 +136,6 @@ def refuse_what_cannot_fit(name: str, tokenizer, o: PasskeyOptions, rows: int | 
     fits = (f"from {first} to {last}" if first is not None and last is not None else
             f"of at least {first}" if first is not None else f"of at most {last}")
     raise ConfigError(f"{lengths} ({'; '.join(w for w in why if w)}); give lengths {fits} tokens")
-
-
-def _accuracy(trials: list[dict]) -> list[dict]:
-    """Accuracy per (model, condition, length, depth), then per (model, condition, length)
-    over all depths (depth "all"), each with its Wilson 95 % interval over trials."""
-    from pecli.measures.intervals import MIN_TEXTS, wilson
-
-    df = pd.DataFrame(trials)
-    keys = ["model", "intervention", "rope_scaling", "length"]
-    rows = []
-    for _, all_depths in df.groupby(keys, sort=False, dropna=False):
-        for depth, part in [*all_depths.groupby("depth", sort=False), ("all", all_depths)]:
-            first = part.iloc[0].to_dict()
-            scored = part[part["note"] == ""]
-            right, n = int(scored["value"].sum()), len(scored)
-            # no interval from fewer than 2 trials (README), as from fewer than 2 texts
-            low, high = wilson(right, n) if n >= MIN_TEXTS else (float("nan"), float("nan"))
-            keep = {k: v for k, v in first.items()
-                    if k not in ("trial", "k", "depth_drawn", "filler_offset", "tokens", "output", "answer",
-                                 "metric", "value", "note")}
-            rows.append({**keep, "depth": depth, "metric": "accuracy",
-                         "value": right / n if n else float("nan"), "ci_low": low, "ci_high": high,
-                         "correct": right, "trials": n, "rows": len(part),
-                         "tokens": int(scored["tokens"].sum()),
-                         "note": "" if n else first["note"]})
-    return _paired_with_intact(df, rows)
-
-
-def _paired_with_intact(trials: pd.DataFrame, rows: list[dict]) -> list[dict]:
-    """Each accuracy row's DIFF_COLUMNS against the intact, unscaled model at the same model,
-    length and depth: the trials are paired by (depth, trial), the same key and filler for
-    both, and a bootstrap over the pairs draws the same trials for both (NaN on the intact
-    rows, and where there is no intact row)."""
-    from pecli.measures.intervals import diff_columns
-
-    scored = trials[trials["note"] == ""]
-    by_trial = scored.set_index(["model", "intervention", "rope_scaling", "length", "depth", "trial"])["value"]
-    def trials_of(*cell):  # a cell's scored trials by (depth, trial); None where none were scored
-        try:
-            return by_trial.xs(cell, level=[0, 1, 2, 3])
-        except KeyError:
-            return None
-
-    for row in rows:
-        reference = row["intervention"] == "intact" and str(row["rope_scaling"]) == "none"
-        here = trials_of(row["model"], row["intervention"], row["rope_scaling"], row["length"])
-        intact = trials_of(row["model"], "intact", "none", row["length"])
-        if reference or here is None or intact is None:
-            row.update(diff_columns(reference_row=True))
-            continue
-        if row["depth"] != "all":
-            here, intact = (x[x.index.get_level_values("depth") == row["depth"]] for x in (here, intact))
-        pairs = pd.concat([here.rename("x"), intact.rename("ref")], axis=1, join="inner")
-        row.update(diff_columns(pairs["x"].to_numpy(), pairs["ref"].to_numpy()) if len(pairs)
-                   else diff_columns(reference_row=True))
-    return rows
 
 
 def _slot(row) -> str:

@@ -305,7 +305,7 @@ def finding_numbers(f: Finding, csv: Path) -> dict:
 def _tabled_difference(df: pd.DataFrame, f: Finding) -> dict:
     """A paired finding whose section wrote the difference itself: the one `where` row's
     DIFF_COLUMNS (its design's interval, e.g. seeds and texts crossed), `reference` its row's
-    value; units the row's seeds (or texts)."""
+    value; units the row's seeds (or texts, or trials)."""
     from pecli.measures.intervals import DIFF_COLUMNS
 
     rows = [_matching(df, w) for w in (f.where, {**f.where, **f.reference})]
@@ -318,7 +318,7 @@ def _tabled_difference(df: pd.DataFrame, f: Finding) -> dict:
     nan = float("nan")
     return {"value": float(row["value"]), "reference": float(rows[1].iloc[0]["value"]),
             "intact": nan, "tested": tuple(float(row[c]) for c in DIFF_COLUMNS), "null": 0.0,
-            "units": row.get("seeds", row.get("texts", nan))}
+            "units": row.get("seeds", row.get("texts", row.get("trials", nan)))}
 
 
 def finding_sentence(f: Finding, numbers: dict) -> str:

@@ -13,7 +13,8 @@ Statistics of pairs of tokens from two texts (the in-model baselines) resample t
 a pair counts as often as both its texts are drawn (`pair_interval`, `resampled`).
 
 Independent trials with a right-or-wrong outcome (passkey retrieval) get the Wilson score
-interval instead (`wilson`): exact where a bootstrap of all-right trials would give [1, 1].
+interval instead (`wilson`): exact where a bootstrap of all-right trials would give [1, 1];
+two conditions on the same trials, Newcombe's paired interval (`paired_proportion_difference`).
 lm-eval's per-document values get the same choice (`document_interval`), and a condition's
 difference from the intact model resamples each document's pair together (`paired_with_intact`).
 
@@ -47,7 +48,7 @@ _ZERO_WIDTH = 1e-9  # relative: a width below it is rounding, not variation
 __all__ = ["MAX_RESAMPLES", "MIN_RESAMPLES", "MIN_TEXTS", "pair_interval", "ratio_interval",
            "resampled", "statistic_interval", "wilson", "mean_interval", "by_text", "percentile_interval",
            "proper", "t_interval", "MIN_WINDOWS", "seeds_and_texts_interval", "paired_difference", "diff_columns", "DIFF_COLUMNS",
-           "verdict", "NO_DIFFERENCE"]
+           "verdict", "NO_DIFFERENCE", "paired_proportion_difference", "PAIRED_PROPORTION_METHOD"]
 
 
 def proper(low: float, high: float) -> tuple[float, float]:
@@ -257,6 +258,45 @@ def wilson(successes: int, trials: int, level: float = LEVEL) -> tuple[float, fl
 
     ci = binomtest(successes, trials).proportion_ci(confidence_level=level, method="wilson")
     return proper(ci.low, ci.high)
+
+
+PAIRED_PROPORTION_METHOD = ("95 % Newcombe (1998, method 10) score interval for a difference of "
+                            "paired proportions: the trials paired, each answer right or wrong")
+
+
+def paired_proportion_difference(right, reference, level: float = LEVEL) -> tuple[float, float, float]:
+    """(difference, low, high) of two proportions of right answers on the same trials (right[i]
+    and reference[i] one trial under two conditions): Newcombe's (1998) method 10, the Wilson
+    interval of each margin combined with the pairs' correlation. It stays an interval where
+    a bootstrap cannot (every pair right-wrong gives [1, 1]); NaN bounds for fewer than MIN_TEXTS
+    pairs, and NaN for none."""
+    from scipy.stats import norm
+
+    x, r = (np.asarray(v, np.float64).ravel() for v in (right, reference))
+    if x.shape != r.shape or not np.isin(np.concatenate([x, r]), (0.0, 1.0)).all():
+        raise ValueError(f"paired proportions need 0/1 answers on the same trials: {x.shape}, {r.shape}")
+    n = x.size
+    if n == 0:
+        return float("nan"), float("nan"), float("nan")
+    both, only_x = float((x * r).sum()), float((x * (1 - r)).sum())
+    only_r, neither = float(((1 - x) * r).sum()), float(((1 - x) * (1 - r)).sum())
+    p1, p2 = (both + only_x) / n, (both + only_r) / n
+    if n < MIN_TEXTS:
+        return p1 - p2, float("nan"), float("nan")
+    z = norm.ppf(1 - (1 - level) / 2)
+
+    def score(p: float) -> tuple[float, float]:  # Wilson's interval, closed form
+        centre, half = p + z * z / (2 * n), z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+        return (centre - half) / (1 + z * z / n), (centre + half) / (1 + z * z / n)
+
+    (l1, u1), (l2, u2) = score(p1), score(p2)
+    margins = (both + only_x) * (only_r + neither) * (both + only_r) * (only_x + neither)
+    cross = both * neither - only_x * only_r  # phi's numerator, continuity-corrected toward 0
+    cross = cross - n / 2 if cross > n / 2 else (cross if cross < 0 else 0.0)
+    phi = cross / np.sqrt(margins) if margins > 0 else 0.0
+    low = (p1 - p2) - np.sqrt(max((p1 - l1) ** 2 - 2 * phi * (p1 - l1) * (u2 - p2) + (u2 - p2) ** 2, 0.0))
+    high = (p1 - p2) + np.sqrt(max((p2 - l2) ** 2 - 2 * phi * (p2 - l2) * (u1 - p1) + (u1 - p1) ** 2, 0.0))
+    return (p1 - p2, *proper(max(low, -1.0), min(high, 1.0)))
 
 
 def t_interval(values, level: float = LEVEL) -> tuple[float, float]:

@@ -5,6 +5,8 @@ A prompt is the template's five lines joined by newlines; its filler is cut (in 
 so that the tokenized prompt is as long as asked, the tokenizer's own special tokens
 included. Trials whose prompts have the same token count share a batch, so no padding ever
 enters a prompt, and decoding uses the KV cache (transformers' `generate`, greedy).
+`accuracy` summarises the trials: Wilson intervals over independent trials, and each
+condition's difference from intact with Newcombe's paired interval.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 import torch
 
 from pecli.runs import parallel
@@ -189,3 +192,63 @@ def greedy_without_cache(loaded, ids: list[int]) -> str:
                 break
             seq.append(nxt)
     return tok.decode(seq[len(ids):], skip_special_tokens=True)
+
+
+def accuracy(trials: list[dict], independent: bool = True) -> list[dict]:
+    """Accuracy per (model, condition, length, depth), then per (model, condition, length)
+    over all depths (depth "all"), each with its Wilson 95 % interval over trials. Trials that
+    are not `independent` (--draws fixed: a cell's trials share filler and depth, only the key
+    differs) get no interval: they are not independent units, and a cell is all right or all
+    wrong more often than independent draws would be."""
+    from pecli.measures.intervals import MIN_TEXTS, wilson
+
+    df = pd.DataFrame(trials)
+    keys = ["model", "intervention", "rope_scaling", "length"]
+    rows = []
+    for _, all_depths in df.groupby(keys, sort=False, dropna=False):
+        for depth, part in [*all_depths.groupby("depth", sort=False), ("all", all_depths)]:
+            first = part.iloc[0].to_dict()
+            scored = part[part["note"] == ""]
+            right, n = int(scored["value"].sum()), len(scored)
+            # no interval from fewer than 2 trials (README), as from fewer than 2 texts
+            low, high = wilson(right, n) if n >= MIN_TEXTS and independent else (float("nan"),) * 2
+            keep = {k: v for k, v in first.items()
+                    if k not in ("trial", "k", "depth_drawn", "filler_offset", "tokens", "output", "answer",
+                                 "metric", "value", "note")}
+            rows.append({**keep, "depth": depth, "metric": "accuracy",
+                         "value": right / n if n else float("nan"), "ci_low": low, "ci_high": high,
+                         "correct": right, "trials": n, "rows": len(part),
+                         "tokens": int(scored["tokens"].sum()),
+                         "note": "" if n else first["note"]})
+    return paired_with_intact(df, rows, independent)
+
+
+def paired_with_intact(trials: pd.DataFrame, rows: list[dict], independent: bool = True) -> list[dict]:
+    """Each accuracy row's DIFF_COLUMNS against the intact, unscaled model at the same model,
+    length and depth: the trials are paired by (depth, trial), the same prompt for both, and
+    Newcombe's paired score interval (`paired_proportion_difference`) bounds the difference,
+    where a bootstrap of all-discordant pairs would give none (NaN on the intact rows, and
+    where there is no intact row)."""
+    from pecli.measures.intervals import DIFF_COLUMNS, paired_proportion_difference
+
+    scored = trials[trials["note"] == ""]
+    by_trial = scored.set_index(["model", "intervention", "rope_scaling", "length", "depth", "trial"])["value"]
+    def trials_of(*cell):  # a cell's scored trials by (depth, trial); None where none were scored
+        try:
+            return by_trial.xs(cell, level=[0, 1, 2, 3])
+        except KeyError:
+            return None
+
+    for row in rows:
+        reference = row["intervention"] == "intact" and str(row["rope_scaling"]) == "none"
+        here = trials_of(row["model"], row["intervention"], row["rope_scaling"], row["length"])
+        intact = trials_of(row["model"], "intact", "none", row["length"])
+        diff = (float("nan"),) * 3
+        if not (reference or here is None or intact is None):
+            if row["depth"] != "all":
+                here, intact = (x[x.index.get_level_values("depth") == row["depth"]] for x in (here, intact))
+            pairs = pd.concat([here.rename("x"), intact.rename("ref")], axis=1, join="inner")
+            diff = paired_proportion_difference(pairs["x"], pairs["ref"])
+            diff = diff if independent else (diff[0], float("nan"), float("nan"))
+        row.update(zip(DIFF_COLUMNS, diff, strict=True))
+    return rows

@@ -26,8 +26,8 @@ def _panel(ax, part: pd.DataFrame, first_column: bool, bottom_row: bool):
     for (i, j), value in np.ndenumerate(grid):
         row = cells[(cells["depth"] == depths[i]) & (cells["length"] == lengths[j])].iloc[0]
         text = "n/a" if value != value else (
-            f"{value:.0%}\n{int(row['correct'])}/{int(row['trials'])}\n"
-            f"[{row['ci_low']:.0%}, {row['ci_high']:.0%}]")
+            f"{value:.0%}\n{int(row['correct'])}/{int(row['trials'])}"
+            + (f"\n[{row['ci_low']:.0%}, {row['ci_high']:.0%}]" if row["ci_low"] == row["ci_low"] else ""))
         ax.text(j, i, text, ha="center", va="center", fontsize=7,
                 color="black" if value == value and value > 0.6 else "white")
     context = int(part["context"].iloc[0])
@@ -68,7 +68,7 @@ def _points(df: pd.DataFrame, path: Path) -> Path:
     fig.suptitle(f"passkey retrieval at {int(first['length']):,} tokens{past}, depth {first['depth']}; "
                  f"{'models' if models else short_name(first['model'])}"
                  f"{dtype_note(first)}\nbars: 95 % Wilson interval over trials; under each "
-                 "condition its paired difference from intact (bootstrap over trials)", fontsize=9)
+                 "condition its paired difference from intact (Newcombe's paired interval)", fontsize=9)
     return save(fig, path)
 
 
@@ -92,7 +92,8 @@ def heatmap(df: pd.DataFrame, path: Path) -> Path:
     first = df.iloc[0]
     fig.suptitle(f"passkey retrieval: greedy decoding, up to {first['max_new_tokens']} new tokens, "
                  f"context {first['context']} tokens{dtype_note(first)}\n"
-                 "cells: accuracy, right/trials, 95 % Wilson interval",
+                 "cells: accuracy, right/trials" + (", 95 % Wilson interval" if df["ci_low"].notna().any()
+                                                    else " (no interval: a cell's trials share their filler)"),
                  fontsize=9)
     return save(fig, path)
 

@@ -220,8 +220,8 @@ def test_graded_metrics_keep_the_bootstrap_and_none_from_one_item():
 
 
 def test_passkey_gives_no_interval_from_one_trial():
-    from pecli.experiments.passkey import _accuracy
     from pecli.measures.intervals import wilson
+    from pecli.measures.passkey import accuracy as _accuracy
 
     base = {"model": "m", "intervention": "learned", "rope_scaling": "none", "length": 64, "note": "",
             "trial": 0, "k": 1, "tokens": 64, "output": "", "answer": None, "metric": "correct"}

@@ -3,6 +3,8 @@ decoding against the literal greedy loop, the tables and the figure."""
 
 from __future__ import annotations
 
+import io
+
 import pandas as pd
 import pytest
 import torch
@@ -126,10 +128,10 @@ def test_conditions_intact_first_crossed_with_rope_scaling():
 def test_tables_and_not_applicable_rows(tiny, tmp_path):
     """gpt2 with 96 learned positions: 128-token prompts are n/a (with the 10 new tokens);
     20 tokens cannot hold the template; the accuracy rows count the trials and carry Wilson
-    intervals."""
+    intervals (independent draws)."""
     loaded = tiny("gpt2", n_positions=96)
     o = PasskeyOptions.build({"model": "gpt2", "lengths": "20,80,128", "depths": "0,1",
-                              "trials": 2, "intervention": "zero"}, "t")
+                              "trials": 2, "intervention": "zero", "draws": "independent"}, "t")
     tables = run(o, loaded=loaded)
     trials, acc = tables["passkey_trials"], tables["passkey"]
     assert list(dict.fromkeys(trials["intervention"])) == ["intact", "zero"]
@@ -141,6 +143,7 @@ def test_tables_and_not_applicable_rows(tiny, tmp_path):
     scored = trials[trials["note"] == ""]
     assert (scored["tokens"] == 80).all() and scored["value"].isin([0.0, 1.0]).all()
     assert set(scored["k"]) == set(pk.keys(0, 80, 0.0, 2) + pk.keys(0, 80, 1.0, 2))
+    assert scored["filler_offset"].nunique() > 1  # each trial its own draw
     whole = acc[(acc["depth"].astype(str) == "all") & (acc["length"] == 80)]
     assert list(whole["trials"]) == [4, 4]
     for _, row in whole.iterrows():
@@ -151,8 +154,24 @@ def test_tables_and_not_applicable_rows(tiny, tmp_path):
         assert column in acc and column in trials
 
 
+def test_trials_that_share_their_filler_get_no_interval(tiny):
+    """--draws fixed: a cell's trials differ only in the key, so they are not independent units;
+    the table gives counts and accuracies, no Wilson interval and no bounds on the difference
+    from intact, and the run says why in one warning."""
+    loaded = tiny("gpt2", n_positions=96)
+    o = PasskeyOptions.build({"model": "gpt2", "lengths": "80", "depths": "0,1", "trials": 3,
+                              "intervention": "zero"}, "t")
+    with pytest.warns(UserWarning, match="share their filler"):
+        tables = run(o, loaded=loaded)
+    trials, acc = tables["passkey_trials"], tables["passkey"]
+    assert (trials["filler_offset"] == 0).all()
+    assert (acc["trials"] > 0).all() and acc["ci_low"].isna().all() and acc["ci_high"].isna().all()
+    zero = acc[acc["intervention"] == "zero"]
+    assert zero["diff_vs_intact"].notna().all() and zero[["diff_ci_low", "diff_ci_high"]].isna().all().all()
+
+
 def test_accuracy_counts_and_intervals_from_trials():
-    from pecli.experiments.passkey import _accuracy
+    from pecli.measures.passkey import accuracy as _accuracy
 
     base = {"model": "m", "intervention": "intact", "rope_scaling": "none", "length": 64, "note": "",
             "trial": 0, "k": 1, "tokens": 64, "output": "", "answer": None, "metric": "correct"}
@@ -253,11 +272,11 @@ def test_trials_of_a_cell_are_independent_draws_that_share_only_the_template(tin
 
 def test_passkey_accuracy_rows_carry_the_paired_difference_from_intact():
     """Each condition's accuracy minus the intact model's on the same trials (same depth and
-    trial index: the same key and filler), the bootstrap drawing the pairs together."""
+    trial index: the same prompt), with Newcombe's interval for paired proportions."""
     import numpy as np
 
-    from pecli.experiments.passkey import _accuracy
-    from pecli.measures.intervals import paired_difference
+    from pecli.measures.intervals import paired_proportion_difference as paired_difference
+    from pecli.measures.passkey import accuracy as _accuracy
 
     rng = np.random.default_rng(3)
     right = {"intact": rng.random(24) < 0.3, "rerope:2048": rng.random(24) < 0.9}
@@ -272,3 +291,39 @@ def test_passkey_accuracy_rows_carry_the_paired_difference_from_intact():
     assert (got["diff_vs_intact"], got["diff_ci_low"], got["diff_ci_high"]) == pytest.approx(want)
     at = rows.loc[("rerope:2048", 0.5)]  # one depth: its 8 pairs only
     assert at["diff_vs_intact"] == pytest.approx(right["rerope:2048"][8:16].mean() - right["intact"][8:16].mean())
+
+
+def test_migrate_summarises_committed_passkey_tables_again(tiny, tmp_path):
+    """pecli.experiments.migrate rewrites a section's passkey.csv from its trials as the code now
+    summarises them: here a table whose paired-difference bounds were the old bootstrap's gets
+    Newcombe's, every other cell byte for byte as before, the sidecar's hash and a note updated;
+    a second pass changes nothing; a table whose counts disagree with its trials is refused."""
+    import json
+
+    from pecli.experiments.migrate import resummarize_passkey
+    from pecli.runs.io import write_csv, write_json
+    from pecli.runs.provenance import file_sha256
+
+    o = PasskeyOptions.build({"model": "llama", "lengths": "64", "depths": "0.5", "trials": 6,
+                              "draws": "independent", "intervention": "zero"}, "t")
+    tables = run(o, loaded=tiny("llama"))
+    section = tmp_path / "s"
+    section.mkdir()
+    stale = tables["passkey"].assign(diff_ci_low=lambda d: d["diff_ci_low"].where(d["diff_ci_low"].isna(), -0.5),
+                                     diff_ci_high=lambda d: d["diff_ci_high"].where(d["diff_ci_high"].isna(), 0.5))
+    csv = write_csv(stale, section / "passkey.csv")
+    write_csv(tables["passkey_trials"], section / "passkey_trials.csv")
+    write_json({"table_sha256": file_sha256.__wrapped__(csv)}, section / "passkey.json")
+    write_json({"config": {"options": {"draws": "independent"}}}, section / "done.json")
+    before = pd.read_csv(csv, dtype=str, keep_default_na=False)
+    assert resummarize_passkey(csv) and not resummarize_passkey(csv)
+    after = pd.read_csv(csv, dtype=str, keep_default_na=False)
+    fresh = pd.read_csv(io.StringIO(tables["passkey"].to_csv(index=False)), dtype=str, keep_default_na=False)
+    assert after.equals(fresh)  # what a run today writes
+    kept = [c for c in before.columns if c not in ("diff_ci_low", "diff_ci_high")]
+    assert after[kept].equals(before[kept])
+    meta = json.loads((section / "passkey.json").read_text())
+    assert meta["table_sha256"] == file_sha256.__wrapped__(csv) != meta["resummarized"]["table_sha256_before"]
+    write_csv(stale.assign(correct=stale["correct"] + 1), csv)
+    with pytest.raises(RuntimeError, match="correct"):
+        resummarize_passkey(csv)

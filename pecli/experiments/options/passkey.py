@@ -43,8 +43,9 @@ class PasskeyOptions(Running, RopeScaled):
     draws: str = option(
         "fixed", choices=("fixed", "independent"),
         help="What a trial draws besides its key: fixed (default: the same filler and depth in every "
-             "trial of a cell, the template of the committed results) or independent (its own "
-             "depth within 0.05, filler order and offset: trials that share only the template).")
+             "trial of a cell, the template of the remedies' grid; no interval, since the trials "
+             "are not independent) or independent (its own depth within 0.05, filler order and "
+             "offset: trials that share only the template, with Wilson intervals).")
 
     def check(self) -> None:
         super().check()
