@@ -133,7 +133,8 @@ def nll_by_position(df: pd.DataFrame, path: Path) -> Path:
         ax.axis("off")
     first = df.iloc[0]
     lengths = ", ".join(str(n) for n in sorted(df["length"].unique()))
-    fig.suptitle(f"NLL by position, {first['window_protocol']} windows of {lengths} tokens\n"
+    what = "NLL by position" if band_label(df) == WINDOWS_BAND else "log of the seeds' mean perplexity by position"
+    fig.suptitle(f"{what}, {first['window_protocol']} windows of {lengths} tokens\n"
                  f"{data_label(first, 'document')}, {first['stream_tokens']:,} stream tokens{dtype_note(first)}",
                  fontsize=8.5, y=1.0)
     fig.tight_layout()
