@@ -182,7 +182,9 @@ def _encoder(o: FinetuneOptions, loaded, conds, say) -> pd.DataFrame:
                      "interval": "Wilson over test texts", "checkpoint_revision": "",
                      **_paired(right, intact and intact[0], cond, o.seed)})
         rows += _with_paired(tuned, accs, intact and intact[1], cond, o.seed)
-    return validate(pd.DataFrame(rows))
+    from pecli.positions.labels import labelled
+
+    return validate(labelled(pd.DataFrame(rows)))  # each row's `condition`, as every table has
 
 
 def _paired(right: np.ndarray, reference: np.ndarray | None, cond, seed: int) -> dict:

@@ -57,7 +57,7 @@ def test_encoder_sentiment_beside_the_probe(invoke, shared_data, tmp_path, minil
                "--out", str(out))
     assert r.exit_code == 0, r.output
     df = pd.read_csv(out / "finetune.csv")
-    assert set(df["intervention"]) == {"intact", "zero"}
+    assert set(df["intervention"]) == {"intact", "zero"} and (df["condition"] == df["intervention"]).all()
     for _, part in df.groupby("intervention"):
         seeds = part[part["metric"] == "finetune_accuracy"]
         assert seeds["seed_run"].tolist() == [0, 1]
