@@ -11,7 +11,8 @@ import pytest
 def test_passkey_writes_tables_figure_and_sidecar(use_tiny, tmp_path, invoke):
     out = tmp_path / "run"
     result = invoke("passkey", "llama", "--lengths", "72,96", "--depths", "0,1", "--trials", "2",
-                    "--intervention", "zero", "--rope-scaling", "linear:2", "--out", str(out))
+                    "--draws", "independent", "--intervention", "zero", "--rope-scaling", "linear:2",
+                    "--out", str(out))
     assert result.exit_code == 0, result.output
     acc = pd.read_csv(out / "passkey.csv")
     trials = pd.read_csv(out / "passkey_trials.csv")
@@ -22,7 +23,8 @@ def test_passkey_writes_tables_figure_and_sidecar(use_tiny, tmp_path, invoke):
     for col in ("value", "ci_low", "ci_high", "correct", "trials", "model_revision", "rope_parameters"):
         assert acc[col].notna().all(), col
     assert (out / "figures" / "passkey.png").stat().st_size > 10_000
-    assert json.loads((out / "passkey.json").read_text())["config"]["depths"] == [0.0, 1.0]
+    sidecar = json.loads((out / "passkey.json").read_text())
+    assert sidecar["config"]["depths"] == [0.0, 1.0] and "Newcombe" in json.dumps(sidecar)
     assert "intact" in result.output and "zero + linear:2" in result.output  # positions.labels.label
     # the summary shows every depth: right/trials per (condition, length, depth), as the table
     assert "depth 0.0" in result.output and "depth 1.0" in result.output
@@ -31,6 +33,18 @@ def test_passkey_writes_tables_figure_and_sidecar(use_tiny, tmp_path, invoke):
         cell = f"{by.loc['0.0', 'correct']}/2 " if "0.0" in by.index else None
         assert cell is not None and any(line.count(f"{length:,}") and cell.strip() in line
                                         for line in result.output.splitlines())
+
+
+def test_trials_that_share_their_filler_are_written_without_intervals(use_tiny, tmp_path, invoke):
+    """The default --draws fixed: counts and accuracies, no interval, and the run says why."""
+    out = tmp_path / "fixed"
+    with pytest.warns(UserWarning, match="share their filler"):  # pecli prints it as one line
+        result = invoke("passkey", "llama", "--lengths", "72", "--depths", "0,1", "--trials", "2",
+                        "--intervention", "zero", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    acc = pd.read_csv(out / "passkey.csv")
+    assert acc["correct"].notna().all() and acc[["ci_low", "ci_high", "diff_ci_low"]].isna().all().all()
+    assert "share their filler" in json.loads((out / "passkey.json").read_text())["config"]["intervals"]
 
 
 @pytest.mark.parametrize("args, words", [
