@@ -66,7 +66,7 @@ PASSKEY_NOTE = ("issue 44: passkey.csv summarised again from passkey_trials.csv:
 
 
 def resummarize_passkey(path: Path) -> bool:
-    """Rewrite a preset section's passkey.csv from its trials as `passkey._accuracy` now
+    """Rewrite a preset section's passkey.csv from its trials as `pecli.measures.passkey.accuracy` now
     summarises them (the section's `draws` option read from its done.json); whether it changed.
     Refuses, rather than rewrites, a table whose other cells the summary would change."""
     from pecli.measures.intervals import DIFF_COLUMNS
