@@ -32,13 +32,14 @@ def passkey(options: PasskeyOptions, *, out: OutOpt = None, force: ForceOpt = Fa
         pecli passkey random:llama --lengths 128,256 --intervention zero
     """
     from pecli.experiments.passkey import run
+    from pecli.measures.intervals import PAIRED_PROPORTION_METHOD
     from pecli.positions.labels import columns
     from pecli.positions.labels import label as condition_label
     with counter("decoding", "trials") as advance:
         tables, paths, pngs, _ = run_and_write(
             "passkey", run, options, out, progress=advance, force=force,
-            notes={"intervals": ("95 % Wilson score interval over trials; the difference from intact: "
-                                 "Newcombe's paired score interval"
+            notes={"intervals": (f"95 % Wilson score interval over trials; the difference from intact: "
+                                 f"{PAIRED_PROPORTION_METHOD}"
                                  if options.draws == "independent" else
                                  "none: the trials of a cell share their filler and depth (--draws fixed)"),
                    "interval_unit": ("trial (its own key, depth jitter, filler order and offset)"

@@ -54,6 +54,7 @@ def _rewrite(path: Path, table: pd.DataFrame, record: str, note: str) -> None:
     write_csv(table, path)
     if side.exists():
         meta = json.loads(side.read_text(encoding="utf-8"))
+        before = meta.get(record, {}).get("table_sha256_before", before)  # the table as first written
         meta[record] = {"note": note, "table_sha256_before": before, "by": "pecli.experiments.migrate"}
         meta["table_sha256"] = file_sha256.__wrapped__(path)
         write_json(meta, side)

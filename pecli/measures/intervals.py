@@ -270,8 +270,6 @@ def paired_proportion_difference(right, reference, level: float = LEVEL) -> tupl
     interval of each margin combined with the pairs' correlation. It stays an interval where
     a bootstrap cannot (every pair right-wrong gives [1, 1]); NaN bounds for fewer than MIN_TEXTS
     pairs, and NaN for none."""
-    from scipy.stats import norm
-
     x, r = (np.asarray(v, np.float64).ravel() for v in (right, reference))
     if x.shape != r.shape or not np.isin(np.concatenate([x, r]), (0.0, 1.0)).all():
         raise ValueError(f"paired proportions need 0/1 answers on the same trials: {x.shape}, {r.shape}")
@@ -283,13 +281,7 @@ def paired_proportion_difference(right, reference, level: float = LEVEL) -> tupl
     p1, p2 = (both + only_x) / n, (both + only_r) / n
     if n < MIN_TEXTS:
         return p1 - p2, float("nan"), float("nan")
-    z = norm.ppf(1 - (1 - level) / 2)
-
-    def score(p: float) -> tuple[float, float]:  # Wilson's interval, closed form
-        centre, half = p + z * z / (2 * n), z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-        return (centre - half) / (1 + z * z / n), (centre + half) / (1 + z * z / n)
-
-    (l1, u1), (l2, u2) = score(p1), score(p2)
+    (l1, u1), (l2, u2) = wilson(round(both + only_x), n, level), wilson(round(both + only_r), n, level)
     margins = (both + only_x) * (only_r + neither) * (both + only_r) * (only_x + neither)
     cross = both * neither - only_x * only_r  # phi's numerator, continuity-corrected toward 0
     cross = cross - n / 2 if cross > n / 2 else (cross if cross < 0 else 0.0)

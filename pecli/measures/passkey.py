@@ -220,10 +220,10 @@ def accuracy(trials: list[dict], independent: bool = True) -> list[dict]:
                          "correct": right, "trials": n, "rows": len(part),
                          "tokens": int(scored["tokens"].sum()),
                          "note": "" if n else first["note"]})
-    return paired_with_intact(df, rows, independent)
+    return _paired_with_intact(df, rows, independent)
 
 
-def paired_with_intact(trials: pd.DataFrame, rows: list[dict], independent: bool = True) -> list[dict]:
+def _paired_with_intact(trials: pd.DataFrame, rows: list[dict], independent: bool = True) -> list[dict]:
     """Each accuracy row's DIFF_COLUMNS against the intact, unscaled model at the same model,
     length and depth: the trials are paired by (depth, trial), the same prompt for both, and
     Newcombe's paired score interval (`paired_proportion_difference`) bounds the difference,
