@@ -21,11 +21,12 @@ pecli's NLLs equal the logits' to float noise where both run (max |difference| p
 
     python benchmarks/bench_vocab.py --model gemma3 --tokens 8192 --reps 2
 
-Measured at 2,048 tokens (2026-11-27, 2 shared cores at load average 12: times are rough;
-8,192 not run there): peak memory 1.03x the forward without logits (1.57 vs 1.53 GiB; the
-whole logits 3.82x), NLLs equal to the whole logits' (0.0); time 2.79x the forward without
-logits and 1.73x the whole-logits forward: 64-row chunks read the 640 x 262,144 head (670 MB)
-once per chunk, so larger chunks (HEAD_LOGITS) trade memory for time.
+Measured at 8,192 tokens on a quiet 2-core machine (2026-12-04, float32, best of 1): peak
+memory 1.10x the forward without logits, time 1.61x, with chunks of 256 rows (HEAD_LOGITS);
+with the earlier 64-row chunks 0.97x and 1.73x (the 640 x 262,144 head, 670 MB, read once per
+chunk). The 15 s above the forward is the head (2.7 TFLOP at 8,192 tokens), about 1.6x is
+its floor on this CPU, and the 1.1x goal cannot be met by any way that scores every position. At 2,048 tokens (2026-11-27, a shared machine): the whole logits 3.82x the
+memory, NLLs equal to pecli's (0.0).
 """
 
 from __future__ import annotations

@@ -127,7 +127,9 @@ def target_nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 
 
 HEAD_CHUNK = 256  # scored rows per LM-head matmul at most: [256, vocab] logits at a time
-HEAD_LOGITS = 1 << 24  # and at most this many logits (64 MiB of fp32): 64 rows of Gemma's 262k
+HEAD_LOGITS = 1 << 26  # and at most this many logits (256 MiB of fp32): 256 rows of Gemma's 262k
+# (64 rows read the 670 MB head 4x as often: 1.73x against 1.61x the forward without logits at
+# 8,192 tokens, peak memory 0.97x against 1.10x; benchmarks/bench_vocab.py)
 
 
 def head_nll(model, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

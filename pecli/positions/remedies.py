@@ -69,6 +69,10 @@ from pecli.runs.errors import InterventionError, ModelError
 
 ATTENTION = "pecli_remedy"  # the name registered in transformers' AttentionInterface
 MASK_BUDGET = 1 << 22  # (query, key) pairs per query block: a 16 MB mask in fp32
+# Queries per tiled block. A block's triangle tiles compute about 1.5 x block pairs per query
+# that their masks then hide, while small blocks pay per call: 256 was the fastest of 128, 256,
+# 512 and 1,024 (W / 2, before) on SmolLM2 at 8,192 tokens (benchmarks/bench_remedies.py).
+TILE_QUERIES = 256
 
 
 @dataclass(frozen=True)
@@ -403,7 +407,7 @@ def blocked(module, remedy: Remedy, rotary, query, key, value, q_near, k_near, k
     span = w + far_keys if remedy.windowed else k_len
     block = max(16, min(q_len, MASK_BUDGET // max(b * (span + 1), 1)))
     if tiles:
-        block = min(q_len, w - 1, max(w // 2, 64))  # a near band wider than a block
+        block = min(q_len, w - 1, TILE_QUERIES)  # a near band wider than a block
         r = torch.arange(block, device=query.device)
         cut = torch.zeros(block, block, dtype=query.dtype, device=query.device)
         triangles = {"causal": cut.masked_fill(r[None] > r[:, None], -math.inf),
@@ -479,7 +483,7 @@ def chunked(module, remedy: Remedy, rotary, query, key, value, q_near, k_near, k
         return _merged(parts, logit).to(out.dtype)
 
     if visible is None:
-        block = min(q_len, c, 512)
+        block = min(q_len, c, TILE_QUERIES)
         r = torch.arange(block, device=query.device)
         cut = torch.zeros(block, block, dtype=query.dtype, device=query.device)
         triangles = {"causal": cut.masked_fill(r[None] > r[:, None], -math.inf)}
