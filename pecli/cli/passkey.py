@@ -22,7 +22,8 @@ def passkey(options: PasskeyOptions, *, out: OutOpt = None, force: ForceOpt = Fa
     the model decodes at most 10 tokens greedily, with the KV cache; a trial is right when
     the first integer in its output is k. passkey.csv: accuracy per (model, condition, length,
     depth) and per length over all depths, with a 95 % Wilson interval where trials are
-    independent draws (--draws independent), and each condition's difference from intact on
+    independent draws (the default; --draws fixed shares one filler per cell and gives
+    counts without intervals), and each condition's difference from intact on
     the same trials with Newcombe's paired interval; passkey_trials.csv: every trial. The
     intact model comes first; every --intervention is crossed with every --rope-scaling.
 

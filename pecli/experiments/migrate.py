@@ -68,7 +68,7 @@ PASSKEY_NOTE = ("issue 44: passkey.csv summarised again from passkey_trials.csv:
 
 def resummarize_passkey(path: Path) -> bool:
     """Rewrite a preset section's passkey.csv from its trials as `pecli.measures.passkey.accuracy` now
-    summarises them (the section's `draws` option read from its done.json); whether it changed.
+    summarises them (the trials' `draws`, or the section's option in its done.json); whether it changed.
     Refuses, rather than rewrites, a table whose other cells the summary would change."""
     from pecli.measures.intervals import DIFF_COLUMNS
     from pecli.measures.passkey import accuracy
@@ -77,8 +77,10 @@ def resummarize_passkey(path: Path) -> bool:
     trials_csv, done = path.with_name("passkey_trials.csv"), path.with_name("done.json")
     if path.name != "passkey.csv" or not (trials_csv.exists() and done.exists()):
         return False
-    draws = json.loads(done.read_text(encoding="utf-8"))["config"]["options"].get("draws", "fixed")
     trials = pd.read_csv(trials_csv, low_memory=False)
+    # rows name their design; tables from before they did were fixed unless the options said so
+    draws = (trials["draws"].iloc[0] if "draws" in trials else
+             json.loads(done.read_text(encoding="utf-8"))["config"]["options"].get("draws", "fixed"))
     trials["note"] = trials["note"].astype("object").fillna("")
     new = pd.DataFrame(accuracy(trials.to_dict("records"), independent=draws == "independent"))
     old = pd.read_csv(path, dtype=str, keep_default_na=False, low_memory=False)

@@ -84,7 +84,7 @@ def _trials_for(loaded, grid, o: PasskeyOptions, progress) -> list[dict]:
     total = len(grid) * sum(len(ts) for ts in cells.values())
     tick = (lambda k: progress(k, total)) if progress else None
     common = {"experiment": "passkey", "seed": o.seed, **loaded.provenance(), "dataset": "passkey",
-              "split": "synthetic", "template": TEMPLATE, "max_new_tokens": NEW_TOKENS,
+              "split": "synthetic", "template": TEMPLATE, "draws": o.draws, "max_new_tokens": NEW_TOKENS,
               "decoding": "greedy, KV cache; correct when the first integer equals the key",
               "context": loaded.max_positions}
     rows = []

@@ -105,15 +105,20 @@ class Entry:
     reference: str = STUDY_COLUMN  # whose numbers stand beside pecli's (a report line's `study`)
 
     def key(self, version: int, spelling: dict[str, str] | None = None,
-            old_values: bool = False) -> str:
+            old_values: bool = False, old_defaults: bool = False) -> str:
         """Hash of everything that determines the numbers: reruns with the same key are skipped.
 
         Where the data directory is does not count (the rows record the files' hashes).
         `spelling` renames keys first: the experiment's `KEYED_AS` gives the key that results
         computed before a renaming were saved under; `old_values` spells renamed names (a
-        registry's `renamed`, e.g. intervention `intact`, once `learned`) as they were.
+        registry's `renamed`, e.g. intervention `intact`, once `learned`) as they were. An
+        option whose default changed (`DEFAULTS_BEFORE`) counts at today's default where the
+        entry leaves it out; `old_defaults` leaves it out where the entry gives the old default,
+        as results saved before the change were keyed.
         """
         options = self.shown_options()
+        if self.built is not None:
+            options = _defaults_keyed(options, type(self.built), old_defaults)
         if old_values and self.built is not None:
             options = _old_values(options, type(self.built))
         shown = {(spelling or {}).get(k, k): v for k, v in options.items()}
@@ -124,13 +129,22 @@ class Entry:
     def keys(self, version: int) -> tuple[str, ...]:
         """This entry's key, then its key before the options' renaming (if it differs)."""
         spelling = type(self.built).KEYED_AS if self.built is not None else {}
-        return tuple(dict.fromkeys([self.key(version), self.key(version, spelling),
-                                    self.key(version, old_values=True),
-                                    self.key(version, spelling, old_values=True)]))
+        return tuple(dict.fromkeys(self.key(version, s, old, before) for before in (False, True)
+                                   for old in (False, True) for s in (None, spelling)))
 
 
     def shown_options(self) -> dict:
         return {k: v for k, v in self.options.items() if k not in LOCATION_OPTIONS}
+
+
+def _defaults_keyed(options: dict, cls: type[Options], old: bool) -> dict:
+    """`options` with each option whose default changed given at today's default where it is
+    left out; `old`: then left out where it is the old default (an entry that leaves it out
+    means today's default, so it never finds results saved under the old one)."""
+    changed = cls.DEFAULTS_BEFORE
+    today = {f.name: f.default for f in dataclasses.fields(cls) if f.name in changed}
+    given = {**{k: today[k] for k in changed if k not in options}, **options}
+    return {k: v for k, v in given.items() if not (old and k in changed and v == changed[k])}
 
 
 def _old_values(options: dict, cls: type[Options]) -> dict:

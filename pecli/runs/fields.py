@@ -114,6 +114,10 @@ class Options:
     # Keys that results were hashed under before the renaming (pecli.runs.config.Entry.key): a
     # finished result under the old spelling is recognised, not recomputed.
     KEYED_AS: ClassVar[dict[str, str]] = {}
+    # Options whose default changed: name -> the default before. A preset entry that leaves one
+    # out is keyed with today's default; one that names the old default also finds the results
+    # saved when it went unsaid (pecli.runs.config.Entry.keys).
+    DEFAULTS_BEFORE: ClassVar[dict[str, Any]] = {}
 
     @classmethod
     def build(cls, values: Mapping[str, Any], where: str) -> typing.Self:

@@ -9,13 +9,15 @@ import pytest
 
 
 def test_passkey_writes_tables_figure_and_sidecar(use_tiny, tmp_path, invoke):
+    """The default --draws independent: every trial its own draw, Wilson intervals, and every row
+    naming its design."""
     out = tmp_path / "run"
     result = invoke("passkey", "llama", "--lengths", "72,96", "--depths", "0,1", "--trials", "2",
-                    "--draws", "independent", "--intervention", "zero", "--rope-scaling", "linear:2",
-                    "--out", str(out))
+                    "--intervention", "zero", "--rope-scaling", "linear:2", "--out", str(out))
     assert result.exit_code == 0, result.output
     acc = pd.read_csv(out / "passkey.csv")
     trials = pd.read_csv(out / "passkey_trials.csv")
+    assert set(trials["draws"]) == {"independent"} and set(acc["draws"]) == {"independent"}
     conditions = list(dict.fromkeys(zip(acc["intervention"], acc["rope_scaling"], strict=True)))
     assert conditions == [("intact", "none"), ("intact", "linear:2"), ("zero", "none"), ("zero", "linear:2")]
     assert len(acc) == 4 * 2 * 3  # conditions x lengths x (2 depths + all)
@@ -36,14 +38,16 @@ def test_passkey_writes_tables_figure_and_sidecar(use_tiny, tmp_path, invoke):
 
 
 def test_trials_that_share_their_filler_are_written_without_intervals(use_tiny, tmp_path, invoke):
-    """The default --draws fixed: counts and accuracies, no interval, and the run says why."""
+    """--draws fixed (the remedies grid's design): counts and accuracies, no interval, and the
+    run says why."""
     out = tmp_path / "fixed"
     with pytest.warns(UserWarning, match="share their filler"):  # pecli prints it as one line
         result = invoke("passkey", "llama", "--lengths", "72", "--depths", "0,1", "--trials", "2",
-                        "--intervention", "zero", "--out", str(out))
+                        "--draws", "fixed", "--intervention", "zero", "--out", str(out))
     assert result.exit_code == 0, result.output
     acc = pd.read_csv(out / "passkey.csv")
     assert acc["correct"].notna().all() and acc[["ci_low", "ci_high", "diff_ci_low"]].isna().all().all()
+    assert set(pd.read_csv(out / "passkey_trials.csv")["draws"]) == {"fixed"}
     assert "share their filler" in json.loads((out / "passkey.json").read_text())["config"]["intervals"]
 
 

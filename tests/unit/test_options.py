@@ -124,6 +124,34 @@ def test_a_preset_builds_the_same_object_as_the_flags(tmp_path):
     assert old.key(2) in entry.keys(2) and entry.key(2) != old.key(2)
 
 
+def test_a_changed_default_keys_an_entry_by_what_it_computes(tmp_path):
+    """passkey's --draws went from fixed to independent (DEFAULTS_BEFORE). Results saved while an
+    entry left it out drew fixed trials: an entry that names fixed still finds them, one that
+    leaves it out (independent now) does not, and naming today's default is leaving it out."""
+    import hashlib
+    import json
+
+    from pecli.experiments import EXPERIMENTS
+    from pecli.experiments.passkey import run  # noqa: F401 (registers the experiment)
+    from pecli.experiments.reproduce import load_preset
+
+    version = EXPERIMENTS.get("passkey").version
+
+    def entry(name, extra=""):
+        path = tmp_path / f"{name}.yaml"
+        path.write_text("experiments:\n  - {id: a, experiment: passkey, options: "
+                        f"{{model: random:llama, trials: 2{extra}}}}}\n")
+        return load_preset(str(path)).entries[0]
+
+    blob = json.dumps({"experiment": "passkey", "version": version,
+                       "options": {"model": "random:llama", "trials": 2}}, sort_keys=True)
+    saved_before = hashlib.sha256(blob.encode()).hexdigest()[:16]  # the key before the change
+    fixed, unsaid = entry("fixed", ", draws: fixed"), entry("unsaid")
+    assert saved_before in fixed.keys(version) and fixed.key(version) != saved_before
+    assert saved_before not in unsaid.keys(version)
+    assert unsaid.key(version) == entry("independent", ", draws: independent").key(version) != fixed.key(version)
+
+
 def test_a_preset_type_error_is_one_line(tmp_path):
     path = tmp_path / "p.yaml"
     path.write_text("experiments:\n  - {id: a, experiment: ablate, options: {limit: four}}\n")

@@ -160,7 +160,7 @@ def test_trials_that_share_their_filler_get_no_interval(tiny):
     from intact, and the run says why in one warning."""
     loaded = tiny("gpt2", n_positions=96)
     o = PasskeyOptions.build({"model": "gpt2", "lengths": "80", "depths": "0,1", "trials": 3,
-                              "intervention": "zero"}, "t")
+                              "draws": "fixed", "intervention": "zero"}, "t")
     with pytest.warns(UserWarning, match="share their filler"):
         tables = run(o, loaded=loaded)
     trials, acc = tables["passkey_trials"], tables["passkey"]
@@ -314,7 +314,7 @@ def test_migrate_summarises_committed_passkey_tables_again(tiny, tmp_path):
     csv = write_csv(stale, section / "passkey.csv")
     write_csv(tables["passkey_trials"], section / "passkey_trials.csv")
     write_json({"table_sha256": file_sha256.__wrapped__(csv)}, section / "passkey.json")
-    write_json({"config": {"options": {"draws": "independent"}}}, section / "done.json")
+    write_json({"config": {"options": {}}}, section / "done.json")  # today's default: the rows say
     before = pd.read_csv(csv, dtype=str, keep_default_na=False)
     assert resummarize_passkey(csv) and not resummarize_passkey(csv)
     after = pd.read_csv(csv, dtype=str, keep_default_na=False)

@@ -25,6 +25,7 @@ class PasskeyOptions(Running, RopeScaled):
     """`pecli passkey` and the `passkey` experiment: a number hidden in filler, retrieved by
     greedy decoding, by prompt length and depth (pecli.measures.passkey)."""
 
+    DEFAULTS_BEFORE: ClassVar[dict[str, str]] = {"draws": "fixed"}  # the default until 2026-12
     FLAGS: ClassVar[str] = ("model lengths depths trials draws rope_scaling rope_scaling_on "
                             "intervention batch_size seed "
                             "device dtype out force")
@@ -41,11 +42,11 @@ class PasskeyOptions(Running, RopeScaled):
     trials: int = option(5, low=1, high=10_000, flag={"type": int | None, "default": None, "min": 1},
                          help="Trials per (length, depth), each with its own seeded key (default 5).")
     draws: str = option(
-        "fixed", choices=("fixed", "independent"),
-        help="What a trial draws besides its key: fixed (default: the same filler and depth in every "
-             "trial of a cell, the template of the remedies' grid; no interval, since the trials "
-             "are not independent) or independent (its own depth within 0.05, filler order and "
-             "offset: trials that share only the template, with Wilson intervals).")
+        "independent", choices=("independent", "fixed"),
+        help="What a trial draws besides its key: independent (default: its own depth within "
+             "0.05, filler order and offset, so trials share only the template; Wilson "
+             "intervals) or fixed (the same filler and depth in every trial of a cell, the "
+             "remedies' grid's design; no interval, since the trials are not independent).")
 
     def check(self) -> None:
         super().check()
