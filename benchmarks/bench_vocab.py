@@ -25,8 +25,9 @@ Measured at 8,192 tokens on a quiet 2-core machine (2026-12-04, float32, best of
 memory 1.10x the forward without logits, time 1.61x, with chunks of 256 rows (HEAD_LOGITS);
 with the earlier 64-row chunks 0.97x and 1.73x (the 640 x 262,144 head, 670 MB, read once per
 chunk). The 15 s above the forward is the head (2.7 TFLOP at 8,192 tokens), about 1.6x is
-its floor on this CPU, and the 1.1x goal cannot be met by any way that scores every position. At 2,048 tokens (2026-11-27, a shared machine): the whole logits 3.82x the
-memory, NLLs equal to pecli's (0.0).
+its floor on this CPU, and the 1.1x goal cannot be met by any way that scores every position.
+At 2,048 tokens (2026-11-27, a shared machine): the whole logits 3.82x the memory, NLLs equal
+to pecli's (0.0).
 """
 
 from __future__ import annotations

@@ -119,15 +119,16 @@ class Entry:
         options = self.shown_options()
         if self.built is not None:
             options = _defaults_keyed(options, type(self.built), old_defaults)
-        if old_values and self.built is not None:
-            options = _old_values(options, type(self.built))
+            if old_values:
+                options = _old_values(options, type(self.built))
         shown = {(spelling or {}).get(k, k): v for k, v in options.items()}
         blob = json.dumps({"experiment": self.experiment, "version": version,
                            "options": shown}, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def keys(self, version: int) -> tuple[str, ...]:
-        """This entry's key, then its key before the options' renaming (if it differs)."""
+        """This entry's key, then the keys of results saved before a renaming of its options or
+        their values, or before a change of a default it names (where they differ)."""
         spelling = type(self.built).KEYED_AS if self.built is not None else {}
         return tuple(dict.fromkeys(self.key(version, s, old, before) for before in (False, True)
                                    for old in (False, True) for s in (None, spelling)))
