@@ -282,8 +282,12 @@ def remedy_attention(module, query, key, value, attention_mask, scaling=None, dr
     if scaling is None:
         scaling = query.shape[-1] ** -0.5
     q_len, k_len = query.shape[2], key.shape[2]
-    visible = as_visible(attention_mask, module, query, key)  # [b, 1, q, k]
-    key_pos = _positions(visible)
+    if attention_mask is None:  # SDPA's causal case, no padding: keys at 0..k-1, no mask built
+        visible = None
+        key_pos = torch.arange(k_len, device=query.device).expand(query.shape[0], k_len)
+    else:
+        visible = as_visible(attention_mask, module, query, key)  # [b, 1, q, k]
+        key_pos = _positions(visible)
     remedy, rotary = state
     cos, sin = _cos_sin(rotary, value, key_pos)
     k_near = rotary.rotate(key, cos, sin)
@@ -297,7 +301,7 @@ def remedy_attention(module, query, key, value, attention_mask, scaling=None, dr
         return plain(module, q_near * factor.to(q_near.dtype), k_near, value, attention_mask,
                      dropout=dropout, scaling=scaling, **kwargs)
     out = entry.attend(module, remedy, rotary, query, key, value, q_near, k_near, key_pos,
-                       None if attention_mask is None else visible, scaling, kwargs.get("softcap"),
+                       visible, scaling, kwargs.get("softcap"),
                        kwargs.get("s_aux"))
     return out, None
 
@@ -392,11 +396,6 @@ def blocked(module, remedy: Remedy, rotary, query, key, value, q_near, k_near, k
     g = h // h_kv
     first = k_len - q_len  # key index of the first query
     q_pos = key_pos[:, first:]
-    cq, sq = _cos_sin(rotary, value, remedy.far_query(q_pos))
-    q_far = rotary.rotate(query, cq, sq)
-    ck, sk = _cos_sin(rotary, value, remedy.far_key(key_pos))
-    k_far = repeat_kv(rotary.rotate(key, ck, sk), g)  # grouped-query attention: kv head j serves j*g..
-    k_near, v = repeat_kv(k_near, g), repeat_kv(value, g)
     idx = torch.arange(k_len, device=query.device)
     if visible is not None and torch.equal(visible, (idx[first:, None] >= idx[None]).expand_as(visible)):
         visible = None  # a materialised causal mask (eager attention) is the causal mask
@@ -404,6 +403,11 @@ def blocked(module, remedy: Remedy, rotary, query, key, value, q_near, k_near, k
     tiles = visible is None and w >= 2  # positions are indices: tiles; else masks
     pads = 0 if visible is None else int((~visible[:, 0].any(dim=-2)).sum(-1).max())
     far_keys = min(remedy.sinks + pads, k_len) if remedy.windowed else k_len
+    cq, sq = _cos_sin(rotary, value, remedy.far_query(q_pos))
+    q_far = rotary.rotate(query, cq, sq)
+    ck, sk = _cos_sin(rotary, value, remedy.far_key(key_pos[:, :far_keys]))  # windowed: the sinks only
+    k_far = repeat_kv(rotary.rotate(key[:, :, :far_keys], ck, sk), g)  # kv head j serves heads j*g..
+    k_near, v = repeat_kv(k_near, g), repeat_kv(value, g)
     span = w + far_keys if remedy.windowed else k_len
     block = max(16, min(q_len, MASK_BUDGET // max(b * (span + 1), 1)))
     if tiles:
