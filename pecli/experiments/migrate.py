@@ -14,6 +14,7 @@ a section's passkey.csv from its passkey_trials.csv as the current code summaris
 difference from intact bounded by Newcombe's paired interval, not a bootstrap; no interval
 where the trials share their filler, --draws fixed) and records `resummarized` in the sidecar.
 The trials, and every cell the summary shares with before, are unchanged (the keys stay valid).
+`rename_tune_windows` renames tune's `windows` column (its windowing) window_protocol.
 
     python -m pecli.experiments.migrate results/offline
 """
@@ -96,13 +97,31 @@ def resummarize_passkey(path: Path) -> bool:
     return True
 
 
+TUNE_NOTE = ("issue 47: tune's `windows` column (how windows were cut: nonoverlapping) renamed "
+             "window_protocol, as pecli length names it (`windows` counts windows in every other "
+             "table); every cell unchanged")
+
+
+def rename_tune_windows(path: Path) -> bool:
+    """Rewrite a tune table whose `windows` column names the windowing, not a count (written
+    before it was called window_protocol); whether it changed."""
+    path = Path(path)
+    if not path.name.startswith("tune_"):
+        return False
+    old = pd.read_csv(path, dtype=str, keep_default_na=False, low_memory=False)
+    if "windows" not in old.columns or old["windows"].str.isdigit().all():
+        return False
+    _rewrite(path, old.rename(columns={"windows": "window_protocol"}), "renamed", TUNE_NOTE)
+    return True
+
+
 def migrate(folder: Path) -> list[Path]:
     """Every results table under `folder` migrated; the ones that changed. In a preset's
     folder (`pecli reproduce --out`), an entry with a changed table has its figures drawn
     again from the migrated tables, as `pecli reproduce` names them (the same files)."""
     folder = Path(folder)
     tables = sorted(p for pattern in ("*.csv", "*.csv.gz") for p in folder.rglob(pattern))
-    changed = [p for p in tables if migrate_table(p) | resummarize_passkey(p)]
+    changed = [p for p in tables if migrate_table(p) | resummarize_passkey(p) | rename_tune_windows(p)]
     for done in sorted(folder.glob("*/done.json")):
         if any(p.parent == done.parent for p in changed):
             _redraw(folder, done)

@@ -217,10 +217,14 @@ def _lookup(csv: Path, where: dict, fmt: str) -> str:
     if pd.notna(row.get("chance")):  # multiple choice: the level a uniform guess reaches
         inside = low == low and low <= row["chance"] <= high
         value += f" (chance {_fmt(row['chance'], fmt)}{': the interval contains it' if inside else ''})"
+    signed = fmt.replace("{:", "{:+")
     if pd.notna(row.get("diff_vs_intact")):  # conditions on shared texts: the paired difference
-        signed = fmt.replace("{:", "{:+")
         low, high = proper(row.get("diff_ci_low", np.nan), row.get("diff_ci_high", np.nan))
         value += f"; paired difference from intact {_fmt(row['diff_vs_intact'], signed)}"
+        value += f" [{_fmt(low, signed)}, {_fmt(high, signed)}]" if low == low else " (no interval)"
+    if pd.notna(row.get("diff_vs_default")):  # tune's best against the papers' setting
+        low, high = proper(row.get("diff_default_ci_low", np.nan), row.get("diff_default_ci_high", np.nan))
+        value += f"; from the default {_fmt(row['diff_vs_default'], signed)}"
         value += f" [{_fmt(low, signed)}, {_fmt(high, signed)}]" if low == low else " (no interval)"
     return value
 

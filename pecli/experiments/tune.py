@@ -383,7 +383,7 @@ class _Windows:
 
     def provenance(self) -> dict:
         return {**self.data.provenance(), "text_field": self.data.text_field, "unit": "window",
-                "windows": "nonoverlapping", "start_token": "none",
+                "window_protocol": "nonoverlapping", "start_token": "none",
                 "interval": "95 % percentile bootstrap over windows (paired for differences)"}
 
     def units(self, split: str) -> int:

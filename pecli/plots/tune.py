@@ -5,6 +5,7 @@ the report split's numbers beside, in the legend."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -22,13 +23,25 @@ def parameters(curve: pd.DataFrame) -> list[str]:
     return [k for k in keys if k in curve.columns]
 
 
+def _digits(report: pd.DataFrame) -> int:
+    """One number of decimals for the report's numbers: 2 (4 below 10), more where the
+    narrowest interval needs them to show two significant digits of its width."""
+    pairs = [("ci_low", "ci_high"), ("diff_ci_low", "diff_ci_high"),
+             ("diff_default_ci_low", "diff_default_ci_high")]
+    widths = [w for lo, hi in pairs if lo in report for w in (report[hi] - report[lo]).dropna() if w > 0]
+    need = 4 if report["value"].abs().max() < 10 else 2
+    return max(need, *(math.ceil(-math.log10(w)) + 1 for w in widths)) if widths else need
+
+
 def _report_text(report: pd.DataFrame) -> list[str]:
     """One line per report row: its value with its interval, and its paired difference from
-    intact (and the best's from the default)."""
+    intact (and the best's from the default), all with the same decimals."""
+    digits = _digits(report)
+
     def ci(r, v, lo, hi) -> str:
         if v not in r or r[v] != r[v]:
             return ""
-        spec = "+,.4g" if v.startswith("diff") else ",.6g"
+        spec = f"{'+' if v.startswith('diff') else ''},.{digits}f"
         bounds = "" if r[lo] != r[lo] else f" [{r[lo]:{spec}}, {r[hi]:{spec}}]"
         return f"{r[v]:{spec}}{bounds}"
 
@@ -41,6 +54,11 @@ def _report_text(report: pd.DataFrame) -> list[str]:
             parts.append(f"vs default {d}")
         lines.append("; ".join(parts))
     return lines
+
+
+def _count(n, unit: str) -> str:
+    """`1 window`, `10 windows`."""
+    return f"{int(n):,} {unit}{'' if int(n) == 1 else 's'}"
 
 
 def one_parameter(curve: pd.DataFrame, report: pd.DataFrame | None, param: str, path: Path) -> Path:
@@ -56,8 +74,15 @@ def one_parameter(curve: pd.DataFrame, report: pd.DataFrame | None, param: str, 
             ax.fill_between(part[param], part["ci_low"], part["ci_high"], color=line.get_color(),
                             alpha=0.08, lw=0)
     intact = (curve["value"] - curve["diff_vs_intact"]).dropna()
-    if len(intact):
-        ax.axhline(intact.iloc[0], ls="--", color="0.4", lw=1, label="intact (choice split)")
+    if len(intact):  # a line, unless so far off that the settings' differences would flatten
+        shown = pd.concat([curve["value"], curve["ci_low"], curve["ci_high"]]).dropna()
+        spread = max(shown.max() - shown.min(), 0.05 * abs(shown.mean()))
+        if shown.min() - 3 * spread <= intact.iloc[0] <= shown.max() + 3 * spread:
+            ax.axhline(intact.iloc[0], ls="--", color="0.4", lw=1, label="intact (choice split)")
+        else:
+            where = "above" if intact.iloc[0] > shown.max() else "below"
+            ax.plot([], [], ls="--", color="0.4", lw=1,
+                    label=f"intact (choice split): {intact.iloc[0]:,.4g}, {where} the axis")
     best = curve[curve["chosen"].astype(str).str.lower() == "true"]
     ax.plot(best[param], best["value"], "o", ms=11, mfc="none", mec="black", label="chosen")
     if wants_log(curve["value"]):
@@ -69,12 +94,12 @@ def one_parameter(curve: pd.DataFrame, report: pd.DataFrame | None, param: str, 
     ax.legend(fontsize=7, loc="best")
     if report is not None:  # the report split's numbers under the axes
         first_report = report.iloc[0]
-        head = (f"report split ({int(first_report['units'])} {first_report['unit']}s, no text shared with "
+        head = (f"report split ({_count(first_report['units'], first_report['unit'])}, no text shared with "
                 f"the choice split), 95 % intervals, paired differences:")
         fig.text(0.01, 0.0, "\n".join([head, *_report_text(report)]), fontsize=7, va="bottom",
                  ha="left")
         fig.get_layout_engine().set(rect=(0, 0.04 * (len(report) + 1), 1, 1 - 0.04 * (len(report) + 1)))
-    unit = f"{int(first['units'])} {first['unit']}s of {int(first['length'])} tokens"
+    unit = f"{_count(first['units'], first['unit'])} of {int(first['length']):,} tokens"
     ax.set_title(f"{first['tuned']}: {first['metric']} against {param}, chosen on the choice split\n"
                  f"{model_name(curve)}, {data_label(first)}{dtype_note(first)}; {unit}", fontsize=9)
     return save(fig, path)

@@ -227,6 +227,23 @@ def test_migrate_rewrites_only_the_names_and_records_it(tmp_path):
     assert meta["table_sha256"] == file_sha256.__wrapped__(csv) != meta["migrated"]["table_sha256_before"]
 
 
+def test_migrate_renames_tunes_windowing_column_and_nothing_else(tmp_path):
+    """tune wrote its windowing as `windows`, every other table's count of windows."""
+    from pecli.experiments.migrate import migrate
+    from pecli.runs.io import write_table
+
+    old = pd.DataFrame({"condition": ["intact", "selfextend:4:2048"], "value": [82.5796, 38.1111],
+                        "windows": ["nonoverlapping"] * 2, "units": [10, 10]})
+    csv = write_table(old, tmp_path, "tune_report", {"command": "x"})
+    counted = write_table(old.assign(windows=[3, 3]), tmp_path, "tune_curve", {"command": "x"})
+    before, kept = csv.read_text().splitlines(), counted.read_text()
+    assert migrate(tmp_path) == [csv] and migrate(tmp_path) == []
+    now = csv.read_text().splitlines()
+    assert now[0] == before[0].replace(",windows,", ",window_protocol,") and now[1:] == before[1:]
+    assert counted.read_text() == kept  # a count stays `windows`
+    assert "window_protocol" in json.loads((tmp_path / "tune_report.json").read_text())["renamed"]["note"]
+
+
 def test_a_preset_key_still_matches_results_saved_as_learned(tmp_path):
     from pecli.experiments.reproduce import load_preset
 

@@ -9,7 +9,7 @@ import matplotlib.colors as mcolors
 import pandas as pd
 import pytest
 
-from pecli.plots import ablate, perplexity, style, training
+from pecli.plots import ablate, perplexity, style, training, tune
 
 
 @pytest.fixture
@@ -21,7 +21,7 @@ def captured(monkeypatch):
         figs.append(fig)
         return path
 
-    for module in (ablate, perplexity, training):
+    for module in (ablate, perplexity, training, tune):
         monkeypatch.setattr(module, "save", keep)
     return figs
 
@@ -319,3 +319,42 @@ def test_attn_heads_draw_the_first_condition_unless_all_panels_are_asked_for(mon
     assert (summary, every) == (3, 6)
     assert "the first of 2 conditions; --all-panels" in figs[0]._suptitle.get_text()
     assert "--all-panels" not in figs[1]._suptitle.get_text()
+
+
+def _tune_curve(intact: float) -> pd.DataFrame:
+    """A tune_curve as pecli tune writes it: four settings of two parameters on one window."""
+    rows = [{"setting": f"G={g} W={w}", "group": g, "window": w, "value": v, "ci_low": float("nan"),
+             "ci_high": float("nan"), "diff_vs_intact": v - intact, "chosen": v == 41.0,
+             "tuned": "selfextend", "metric": "perplexity", "units": 1, "unit": "window",
+             "length": 16384, "model": "smollm2", "dataset": "imdb", "split": "test", "rows": 49,
+             "dtype": "float32", "random_init": False}
+            for (g, w), v in zip([(4, 1024), (4, 2048), (8, 1024), (8, 2048)], [41.4, 41.0, 42.0, 41.1],
+                                 strict=True)]
+    return pd.DataFrame(rows)
+
+
+def test_tune_figure_keeps_the_settings_apart_when_intact_is_far_off(captured):
+    """Intact at 90 beside settings at 41-42: a line there would flatten their differences, so
+    the legend gives its value instead; near the settings it is the dashed line."""
+    tune.one_parameter(_tune_curve(90.28), None, "group", "far.png")
+    ax = captured[-1].axes[0]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "intact (choice split): 90.28, above the axis" in labels and ax.get_ylim()[1] < 45
+    assert "1 window of 16,384 tokens" in ax.get_title()
+    tune.one_parameter(_tune_curve(42.5), None, "group", "near.png")
+    ax = captured[-1].axes[0]
+    assert "intact (choice split)" in [t.get_text() for t in ax.get_legend().get_texts()]
+    assert 42.5 in [line.get_ydata()[0] for line in ax.get_lines() if line.get_linestyle() == "--"]
+
+
+def test_tune_report_numbers_share_decimals_enough_for_the_narrowest_interval():
+    report = pd.DataFrame({"role": ["intact", "best"], "setting": ["", "G=4 W=2048"],
+                           "value": [82.5796, 38.1111], "ci_low": [80.4066, 37.058],
+                           "ci_high": [84.8, 39.2433], "diff_vs_intact": [float("nan"), -44.4686],
+                           "diff_ci_low": [float("nan"), -45.8006], "diff_ci_high": [float("nan"), -43.2586],
+                           "diff_vs_default": [float("nan"), 0.07881],
+                           "diff_default_ci_low": [float("nan"), 0.0438],
+                           "diff_default_ci_high": [float("nan"), 0.1168]})
+    lines = tune._report_text(report)  # the narrowest width, 0.073, needs 3 decimals
+    assert lines[0] == "intact (): 82.580 [80.407, 84.800]"
+    assert lines[1].endswith("vs intact -44.469 [-45.801, -43.259]; vs default +0.079 [+0.044, +0.117]")
