@@ -1,7 +1,7 @@
 """Tune figures from tune_curve.csv and tune_report.csv (pandas + matplotlib only): for each
 parameter, the objective on the choice split against the parameter's value, one line per
-setting of the other parameters, the intact model's value dashed, the chosen setting ringed;
-the report split's numbers beside, in the legend."""
+setting of the other parameters, the intact model's value dashed (in the legend where it lies
+far off the settings), the chosen setting ringed; the report split's numbers under the axes."""
 
 from __future__ import annotations
 
