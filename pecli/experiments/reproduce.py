@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from pecli.experiments import EXPERIMENTS, load_all
-from pecli.measures.intervals import MIN_WINDOWS, proper
+from pecli.measures.intervals import DIFF_COLUMNS, MIN_WINDOWS, proper
 from pecli.runs import config
 from pecli.runs.config import Entry, Finding, Preset
 from pecli.runs.errors import ConfigError
@@ -218,15 +218,18 @@ def _lookup(csv: Path, where: dict, fmt: str) -> str:
         inside = low == low and low <= row["chance"] <= high
         value += f" (chance {_fmt(row['chance'], fmt)}{': the interval contains it' if inside else ''})"
     signed = fmt.replace("{:", "{:+")
-    if pd.notna(row.get("diff_vs_intact")):  # conditions on shared texts: the paired difference
-        low, high = proper(row.get("diff_ci_low", np.nan), row.get("diff_ci_high", np.nan))
-        value += f"; paired difference from intact {_fmt(row['diff_vs_intact'], signed)}"
-        value += f" [{_fmt(low, signed)}, {_fmt(high, signed)}]" if low == low else " (no interval)"
-    if pd.notna(row.get("diff_vs_default")):  # tune's best against the papers' setting
-        low, high = proper(row.get("diff_default_ci_low", np.nan), row.get("diff_default_ci_high", np.nan))
-        value += f"; from the default {_fmt(row['diff_vs_default'], signed)}"
-        value += f" [{_fmt(low, signed)}, {_fmt(high, signed)}]" if low == low else " (no interval)"
+    for (diff, lo, hi), words in DIFFERENCES:  # conditions on shared texts: paired differences
+        if pd.notna(row.get(diff)):
+            low, high = proper(row.get(lo, np.nan), row.get(hi, np.nan))
+            value += f"; {words} {_fmt(row[diff], signed)}"
+            value += f" [{_fmt(low, signed)}, {_fmt(high, signed)}]" if low == low else " (no interval)"
     return value
+
+
+# A row's paired differences as a REPORT line gives them: from intact, and tune's best from
+# the papers' setting (pecli.experiments.tune.VS_DEFAULT)
+DIFFERENCES = ((DIFF_COLUMNS, "paired difference from intact"),
+               (("diff_vs_default", "diff_default_ci_low", "diff_default_ci_high"), "from the default"))
 
 
 N_BOOT = 1000  # resamples of a finding's interval (seed 0: the REPORT is the same on every rerun)
@@ -310,8 +313,6 @@ def _tabled_difference(df: pd.DataFrame, f: Finding) -> dict:
     """A paired finding whose section wrote the difference itself: the one `where` row's
     DIFF_COLUMNS (its design's interval, e.g. seeds and texts crossed), `reference` its row's
     value; units the row's seeds (or texts, or trials)."""
-    from pecli.measures.intervals import DIFF_COLUMNS
-
     rows = [_matching(df, w) for w in (f.where, {**f.where, **f.reference})]
     if any(len(r) != 1 for r in rows):
         raise ConfigError(f"finding {f.section}: {[len(r) for r in rows]} rows match, not 1 each")
