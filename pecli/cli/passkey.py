@@ -41,10 +41,10 @@ def passkey(options: PasskeyOptions, *, out: OutOpt = None, force: ForceOpt = Fa
             "passkey", run, options, out, progress=advance, force=force,
             notes={"intervals": (f"95 % Wilson score interval over trials; the difference from intact: "
                                  f"{PAIRED_PROPORTION_METHOD}"
-                                 if options.draws == "independent" else
+                                 if options.independent else
                                  "none: the trials of a cell share their filler and depth (--draws fixed)"),
                    "interval_unit": ("trial (its own key, depth jitter, filler order and offset)"
-                                     if options.draws == "independent" else "depth cell")})
+                                     if options.independent else "depth cell")})
     if not parallel.is_main():
         return
     console = wide_console()

@@ -49,7 +49,7 @@ def run(options: PasskeyOptions, progress: Callable[[int, int], None] | None = N
         check_before_loading(name, grid, causal=True)
         ref = peek(name)  # what the config and the tokenizer alone decide, before any weights
         refuse_what_cannot_fit(name, load_tokenizer(name), o, ref.table_rows() if ref else None)
-    if o.draws == "fixed" and o.trials > 1:
+    if not o.independent and o.trials > 1:
         warnings.warn("the trials of a cell share their filler and depth (--draws fixed): accuracy "
                       "without intervals; --draws independent gives each trial its own draw",
                       stacklevel=2)
@@ -60,7 +60,7 @@ def run(options: PasskeyOptions, progress: Callable[[int, int], None] | None = N
         model = loaded or load(name, o)
         got = _trials_for(model, grid, o, progress)
         trials += got
-        summary += accuracy(got, independent=o.draws == "independent")
+        summary += accuracy(got, independent=o.independent)
         del model
     extra = row_provenance()
     return {"passkey": validate(pd.DataFrame(summary).assign(**extra)),
@@ -79,7 +79,7 @@ def _trials_for(loaded, grid, o: PasskeyOptions, progress) -> list[dict]:
     refuse_what_cannot_fit(loaded.name, loaded.tokenizer, o, loaded.max_positions if any(past.values())
                            else None, {n for n, p in past.items() if p})  # names only loading knew
     cells = {(n, d): [] if past[n] else [fit(loaded.tokenizer, x.k, n, x.depth, x.filler, x.offset)
-                                         for x in draws(o.seed, n, d, o.trials, o.draws == "independent")]
+                                         for x in draws(o.seed, n, d, o.trials, o.independent)]
              for n in o.lengths for d in o.depths}
     total = len(grid) * sum(len(ts) for ts in cells.values())
     tick = (lambda k: progress(k, total)) if progress else None
@@ -121,12 +121,11 @@ def refuse_what_cannot_fit(name: str, tokenizer, o: PasskeyOptions, rows: int | 
     from pecli.measures.passkey import NEW_TOKENS, cell_fits, shortest
 
     last = None if rows is None else rows - NEW_TOKENS
-    independent = o.draws == "independent"
     if not all(n in past or (last is not None and n > last) or (tokenizer is not None and not any(
-            cell_fits(tokenizer, o.seed, n, d, o.trials, independent) for d in o.depths))
+            cell_fits(tokenizer, o.seed, n, d, o.trials, o.independent) for d in o.depths))
             for n in o.lengths):
         return
-    first = None if tokenizer is None else shortest(tokenizer, o.seed, o.depths, o.trials, independent)
+    first = None if tokenizer is None else shortest(tokenizer, o.seed, o.depths, o.trials, o.independent)
     lengths = f"--lengths {','.join(map(str, o.lengths))}: no passkey trial fits {name}"
     if first is not None and last is not None and first > last:
         raise ConfigError(f"{lengths}: its template with a key takes {first} tokens and the answer "

@@ -41,7 +41,6 @@ if TYPE_CHECKING:
 
 OBJECTIVES = {"length": ("perplexity", "window", min), "passkey": ("accuracy", "trial", max)}
 NOT_TUNED = ("swap",)  # an argument that is not a number
-DIFF_COLUMNS = ("diff_vs_intact", "diff_ci_low", "diff_ci_high")  # pecli.measures.intervals'
 VS_DEFAULT = ("diff_vs_default", "diff_default_ci_low", "diff_default_ci_high")
 
 
@@ -241,6 +240,7 @@ def run(options: TuneOptions, progress: Callable[[int, int], None] | None = None
     loading the model (tests); `progress(advance, total)` counts scored tokens or trials."""
     import pandas as pd
 
+    from pecli.measures.intervals import DIFF_COLUMNS
     from pecli.positions.conditions import check_all
     from pecli.runs.provenance import row_provenance
     from pecli.runs.tables import validate
@@ -414,13 +414,14 @@ class _Windows:
     def summary(self, split: str, nlls: list, reference: list | None) -> dict:
         """The all-positions row of pecli length's summary: perplexity, its interval over
         windows, and the paired difference from `reference` (the same windows)."""
+        from pecli.measures.intervals import DIFF_COLUMNS
         from pecli.measures.length_scoring import summarise
 
         row = summarise(nlls, self.cuts[split], 1, self.o.bootstrap, self.o.seed, reference)[-1]
         return {"value": row["perplexity"], "ci_low": row["ci_low"], "ci_high": row["ci_high"],
                 "nll_mean": row["nll_mean"], "units": row["windows"], "tokens": row["tokens"],
                 "rows": len(self.texts[split]),  # the split's documents
-                **{k: row[k] for k in ("diff_vs_intact", "diff_ci_low", "diff_ci_high")}}
+                **{k: row[k] for k in DIFF_COLUMNS}}
 
 
 class _Trials:

@@ -48,6 +48,12 @@ class PasskeyOptions(Running, RopeScaled):
              "intervals) or fixed (the same filler and depth in every trial of a cell, the "
              "remedies' grid's design; no interval, since the trials are not independent).")
 
+    @property
+    def independent(self) -> bool:
+        """Whether every trial is its own draw (--draws independent), so that trials are
+        independent units with intervals."""
+        return self.draws == "independent"
+
     def check(self) -> None:
         super().check()
         object.__setattr__(self, "model", _model_names(self.model))
