@@ -100,6 +100,7 @@ def essay(source: str, data_dir: str | None = None, qa: bool = False):
     """The essay haystack (pecli.measures.ruler.Haystack): a dataset pecli reads (imdb,
     truthfulqa: its text column) or a .txt/.md file; with `qa`, TruthfulQA's items too (the qa
     task's documents)."""
+    import hashlib
     from dataclasses import replace
     from pathlib import Path
 
@@ -112,13 +113,16 @@ def essay(source: str, data_dir: str | None = None, qa: bool = False):
         if path.suffix.lower() in (".txt", ".md"):
             if not path.is_file():
                 raise DataError(f"haystack (--haystack): {path} not found")
-            hay = haystack_of([path.read_text(encoding="utf-8", errors="replace")], str(path))
+            raw = path.read_bytes()
+            hay = replace(haystack_of([raw.decode("utf-8", errors="replace")], str(path)),
+                          revision=f"sha256:{hashlib.sha256(raw).hexdigest()[:16]}")
         else:
             data = load_data(source, data_dir_=data_dir, limit=HAYSTACK_TEXTS, at_most=True)
-            hay = haystack_of(data.texts(), f"{data.dataset}/{data.split}")
+            hay = replace(haystack_of(data.texts(), f"{data.dataset}/{data.split}"), revision=data.revision)
         if qa:
-            items = load_data("truthfulqa", data_dir_=data_dir).frame
-            hay = replace(hay, qa=qa_items(list(items["question"]), list(items["correct_answers"])))
+            items = load_data("truthfulqa", data_dir_=data_dir)
+            hay = replace(hay, qa=qa_items(list(items.frame["question"]), list(items.frame["correct_answers"])),
+                          qa_revision=items.revision)
         return hay
     except ValueError as err:
         raise DataError(str(err)) from None
@@ -197,7 +201,8 @@ def _samples_under(loaded, grid, o: RulerOptions, hay, progress) -> list[dict]:
     total = len(grid) * len(cells) * o.samples
     tick = (lambda k: progress(k, total)) if progress else None
     common = {"experiment": "ruler", "seed": o.seed, **loaded.provenance(), "dataset": "ruler",
-              "split": "synthetic", "haystack": hay.name,
+              "split": "synthetic", "haystack": hay.name, "data_revision": hay.revision,
+              **({"qa_data_revision": hay.qa_revision} if hay.qa else {}),
               "decoding": "greedy, KV cache; recall of the expected strings (RULER's string_match_all)",
               "context": loaded.max_positions}
     rows = []

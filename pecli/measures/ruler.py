@@ -139,6 +139,8 @@ class Haystack:
     sentences: tuple[str, ...]
     words: tuple[str, ...]  # lowercase alphabetic words of 4 to 10 letters, sorted
     qa: tuple[QAItem, ...] = ()
+    revision: str = ""  # the source's hash (sha256:...), as a dataset's data_revision
+    qa_revision: str = ""  # TruthfulQA's, where the qa items are loaded
 
 
 def haystack_of(texts: list[str], name: str) -> Haystack:

@@ -245,6 +245,36 @@ def test_essay_refuses_a_missing_file(tmp_path):
         essay(str(tmp_path / "none.txt"))
 
 
+def test_every_row_names_its_haystacks_hash(tiny, tmp_path):
+    """A file's haystack: the sha256 of its bytes, in every row (data_revision), so a table
+    says which text the model read; editing one byte changes it."""
+    import hashlib
+
+    text = made_up().sentences
+    path = tmp_path / "hay.txt"
+    path.write_text(" ".join(text), encoding="utf-8")
+    o = RulerOptions.build({"model": "tiny", "tasks": "vt", "lengths": "320", "samples": 1,
+                            "haystack": str(path)}, "test")
+    got = run(o, loaded=tiny("llama", max_position_embeddings=512))
+    want = "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+    assert set(got["ruler"]["data_revision"]) == set(got["ruler_samples"]["data_revision"]) == {want}
+    path.write_text(" ".join(text) + " One more.", encoding="utf-8")
+    essay.cache_clear()
+    assert essay(str(path)).revision not in ("", want)
+
+
+def test_a_datasets_haystack_carries_its_revision_and_qa_truthfulqas(shared_data):
+    hay = essay("imdb", str(shared_data), True)
+    assert hay.revision == load_data_revision("imdb", shared_data)
+    assert hay.qa and hay.qa_revision == load_data_revision("truthfulqa", shared_data)
+
+
+def load_data_revision(name, root) -> str:
+    from pecli.data.datasets import load_data
+
+    return load_data(name, data_dir_=str(root)).revision
+
+
 @pytest.mark.parametrize("task, length", [("vt", 320), ("qa", 512)])
 def test_the_lm_eval_route_gives_pecli_rulers_samples_outputs_and_scores(tiny, hay, monkeypatch, task, length):
     """configs/lm_eval/ruler_{vt,qa}.yaml through `pecli`'s lm-eval model: the same documents
