@@ -47,7 +47,8 @@ def _report_text(report: pd.DataFrame) -> list[str]:
 
     lines = []
     for _, r in report.iterrows():
-        parts = [f"{r['role']} ({r['setting']}): {ci(r, 'value', 'ci_low', 'ci_high')}"]
+        setting = "" if r["setting"] != r["setting"] or r["setting"] in ("", r["role"]) else f" ({r['setting']})"
+        parts = [f"{r['role']}{setting}: {ci(r, 'value', 'ci_low', 'ci_high')}"]
         if d := ci(r, "diff_vs_intact", "diff_ci_low", "diff_ci_high"):
             parts.append(f"vs intact {d}")
         if d := ci(r, "diff_vs_default", "diff_default_ci_low", "diff_default_ci_high"):

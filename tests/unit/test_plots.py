@@ -348,7 +348,7 @@ def test_tune_figure_keeps_the_settings_apart_when_intact_is_far_off(captured):
 
 
 def test_tune_report_numbers_share_decimals_enough_for_the_narrowest_interval():
-    report = pd.DataFrame({"role": ["intact", "best"], "setting": ["", "G=4 W=2048"],
+    report = pd.DataFrame({"role": ["intact", "best"], "setting": ["intact", "G=4 W=2048"],
                            "value": [82.5796, 38.1111], "ci_low": [80.4066, 37.058],
                            "ci_high": [84.8, 39.2433], "diff_vs_intact": [float("nan"), -44.4686],
                            "diff_ci_low": [float("nan"), -45.8006], "diff_ci_high": [float("nan"), -43.2586],
@@ -356,5 +356,6 @@ def test_tune_report_numbers_share_decimals_enough_for_the_narrowest_interval():
                            "diff_default_ci_low": [float("nan"), 0.0438],
                            "diff_default_ci_high": [float("nan"), 0.1168]})
     lines = tune._report_text(report)  # the narrowest width, 0.073, needs 3 decimals
-    assert lines[0] == "intact (): 82.580 [80.407, 84.800]"
+    assert lines[0] == "intact: 82.580 [80.407, 84.800]"  # not "intact (intact)"
+    assert lines[1].startswith("best (G=4 W=2048): 38.111")
     assert lines[1].endswith("vs intact -44.469 [-45.801, -43.259]; vs default +0.079 [+0.044, +0.117]")
