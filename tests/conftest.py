@@ -180,6 +180,25 @@ def use_tiny(tiny, monkeypatch):
 
 
 @pytest.fixture
+def interrupt(monkeypatch):
+    """interrupt(owner, "name", n) -> calls: `owner.name` raises KeyboardInterrupt (Ctrl-C) at
+    its n-th call, once; `calls` counts every call (clear it to count a rerun's)."""
+    def wrap(owner, name: str, at: int) -> list:
+        real, calls, fired = getattr(owner, name), [], []
+
+        def counted(*args, **kwargs):
+            calls.append(1)
+            if len(calls) == at and not fired:
+                fired.append(1)
+                raise KeyboardInterrupt
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(owner, name, counted)
+        return calls
+    return wrap
+
+
+@pytest.fixture
 def invoke():
     """invoke("perplexity", "gpt2", ...) -> the CliRunner result of that command, 200 columns."""
     from typer.testing import CliRunner

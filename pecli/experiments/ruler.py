@@ -14,6 +14,7 @@ docs/ruler.md says where pecli's tasks differ from RULER's and why.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from pecli.experiments import CONDITION, Headline, check_before_loading, load, register
 from pecli.positions.rope_scaling import RopeScaled
-from pecli.runs import names
+from pecli.runs import names, parallel
 from pecli.runs.errors import ConfigError
 from pecli.runs.fields import MAX_RESAMPLES, option
 from pecli.runs.options import (
@@ -198,6 +199,8 @@ def _samples_under(loaded, grid, o: RulerOptions, hay, progress) -> list[dict]:
     cells = {(t, n): [None] * o.samples if past[n] else got
              for (t, n), got in samples_for(loaded.tokenizer, o, hay).items()}
     budget = {cell: decode_budget(loaded.tokenizer, got) for cell, got in cells.items() if got[0] is not None}
+    checkpoint = _checkpoint(loaded, o, cells)
+    done = parallel.from_main(_resumed(checkpoint) if parallel.is_main() else {})
     total = len(grid) * len(cells) * o.samples
     tick = (lambda k: progress(k, total)) if progress else None
     common = {"experiment": "ruler", "seed": o.seed, **loaded.provenance(), "dataset": "ruler",
@@ -221,8 +224,15 @@ def _samples_under(loaded, grid, o: RulerOptions, hay, progress) -> list[dict]:
                     if tick:
                         tick(o.samples)
                     continue
-                outputs = decode(loaded, samples, o.batch_size, progress=tick,
-                                 new_tokens=budget[task, length])
+                key = (how.label, task, length)
+                if key in done:  # decoded before an interruption
+                    if tick:
+                        tick(len(samples))
+                else:
+                    done[key] = decode(loaded, samples, o.batch_size, progress=tick,
+                                       new_tokens=budget[task, length])
+                    checkpoint.save(lambda: _saved(done), force=True)
+                outputs = done[key]
                 for s, text in zip(samples, outputs, strict=True):
                     rows.append({**base, "sample": s.index, "attempt": s.attempt, "depth": s.depth,
                                  "start": s.start, "size": s.size, "tokens": len(s.ids),
@@ -230,7 +240,34 @@ def _samples_under(loaded, grid, o: RulerOptions, hay, progress) -> list[dict]:
                                  "prompt": s.text if c == 0 else "", "metric": "recall",
                                  "value": score(text, s.answers, TASKS[task].match), "rows": 1,
                                  "note": ""})
+    checkpoint.clear()
     return rows
+
+
+def _checkpoint(loaded, o: RulerOptions, cells: dict):
+    """Each finished (condition, task, length)'s outputs for this model and these samples
+    (their prompts are the checkpoint's texts), saved as they finish: an interrupted run
+    decodes only what it had not."""
+    from pecli.runs.io import Checkpoint
+
+    key = {"version": 1, **loaded.provenance(), "seed": o.seed, "batch_size": o.batch_size}
+    return Checkpoint("ruler", key, [f"{t}|{n}|{s.text}" for (t, n), got in cells.items()
+                                     for s in got if s is not None])
+
+
+def _saved(done: dict) -> dict:
+    import numpy as np
+
+    return {"keys": np.array([json.dumps(k) for k in done]),
+            **{f"out{j}": np.array(outputs, dtype=str) for j, outputs in enumerate(done.values())}}
+
+
+def _resumed(checkpoint) -> dict:
+    saved = checkpoint.load()
+    if saved is None:
+        return {}
+    return {tuple(json.loads(str(k))): [str(x) for x in saved[f"out{j}"]]
+            for j, k in enumerate(saved["keys"])}
 
 
 def interval(values: list[float], n_boot: int, seed: int) -> tuple[float, float, str]:

@@ -83,7 +83,7 @@ def test_a_report_row_equals_pecli_length_on_the_report_texts(use_tiny, docs, tm
     assert report.loc["best", "diff_vs_intact"] == whole.loc[best, "diff_vs_intact"]
 
 
-def test_an_interrupted_tune_resumes(tiny, docs, monkeypatch):
+def test_an_interrupted_tune_resumes(tiny, docs, interrupt):
     from pecli.experiments.tune import TuneOptions, run
     from pecli.measures import lm_scoring
 
@@ -91,20 +91,11 @@ def test_an_interrupted_tune_resumes(tiny, docs, monkeypatch):
     o = TuneOptions.build({"model": "llama", "condition": "rerope", "grid": "W=8,16", "length": 32,
                            "choice": 3, "report": 10, "dataset": str(docs), "bootstrap": 100}, "t")
     full = run(o, loaded=loaded)
-    calls, stop = [], [3]
-    real = lm_scoring.score_windows
-
-    def counted(*args, **kwargs):
-        calls.append(1)
-        if len(calls) == stop[0]:  # intact and rerope:8 on the choice split done, rerope:16 interrupted
-            raise KeyboardInterrupt
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(lm_scoring, "score_windows", counted)
+    # intact and rerope:8 on the choice split done, rerope:16 interrupted
+    calls = interrupt(lm_scoring, "score_windows", 3)
     with pytest.raises(KeyboardInterrupt):
         run(o, loaded=loaded)
     calls.clear()
-    stop[0] = 0
     resumed = run(o, loaded=loaded)
     # rerope:16 on the choice split; intact, default (rerope:16: 64 / 4) and best on the report
     assert len(calls) == 1 + 1 + (full["tune_report"]["condition"].nunique() - 1)

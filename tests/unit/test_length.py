@@ -260,23 +260,14 @@ def test_run_equals_transformers_own_scaled_model(tiny, docs):
     assert row["nll_mean"] == pytest.approx(total / count, rel=1e-5)
 
 
-def test_interrupted_run_resumes_after_the_last_finished_condition(tiny, docs, monkeypatch):
+def test_interrupted_run_resumes_after_the_last_finished_condition(tiny, docs, interrupt):
     from pecli.measures import lm_scoring
 
     loaded = tiny("llama")
     o = LengthOptions.build({"model": "llama", "lengths": "16,32", "rope_scaling": "linear:2",
                              "bootstrap": 100}, "t").replace(dataset=str(docs))
     full = run(o, loaded=loaded)["length"]
-    calls = []
-    real = lm_scoring.score_windows
-
-    def counted(*args, **kwargs):
-        calls.append(1)
-        if len(calls) == 3:  # the third (condition, length) is interrupted
-            raise KeyboardInterrupt
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(lm_scoring, "score_windows", counted)
+    calls = interrupt(lm_scoring, "score_windows", 3)  # the third (condition, length)
     with pytest.raises(KeyboardInterrupt):
         run(o, loaded=loaded)
     calls.clear()

@@ -214,6 +214,26 @@ def test_two_runs_give_identical_samples_and_answers(tiny, tmp_path, hay, monkey
     assert len(acc) == 2 and acc["samples"].eq(2).all() and (acc["ci_high"] > acc["ci_low"]).all()
 
 
+def test_an_interrupted_run_decodes_only_what_it_had_not(tiny, hay, monkeypatch, interrupt):
+    """Each finished (condition, task, length) is saved; a rerun after Ctrl-C decodes the rest
+    and gives the uninterrupted run's table."""
+    from pecli.measures import passkey
+
+    monkeypatch.setattr("pecli.experiments.ruler.essay", lambda *a: hay)
+    loaded = tiny("llama", max_position_embeddings=1024)
+    o = RulerOptions.build({"model": "tiny", "tasks": "vt,niah_single_1", "lengths": "320",
+                            "samples": 2, "intervention": "zero"}, "test")
+    full = run(o, loaded=loaded)["ruler_samples"]
+    calls = interrupt(passkey, "decode", 3)  # intact's two cells done, zero's first interrupted
+    with pytest.raises(KeyboardInterrupt):
+        run(o, loaded=loaded)
+    calls.clear()
+    resumed = run(o, loaded=loaded)["ruler_samples"]
+    assert len(calls) == 2  # zero's two cells only
+    cols = ["condition", "task", "sample", "answers", "output", "value", "prompt"]
+    assert resumed[cols].equals(full[cols])
+
+
 def test_decoding_stops_at_the_cells_budget_and_batches_give_one_by_ones_answers(tiny, hay):
     """The budget covers every expected answer's tokens and no more than RULER's new tokens;
     what it decodes is the start of what RULER's 128 tokens decode (greedy); a batch of N
