@@ -18,7 +18,7 @@ def by_length(df: pd.DataFrame, path: Path) -> Path:
     df = df.assign(condition=[condition_label(r) for _, r in df.iterrows()])
     tasks = list(dict.fromkeys(df["task"]))
     models = list(dict.fromkeys(df["model"]))
-    cols = min(len(tasks), 3)
+    cols = 2 if len(tasks) == 4 else min(len(tasks), 3)  # four tasks: 2 x 2, no empty panels
     rows = -(-len(tasks) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(WIDTH * 0.5 * cols + 0.6, 2.8 * rows + 1.0),
                              squeeze=False, sharey=True, layout="constrained")
@@ -42,7 +42,7 @@ def by_length(df: pd.DataFrame, path: Path) -> Path:
     for ax in axes[:, 0]:
         ax.set_ylabel("accuracy (mean recall)", fontsize=8)
     for ax in axes[-1, :]:
-        ax.set_xlabel("length (tokens; * past the context)", fontsize=8)
+        ax.set_xlabel(f"length (tokens{'; * past the context' if lengths[-1] > context else ''})", fontsize=8)
     handles, labels = axes.flat[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside lower center", ncols=min(len(labels), 4), fontsize=8)
     first = df.iloc[0]

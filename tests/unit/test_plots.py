@@ -9,7 +9,7 @@ import matplotlib.colors as mcolors
 import pandas as pd
 import pytest
 
-from pecli.plots import ablate, perplexity, style, training, tune
+from pecli.plots import ablate, perplexity, ruler, style, training, tune
 
 
 @pytest.fixture
@@ -21,7 +21,7 @@ def captured(monkeypatch):
         figs.append(fig)
         return path
 
-    for module in (ablate, perplexity, training, tune):
+    for module in (ablate, perplexity, ruler, training, tune):
         monkeypatch.setattr(module, "save", keep)
     return figs
 
@@ -359,3 +359,20 @@ def test_tune_report_numbers_share_decimals_enough_for_the_narrowest_interval():
     assert lines[0] == "intact: 82.580 [80.407, 84.800]"  # not "intact (intact)"
     assert lines[1].startswith("best (G=4 W=2048): 38.111")
     assert lines[1].endswith("vs intact -44.469 [-45.801, -43.259]; vs default +0.079 [+0.044, +0.117]")
+
+
+@pytest.mark.parametrize("tasks, shape", [(4, (2, 2)), (3, (1, 3)), (5, (2, 3))])
+def test_ruler_figure_fills_its_grid_of_task_panels(captured, tasks, shape):
+    """Four tasks on a 2 x 2 grid (three columns would leave two panels empty); every task a
+    panel with its lengths along the bottom, past the context starred."""
+    rows = [{"task": f"task{t}", "length": n, "value": 0.5, "ci_low": 0.3, "ci_high": 0.7,
+             "model": "smollm2", "condition": "intact", "intervention": "intact", "context": 8192,
+             "samples": 20, "haystack": "imdb/test", "dtype": "float32"}
+            for t in range(tasks) for n in (4096, 16384)]
+    ruler.by_length(pd.DataFrame(rows), "ruler.png")
+    used = [ax for ax in captured[-1].axes if ax.axison]
+    assert len(used) == tasks and len(captured[-1].axes) == shape[0] * shape[1]
+    assert [t.get_text() for t in used[0].get_xticklabels()] == ["4,096", "16,384*"]
+    assert used[-1].get_xlabel() == "length (tokens; * past the context)"
+    ruler.by_length(pd.DataFrame(rows).query("length == 4096"), "inside.png")
+    assert [ax.get_xlabel() for ax in captured[-1].axes if ax.axison][-1] == "length (tokens)"
