@@ -224,8 +224,8 @@ def _samples_under(loaded, grid, o: RulerOptions, hay, progress) -> list[dict]:
                     if tick:
                         tick(o.samples)
                     continue
-                key = (how.label, task, length)
-                if key in done:  # decoded before an interruption
+                key = (*how.computes, task, length)
+                if key in done:  # decoded before (an interruption, or the same computation named otherwise)
                     if tick:
                         tick(len(samples))
                 else:
@@ -245,7 +245,7 @@ def _samples_under(loaded, grid, o: RulerOptions, hay, progress) -> list[dict]:
 
 
 def _checkpoint(loaded, o: RulerOptions, cells: dict):
-    """Each finished (condition, task, length)'s outputs for this model and these samples
+    """Each finished (computation, task, length)'s outputs for this model and these samples
     (their prompts are the checkpoint's texts), saved as they finish: an interrupted run
     decodes only what it had not."""
     from pecli.runs.io import Checkpoint
