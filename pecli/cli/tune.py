@@ -33,6 +33,7 @@ def tune(options: TuneOptions, *, out: OutOpt = None, force: ForceOpt = False) -
         pecli tune random:llama --condition rerope --grid W=16,32 --length 64 --choice 2 --limit 40
     """
     from pecli.experiments.tune import run
+    from pecli.measures.intervals import DEFAULT_DIFF_COLUMNS, DIFF_COLUMNS
     with counter("tuning", "tokens" if options.objective == "length" else "trials") as advance:
         tables, paths, pngs, _ = run_and_write("tune", run, options, out, progress=advance, force=force)
     if not parallel.is_main():
@@ -58,7 +59,7 @@ def tune(options: TuneOptions, *, out: OutOpt = None, force: ForceOpt = False) -
             shown.add_column(col, justify="left" if col in first_columns else "right")
         for _, row in rows.iterrows():
             shown.add_row(*(str(row[c]) for c in first_columns), interval(row, "value", "ci_low", "ci_high"),
-                          interval(row, "diff_vs_intact", "diff_ci_low", "diff_ci_high"), cells(row))
+                          interval(row, *DIFF_COLUMNS), cells(row))
         console.print(shown)
 
     table(f"tune {first['tuned']}: {metric} on the choice split ({int(curve['units'].iloc[0])} "
@@ -66,8 +67,7 @@ def tune(options: TuneOptions, *, out: OutOpt = None, force: ForceOpt = False) -
           lambda row: "best" if row["chosen"] else "")
     table(f"reported on the report split ({int(first['units'])} {first['unit']}s, no text shared "
           f"with the choice split): {metric} [95 % CI]", report, ("role", "setting"), "vs default",
-          lambda row: interval(row, "diff_vs_default", "diff_default_ci_low", "diff_default_ci_high")
-          if "diff_vs_default" in row else "")
+          lambda row: interval(row, *DEFAULT_DIFF_COLUMNS) if DEFAULT_DIFF_COLUMNS[0] in row else "")
     if first["default_rule"]:
         console.print(f"default: {first['default_rule']}", soft_wrap=True)
     for p in [*paths.values(), *pngs]:

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from pecli.experiments import EXPERIMENTS, load_all
-from pecli.measures.intervals import DIFF_COLUMNS, MIN_WINDOWS, proper
+from pecli.measures.intervals import DEFAULT_DIFF_COLUMNS, DIFF_COLUMNS, MIN_WINDOWS, proper
 from pecli.runs import config
 from pecli.runs.config import Entry, Finding, Preset
 from pecli.runs.errors import ConfigError
@@ -227,9 +227,8 @@ def _lookup(csv: Path, where: dict, fmt: str) -> str:
 
 
 # A row's paired differences as a REPORT line gives them: from intact, and tune's best from
-# the papers' setting (pecli.experiments.tune.VS_DEFAULT)
-DIFFERENCES = ((DIFF_COLUMNS, "paired difference from intact"),
-               (("diff_vs_default", "diff_default_ci_low", "diff_default_ci_high"), "from the default"))
+# the papers' setting
+DIFFERENCES = ((DIFF_COLUMNS, "paired difference from intact"), (DEFAULT_DIFF_COLUMNS, "from the default"))
 
 
 N_BOOT = 1000  # resamples of a finding's interval (seed 0: the REPORT is the same on every rerun)

@@ -41,7 +41,6 @@ if TYPE_CHECKING:
 
 OBJECTIVES = {"length": ("perplexity", "window", min), "passkey": ("accuracy", "trial", max)}
 NOT_TUNED = ("swap",)  # an argument that is not a number
-VS_DEFAULT = ("diff_vs_default", "diff_default_ci_low", "diff_default_ci_high")
 
 
 @dataclass(frozen=True)
@@ -240,7 +239,7 @@ def run(options: TuneOptions, progress: Callable[[int, int], None] | None = None
     loading the model (tests); `progress(advance, total)` counts scored tokens or trials."""
     import pandas as pd
 
-    from pecli.measures.intervals import DIFF_COLUMNS
+    from pecli.measures.intervals import DEFAULT_DIFF_COLUMNS, DIFF_COLUMNS
     from pecli.positions.conditions import check_all
     from pecli.runs.provenance import row_provenance
     from pecli.runs.tables import validate
@@ -312,7 +311,7 @@ def run(options: TuneOptions, progress: Callable[[int, int], None] | None = None
                "chosen_on": "choice", **scorer.summary("report", values[role], None if s is None else ref)}
         if role == "best" and default:  # its paired difference from the default too
             against = scorer.summary("report", values[role], values["default"])
-            row.update(zip(VS_DEFAULT, (against[k] for k in DIFF_COLUMNS), strict=True))
+            row.update(zip(DEFAULT_DIFF_COLUMNS, (against[k] for k in DIFF_COLUMNS), strict=True))
         report.append(row)
     checkpoint.clear()
     splits = {f"{k}_split": json.dumps(v, sort_keys=True) for k, v in scorer.splits().items()}

@@ -48,6 +48,7 @@ _ZERO_WIDTH = 1e-9  # relative: a width below it is rounding, not variation
 __all__ = ["MAX_RESAMPLES", "MIN_RESAMPLES", "MIN_TEXTS", "pair_interval", "ratio_interval",
            "resampled", "statistic_interval", "wilson", "mean_interval", "by_text", "percentile_interval",
            "proper", "t_interval", "MIN_WINDOWS", "seeds_and_texts_interval", "paired_difference", "diff_columns", "DIFF_COLUMNS",
+           "DEFAULT_DIFF_COLUMNS",
            "verdict", "NO_DIFFERENCE", "paired_proportion_difference", "PAIRED_PROPORTION_METHOD"]
 
 
@@ -176,6 +177,8 @@ def pair_interval(values, text_a, text_b, texts: int, n_boot: int = 1000, seed: 
 
 
 DIFF_COLUMNS = ("diff_vs_intact", "diff_ci_low", "diff_ci_high")
+# pecli tune's best setting against the papers' recommended one, paired the same way
+DEFAULT_DIFF_COLUMNS = ("diff_vs_default", "diff_default_ci_low", "diff_default_ci_high")
 PAIRED_METHOD = ("95 % paired percentile bootstrap over texts: the condition and intact scored on "
                  "the same texts, each resample drawing the same texts for both")
 
