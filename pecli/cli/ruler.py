@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import typer
 from rich.table import Table
 
@@ -11,7 +9,7 @@ from pecli.cli.docs import Row
 from pecli.cli.flags import ForceOpt, OutOpt, derived
 from pecli.cli.shared import console as wide_console
 from pecli.cli.shared import counter, run_and_write
-from pecli.experiments.ruler import INTERVAL, RulerOptions
+from pecli.experiments.ruler import INTERVAL, SAMPLES_JSONL, RulerOptions
 from pecli.runs import parallel
 
 
@@ -42,8 +40,7 @@ def ruler(options: RulerOptions, *, out: OutOpt = None, force: ForceOpt = False)
     if not parallel.is_main():
         return
     console = wide_console()
-    jsonl = paths["ruler_samples"].with_name("ruler_samples.jsonl")
-    jsonl.write_text(samples_jsonl(tables["ruler_samples"]), encoding="utf-8")
+    jsonl = paths["ruler_samples"].with_name(SAMPLES_JSONL)  # written with the tables
     df = tables["ruler"]
     summary = Table(title=f"ruler: mean recall [95 % CI] per task and length; {options.samples} "
                           "samples per cell")
@@ -59,24 +56,6 @@ def ruler(options: RulerOptions, *, out: OutOpt = None, force: ForceOpt = False)
     console.print(summary)
     for p in [*paths.values(), jsonl, *pngs]:
         console.print(f"wrote {p}")
-
-
-def samples_jsonl(samples) -> str:
-    """One line per sample: its prompt, answers, depth, and per condition its output and recall."""
-    lines = {}
-    for row in samples.to_dict("records"):
-        key = (row["model"], row["task"], row["length"], row["sample"])
-        line = lines.setdefault(key, {k: row.get(k) for k in (
-            "model", "task", "length", "sample", "seed", "attempt", "depth", "start", "tokens",
-            "haystack", "answers")} | {"prompt": row.get("prompt"), "outputs": {}})
-        if isinstance(row.get("prompt"), str) and row["prompt"]:
-            line["prompt"] = row["prompt"]
-        line["outputs"][row["condition"]] = {"output": row.get("output"), "recall": row["value"],
-                                             "note": row["note"]}
-    def plain(v):
-        return None if isinstance(v, float) and v != v else v.item() if hasattr(v, "item") else v
-    return "".join(json.dumps({k: plain(v) if not isinstance(v, dict) else v for k, v in line.items()},
-                              default=plain) + "\n" for line in lines.values())
 
 
 # Its row in README.md's table of commands (`make docs`)

@@ -53,7 +53,7 @@ def run_and_write(experiment: str, run, options, out, *, save_dir: bool | str = 
             console(stderr=True).print(f"computed by {parallel.world_size()} processes (padded tokens per "
                           f"process: {shares}; also in every row: world_size, process_tokens)",
                           soft_wrap=True)
-        tables, figures = output.write(frames, config, exp.figures)
+        tables, figures = output.write(frames, config, exp.figures, companions=exp.companions)
     return frames, tables, figures, recorded
 
 

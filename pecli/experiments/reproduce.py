@@ -38,6 +38,7 @@ class EntryResult:
     figures: list[Path]
     skipped: bool
     seconds: float
+    companions: list[Path]  # files made from its tables (ruler's samples as JSONL)
 
 
 def _map_models(options: dict, fn: Callable[[str], str]) -> dict:
@@ -127,7 +128,7 @@ def run_preset(preset: Preset, out: Path, force: bool = False,
         results = _run_entries(preset, out, owner, force, announce)
         write_report(preset, out, results)
         list_in_manifest(out, owner, [out / "REPORT.md", *(f for r in results for f in (
-            out / r.entry.id / "done.json", *r.figures, *r.tables.values(),
+            out / r.entry.id / "done.json", *r.figures, *r.tables.values(), *r.companions,
             *(t.parent / (t.name.split(".")[0] + ".json") for t in r.tables.values())))])
     return results
 
@@ -149,7 +150,8 @@ def _run_entries(preset: Preset, out: Path, owner: dict, force: bool,
             tables = {name: folder / file for name, file in record["tables"].items()}
             figures = _redrawn(exp, tables, [_figure_path(p, out) for p in record["figures"]],
                                out / "figures" / entry.id, announce)
-            results.append(EntryResult(entry, tables, figures, True, record.get("seconds", 0.0)))
+            results.append(EntryResult(entry, tables, figures, True, record.get("seconds", 0.0),
+                                       _companions(exp, tables, folder, announce)))
             continue
         announce(f"[{n}/{len(preset.entries)}] {entry.id}: {entry.experiment} {entry.options}")
         done.unlink(missing_ok=True)
@@ -161,12 +163,13 @@ def _run_entries(preset: Preset, out: Path, owner: dict, force: bool,
                 options = {**options, "save_dir": str(output.dir / entry.id / exp.files)}
             frames: dict[str, pd.DataFrame] = exp.run_with(options, entry.id)
             tables, figures = output.write(frames, config, exp.figures, tables_dir=entry.id,
-                                           figures_dir=f"figures/{entry.id}")
+                                           figures_dir=f"figures/{entry.id}", companions=exp.companions)
         seconds = round(time.perf_counter() - start, 1)  # as done.json keeps it: a rerun's REPORT is the same
         write_json({**run_meta(config), "key": key, "tables": {n: p.name for n, p in tables.items()},
                     "seconds": seconds,
                     "figures": [Path(os.path.relpath(p, out)).as_posix() for p in figures]}, done)
-        results.append(EntryResult(entry, tables, list(figures), False, seconds))
+        results.append(EntryResult(entry, tables, list(figures), False, seconds,
+                                   _companions(exp, tables, folder, announce)))
     return results
 
 
@@ -184,6 +187,24 @@ def _redrawn(exp, tables: dict[str, Path], figures: list[Path], fig_dir: Path,
         return [f.with_suffix(s) for f in shown for s in FIGURE_SUFFIXES if f.with_suffix(s).exists()]
     announce(f"  drawing its figures again as {', '.join(formats())}")
     return with_formats(exp.figures(tables, fig_dir))
+
+
+def _companions(exp, tables: dict[str, Path], folder: Path,
+                announce: Callable[[str], None]) -> list[Path]:
+    """An entry's companion files (exp.companions), checked against its tables: one missing
+    (a section finished before it had them) or different is written again from them."""
+    if exp.companions is None:
+        return []
+    made = exp.companions({name: pd.read_csv(path, dtype=str, keep_default_na=False)
+                           for name, path in tables.items()})
+    paths = []
+    for name, text in made.items():
+        path = folder / name
+        if not path.exists() or path.read_text(encoding="utf-8") != text:
+            announce(f"  writing {name} from its tables" + (" (it differed from them)" if path.exists() else ""))
+            write_text(text, path)
+        paths.append(path)
+    return paths
 
 
 def _figure_path(recorded: str, out: Path) -> Path:

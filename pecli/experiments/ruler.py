@@ -310,6 +310,39 @@ def _accuracy(samples: list[dict], o: RulerOptions) -> list[dict]:
     return rows
 
 
+SAMPLES_JSONL = "ruler_samples.jsonl"
+
+
+def samples_jsonl(tables: dict[str, pd.DataFrame]) -> dict[str, str]:
+    """ruler_samples.jsonl: one line per sample, its prompt, answers and depth, and per
+    condition its output, recall and note. Each field is typed here, so the run's frames and
+    ruler_samples.csv read back as text (a preset's finished section) give the same file."""
+    def missing(v) -> bool:
+        return v is None or (isinstance(v, float) and v != v) or v == "" or str(v) == "<NA>"
+
+    def text(v) -> str:
+        return "" if missing(v) else str(v)
+
+    def number(v, kind):
+        return None if missing(v) else kind(float(v)) if kind is int else kind(v)
+
+    kinds = {"length": int, "sample": int, "seed": int, "attempt": int, "tokens": int,
+             "depth": float, "start": float}
+    lines: dict[tuple, dict] = {}
+    for row in tables["ruler_samples"].to_dict("records"):
+        key = (text(row["model"]), text(row["task"]), number(row["length"], int),
+               number(row["sample"], int))
+        line = lines.setdefault(key, {k: number(row.get(k), kinds[k]) if k in kinds else text(row.get(k))
+                                      for k in ("model", "task", "length", "sample", "seed", "attempt",
+                                                "depth", "start", "tokens", "haystack", "answers")}
+                                | {"prompt": "", "outputs": {}})
+        line["prompt"] = line["prompt"] or text(row.get("prompt"))
+        line["outputs"][text(row["condition"])] = {"output": text(row.get("output")),
+                                                   "recall": number(row["value"], float),
+                                                   "note": text(row.get("note"))}
+    return {SAMPLES_JSONL: "".join(json.dumps(line) + "\n" for line in lines.values())}
+
+
 def _slot(row) -> str:
     """A headline's slot: `niah_single_1, 4,096 tokens`."""
     return f"{row['task']}, {int(row['length']):,} tokens"
@@ -320,4 +353,5 @@ register("ruler", 1, run, RulerOptions, "pecli.plots.ruler:figures",
          headlines=(Headline("accuracy", "RULER accuracy (recall of the expected strings)", {},
                              CONDITION,
                              name="ruler_accuracy", slot=_slot, interval=INTERVAL,
-                             axis="mean recall of the expected strings"),))
+                             axis="mean recall of the expected strings"),),
+         companions=samples_jsonl)

@@ -11,6 +11,7 @@ import pytest
 
 def test_ruler_writes_tables_samples_and_figure_under_every_kind_of_condition(
         use_tiny, tmp_path, invoke, monkeypatch):
+    from pecli.experiments.ruler import samples_jsonl
     from tests.unit.test_ruler import made_up
 
     monkeypatch.setattr("pecli.experiments.ruler.essay", lambda *a: made_up())
@@ -23,9 +24,15 @@ def test_ruler_writes_tables_samples_and_figure_under_every_kind_of_condition(
     # conditions.grid: the intact model, the scaling on it alone, each (intervention, mask) pair
     assert list(acc["condition"]) == ["intact", "linear:2", "zero + linear/legacy"]
     assert acc["value"].notna().all() and (acc["ci_high"] > acc["ci_low"]).all()
-    lines = [json.loads(x) for x in (out / "ruler_samples.jsonl").read_text().splitlines()]
+    jsonl = (out / "ruler_samples.jsonl").read_text()
+    lines = [json.loads(x) for x in jsonl.splitlines()]
     assert len(lines) == 2 and all(len(x["outputs"]) == 3 and x["prompt"].startswith("Memorize")
                                    for x in lines)
+    samples = pd.read_csv(out / "ruler_samples.csv", dtype=str, keep_default_na=False)
+    assert ({(x["sample"], c): y["output"] for x in lines for c, y in x["outputs"].items()}
+            == {(int(r.sample), r.condition): r.output for r in samples.itertuples()})
+    # a preset's finished section makes it from the CSV read back as text: the same file
+    assert samples_jsonl({"ruler_samples": samples}) == {"ruler_samples.jsonl": jsonl}
     assert (out / "figures" / "ruler.png").stat().st_size > 10_000
 
 

@@ -107,6 +107,28 @@ def test_interrupted_entry_is_redone(fake_experiment, tmp_path):
     assert len(CALLS) == 2
 
 
+def _listing(tables):
+    return {"listing.txt": "".join(f"{v}\n" for v in tables["summary"]["value"].astype(float))}
+
+
+def test_companion_files_come_with_the_tables_and_a_missing_or_damaged_one_is_made_again(
+        fake_experiment, tmp_path):
+    EXPERIMENTS._entries["fake"] = dataclasses.replace(EXPERIMENTS.get("fake"), companions=_listing)
+    preset = load_preset(_write(tmp_path, PRESET))
+    out, said = tmp_path / "out", []
+    run_preset(preset, out, announce=said.append)
+    listing = out / "one" / "listing.txt"
+    assert listing.read_text() == "2.0\n3.0\n" and not any("writing" in s for s in said)
+    listing.unlink()  # a section finished before its experiment had companions
+    run_preset(preset, out, announce=said.append)
+    assert listing.read_text() == "2.0\n3.0\n" and "  writing listing.txt from its tables" in said
+    listing.write_text("2.0\n")
+    run_preset(preset, out, announce=said.append)
+    assert listing.read_text() == "2.0\n3.0\n" and said[-1].endswith("(it differed from them)")
+    assert len(CALLS) == 1  # made from the tables, not computed again
+    assert "one/listing.txt" in (out / ".pecli-run.json").read_text()  # the folder's manifest
+
+
 @pytest.mark.parametrize("bad, message", [
     ("limt: 3", "unknown option 'limt' (did you mean 'limit'?)"),
 ])
