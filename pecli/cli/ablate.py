@@ -9,11 +9,12 @@ from rich.table import Table
 
 from pecli.cli.docs import Row
 from pecli.cli.flags import ForceOpt, OutOpt, build, derived
-from pecli.cli.shared import ci_text, decimals, run_and_write
+from pecli.cli.shared import ci_text, run_and_write
 from pecli.cli.shared import console as wide_console
 from pecli.experiments.options.ablate import AblateOptions
 from pecli.positions.labels import INTACT, OLD_INTACT
 from pecli.runs import parallel
+from pecli.runs.tables import decimals
 
 INTACT_NAMES = (INTACT, *OLD_INTACT)
 

@@ -10,8 +10,9 @@ from rich.table import Table
 
 from pecli.cli.docs import Row
 from pecli.cli.flags import ForceOpt, OutOpt
-from pecli.cli.shared import ci_text, decimals, short_method
+from pecli.cli.shared import ci_text, short_method
 from pecli.cli.shared import console as wide_console
+from pecli.runs.tables import decimals
 
 
 def compare(

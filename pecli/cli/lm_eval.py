@@ -10,9 +10,10 @@ from rich.table import Table
 
 from pecli.cli.docs import Row
 from pecli.cli.flags import ForceOpt, OutOpt, build, derived
-from pecli.cli.shared import ci_text, console, decimals, run_and_write, short_method
+from pecli.cli.shared import ci_text, console, run_and_write, short_method
 from pecli.experiments.options.lm_eval import LmEvalOptions
 from pecli.runs.errors import ConfigError
+from pecli.runs.tables import decimals
 
 
 @derived(LmEvalOptions, "pecli lm-eval")

@@ -7,10 +7,11 @@ from rich.table import Table
 
 from pecli.cli.docs import Row
 from pecli.cli.flags import ForceOpt, OutOpt, derived
-from pecli.cli.shared import ci_text, counter, decimals, number, run_and_write
+from pecli.cli.shared import ci_text, counter, run_and_write
 from pecli.cli.shared import console as wide_console
 from pecli.experiments.options.perplexity import PerplexityOptions
 from pecli.runs import parallel
+from pecli.runs.tables import decimals, number
 
 
 @derived(PerplexityOptions, "pecli perplexity")

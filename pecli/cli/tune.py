@@ -8,9 +8,10 @@ from rich.table import Table
 from pecli.cli.docs import Row
 from pecli.cli.flags import ForceOpt, OutOpt, derived
 from pecli.cli.shared import console as wide_console
-from pecli.cli.shared import counter, decimals, number, run_and_write
+from pecli.cli.shared import counter, run_and_write
 from pecli.experiments.tune import TuneOptions
 from pecli.runs import parallel
+from pecli.runs.tables import decimals, number
 
 
 @derived(TuneOptions, "pecli tune")

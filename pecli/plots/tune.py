@@ -5,13 +5,13 @@ far off the settings), the chosen setting ringed; the report split's numbers und
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pandas as pd
 
 from pecli.plots.style import WIDTH, data_label, dtype_note, model_name, save, wants_log
+from pecli.runs.tables import decimals
 
 _META = {"condition", "intervention", "rope_scaling", "rope_parameters", "setting"}
 
@@ -23,20 +23,14 @@ def parameters(curve: pd.DataFrame) -> list[str]:
     return [k for k in keys if k in curve.columns]
 
 
-def _digits(report: pd.DataFrame) -> int:
-    """One number of decimals for the report's numbers: 2 (4 below 10), more where the
-    narrowest interval needs them to show two significant digits of its width."""
-    pairs = [("ci_low", "ci_high"), ("diff_ci_low", "diff_ci_high"),
-             ("diff_default_ci_low", "diff_default_ci_high")]
-    widths = [w for lo, hi in pairs if lo in report for w in (report[hi] - report[lo]).dropna() if w > 0]
-    need = 4 if report["value"].abs().max() < 10 else 2
-    return max(need, *(math.ceil(-math.log10(w)) + 1 for w in widths)) if widths else need
-
-
 def _report_text(report: pd.DataFrame) -> list[str]:
     """One line per report row: its value with its interval, and its paired difference from
     intact (and the best's from the default), all with the same decimals."""
-    digits = _digits(report)
+    pairs = [("ci_low", "ci_high"), ("diff_ci_low", "diff_ci_high"),
+             ("diff_default_ci_low", "diff_default_ci_high")]
+    pairs = [(lo, hi) for lo, hi in pairs if lo in report]
+    digits = decimals(report["value"], [x for lo, _ in pairs for x in report[lo]],
+                      [x for _, hi in pairs for x in report[hi]])
 
     def ci(r, v, lo, hi) -> str:
         if v not in r or r[v] != r[v]:
