@@ -39,10 +39,16 @@ def _report_text(report: pd.DataFrame) -> list[str]:
         bounds = "" if r[lo] != r[lo] else f" [{r[lo]:{spec}}, {r[hi]:{spec}}]"
         return f"{r[v]:{spec}}{bounds}"
 
+    rows = [r for _, r in report.iterrows()]
+    chosen = {r["condition"] for r in rows if r["role"] == "default"} & {
+        r["condition"] for r in rows if r["role"] == "best"}  # the default chosen: one line
     lines = []
-    for _, r in report.iterrows():
+    for r in rows:
+        if r["role"] == "best" and r["condition"] in chosen:
+            continue
+        role = "default, also the best" if r["condition"] in chosen else r["role"]
         setting = "" if r["setting"] != r["setting"] or r["setting"] in ("", r["role"]) else f" ({r['setting']})"
-        parts = [f"{r['role']}{setting}: {ci(r, 'value', 'ci_low', 'ci_high')}"]
+        parts = [f"{role}{setting}: {ci(r, 'value', 'ci_low', 'ci_high')}"]
         if d := ci(r, "diff_vs_intact", "diff_ci_low", "diff_ci_high"):
             parts.append(f"vs intact {d}")
         if d := ci(r, "diff_vs_default", "diff_default_ci_low", "diff_default_ci_high"):

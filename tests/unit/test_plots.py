@@ -348,7 +348,8 @@ def test_tune_figure_keeps_the_settings_apart_when_intact_is_far_off(captured):
 
 
 def test_tune_report_numbers_share_decimals_enough_for_the_narrowest_interval():
-    report = pd.DataFrame({"role": ["intact", "best"], "setting": ["intact", "G=4 W=2048"],
+    report = pd.DataFrame({"role": ["intact", "best"], "condition": ["intact", "selfextend:4:2048"],
+                           "setting": ["intact", "G=4 W=2048"],
                            "value": [82.5796, 38.1111], "ci_low": [80.4066, 37.058],
                            "ci_high": [84.8, 39.2433], "diff_vs_intact": [float("nan"), -44.4686],
                            "diff_ci_low": [float("nan"), -45.8006], "diff_ci_high": [float("nan"), -43.2586],
@@ -359,6 +360,19 @@ def test_tune_report_numbers_share_decimals_enough_for_the_narrowest_interval():
     assert lines[0] == "intact: 82.580 [80.407, 84.800]"  # not "intact (intact)"
     assert lines[1].startswith("best (G=4 W=2048): 38.111")
     assert lines[1].endswith("vs intact -44.469 [-45.801, -43.259]; vs default +0.079 [+0.044, +0.117]")
+
+
+def test_tune_report_gives_one_line_where_the_default_is_chosen():
+    nan = float("nan")
+    report = pd.DataFrame({"role": ["intact", "default", "best"], "condition": ["intact", "yarn:2", "yarn:2"],
+                           "setting": ["intact", "factor=2", "factor=2"], "value": [82.58, 39.78, 39.78],
+                           "ci_low": [80.41, 38.67, 38.67], "ci_high": [84.80, 40.94, 40.94],
+                           "diff_vs_intact": [nan, -42.80, -42.80], "diff_ci_low": [nan, -44.10, -44.10],
+                           "diff_ci_high": [nan, -41.62, -41.62], "diff_vs_default": [nan, nan, 0.0],
+                           "diff_default_ci_low": [nan, nan, nan], "diff_default_ci_high": [nan, nan, nan]})
+    assert tune._report_text(report) == [
+        "intact: 82.58 [80.41, 84.80]",
+        "default, also the best (factor=2): 39.78 [38.67, 40.94]; vs intact -42.80 [-44.10, -41.62]"]
 
 
 @pytest.mark.parametrize("tasks, shape", [(4, (2, 2)), (3, (1, 3)), (5, (2, 3))])
