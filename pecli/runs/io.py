@@ -324,6 +324,8 @@ class RunOutput:
     `target` together (a rename, or a move per file when `target` already holds other files)
     and lists them in its manifest (.pecli-run.json); an exception, Ctrl-C, SIGTERM or SIGHUP
     deletes them. Either way the lock is released. A full disk leaves `target` as it was.
+    A checkpoint the run clears while its outputs are open is deleted only once they are in
+    place: a run that fails while writing resumes, and need not compute again.
 
         with RunOutput(out, key) as output:     # fails here, before computing, if unwritable
             frames = run(...)
@@ -331,9 +333,12 @@ class RunOutput:
         for p in [*csvs.values(), *pngs]: print(p)   # final paths, in place now
     """
 
+    _open: list[RunOutput] = []  # this process's outputs being made, innermost last
+
     def __init__(self, target: Path, key: dict | None = None, *, force: bool = False):
         self.target = check_target(target)
         self.key = _plain(key)
+        self.finished: list[Checkpoint] = []  # cleared once the outputs are in place
         self._hold = hold(self.target, key, force=force)
         self._hold.__enter__()
         try:
@@ -363,13 +368,18 @@ class RunOutput:
         output.__exit__(RuntimeError, None, None)
 
     def __enter__(self) -> RunOutput:
+        RunOutput._open.append(self)
         return self
 
     def __exit__(self, kind, err, tb) -> None:
+        if self in RunOutput._open:
+            RunOutput._open.remove(self)
         try:
             if kind is None and not is_worker():
                 self.commit()
-            else:
+                for checkpoint in self.finished:
+                    checkpoint.clear()
+            else:  # a finished run's checkpoints stay, for the rerun to write from
                 self.discard()
         finally:
             self._hold.__exit__(None, None, None)
@@ -466,7 +476,8 @@ class Checkpoint:
     more often than 20 times the last save took (at most 5 % of the time goes to saving as
     the arrays grow; `every=0` saves at every call), under <cache>/partial/<kind>-<hash>.npz.
     The hash covers `key` (everything else that determines the numbers) and the input
-    `texts`; a rerun with the same hash loads the file, a finished run deletes it.
+    `texts`; a rerun with the same hash loads the file, a finished run deletes it (once its
+    outputs are in place, where a RunOutput is open: `clear`).
 
     Faults: a file that cannot be read back whole (truncated, overwritten, another key's)
     is renamed to `<name>.damaged` with a warning and the run starts afresh. Two runs with
@@ -567,6 +578,11 @@ class Checkpoint:
         return self._lock is not None and self.path.exists()
 
     def clear(self) -> None:
+        """Delete the progress of a finished run; inside an open RunOutput, once its outputs
+        are in place (a failure writing them keeps it, so the rerun only writes)."""
+        if RunOutput._open and self not in RunOutput._open[-1].finished:
+            RunOutput._open[-1].finished.append(self)
+            return
         if self._acquire():
             self.path.unlink(missing_ok=True)
             self.path.with_suffix(".lock").unlink(missing_ok=True)

@@ -277,6 +277,38 @@ def test_interrupted_run_resumes_after_the_last_finished_condition(tiny, docs, i
     assert resumed[cols].equals(full[cols])
 
 
+def test_a_run_that_fails_writing_its_tables_keeps_its_progress(tiny, docs, interrupt, tmp_path,
+                                                               monkeypatch):
+    """The checkpoint a finished run clears goes only once its tables are in place: a full
+    disk while writing them leaves it, and the rerun writes without computing again."""
+    from pecli.measures import lm_scoring
+    from pecli.runs import io
+    from pecli.runs.errors import OutputError
+
+    loaded = tiny("llama")
+    o = LengthOptions.build({"model": "llama", "lengths": "16,32", "rope_scaling": "linear:2",
+                             "bootstrap": 100}, "t").replace(dataset=str(docs))
+    calls = interrupt(lm_scoring, "score_windows", 0)  # counts, never interrupts
+    real = io.write_csv
+
+    def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OutputError, match="No space left"), io.RunOutput(tmp_path / "out") as output:
+        frames = run(o, loaded=loaded)
+        monkeypatch.setattr(io, "write_csv", full_disk)
+        output.write(frames, {})
+    saved = list((io.cache_dir() / "partial").glob("length-*.npz"))
+    assert len(calls) == 4 and len(saved) == 1 and not (tmp_path / "out").exists()
+    monkeypatch.setattr(io, "write_csv", real)
+    calls.clear()
+    with io.RunOutput(tmp_path / "out") as output:
+        again = run(o, loaded=loaded)
+        output.write(again, {})
+    assert not calls and again["length"].equals(frames["length"])  # resumed: nothing computed
+    assert (tmp_path / "out" / "length.csv").exists() and not saved[0].exists()
+
+
 def test_rotary_interventions_act_on_the_scaled_model(tiny, docs):
     """zero replaces the rotary output by cos = 1, sin = 0, so yarn (which scales cos and sin)
     changes nothing under it; were the intervention hooked to the replaced module, it would."""
