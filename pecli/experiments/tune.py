@@ -253,7 +253,7 @@ def run(options: TuneOptions, progress: Callable[[int, int], None] | None = None
     from pecli.positions.remedies import trained_length
 
     n = trained_length(loaded.model.config)
-    default, source = _default(o, n)
+    default, source = _default(o, n, grid)
     conditions = {s.text: _condition(s, o.condition) for s in [*grid, *([default] if default else [])]}
     check_all(list(conditions.values()), loaded, causal=True)
     from pecli.measures.passkey import NEW_TOKENS
@@ -328,11 +328,28 @@ def _condition(s: Setting, condition: str):
     return plan(intervention=s.text)
 
 
-def _default(o: TuneOptions, n: int) -> tuple[Setting | None, str]:
+def _default(o: TuneOptions, n: int, grid: list[Setting]) -> tuple[Setting | None, str]:
+    """The setting reported beside the best (--default, else the papers'), as the grid spells
+    it where a grid setting computes the same (string:2731 is string:2731:2859): scored once."""
     if o.default is not None:
-        return settings(o.condition, tuple(o.default.split()), "default (--default)")[0], "--default"
-    got = recommended(o.condition, n, o.length)
-    return got if got else (None, "")
+        got = settings(o.condition, tuple(o.default.split()), "default (--default)")[0], "--default"
+    else:
+        got = recommended(o.condition, n, o.length) or (None, "")
+    default, source = got
+    if default is not None:
+        default = next((s for s in grid if _computed(s, o.condition) == _computed(default, o.condition)),
+                       default)
+    return default, source
+
+
+def _computed(s: Setting, condition: str):
+    """What a setting computes: its parameters with those left out at their defaults."""
+    if _rope(condition):
+        return Rope.parse(s.text)
+    from pecli.positions.remedies import METHODS, Remedy
+
+    name, _, argument = s.text.partition(":")
+    return Remedy.of(name, argument) if name in METHODS else s.text
 
 
 def _columns(c, loaded, s: Setting | None) -> dict:

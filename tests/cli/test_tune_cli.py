@@ -104,6 +104,22 @@ def test_an_interrupted_tune_resumes(tiny, docs, interrupt):
         assert resumed[name][cols].equals(full[name][cols])
 
 
+def test_a_default_a_grid_setting_computes_is_scored_as_that_setting():
+    """STRING's default S = n/3 with W = S + 128 is the grid's string:2731 (W left at S + 128),
+    DCA's C = 3n/4, L = n/16 the grid's dca:6144 (L left at C / 12): one setting, scored once."""
+    from pecli.experiments.tune import TuneOptions, _default, settings
+
+    def default(condition, grid, given=None):
+        o = TuneOptions.build({"model": "llama", "condition": condition, "grid": grid,
+                               "length": 16384, "choice": 1, "default": given}, "t")
+        return _default(o, 8192, settings(condition, (grid,)))[0].text
+
+    assert default("string", "S=2731,4096") == "string:2731"
+    assert default("dca", "C=2048,6144") == "dca:6144"
+    assert default("string", "S=2731,4096", "S=2731 W=3000") == "string:2731:3000"  # another W
+    assert default("yarn", "S=3,4") == "yarn:2"
+
+
 @pytest.mark.parametrize("args, words", [
     (["--condition", "selfextend", "--grid", "Q=2,4"], "its parameters: G (group), W (window)"),
     (["--condition", "selfextend", "--grid", "G=0,2", "W=8"], "group=0 window=8: selfextend:0:8: 0 is below 1"),
