@@ -14,7 +14,7 @@ from pecli.cli.shared import console as wide_console
 from pecli.experiments.options.ablate import AblateOptions
 from pecli.positions.labels import INTACT, OLD_INTACT
 from pecli.runs import parallel
-from pecli.runs.tables import decimals
+from pecli.runs.numbers import decimals
 
 INTACT_NAMES = (INTACT, *OLD_INTACT)
 

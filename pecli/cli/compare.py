@@ -12,7 +12,7 @@ from pecli.cli.docs import Row
 from pecli.cli.flags import ForceOpt, OutOpt
 from pecli.cli.shared import ci_text, short_method
 from pecli.cli.shared import console as wide_console
-from pecli.runs.tables import decimals
+from pecli.runs.numbers import decimals
 
 
 def compare(

@@ -13,7 +13,7 @@ from pecli.cli.flags import ForceOpt, OutOpt, build, derived
 from pecli.cli.shared import ci_text, console, run_and_write, short_method
 from pecli.experiments.options.lm_eval import LmEvalOptions
 from pecli.runs.errors import ConfigError
-from pecli.runs.tables import decimals
+from pecli.runs.numbers import decimals
 
 
 @derived(LmEvalOptions, "pecli lm-eval")

@@ -11,7 +11,7 @@ from pecli.cli.shared import ci_text, counter, run_and_write
 from pecli.cli.shared import console as wide_console
 from pecli.experiments.options.perplexity import PerplexityOptions
 from pecli.runs import parallel
-from pecli.runs.tables import decimals, number
+from pecli.runs.numbers import decimals, number
 
 
 @derived(PerplexityOptions, "pecli perplexity")

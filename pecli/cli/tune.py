@@ -11,7 +11,7 @@ from pecli.cli.shared import console as wide_console
 from pecli.cli.shared import counter, run_and_write
 from pecli.experiments.tune import TuneOptions
 from pecli.runs import parallel
-from pecli.runs.tables import decimals, number
+from pecli.runs.numbers import decimals, number
 
 
 @derived(TuneOptions, "pecli tune")

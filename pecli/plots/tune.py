@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from pecli.plots.style import WIDTH, data_label, dtype_note, model_name, save, wants_log
-from pecli.runs.tables import decimals
+from pecli.runs.numbers import decimals
 
 _META = {"condition", "intervention", "rope_scaling", "rope_parameters", "setting"}
 

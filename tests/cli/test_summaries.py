@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from pecli.runs.tables import decimals, number
+from pecli.runs.numbers import decimals, number
 
 
 def test_decimals_show_a_small_effect_and_line_up_a_column():
