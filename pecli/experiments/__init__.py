@@ -70,8 +70,8 @@ class Experiment:
     options: type[Options]  # what run() takes: run(options, progress=...)
     files: str | None = None  # a folder of its own files (save_dir), kept under a preset's entry
     headlines: tuple[Headline, ...] = ()  # what `pecli compare` reads from its tables
-    # text files beside its tables, made from them ({file name: text}; ruler's samples as JSONL)
-    companions: Callable[[dict[str, pd.DataFrame]], dict[str, str]] | None = None
+    # text files beside its tables, each made from them ({file name: maker}; ruler's samples as JSONL)
+    companions: dict[str, Callable[[dict[str, pd.DataFrame]], str]] | None = None
 
     def run_with(self, values: dict, where: str, **kwargs) -> dict[str, pd.DataFrame]:
         """Build the options from plain values (a preset's, a test's), check them, and run."""
@@ -104,7 +104,7 @@ def data_of(o, **kwargs):
 def register(name: str, version: int, run: Callable[..., dict[str, pd.DataFrame]],
              options: type[Options], figures: str | Callable, description: str,
              files: str | None = None, headlines: tuple[Headline, ...] = (),
-             companions: Callable[[dict[str, pd.DataFrame]], dict[str, str]] | None = None) -> Experiment:
+             companions: dict[str, Callable[[dict[str, pd.DataFrame]], str]] | None = None) -> Experiment:
     """Add an experiment to EXPERIMENTS under its name (written once) and return it.
     `figures`: "package.module:function" (imported when first drawn, `lazy`) or the function;
     `headlines`: its numbers `pecli compare` gathers (a run folder with none is refused);

@@ -169,7 +169,7 @@ def _run_entries(preset: Preset, out: Path, owner: dict, force: bool,
                     "seconds": seconds,
                     "figures": [Path(os.path.relpath(p, out)).as_posix() for p in figures]}, done)
         results.append(EntryResult(entry, tables, list(figures), False, seconds,
-                                   _companions(exp, tables, folder, announce)))
+                                   [folder / name for name in exp.companions or {}]))
     return results
 
 
@@ -191,15 +191,14 @@ def _redrawn(exp, tables: dict[str, Path], figures: list[Path], fig_dir: Path,
 
 def _companions(exp, tables: dict[str, Path], folder: Path,
                 announce: Callable[[str], None]) -> list[Path]:
-    """An entry's companion files (exp.companions), checked against its tables: one missing
-    (a section finished before it had them) or different is written again from them."""
-    if exp.companions is None:
+    """A finished entry's companion files (exp.companions), checked against its tables: one
+    missing (a section finished before it had them) or different is written again from them."""
+    if not exp.companions:
         return []
-    made = exp.companions({name: pd.read_csv(path, dtype=str, keep_default_na=False)
-                           for name, path in tables.items()})
+    frames = {name: pd.read_csv(path, dtype=str, keep_default_na=False) for name, path in tables.items()}
     paths = []
-    for name, text in made.items():
-        path = folder / name
+    for name, make in exp.companions.items():
+        path, text = folder / name, make(frames)
         if not path.exists() or path.read_text(encoding="utf-8") != text:
             announce(f"  writing {name} from its tables" + (" (it differed from them)" if path.exists() else ""))
             write_text(text, path)

@@ -313,7 +313,7 @@ def _accuracy(samples: list[dict], o: RulerOptions) -> list[dict]:
 SAMPLES_JSONL = "ruler_samples.jsonl"
 
 
-def samples_jsonl(tables: dict[str, pd.DataFrame]) -> dict[str, str]:
+def samples_jsonl(tables: dict[str, pd.DataFrame]) -> str:
     """ruler_samples.jsonl: one line per sample, its prompt, answers and depth, and per
     condition its output, recall and note. Each field is typed here, so the run's frames and
     ruler_samples.csv read back as text (a preset's finished section) give the same file."""
@@ -340,7 +340,7 @@ def samples_jsonl(tables: dict[str, pd.DataFrame]) -> dict[str, str]:
         line["outputs"][text(row["condition"])] = {"output": text(row.get("output")),
                                                    "recall": number(row["value"], float),
                                                    "note": text(row.get("note"))}
-    return {SAMPLES_JSONL: "".join(json.dumps(line) + "\n" for line in lines.values())}
+    return "".join(json.dumps(line) + "\n" for line in lines.values())
 
 
 def _slot(row) -> str:
@@ -354,4 +354,4 @@ register("ruler", 1, run, RulerOptions, "pecli.plots.ruler:figures",
                              CONDITION,
                              name="ruler_accuracy", slot=_slot, interval=INTERVAL,
                              axis="mean recall of the expected strings"),),
-         companions=samples_jsonl)
+         companions={SAMPLES_JSONL: samples_jsonl})

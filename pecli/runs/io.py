@@ -391,8 +391,8 @@ class RunOutput:
     def write(self, frames: dict[str, pd.DataFrame], config: dict, figures=None,
               tables_dir: str = "", figures_dir: str = "figures",
               companions=None) -> tuple[dict[str, Path], list[Path]]:
-        """Stage every table (+ sidecar), the files `companions(frames)` makes from them
-        ({name: text}, beside the tables), then `figures(staged csvs, staged folder)` if given.
+        """Stage every table (+ sidecar), the files `companions` make from them ({name: maker},
+        beside the tables), then `figures(staged csvs, staged folder)` if given.
 
         Returns the final paths of the tables and figures. A failed write (full disk, ...)
         is a one-line OutputError and nothing reaches `target`.
@@ -401,8 +401,8 @@ class RunOutput:
             frames = {name: self._relocated(df) for name, df in frames.items()}
             csvs = {name: write_table(df, self.dir / tables_dir, name, config)
                     for name, df in frames.items()}
-            for name, text in (companions(frames) if companions else {}).items():
-                write_text(text, self.dir / tables_dir / name)
+            for name, make in (companions or {}).items():
+                write_text(make(frames), self.dir / tables_dir / name)
             pngs = with_formats(figures(csvs, self.dir / figures_dir)) if figures else []
         except OSError as err:
             self.discard()

@@ -32,7 +32,7 @@ def test_ruler_writes_tables_samples_and_figure_under_every_kind_of_condition(
     assert ({(x["sample"], c): y["output"] for x in lines for c, y in x["outputs"].items()}
             == {(int(r.sample), r.condition): r.output for r in samples.itertuples()})
     # a preset's finished section makes it from the CSV read back as text: the same file
-    assert samples_jsonl({"ruler_samples": samples}) == {"ruler_samples.jsonl": jsonl}
+    assert samples_jsonl({"ruler_samples": samples}) == jsonl
     assert (out / "figures" / "ruler.png").stat().st_size > 10_000
 
 

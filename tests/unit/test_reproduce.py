@@ -108,12 +108,12 @@ def test_interrupted_entry_is_redone(fake_experiment, tmp_path):
 
 
 def _listing(tables):
-    return {"listing.txt": "".join(f"{v}\n" for v in tables["summary"]["value"].astype(float))}
+    return "".join(f"{v}\n" for v in tables["summary"]["value"].astype(float))
 
 
 def test_companion_files_come_with_the_tables_and_a_missing_or_damaged_one_is_made_again(
         fake_experiment, tmp_path):
-    EXPERIMENTS._entries["fake"] = dataclasses.replace(EXPERIMENTS.get("fake"), companions=_listing)
+    EXPERIMENTS._entries["fake"] = dataclasses.replace(EXPERIMENTS.get("fake"), companions={"listing.txt": _listing})
     preset = load_preset(_write(tmp_path, PRESET))
     out, said = tmp_path / "out", []
     run_preset(preset, out, announce=said.append)
