@@ -141,6 +141,9 @@ def _version(show: bool) -> None:
 def _root(version: bool = typer.Option(False, "--version", is_eager=True, callback=_version,
                                        help="Show pecli's version and exit.")) -> None:
     """Position information in pretrained Transformers: ablate, mask, measure."""
+    from pecli.runs.provenance import git_state
+
+    git_state()  # rows name the commit this process started from, not one made while it ran
 
 
 for _name, _ in REGISTERED:  # the one table of commands and experiments

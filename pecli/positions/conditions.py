@@ -67,6 +67,16 @@ class Attention:
         return f"{self.mask}/{self.semantics}/{self.mode}"
 
 
+def _computed(intervention: Choice) -> str:
+    """An intervention as what it computes: a remedy with the parameters left out filled in
+    (string:2731 and string:2731:2859 are one computation), anything else as named."""
+    from pecli.positions.remedies import METHODS, Remedy
+
+    if intervention.name not in METHODS:
+        return str(intervention)
+    return f"{Remedy.of(intervention.name, intervention.argument or '')!r}@{intervention.layers}"
+
+
 @dataclass(frozen=True)
 class Condition:
     """One condition and how it is computed, decided once (`plan`) and handed down.
@@ -113,7 +123,8 @@ class Condition:
         named under several semantics): every kind's columns but the mask's, whose attention
         `computation` names, and the passes."""
         mask = labels.PARTS["mask"].columns
-        return (*(v for k, v in self.columns().items() if k != "condition" and k not in mask),
+        cols = {**self.columns(), "intervention": _computed(self.intervention)}
+        return (*(v for k, v in cols.items() if k != "condition" and k not in mask),
                 self.computation, self.passes)
 
     @property

@@ -78,3 +78,13 @@ def test_fewer_than_two_texts_is_said_once(tmp_path, shared_data):
                                      "zero", "--device", "cpu", "--out", str(tmp_path / "o")])
     assert result.exit_code == 0, result.output
     assert sum("fewer than 2 texts" in str(w.message) for w in said) == 1  # was 4: once per caller
+
+
+def test_the_commit_is_read_when_the_process_starts(monkeypatch, tmp_path):
+    """Rows name the commit the running code came from: git is asked before the command runs
+    (and cached), so a commit made during an hours-long run does not stamp its rows."""
+    asked = []
+    monkeypatch.setattr("pecli.runs.provenance.git_state", lambda: asked.append(1) or {})
+    monkeypatch.setattr("pecli.models.loading.load_model", _never)
+    result = runner.invoke(app, ["ablate", "no-such-model", "--out", str(tmp_path / "o")])
+    assert result.exit_code != 0 and asked == [1]

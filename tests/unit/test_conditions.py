@@ -54,6 +54,20 @@ def test_one_label_from_the_columns(row, expected):
     assert C.label(row) == expected
 
 
+@pytest.mark.parametrize("short, full, other", [
+    ("string:2731", "string:2731:2859", "string:2731:3000"),  # W = S + 128 left out
+    ("dca:6144", "dca:6144:512", "dca:6144:256"),  # L = C / 12 left out
+    ("selfextend:4:1024@full_attention", "selfextend:4:1024@full_attention", "selfextend:4:1024"),
+])
+def test_one_computation_spelled_two_ways_is_scored_once(short, full, other):
+    """Experiments score identical computations once (keyed by `computes`): a remedy with its
+    defaults left out is the same computation as spelled in full, one with another value or
+    another layer set is not; each keeps its own label."""
+    a, b, c = (C.plan(intervention=x) for x in (short, full, other))
+    assert a.computes == b.computes and a.computes != c.computes
+    assert (a.label, b.label) == (short, full)
+
+
 def test_a_condition_labels_itself_as_its_row_does():
     c = C.plan("linear", "log-bias", "study", "zero", rope=Rope.parse("yarn:2"))
     cols = c.columns()
