@@ -336,20 +336,10 @@ def _default(o: TuneOptions, n: int, grid: list[Setting]) -> tuple[Setting | Non
     else:
         got = recommended(o.condition, n, o.length) or (None, "")
     default, source = got
-    if default is not None:
-        default = next((s for s in grid if _computed(s, o.condition) == _computed(default, o.condition)),
-                       default)
+    if default is not None:  # Condition.computes: its parameters left out at their defaults
+        same = _condition(default, o.condition).computes
+        default = next((s for s in grid if _condition(s, o.condition).computes == same), default)
     return default, source
-
-
-def _computed(s: Setting, condition: str):
-    """What a setting computes: its parameters with those left out at their defaults."""
-    if _rope(condition):
-        return Rope.parse(s.text)
-    from pecli.positions.remedies import METHODS, Remedy
-
-    name, _, argument = s.text.partition(":")
-    return Remedy.of(name, argument) if name in METHODS else s.text
 
 
 def _columns(c, loaded, s: Setting | None) -> dict:
