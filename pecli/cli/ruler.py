@@ -9,7 +9,7 @@ from pecli.cli.docs import Row
 from pecli.cli.flags import ForceOpt, OutOpt, derived
 from pecli.cli.shared import console as wide_console
 from pecli.cli.shared import counter, run_and_write
-from pecli.experiments.ruler import INTERVAL, SAMPLES_JSONL, RulerOptions
+from pecli.experiments.ruler import DIFF_INTERVAL, INTERVAL, SAMPLES_JSONL, RulerOptions
 from pecli.runs import parallel
 
 
@@ -22,7 +22,8 @@ def ruler(options: RulerOptions, *, out: OutOpt = None, force: ForceOpt = False)
     data directory (docs/ruler.md says where pecli differs and why). Each sample has its own
     haystack slice, needles and depth (seeded: the same under every condition and run); no
     answer occurs in its haystack by chance. ruler.csv: mean recall of the expected strings
-    with a 95 % interval over samples per (model, condition, task, length);
+    with a 95 % interval over samples per (model, condition, task, length), and each
+    condition's difference from intact on the same samples with its paired interval;
     ruler_samples.csv and ruler_samples.jsonl: every sample, what the model read and answered.
     The intact model comes first; every --intervention (remedies included) and --mask is
     crossed with every --rope-scaling.
@@ -35,15 +36,16 @@ def ruler(options: RulerOptions, *, out: OutOpt = None, force: ForceOpt = False)
     from pecli.experiments.ruler import run
     from pecli.positions.labels import label as condition_label
     with counter("decoding", "samples") as advance:
-        tables, paths, pngs, _ = run_and_write("ruler", run, options, out, progress=advance,
-                                               force=force, notes={"intervals": INTERVAL})
+        tables, paths, pngs, _ = run_and_write(
+            "ruler", run, options, out, progress=advance, force=force,
+            notes={"intervals": f"{INTERVAL}; {DIFF_INTERVAL}", "interval_unit": "sample"})
     if not parallel.is_main():
         return
     console = wide_console()
     jsonl = paths["ruler_samples"].with_name(SAMPLES_JSONL)  # written with the tables
     df = tables["ruler"]
     summary = Table(title=f"ruler: mean recall [95 % CI] per task and length; {options.samples} "
-                          "samples per cell")
+                          "samples per cell; under it, the paired difference from intact")
     lengths = list(dict.fromkeys(df["length"]))
     for col in ("model", "condition", "task", *(f"{n:,}" for n in lengths)):
         summary.add_column(col, justify="left" if col in ("model", "condition", "task") else "right")
@@ -51,11 +53,19 @@ def ruler(options: RulerOptions, *, out: OutOpt = None, force: ForceOpt = False)
         by = cells.set_index("length")
         shown = [by.loc[n, "note"] if by.loc[n, "note"] else
                  f"{by.loc[n, 'value']:.0%} [{by.loc[n, 'ci_low']:.0%}, {by.loc[n, 'ci_high']:.0%}]"
-                 for n in lengths]
+                 + _difference(by.loc[n]) for n in lengths]
         summary.add_row(str(model), condition_label(cells.iloc[0]), task, *shown)
     console.print(summary)
     for p in [*paths.values(), jsonl, *pngs]:
         console.print(f"wrote {p}")
+
+
+def _difference(row) -> str:
+    """A cell's paired difference from intact, on a line of its own ('' where there is none)."""
+    diff, low, high = (float(row[c]) for c in ("diff_vs_intact", "diff_ci_low", "diff_ci_high"))
+    if diff != diff:
+        return ""
+    return f"\nvs intact {diff:+.0%} " + (f"[{low:+.0%}, {high:+.0%}]" if low == low else "(no interval)")
 
 
 # Its row in README.md's table of commands (`make docs`)

@@ -14,6 +14,8 @@ a section's passkey.csv from its passkey_trials.csv as the current code summaris
 difference from intact bounded by Newcombe's paired interval, not a bootstrap; no interval
 where the trials share their filler, --draws fixed) and records `resummarized` in the sidecar.
 The trials, and every cell the summary shares with before, are unchanged (the keys stay valid).
+`resummarize_ruler` does the same for ruler.csv from ruler_samples.csv, adding each
+condition's paired difference from intact.
 `rename_tune_windows` renames tune's `windows` column (its windowing) window_protocol.
 
     python -m pecli.experiments.migrate results/offline
@@ -84,17 +86,55 @@ def resummarize_passkey(path: Path) -> bool:
              json.loads(done.read_text(encoding="utf-8"))["config"]["options"].get("draws", "fixed"))
     trials["note"] = trials["note"].astype("object").fillna("")
     new = pd.DataFrame(accuracy(trials.to_dict("records"), independent=draws == "independent"))
+    return _resummarized(path, new, (*DIFF_COLUMNS, "ci_low", "ci_high"), PASSKEY_NOTE)
+
+
+def _resummarized(path: Path, new: pd.DataFrame, changing: tuple[str, ...], note: str) -> bool:
+    """Write a summary computed again over the table at `path` (DIFF_COLUMNS added where it
+    lacks them) if it differs; whether it did. Only the `changing` columns may differ: any other
+    cell that would change refuses the rewrite."""
+    from pecli.measures.intervals import DIFF_COLUMNS
+
     old = pd.read_csv(path, dtype=str, keep_default_na=False, low_memory=False)
     columns = list(old.columns) + [c for c in DIFF_COLUMNS if c not in old.columns]
     text = pd.read_csv(io.StringIO(new[columns].to_csv(index=False)), dtype=str, keep_default_na=False)
     if set(columns) <= set(old.columns) and text.equals(old[columns]):
         return False
-    kept = [c for c in old.columns if c not in (*DIFF_COLUMNS, "ci_low", "ci_high")]
+    kept = [c for c in old.columns if c not in changing]
     if not text[kept].equals(old[kept]):
         changed = [c for c in kept if not text[c].equals(old[c])]
-        raise RuntimeError(f"{path}: summarising the trials again changes {changed}; rerun the section")
-    _rewrite(path, text, "resummarized", PASSKEY_NOTE)
+        raise RuntimeError(f"{path}: summarising its units again changes {changed}; rerun the section")
+    _rewrite(path, text, "resummarized", note)
     return True
+
+
+RULER_NOTE = ("issue 44: ruler.csv summarised again from ruler_samples.csv, with each condition's "
+              "difference from intact on the same samples (diff_vs_intact, diff_ci_low, diff_ci_high: "
+              "Newcombe's paired score interval, or a paired bootstrap over samples where recall is "
+              "fractional); every other cell unchanged")
+
+
+def resummarize_ruler(path: Path) -> bool:
+    """Rewrite a preset section's ruler.csv from its samples as `pecli.experiments.ruler` now
+    summarises them (the section's seed and bootstrap from its done.json), adding the paired
+    differences from intact; whether it changed. Refuses, rather than rewrites, a table whose
+    other cells the summary would change."""
+    from pecli.experiments import EXPERIMENTS, load_all
+    from pecli.measures.intervals import DIFF_COLUMNS
+    from pecli.measures.ruler import accuracy
+
+    path = Path(path)
+    samples_csv, done = path.with_name("ruler_samples.csv"), path.with_name("done.json")
+    if path.name != "ruler.csv" or not (samples_csv.exists() and done.exists()):
+        return False
+    load_all()
+    default = EXPERIMENTS.get("ruler").options  # what the section left out
+    options = json.loads(done.read_text(encoding="utf-8"))["config"]["options"]
+    samples = pd.read_csv(samples_csv, low_memory=False)
+    samples["note"] = samples["note"].astype("object").fillna("")
+    new = pd.DataFrame(accuracy(samples.to_dict("records"), options.get("bootstrap", default.bootstrap),
+                                options.get("seed", default.seed)))
+    return _resummarized(path, new, DIFF_COLUMNS, RULER_NOTE)
 
 
 TUNE_NOTE = ("issue 47: tune's `windows` column (how windows were cut: nonoverlapping) renamed "
@@ -121,7 +161,8 @@ def migrate(folder: Path) -> list[Path]:
     again from the migrated tables, as `pecli reproduce` names them (the same files)."""
     folder = Path(folder)
     tables = sorted(p for pattern in ("*.csv", "*.csv.gz") for p in folder.rglob(pattern))
-    changed = [p for p in tables if migrate_table(p) | resummarize_passkey(p) | rename_tune_windows(p)]
+    changed = [p for p in tables
+               if migrate_table(p) | resummarize_passkey(p) | resummarize_ruler(p) | rename_tune_windows(p)]
     for done in sorted(folder.glob("*/done.json")):
         if any(p.parent == done.parent for p in changed):
             _redraw(folder, done)

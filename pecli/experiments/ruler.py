@@ -42,6 +42,8 @@ TASK_NAMES = ("niah_single_1", "niah_single_2", "niah_single_3", "niah_multikey_
               "niah_multikey_3", "niah_multivalue", "niah_multiquery", "vt", "cwe", "fwe", "qa")
 HAYSTACK_TEXTS = 5000  # a dataset's texts the essay haystack is cut from (a fixed, seeded subset)
 INTERVAL = "95 % Wilson score interval over samples (all-or-nothing), else percentile bootstrap over samples"
+DIFF_INTERVAL = ("the difference from intact on the same samples: 95 % Newcombe paired score interval "
+                 "(all-or-nothing), else paired percentile bootstrap over samples")
 
 
 @dataclass(frozen=True)
@@ -149,6 +151,7 @@ def run(options: RulerOptions, progress: Callable[[int, int], None] | None = Non
     model (tests, benchmarks); `progress(advance, total)` counts samples."""
     import pandas as pd
 
+    from pecli.measures.ruler import accuracy
     from pecli.models.sources import peek
     from pecli.positions.conditions import grid as grid_of
     from pecli.runs.provenance import row_provenance
@@ -166,7 +169,7 @@ def run(options: RulerOptions, progress: Callable[[int, int], None] | None = Non
         model = loaded or load(name, o)
         got = _samples_under(model, grid, o, hay, progress)
         rows += got
-        summary += _accuracy(got, o)
+        summary += accuracy(got, o.bootstrap, o.seed)
         del model
     extra = row_provenance()
     return {"ruler": validate(pd.DataFrame(summary).assign(**extra)),
@@ -268,46 +271,6 @@ def _resumed(checkpoint) -> dict:
         return {}
     return {tuple(json.loads(str(k))): [str(x) for x in saved[f"out{j}"]]
             for j, k in enumerate(saved["keys"])}
-
-
-def interval(values: list[float], n_boot: int, seed: int) -> tuple[float, float, str]:
-    """A 95 % interval of the mean over samples: Wilson's where every sample is all-or-nothing,
-    else a percentile bootstrap over samples; never of zero width (a bootstrap of equal values
-    falls back to Wilson's on the expected number right)."""
-    from pecli.measures.intervals import MIN_TEXTS, mean_interval, wilson
-
-    n = len(values)
-    if n < MIN_TEXTS:
-        return float("nan"), float("nan"), ""
-    if set(values) <= {0.0, 1.0} or not n_boot:
-        return (*wilson(round(sum(values)), n), "Wilson score interval over samples")
-    low, high = mean_interval(values, n_boot=n_boot, seed=seed)
-    if high > low:
-        return low, high, "percentile bootstrap over samples"
-    return (*wilson(round(sum(values)), n), "Wilson score interval over samples (equal values)")
-
-
-def _accuracy(samples: list[dict], o: RulerOptions) -> list[dict]:
-    """Mean recall per (model, condition, task, length), with its interval over samples."""
-    import pandas as pd
-
-    df = pd.DataFrame(samples)
-    keys = ["model", "condition", "task", "length"]
-    rows = []
-    for _, part in df.groupby(keys, sort=False, dropna=False):
-        first = part.iloc[0].to_dict()
-        scored = part[part["note"] == ""]
-        values = [float(v) for v in scored["value"]]
-        low, high, method = interval(values, o.bootstrap, o.seed)
-        keep = {k: v for k, v in first.items() if k not in (
-            "sample", "attempt", "depth", "start", "size", "tokens", "answers", "output", "prompt",
-            "value", "note")}
-        rows.append({**keep, "metric": "accuracy", "value": sum(values) / len(values) if values
-                     else float("nan"), "ci_low": low, "ci_high": high, "interval": method,
-                     "all_right": sum(v == 1.0 for v in values), "samples": len(values),
-                     "rows": len(part), "tokens": int(scored["tokens"].sum()) if values else 0,
-                     "note": "" if values else first["note"]})
-    return rows
 
 
 SAMPLES_JSONL = "ruler_samples.jsonl"

@@ -41,8 +41,12 @@ import string
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 NOISE = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
 NIAH = ("Some special magic {v} are hidden within the following text. Make sure to memorize it. "
@@ -402,3 +406,72 @@ def score(output: str, answers: tuple[str, ...], match: str = "all") -> float:
     out = output.lower()
     found = [a.lower() in out for a in answers]
     return float(any(found)) if match == "part" else sum(found) / len(answers)
+
+
+def interval(values: list[float], n_boot: int, seed: int) -> tuple[float, float, str]:
+    """A 95 % interval of the mean over samples: Wilson's where every sample is all-or-nothing,
+    else a percentile bootstrap over samples; never of zero width (a bootstrap of equal values
+    falls back to Wilson's on the expected number right)."""
+    from pecli.measures.intervals import MIN_TEXTS, mean_interval, wilson
+
+    n = len(values)
+    if n < MIN_TEXTS:
+        return float("nan"), float("nan"), ""
+    if set(values) <= {0.0, 1.0} or not n_boot:
+        return (*wilson(round(sum(values)), n), "Wilson score interval over samples")
+    low, high = mean_interval(values, n_boot=n_boot, seed=seed)
+    if high > low:
+        return low, high, "percentile bootstrap over samples"
+    return (*wilson(round(sum(values)), n), "Wilson score interval over samples (equal values)")
+
+
+def accuracy(samples: list[dict], n_boot: int, seed: int) -> list[dict]:
+    """Mean recall per (model, condition, task, length), with its interval over samples and its
+    paired difference from intact (DIFF_COLUMNS)."""
+    import pandas as pd
+
+    df = pd.DataFrame(samples)
+    keys = ["model", "condition", "task", "length"]
+    rows = []
+    for _, part in df.groupby(keys, sort=False, dropna=False):
+        first = part.iloc[0].to_dict()
+        scored = part[part["note"] == ""]
+        values = [float(v) for v in scored["value"]]
+        low, high, method = interval(values, n_boot, seed)
+        keep = {k: v for k, v in first.items() if k not in (
+            "sample", "attempt", "depth", "start", "size", "tokens", "answers", "output", "prompt",
+            "value", "note")}
+        rows.append({**keep, "metric": "accuracy", "value": sum(values) / len(values) if values
+                     else float("nan"), "ci_low": low, "ci_high": high, "interval": method,
+                     "all_right": sum(v == 1.0 for v in values), "samples": len(values),
+                     "rows": len(part), "tokens": int(scored["tokens"].sum()) if values else 0,
+                     "note": "" if values else first["note"]})
+    return _paired_with_intact(df, rows, n_boot, seed)
+
+
+def _paired_with_intact(samples: pd.DataFrame, rows: list[dict], n_boot: int, seed: int) -> list[dict]:
+    """Each accuracy row's DIFF_COLUMNS against the intact model at the same model, task and
+    length, the samples paired by index (one prompt read under both): Newcombe's paired score
+    interval where every recall is 0 or 1 (a bootstrap of pairs that all differ alike gives
+    none), else a paired percentile bootstrap over samples. NaN on intact's rows and where
+    either condition scored no sample."""
+    import pandas as pd
+
+    from pecli.measures.intervals import DIFF_COLUMNS, paired_difference
+    from pecli.measures.intervals import paired_proportion_difference as newcombe
+
+    scored = samples[samples["note"] == ""]
+    by_sample = scored.set_index(["model", "condition", "task", "length", "sample"])["value"].astype(float)
+    cells = set(by_sample.index.droplevel("sample"))
+    for row in rows:
+        diff = (float("nan"),) * 3
+        here, intact = ((row["model"], c, row["task"], row["length"]) for c in (row["condition"], "intact"))
+        if row["condition"] != "intact" and {here, intact} <= cells:
+            x, ref = (by_sample.xs(cell, level=[0, 1, 2, 3]) for cell in (here, intact))
+            pairs = pd.concat([x.rename("x"), ref.rename("ref")], axis=1, join="inner")
+            if len(pairs) and pairs.isin([0.0, 1.0]).all().all():
+                diff = newcombe(pairs["x"], pairs["ref"])
+            elif len(pairs):
+                diff = paired_difference(pairs["x"], pairs["ref"], n_boot=n_boot, seed=seed)
+        row.update(zip(DIFF_COLUMNS, diff, strict=True))
+    return rows

@@ -390,3 +390,25 @@ def test_ruler_figure_fills_its_grid_of_task_panels(captured, tasks, shape):
     assert used[-1].get_xlabel() == "length (tokens; * past the context)"
     ruler.by_length(pd.DataFrame(rows).query("length == 4096"), "inside.png")
     assert [ax.get_xlabel() for ax in captured[-1].axes if ax.axison][-1] == "length (tokens)"
+
+
+def test_ruler_figure_puts_each_tasks_paired_differences_under_it(captured):
+    """With a remedy beside intact, every task's panel has a panel under it: the remedy's
+    difference from intact with its paired interval, around a zero line."""
+    nan = float("nan")
+    rows = [{"task": f"task{t}", "length": n, "value": v, "ci_low": v - 0.2, "ci_high": v + 0.2,
+             "model": "smollm2", "condition": c, "intervention": c, "context": 8192, "samples": 20,
+             "haystack": "imdb/test", "dtype": "float32", "diff_vs_intact": d, "diff_ci_low": d - 0.25,
+             "diff_ci_high": d + 0.2}
+            for t in range(3) for n in (8192, 16384)
+            for c, v, d in (("intact", 0.3, nan), ("selfextend:4:2048", 0.5, 0.2 if n == 8192 else 0.5))]
+    ruler.by_length(pd.DataFrame(rows), "ruler.png")
+    used = [ax for ax in captured[-1].axes if ax.axison]
+    assert len(used) == 6 and [ax.get_title() for ax in used[:3]] == ["task0", "task1", "task2"]
+    for ax in used[3:]:  # the row under the tasks: one point per length, bars from the paired interval
+        bars = ax.containers[0]
+        assert list(bars.lines[0].get_ydata()) == [0.2, 0.5]
+        assert [tuple(s[:, 1]) for s in bars.lines[2][0].get_segments()] == [
+            pytest.approx((-0.05, 0.4)), pytest.approx((0.25, 0.7))]
+        assert any(list(line.get_ydata()) == [0, 0] for line in ax.get_lines())
+    assert used[-1].get_xlabel() == "length (tokens; * past the context)" and used[0].get_xlabel() == ""

@@ -8,7 +8,7 @@ import itertools
 import numpy as np
 import pytest
 
-from pecli.experiments.ruler import RulerOptions, essay, interval, run
+from pecli.experiments.ruler import RulerOptions, essay, run
 from pecli.measures import ruler as R
 from pecli.runs.errors import ConfigError
 
@@ -180,12 +180,74 @@ def test_score_is_lm_evals_string_match_all():
 def test_intervals_are_wilson_or_bootstrap_and_never_zero_width():
     from pecli.measures.intervals import wilson
 
-    assert interval([1.0, 1.0, 1.0], 1000, 0)[:2] == wilson(3, 3)
-    low, high, how = interval([0.5, 0.5, 0.5], 1000, 0)
+    assert R.interval([1.0, 1.0, 1.0], 1000, 0)[:2] == wilson(3, 3)
+    low, high, how = R.interval([0.5, 0.5, 0.5], 1000, 0)
     assert high > low and "Wilson" in how
-    low, high, how = interval([0.2, 0.6, 1.0, 0.0], 1000, 0)
+    low, high, how = R.interval([0.2, 0.6, 1.0, 0.0], 1000, 0)
     assert low < 0.45 < high and "bootstrap" in how
-    assert all(np.isnan(interval([1.0], 1000, 0)[:2]))
+    assert all(np.isnan(R.interval([1.0], 1000, 0)[:2]))
+
+
+def test_each_condition_gets_its_paired_difference_from_intact():
+    """Samples paired by index, whatever their order: Newcombe's paired interval where recall
+    is 0 or 1, else the paired bootstrap written literally (the same resampled samples for
+    both); NaN on intact and where a condition scored nothing."""
+    from pecli.measures.intervals import paired_proportion_difference, proper
+
+    rng = np.random.default_rng(1)
+    right = {"intact": rng.integers(0, 2, 20).astype(float), "x": rng.integers(0, 2, 20).astype(float)}
+    recall = {"intact": rng.choice([0.0, 0.25, 0.5, 1.0], 20), "x": rng.choice([0.0, 0.25, 0.5, 1.0], 20)}
+    rows = [{"model": "m", "condition": c, "task": task, "length": 1024, "sample": i, "tokens": 1,
+             "value": float(v[c][i]), "note": ""}
+            for task, v in (("niah", right), ("cwe", recall)) for c in ("intact", "x")
+            for i in rng.permutation(20)]  # each condition's samples in its own order
+    rows += [{**r, "condition": "past", "value": float("nan"), "note": "not applicable"}
+             for r in rows if r["condition"] == "x"]
+    got = {(r["condition"], r["task"]): r for r in R.accuracy(rows, 1000, 7)}
+    diff = lambda r: (r["diff_vs_intact"], r["diff_ci_low"], r["diff_ci_high"])  # noqa: E731
+    assert diff(got["x", "niah"]) == paired_proportion_difference(right["x"], right["intact"])
+    idx = np.random.default_rng(7).integers(0, 20, size=(1000, 20))
+    stats = recall["x"][idx].mean(1) - recall["intact"][idx].mean(1)
+    want = (recall["x"].mean() - recall["intact"].mean(), *proper(*np.percentile(stats, [2.5, 97.5])))
+    assert diff(got["x", "cwe"]) == pytest.approx(want, abs=1e-12)
+    assert all(np.isnan(diff(got[c, t])).all() for c in ("intact", "past") for t in ("niah", "cwe"))
+
+
+def test_a_sections_table_summarised_again_gains_its_paired_differences(tiny, tmp_path, hay, monkeypatch):
+    """resummarize_ruler: a ruler.csv written before the paired differences becomes what a run
+    today writes from its samples, every other cell unchanged; a second pass changes nothing;
+    a table whose cells disagree with its samples is refused."""
+    import io
+    import json
+
+    import pandas as pd
+
+    from pecli.experiments.migrate import resummarize_ruler
+    from pecli.measures.intervals import DIFF_COLUMNS
+    from pecli.runs.io import write_csv, write_json
+    from pecli.runs.provenance import file_sha256
+
+    monkeypatch.setattr("pecli.experiments.ruler.essay", lambda *a: hay)
+    o = RulerOptions.build({"model": "tiny", "tasks": "vt,niah_single_1", "lengths": "320",
+                            "samples": 3, "intervention": "zero"}, "test")
+    tables = run(o, loaded=tiny("llama", max_position_embeddings=512))
+    section = tmp_path / "s"
+    section.mkdir()
+    before = tables["ruler"].drop(columns=list(DIFF_COLUMNS))
+    csv = write_csv(before, section / "ruler.csv")
+    write_csv(tables["ruler_samples"], section / "ruler_samples.csv")
+    write_json({"table_sha256": file_sha256.__wrapped__(csv)}, section / "ruler.json")
+    write_json({"config": {"options": {"samples": 3}}}, section / "done.json")
+    assert resummarize_ruler(csv) and not resummarize_ruler(csv)
+    after = pd.read_csv(csv, dtype=str, keep_default_na=False)
+    fresh = pd.read_csv(io.StringIO(tables["ruler"].to_csv(index=False)), dtype=str, keep_default_na=False)
+    assert after.equals(fresh[after.columns]) and set(after.columns) == set(fresh.columns)
+    assert (after[after["condition"] == "zero"]["diff_vs_intact"] != "").all()
+    meta = json.loads((section / "ruler.json").read_text())
+    assert meta["table_sha256"] == file_sha256.__wrapped__(csv) != meta["resummarized"]["table_sha256_before"]
+    write_csv(before.assign(all_right=before["all_right"] + 1), csv)
+    with pytest.raises(RuntimeError, match="all_right"):
+        resummarize_ruler(csv)
 
 
 @pytest.mark.parametrize("values, words", [
