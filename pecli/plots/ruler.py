@@ -31,11 +31,13 @@ def by_length(df: pd.DataFrame, path: Path) -> Path:
     lengths = sorted(df["length"].unique())
     context = int(df["context"].max())
     ticks = (range(len(lengths)), [f"{n:,}{'*' if n > context else ''}" for n in lengths])
+    lines = list(dict.fromkeys(zip(df["model"], df["condition"], strict=True)))
+    dodge = {line: 0.06 * (i - (len(lines) - 1) / 2) for i, line in enumerate(lines)}  # bars side by side
     for k, (ax, task) in enumerate(zip(axes.flat, tasks, strict=False)):
         part = df[df["task"] == task]
         for (model, condition), line in part.groupby(["model", "condition"], sort=False):
             line = line.sort_values("length")
-            x = [lengths.index(n) for n in line["length"]]
+            x = [lengths.index(n) + dodge[model, condition] for n in line["length"]]
             name = condition if len(models) == 1 else f"{short_name(model)}: {condition}"
             ax.plot(x, line["value"], "-", color=color_of(condition), lw=1, alpha=0.7)
             points(ax, x, line, color_of(condition), name)
@@ -46,6 +48,8 @@ def by_length(df: pd.DataFrame, path: Path) -> Path:
         if k % cols == 0:
             ax.set_ylabel("accuracy (mean recall)", fontsize=8)
         ax.set_xticks(*ticks, fontsize=8)
+        if len(lengths) == 1:
+            ax.set_xlim(-0.5, 0.5)
         ax.grid(alpha=0.3)
         if paired:
             low = below.flat[k]
@@ -54,7 +58,7 @@ def by_length(df: pd.DataFrame, path: Path) -> Path:
             if k % cols == 0:
                 low.set_ylabel("minus intact\n(paired)", fontsize=8)
             low.set_xticks(*ticks, fontsize=8)
-            low.set_xlim(ax.get_xlim())
+            low.set_xlim(ax.get_xlim() if len(lengths) > 1 else (-0.5, 0.5))
             low.grid(alpha=0.3)
     for ax in [*axes.flat[len(tasks):], *(below.flat[len(tasks):] if paired else ())]:
         ax.axis("off")
