@@ -5,7 +5,9 @@ Each task writes RULER's template, its answer prefix and its needles (the counts
 scripts/synthetic.yaml), sized to a length in the model's own tokens as RULER sizes it: the
 prompt plus the tokens the task may generate fit the length (binary search over the
 haystack's size). Scoring is RULER's: the recall of the expected strings in the output
-(`string_match_all`: the share of answers found, case-insensitive substrings).
+(`string_match_all`: the share of answers found, case-insensitive substrings). A cell's
+accuracy is the mean recall over its samples (`accuracy`), with its interval over samples and
+each condition's difference from intact on the same samples (`interval`, `_paired_with_intact`).
 
 Where pecli differs from RULER, and why:
 - The essay haystack (niah_single_2/3, multikey_1, multivalue, multiquery) is IMDB reviews
