@@ -115,7 +115,7 @@ RULER_NOTE = ("issue 44: ruler.csv summarised again from ruler_samples.csv, with
 
 
 def resummarize_ruler(path: Path) -> bool:
-    """Rewrite a preset section's ruler.csv from its samples as `pecli.experiments.ruler` now
+    """Rewrite a preset section's ruler.csv from its samples as `pecli.measures.ruler.accuracy` now
     summarises them (the section's seed and bootstrap from its done.json), adding the paired
     differences from intact; whether it changed. Refuses, rather than rewrites, a table whose
     other cells the summary would change."""
