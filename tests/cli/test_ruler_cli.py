@@ -24,6 +24,9 @@ def test_ruler_writes_tables_samples_and_figure_under_every_kind_of_condition(
     # conditions.grid: the intact model, the scaling on it alone, each (intervention, mask) pair
     assert list(acc["condition"]) == ["intact", "linear:2", "zero + linear/legacy"]
     assert acc["value"].notna().all() and (acc["ci_high"] > acc["ci_low"]).all()
+    # each other condition's paired difference from intact, in the table and under its printed cell
+    assert acc["diff_vs_intact"].isna().tolist() == [True, False, False]
+    assert result.output.count("vs intact") == 2
     jsonl = (out / "ruler_samples.jsonl").read_text()
     lines = [json.loads(x) for x in jsonl.splitlines()]
     assert len(lines) == 2 and all(len(x["outputs"]) == 3 and x["prompt"].startswith("Memorize")
