@@ -8,7 +8,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import matplotlib.pyplot as plt
-import numpy as np
 import pandas as pd
 
 from pecli.plots.length import short_name
@@ -58,7 +57,7 @@ def by_length(df: pd.DataFrame, path: Path) -> Path:
             if k % cols == 0:
                 low.set_ylabel("minus intact\n(paired)", fontsize=8)
             low.set_xticks(*ticks, fontsize=8)
-            low.set_xlim(ax.get_xlim() if len(lengths) > 1 else (-0.5, 0.5))
+            low.set_xlim(ax.get_xlim())
             low.grid(alpha=0.3)
     for ax in [*axes.flat[len(tasks):], *(below.flat[len(tasks):] if paired else ())]:
         ax.axis("off")
@@ -79,10 +78,8 @@ def by_length(df: pd.DataFrame, path: Path) -> Path:
 
 def _differences(ax, x, line: pd.DataFrame, color: str) -> None:
     """A condition's paired differences from intact at each length, with their intervals."""
-    d = line["diff_vs_intact"].to_numpy(dtype=float)
-    err = np.vstack([d - line["diff_ci_low"].to_numpy(dtype=float), line["diff_ci_high"].to_numpy(dtype=float) - d])
-    ax.errorbar(x, d, yerr=np.where(np.isnan(err), 0, np.clip(err, 0, None)), fmt="o", color=color,
-                capsize=2.5, ms=5, lw=1)
+    diffs = line[["diff_vs_intact", "diff_ci_low", "diff_ci_high"]].set_axis(["value", "ci_low", "ci_high"], axis=1)
+    points(ax, x, diffs, color, "_nolegend_")
 
 
 def figures(csv_paths: dict[str, Path], fig_dir: Path) -> list[Path]:
