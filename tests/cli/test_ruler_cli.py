@@ -39,6 +39,18 @@ def test_ruler_writes_tables_samples_and_figure_under_every_kind_of_condition(
     assert (out / "figures" / "ruler.png").stat().st_size > 10_000
 
 
+def test_a_cell_of_one_sample_says_it_has_no_interval(use_tiny, tmp_path, invoke, monkeypatch):
+    """One sample gives no interval: the printed cells say so, the accuracy's and the
+    difference's, rather than dropping the bounds."""
+    from tests.unit.test_ruler import made_up
+
+    monkeypatch.setattr("pecli.experiments.ruler.essay", lambda *a: made_up())
+    result = invoke("ruler", "llama", "--tasks", "vt", "--lengths", "320", "--samples", "1",
+                    "--intervention", "zero", "--out", str(tmp_path / "run"))
+    assert result.exit_code == 0, result.output
+    assert result.output.count("(no interval)") == 3 and "nan" not in result.output
+
+
 @pytest.mark.parametrize("args, words", [
     (["llama", "--tasks", "qb"], "not a RULER task"),
     (["llama", "--tasks", "cwe", "--lengths", "512"], "give at least 1024"),
