@@ -7,8 +7,8 @@ from rich.table import Table
 
 from pecli.cli.docs import Row
 from pecli.cli.flags import ForceOpt, OutOpt, derived
+from pecli.cli.shared import ci_text, counter, run_and_write
 from pecli.cli.shared import console as wide_console
-from pecli.cli.shared import counter, run_and_write
 from pecli.experiments.ruler import DIFF_INTERVAL, INTERVAL, SAMPLES_JSONL, RulerOptions
 from pecli.runs import parallel
 
@@ -51,7 +51,7 @@ def ruler(options: RulerOptions, *, out: OutOpt = None, force: ForceOpt = False)
         summary.add_column(col, justify="left" if col in ("model", "condition", "task") else "right")
     for (model, _, task), cells in df.groupby(["model", "condition", "task"], sort=False):
         by = cells.set_index("length")
-        shown = [by.loc[n, "note"] or _share(*by.loc[n, ["value", "ci_low", "ci_high"]]) + _difference(by.loc[n])
+        shown = [by.loc[n, "note"] or f"{by.loc[n, 'value']:.0%}" + ci_text(by.loc[n], ".0%") + _difference(by.loc[n])
                  for n in lengths]
         summary.add_row(str(model), condition_label(cells.iloc[0]), task, *shown)
     console.print(summary)
@@ -59,17 +59,10 @@ def ruler(options: RulerOptions, *, out: OutOpt = None, force: ForceOpt = False)
         console.print(f"wrote {p}")
 
 
-def _share(value: float, low: float, high: float, sign: str = "") -> str:
-    """A share with its interval, or "(no interval)" where a cell has too few samples for one
-    (NaN bounds would read as Rich markup and vanish)."""
-    interval = f"[{low:{sign}.0%}, {high:{sign}.0%}]" if low == low else "(no interval)"
-    return f"{value:{sign}.0%} {interval}"
-
-
 def _difference(row) -> str:
     """A cell's paired difference from intact, on a line of its own ('' where there is none)."""
     diff, low, high = (float(row[c]) for c in ("diff_vs_intact", "diff_ci_low", "diff_ci_high"))
-    return "" if diff != diff else "\nvs intact " + _share(diff, low, high, "+")
+    return "" if diff != diff else f"\nvs intact {diff:+.0%}" + ci_text({"ci_low": low, "ci_high": high}, "+.0%")
 
 
 # Its row in README.md's table of commands (`make docs`)
