@@ -201,15 +201,16 @@ def _tables_for(loaded, data, grid, o: AttnOptions, progress, models: int = 1) -
         row = {**common, **cond, **{k: columns[k] for k in ("rope_scaling", "rope_parameters")},
                "note": ""}
         values = head_values(stats, o)
+        probes = probe_values(stats, o) if o.hidden else []
         if how.intact:  # grid's first: every other condition is paired with it, text by text
-            reference = values
+            reference, probe_reference = values, probes
         out["attn"] += head_rows(stats, row, o, types, values, None if how.intact else reference)
         out["attn_positions"] += position_rows(stats, row, o, context)
         out["attn_distance"] += distance_rows(stats, row)
         out["attn_frequency"] += frequency_rows(stats, row, frequencies)
         if o.hidden:
             out["attn_positional"] += positional_rows(stats, row, context)
-            out["attn_probe"] += probe_rows(stats, row, o)
+            out["attn_probe"] += probe_rows(probes, row, o, None if how.intact else probe_reference)
     return out
 
 
@@ -369,12 +370,11 @@ def positional_rows(stats, row: dict, context: int) -> list[dict]:
     return rows
 
 
-def probe_rows(stats, row: dict, o: AttnOptions) -> list[dict]:
+def probe_values(stats, o: AttnOptions) -> list[dict]:
     """Position probe at each layer: ridge regression from the whole hidden state and from
-    its norm alone (a cubic in the standardised norm) to the position; held-out MAE with
-    folds over texts; the norm's share = (chance - norm) / (chance - vector), NaN where the
-    whole vector's probe does not beat chance (its interval reaches the chance MAE)."""
-    from pecli.measures.intervals import percentile_interval, resampled
+    its norm alone (a cubic in the standardised norm) to the position, folds over texts; per
+    layer each text's held-out MAE under each (`vector`, `norm`) and under chance (`chance`),
+    [texts] arrays, with the number of probed positions and folds."""
     from pecli.measures.pe_analysis import position_regression
 
     if stats.probe is None or not stats.probe_at:
@@ -384,7 +384,7 @@ def probe_rows(stats, row: dict, o: AttnOptions) -> list[dict]:
     folds = min(5, n)
     y = np.tile(np.asarray(stats.probe_at), n)
     groups = np.repeat(np.arange(n), P)
-    rows = []
+    layers = []
     for layer in range(x.shape[2]):
         h = x[:, :, layer].reshape(n * P, -1)
         norm = np.linalg.norm(h, axis=-1)
@@ -392,28 +392,57 @@ def probe_rows(stats, row: dict, o: AttnOptions) -> list[dict]:
         feats = {"vector": h, "norm": np.stack([z, z ** 2, z ** 3], -1)}
         res = {k: position_regression(v, y, folds=folds, seed=o.seed, groups=groups, regressor="ridge")
                for k, v in feats.items()}
-        per_text = {k: r.errors.reshape(n, P).mean(1) for k, r in res.items()}
-        chance = res["vector"].chance_errors.reshape(n, P).mean(1)
-        for k, r in res.items():
-            low, high = _interval(per_text[k], o)
-            rows.append({**row, "metric": "probe_mae", "layer": layer, "features": k,
-                         "value": r.mae, "ci_low": low, "ci_high": high, "chance_mae": float(chance.mean()),
-                         "positions": P, "folds": folds})
+        layers.append({**{k: r.errors.reshape(n, P).mean(1) for k, r in res.items()},
+                       "chance": res["vector"].chance_errors.reshape(n, P).mean(1),
+                       "positions": P, "folds": folds})
+    return layers
 
-        def share(counts, v=per_text["vector"], m=per_text["norm"], c=chance):
-            return (counts @ (c - m)) / (counts @ (c - v))
-        # a share of nothing means nothing: only where the whole vector's probe beats chance
-        # (its MAE's interval below the chance MAE)
-        vec = next(r for r in rows[::-1] if r["features"] == "vector")
-        beats = vec["ci_high"] < float(chance.mean()) if vec["ci_high"] == vec["ci_high"] \
-            else vec["value"] < float(chance.mean())
-        gain = (chance - per_text["vector"]).sum()
-        value = float((chance - per_text["norm"]).sum() / gain) if beats and gain > 0 else float("nan")
-        low, high = percentile_interval(resampled(share, n, o.bootstrap, o.seed)) if value == value \
-            else (float("nan"), float("nan"))
-        rows.append({**row, "metric": "norm_share", "layer": layer, "features": "norm / vector",
-                     "value": value, "ci_low": low, "ci_high": high, "chance_mae": float(chance.mean()),
-                     "positions": P, "folds": folds})
+
+def probe_rows(layers: list[dict], row: dict, o: AttnOptions, reference: list[dict] | None = None) -> list[dict]:
+    """The `attn_probe` table from probe_values: each layer's MAE from the whole vector and
+    from the norm, and the norm's share = (chance - norm) / (chance - vector), NaN where the
+    whole vector's probe does not beat chance (its interval reaches the chance MAE); with
+    `reference` (intact's probe_values on the same texts) each row's paired difference from
+    intact (DIFF_COLUMNS; blank where either share is NaN)."""
+    from pecli.measures.intervals import (
+        DIFF_COLUMNS,
+        diff_columns,
+        percentile_interval,
+        proper,
+        resampled,
+    )
+
+    def share(v: dict, counts: np.ndarray) -> np.ndarray:
+        return (counts @ (v["chance"] - v["norm"])) / (counts @ (v["chance"] - v["vector"]))
+
+    def beats(v: dict) -> bool:  # a share of nothing means nothing
+        chance, high = float(v["chance"].mean()), _interval(v["vector"], o)[1]
+        gain = (v["chance"] - v["vector"]).sum()
+        return gain > 0 and (high < chance if high == high else v["vector"].mean() < chance)
+
+    rows = []
+    for layer, v in enumerate(layers):
+        ref = reference[layer] if reference is not None else None
+        common = {**row, "layer": layer, "chance_mae": float(v["chance"].mean()), "positions": v["positions"],
+                  "folds": v["folds"]}
+        for k in ("vector", "norm"):
+            low, high = _interval(v[k], o)
+            diff = diff_columns(reference_row=True) if ref is None else diff_columns(
+                v[k], ref[k], n_boot=o.bootstrap, seed=o.seed)
+            rows.append({**common, "metric": "probe_mae", "features": k, "value": float(v[k].mean()),
+                         "ci_low": low, "ci_high": high, **diff})
+        n = len(v["vector"])
+        whole = np.ones(n)
+        value = float(share(v, whole)) if beats(v) else float("nan")
+        low, high = percentile_interval(resampled(lambda c, v=v: share(v, c), n, o.bootstrap, o.seed)) \
+            if value == value else (float("nan"), float("nan"))
+        diff = diff_columns(reference_row=True)
+        if ref is not None and value == value and beats(ref):
+            stats = resampled(lambda c, v=v, ref=ref: share(v, c) - share(ref, c), n, o.bootstrap, o.seed)
+            diff = dict(zip(DIFF_COLUMNS, (value - float(share(ref, whole)), *proper(*percentile_interval(stats))),
+                            strict=True))
+        rows.append({**common, "metric": "norm_share", "features": "norm / vector", "value": value,
+                     "ci_low": low, "ci_high": high, **diff})
     return rows
 
 

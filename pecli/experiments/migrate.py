@@ -16,6 +16,9 @@ where the trials share their filler, --draws fixed) and records `resummarized` i
 The trials, and every cell the summary shares with before, are unchanged (the keys stay valid).
 `resummarize_ruler` does the same for ruler.csv from ruler_samples.csv, adding each
 condition's paired difference from intact.
+`resummarize_length` gives a length.csv written before its paired differences what the code
+now writes where its buckets have fewer than 10 windows: no interval, and each condition's
+difference from intact (perplexity minus intact's on the same windows) without one.
 `rename_tune_windows` renames tune's `windows` column (its windowing) window_protocol.
 
     python -m pecli.experiments.migrate results/offline
@@ -137,6 +140,42 @@ def resummarize_ruler(path: Path) -> bool:
     return _resummarized(path, new, DIFF_COLUMNS, RULER_NOTE)
 
 
+LENGTH_NOTE = ("issue 44: length.csv as the code now writes it from fewer than 10 windows per "
+               "bucket: no interval (ci_low, ci_high emptied: a bootstrap over so few windows cannot "
+               "say how the next would score), and each condition's difference from intact on the "
+               "same windows (diff_vs_intact: its perplexity minus intact's; no interval); every "
+               "other cell unchanged")
+
+
+def resummarize_length(path: Path) -> bool:
+    """Rewrite a preset section's length.csv written before its paired differences, where every
+    bucket has fewer than MIN_WINDOWS windows, as the code now summarises such windows
+    (pecli.measures.length_scoring.summarise): ci_low/ci_high NaN, diff_vs_intact the condition's
+    perplexity minus the intact model's in the same bucket at the same length (exactly the
+    paired point estimate: both are exp of an NLL sum over the same tokens), diff_ci NaN.
+    Whether it changed. A table with a bucket of MIN_WINDOWS windows or more needs its
+    per-window NLLs for the paired interval: refused (rerun the section)."""
+    import numpy as np
+
+    from pecli.measures.intervals import DIFF_COLUMNS, MIN_WINDOWS
+
+    path = Path(path)
+    if path.name != "length.csv" or not path.with_name("done.json").exists():
+        return False
+    old = pd.read_csv(path, low_memory=False)
+    if set(DIFF_COLUMNS) <= set(old.columns):
+        return False
+    if (old["windows"] >= MIN_WINDOWS).any():
+        raise RuntimeError(f"{path}: buckets of {MIN_WINDOWS} windows or more need their per-window "
+                           "losses for a paired interval; rerun the section")
+    where = ["model", "length", "window_start", "window_end", "all_positions"]
+    intact = old[old["condition"] == "intact"].set_index(where)["perplexity"]
+    reference = old.join(intact.rename("_intact"), on=where)["_intact"]
+    new = old.assign(ci_low=np.nan, ci_high=np.nan, diff_ci_low=np.nan, diff_ci_high=np.nan,
+                     diff_vs_intact=(old["perplexity"] - reference).where(old["condition"] != "intact"))
+    return _resummarized(path, new, (*DIFF_COLUMNS, "ci_low", "ci_high"), LENGTH_NOTE)
+
+
 TUNE_NOTE = ("issue 47: tune's `windows` column (how windows were cut: nonoverlapping) renamed "
              "window_protocol, as pecli length names it (`windows` counts windows in every other "
              "table); every cell unchanged")
@@ -162,7 +201,8 @@ def migrate(folder: Path) -> list[Path]:
     folder = Path(folder)
     tables = sorted(p for pattern in ("*.csv", "*.csv.gz") for p in folder.rglob(pattern))
     changed = [p for p in tables
-               if migrate_table(p) | resummarize_passkey(p) | resummarize_ruler(p) | rename_tune_windows(p)]
+               if migrate_table(p) | resummarize_passkey(p) | resummarize_ruler(p) | resummarize_length(p)
+               | rename_tune_windows(p)]
     for done in sorted(folder.glob("*/done.json")):
         if any(p.parent == done.parent for p in changed):
             _redraw(folder, done)

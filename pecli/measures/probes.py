@@ -1,7 +1,8 @@
 """A linear probe of position-altered features (ablate --probe): held-out accuracy of a
 logistic-regression probe on mean-pooled final features, with the model's own positions and
 under each intervention, and the `intact` probe transferred to each; intervals resample the
-held-out texts (pecli.measures.intervals)."""
+held-out texts (pecli.measures.intervals), and each row's difference from the intact probe on
+intact features is paired over the same held-out texts (DIFF_COLUMNS)."""
 
 from __future__ import annotations
 
@@ -59,19 +60,27 @@ def probe_accuracy(features: dict[str, np.ndarray], labels, seed: int = 0,
     idx = np.arange(len(y))
     train, test = train_test_split(idx, test_size=PROBE_TEST_FRACTION, random_state=seed,
                                    stratify=y)
-    fitted = {}
+    from pecli.measures.intervals import diff_columns
+
+    fitted, right = {}, {}
     rows = []
     for cond, x in features.items():
         clf = make_pipeline(StandardScaler(), LogisticRegression(max_iter=2000))
         clf.fit(x[train], y[train])
         fitted[cond] = clf
+        right[cond] = clf.predict(x[test]) == y[test]
         rows.append({"intervention": cond, "probe_trained_on": cond, "metric": "probe_accuracy",
-                     **_accuracy(clf.predict(x[test]) == y[test], bootstrap, seed)})
+                     **_accuracy(right[cond], bootstrap, seed)})
     for cond, x in features.items():
         if cond != INTACT:
+            right[cond, INTACT] = fitted[INTACT].predict(x[test]) == y[test]
             rows.append({"intervention": cond, "probe_trained_on": INTACT,
                          "metric": "probe_accuracy_transfer",
-                         **_accuracy(fitted[INTACT].predict(x[test]) == y[test], bootstrap, seed)})
+                         **_accuracy(right[cond, INTACT], bootstrap, seed)})
+    for r in rows:  # the same held-out texts under every condition: differences paired over them
+        own = right[r["intervention"]] if r["metric"] == "probe_accuracy" else right[r["intervention"], INTACT]
+        r.update(diff_columns(own.astype(np.float64), right[INTACT].astype(np.float64), n_boot=bootstrap,
+                              seed=seed, reference_row=r["intervention"] == INTACT))
     for r in rows:
         r.update(train_rows=len(train), test_rows=len(test), probe="logistic_regression",
                  probe_features="mean-pooled final hidden state (real tokens)")

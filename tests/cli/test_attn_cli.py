@@ -39,6 +39,9 @@ def test_attn_writes_every_table_and_figure(use_tiny, docs, tmp_path, invoke):
         assert len(table) and table["git_commit"].notna().all(), name
     probe = pd.read_csv(out / "attn_probe.csv")
     assert set(probe["metric"]) == {"probe_mae", "norm_share"}
+    mae = probe[probe["metric"] == "probe_mae"]  # paired with intact over the same texts
+    assert mae.loc[mae["intervention"] == "intact", "diff_vs_intact"].isna().all()
+    assert mae.loc[mae["intervention"] == "zero", "diff_vs_intact"].notna().all()
     for fig in ("attn_heads", "attn_entropy", "attn_distance", "attn_frequency", "attn_positional",
                 "attn_norms"):
         assert (out / "figures" / f"{fig}.png").stat().st_size > 10_000, fig

@@ -298,3 +298,34 @@ def test_baseline_pairs_degrade_to_none_when_impossible():
     assert len(one_text["token_pair"]) == 0 and len(one_text["self_similarity"]) == 0
     no_repeat = sample_baseline_pairs([[101, 5, 102], [101, 6, 102]], {101, 102}, pairs=50)
     assert len(no_repeat["token_pair"]) == 50 and len(no_repeat["self_similarity"]) == 0
+
+
+def test_probe_rows_give_their_difference_from_the_intact_probe_paired_over_held_out_texts():
+    """Each probe row's diff_vs_intact is its accuracy minus the intact probe's on intact
+    features, with the paired bootstrap over the same held-out texts (recomputed here with
+    sklearn's pipeline and intervals.paired_difference); the intact row has none."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import train_test_split
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    from pecli.measures.intervals import paired_difference
+    from pecli.measures.probes import PROBE_TEST_FRACTION
+
+    rng = np.random.default_rng(0)
+    y = np.repeat([0, 1], 40)
+    feats = {"intact": y[:, None] + rng.standard_normal((80, 5)),
+             "zero": 0.3 * y[:, None] + rng.standard_normal((80, 5))}
+    rows = probe_accuracy(feats, y, seed=3, bootstrap=500)
+    train, test = train_test_split(np.arange(80), test_size=PROBE_TEST_FRACTION, random_state=3, stratify=y)
+    fit = {c: make_pipeline(StandardScaler(), LogisticRegression(max_iter=2000)).fit(x[train], y[train])
+           for c, x in feats.items()}
+    right = {c: (fit[c].predict(x[test]) == y[test]).astype(float) for c, x in feats.items()}
+    transfer = (fit["intact"].predict(feats["zero"][test]) == y[test]).astype(float)
+    got = {(r["intervention"], r["metric"]): (r["diff_vs_intact"], r["diff_ci_low"], r["diff_ci_high"])
+           for r in rows}
+    assert np.isnan(got["intact", "probe_accuracy"]).all()
+    assert got["zero", "probe_accuracy"] == paired_difference(right["zero"], right["intact"], n_boot=500, seed=3)
+    assert got["zero", "probe_accuracy_transfer"] == paired_difference(transfer, right["intact"], n_boot=500,
+                                                                       seed=3)
+    assert got["zero", "probe_accuracy"][0] == pytest.approx(right["zero"].mean() - right["intact"].mean())

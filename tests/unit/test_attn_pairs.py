@@ -61,3 +61,47 @@ def test_intact_rows_have_blank_differences():
     o = AttnOptions.build({"model": "random:llama", "bootstrap": 200}, where="test")
     rows = head_rows(_Stats(), {"condition": "intact"}, o, ["full_attention"] * 2, _values(rng), None)
     assert rows and all(np.isnan(r["diff_vs_intact"]) and np.isnan(r["diff_ci_low"]) for r in rows)
+
+
+def _probe(rng, texts=12, chance=16.5, vector=8.0, norm=13.0):
+    """probe_values' output for two layers: each text's MAE from the vector, the norm and chance."""
+    return [{"vector": vector + rng.random(texts), "norm": norm + rng.random(texts),
+             "chance": chance + 0.1 * rng.random(texts), "positions": 32, "folds": 5} for _ in range(2)]
+
+
+def test_position_probe_differences_are_paired_over_texts():
+    """attn_probe: each MAE's difference from intact is the paired bootstrap of the per-text
+    MAEs; the norm's share, (chance - norm) / (chance - vector) summed over texts, differs
+    from intact's by the share of the same resampled texts under each (literal here)."""
+    from pecli.experiments.attn import probe_rows
+
+    rng = np.random.default_rng(5)
+    o = AttnOptions.build({"bootstrap": 400, "seed": 2}, "t")
+    intact, zero = _probe(rng), _probe(rng, vector=6.0, norm=10.0)
+    assert np.isnan([r[c] for r in probe_rows(intact, {}, o) for c in ("diff_vs_intact", "diff_ci_low")]).all()
+    rows = probe_rows(zero, {}, o, intact)
+    mae = next(r for r in rows if r["layer"] == 1 and r["features"] == "vector")
+    x, r = zero[1]["vector"], intact[1]["vector"]
+    assert mae["diff_vs_intact"] == x.mean() - r.mean()
+    assert np.allclose([mae["diff_ci_low"], mae["diff_ci_high"]], _literal(x, r, 400, 2), atol=1e-12)
+    got = next(r for r in rows if r["layer"] == 1 and r["metric"] == "norm_share")
+    idx = np.random.default_rng(2).integers(0, 12, size=(400, 12))
+
+    def share(v, i=slice(None)):
+        return (v["chance"][i] - v["norm"][i]).sum(-1) / (v["chance"][i] - v["vector"][i]).sum(-1)
+
+    assert got["diff_vs_intact"] == np.float64(share(zero[1]) - share(intact[1])).item()
+    want = np.percentile(share(zero[1], idx) - share(intact[1], idx), [2.5, 97.5])
+    assert np.allclose([got["diff_ci_low"], got["diff_ci_high"]], want, atol=1e-12)
+    assert got["diff_ci_low"] < got["diff_vs_intact"] < got["diff_ci_high"]
+
+
+def test_no_share_difference_where_either_probe_does_not_beat_chance():
+    from pecli.experiments.attn import probe_rows
+
+    rng = np.random.default_rng(6)
+    o = AttnOptions.build({"bootstrap": 200}, "t")
+    blind = _probe(rng, vector=17.0)  # the whole vector's probe worse than chance
+    for cond, ref in ((blind, _probe(rng)), (_probe(rng), blind)):
+        share = [r for r in probe_rows(cond, {}, o, ref) if r["metric"] == "norm_share"]
+        assert all(np.isnan(r["diff_vs_intact"]) for r in share)

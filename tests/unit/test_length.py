@@ -340,3 +340,43 @@ def test_band_rows_that_do_not_apply_say_why(tiny, docs):
     assert notes.str.startswith("not applicable: ").all() and notes.str.contains("dynamic").any()
     learned = _run_on(tiny("gpt2"), o.replace(rope_scaling=None), docs)
     assert learned["note"].str.contains("learned absolute positions, which restart").all()
+
+
+def test_a_sections_table_from_few_windows_summarised_again_is_what_a_run_writes(tiny, docs, tmp_path):
+    """resummarize_length: a length.csv written before its paired differences, with intervals
+    from fewer than 10 windows, becomes what a run today writes (no interval; each condition's
+    difference from intact), every other cell unchanged; a second pass changes nothing; a table
+    with buckets of 10 windows or more is refused (its paired interval needs the windows)."""
+    import io
+    import json
+
+    import pandas as pd
+
+    from pecli.experiments.migrate import resummarize_length
+    from pecli.measures.intervals import DIFF_COLUMNS
+    from pecli.runs.io import write_csv, write_json
+    from pecli.runs.provenance import file_sha256
+
+    o = LengthOptions.build({"model": "llama", "lengths": "64", "intervention": "zero",
+                             "rope_scaling": "yarn:2", "bootstrap": 100, "buckets": 2}, "t")
+    fresh = _run_on(tiny("llama"), o, docs)
+    assert (fresh["windows"] < 10).all() and fresh["ci_low"].isna().all()
+    assert fresh.loc[fresh["condition"] != "intact", "diff_vs_intact"].notna().all()
+    section = tmp_path / "s"
+    section.mkdir()
+    before = fresh.drop(columns=list(DIFF_COLUMNS)).assign(ci_low=1.0, ci_high=2.0)  # as once written
+    csv = write_csv(before, section / "length.csv")
+    write_json({"table_sha256": file_sha256.__wrapped__(csv)}, section / "length.json")
+    write_json({"config": {"options": {}}}, section / "done.json")
+    assert resummarize_length(csv) and not resummarize_length(csv)
+    after = pd.read_csv(csv, dtype=str, keep_default_na=False)
+    want = pd.read_csv(io.StringIO(fresh.to_csv(index=False)), dtype=str, keep_default_na=False)
+    assert set(after.columns) == set(want.columns)
+    same = [c for c in after.columns if c != "diff_vs_intact"]
+    assert after[same].equals(want[same])
+    assert np.allclose(pd.to_numeric(after["diff_vs_intact"]), pd.to_numeric(want["diff_vs_intact"]),
+                       rtol=1e-12, atol=0, equal_nan=True)
+    assert "resummarized" in json.loads((section / "length.json").read_text())
+    write_csv(before.assign(windows=10), csv)
+    with pytest.raises(RuntimeError, match="rerun the section"):
+        resummarize_length(csv)
