@@ -48,6 +48,23 @@ def summarise(values: np.ndarray, n_boot: int, seed: int) -> dict:
             "interval_method": method}
 
 
+def paired(values: np.ndarray, reference: np.ndarray, n_boot: int, seed: int) -> dict:
+    """DIFF_COLUMNS of one condition's per-item values against intact's on the same items, as
+    `summarise` bounds each: Newcombe's paired interval where every item is right or wrong
+    (MC1: it stays an interval where no item changes, a bootstrap collapses), a paired
+    bootstrap over items otherwise (MC2)."""
+    from pecli.measures.intervals import (
+        DIFF_COLUMNS,
+        MIN_TEXTS,
+        diff_columns,
+        paired_proportion_difference,
+    )
+
+    if n_boot and len(values) >= MIN_TEXTS and set(np.unique(np.r_[values, reference])) <= {0.0, 1.0}:
+        return dict(zip(DIFF_COLUMNS, paired_proportion_difference(values, reference), strict=True))
+    return diff_columns(values, reference, n_boot=n_boot, seed=seed)
+
+
 def chance(items, metric: str) -> float:
     """The expected value of a metric when every choice is equally likely."""
     if metric == "mc2":
@@ -108,8 +125,8 @@ def run(options: McOptions, progress: Callable[[int, int], None] | None = None,
             level = chance(items, metric)
             rows.append({**common, **cond, "metric": metric, **row, "chance": level,
                          "chance_in_interval": bool(row["ci_low"] <= level <= row["ci_high"]),
-                         **diff_columns(values, intact[metric], n_boot=o.bootstrap, seed=o.seed,
-                                        reference_row=plan == conds[0]),
+                         **(diff_columns(reference_row=True) if plan == conds[0] else
+                            paired(values, intact[metric], o.bootstrap, o.seed)),
                          "meaning": mc.METRIC_MEANING[metric]})
         for it, s in zip(items, scored, strict=True):
             for task, t in s["tasks"].items():

@@ -14,6 +14,7 @@ from pecli.data import items as item_files
 from pecli.experiments.mc import run as run_options
 from pecli.experiments.options.mc import McOptions
 from pecli.measures import mc_scoring as mc
+from pecli.measures.intervals import paired_proportion_difference
 from pecli.runs.errors import DataError, ModelError
 
 
@@ -216,6 +217,12 @@ def test_intact_condition_first_and_interval_columns(tiny, items_file):
     else:  # the items all moved alike: no interval (issue 46)
         assert np.isnan([mc2["diff_ci_low"], mc2["diff_ci_high"]]).all()
     assert df[df.intervention == "intact"]["diff_vs_intact"].isna().all()
+    # MC1 is right or wrong per item: Newcombe's paired interval, as passkey and ruler pair theirs
+    right = {c: tables["mc_items"].query(f"intervention == '{c}' and task == 'mc1'").drop_duplicates(
+        "text_id")["item_value"].to_numpy() for c in ("intact", "zero")}
+    mc1 = df[(df.metric == "mc1") & (df.intervention == "zero")].iloc[0]
+    assert (mc1["diff_vs_intact"], mc1["diff_ci_low"], mc1["diff_ci_high"]) == pytest.approx(
+        paired_proportion_difference(right["zero"], right["intact"]), nan_ok=True)
     for col in ("model_revision", "dataset", "data_revision", "mask_semantics", "device", "dtype",
                 "torch_version", "tasks", "bootstrap"):
         assert col in df.columns
