@@ -331,7 +331,7 @@ def finding_numbers(f: Finding, csv: Path) -> dict:
 def _tabled_difference(df: pd.DataFrame, f: Finding) -> dict:
     """A paired finding whose section wrote the difference itself: the one `where` row's
     DIFF_COLUMNS (its design's interval, e.g. seeds and texts crossed), `reference` its row's
-    value; units the row's seeds (or texts, or trials)."""
+    value; units the row's seeds (or texts, trials, windows)."""
     rows = [_matching(df, w) for w in (f.where, {**f.where, **f.reference})]
     if any(len(r) != 1 for r in rows):
         raise ConfigError(f"finding {f.section}: {[len(r) for r in rows]} rows match, not 1 each")
@@ -342,7 +342,7 @@ def _tabled_difference(df: pd.DataFrame, f: Finding) -> dict:
     nan = float("nan")
     return {"value": float(row["value"]), "reference": float(rows[1].iloc[0]["value"]),
             "intact": nan, "tested": tuple(float(row[c]) for c in DIFF_COLUMNS), "null": 0.0,
-            "units": row.get("seeds", row.get("texts", row.get("trials", nan)))}
+            "units": next((row[u] for u in ("seeds", "texts", "trials", "windows") if u in row), nan)}
 
 
 def finding_sentence(f: Finding, numbers: dict) -> str:
