@@ -56,12 +56,12 @@ def probe_accuracy(features: dict[str, np.ndarray], labels, seed: int = 0,
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
+    from pecli.measures.intervals import diff_columns
+
     y = check_probe_labels(labels)
     idx = np.arange(len(y))
     train, test = train_test_split(idx, test_size=PROBE_TEST_FRACTION, random_state=seed,
                                    stratify=y)
-    from pecli.measures.intervals import diff_columns
-
     fitted, right = {}, {}
     rows = []
     for cond, x in features.items():
