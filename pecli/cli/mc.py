@@ -32,7 +32,7 @@ def mc(options: McOptions, *, out: OutOpt = None, force: ForceOpt = False) -> No
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
     from pecli.experiments.mc import run
-    from pecli.measures.intervals import METHOD, PAIRED_METHOD
+    from pecli.measures.intervals import METHOD, PAIRED_MEAN_METHOD
     from pecli.positions.labels import columns
     from pecli.positions.labels import label as condition_label
 
@@ -43,7 +43,7 @@ def mc(options: McOptions, *, out: OutOpt = None, force: ForceOpt = False) -> No
         task = bar.add_task("scoring", total=None)
         tables, paths, pngs, _ = run_and_write(
             "mc", run, options, out, force=force,
-            notes={"interval_unit": "item", "paired_intervals": PAIRED_METHOD.replace("texts", "items"),
+            notes={"interval_unit": "item", "paired_intervals": PAIRED_MEAN_METHOD.replace("texts", "items"),
                    "interval_method": f"per row (column interval_method): Wilson score interval "
                                       f"for right-or-wrong metrics (mc1, mc1_norm); {METHOD} otherwise"},
             progress=lambda n, total: bar.update(task, advance=n, total=total))

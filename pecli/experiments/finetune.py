@@ -199,7 +199,7 @@ def _paired(right: np.ndarray, reference: np.ndarray | None, cond, seed: int) ->
 
 def _with_paired(rows: list[dict], accs: list, intact: list | None, cond, seed: int) -> list[dict]:
     """A condition's fine-tuning rows with their differences from intact: each seed's against
-    intact's same seed (paired bootstrap over the test texts), the mean over seeds with seeds
+    intact's same seed (Newcombe's paired interval over the test texts), the mean over seeds with seeds
     and texts resampled together, each seed's per-text difference on the same texts
     (seeds_and_texts_interval(same_texts=True))."""
     from pecli.measures.intervals import DIFF_COLUMNS, seeds_and_texts_interval

@@ -50,18 +50,10 @@ def summarise(values: np.ndarray, n_boot: int, seed: int) -> dict:
 
 def paired(values: np.ndarray, reference: np.ndarray, n_boot: int, seed: int) -> dict:
     """DIFF_COLUMNS of one condition's per-item values against intact's on the same items, as
-    `summarise` bounds each: Newcombe's paired interval where every item is right or wrong
-    (MC1: it stays an interval where no item changes, a bootstrap collapses), a paired
-    bootstrap over items otherwise (MC2)."""
-    from pecli.measures.intervals import (
-        DIFF_COLUMNS,
-        MIN_TEXTS,
-        diff_columns,
-        paired_proportion_difference,
-    )
+    `summarise` bounds each (`diff_columns`: Newcombe's paired interval for MC1's right-or-wrong
+    items, a paired bootstrap over items for MC2)."""
+    from pecli.measures.intervals import diff_columns
 
-    if n_boot and len(values) >= MIN_TEXTS and set(np.unique(np.r_[values, reference])) <= {0.0, 1.0}:
-        return dict(zip(DIFF_COLUMNS, paired_proportion_difference(values, reference), strict=True))
     return diff_columns(values, reference, n_boot=n_boot, seed=seed)
 
 

@@ -19,6 +19,7 @@ import pandas as pd
 
 from pecli.experiments import CONDITION, Headline, check_before_loading, load, register
 from pecli.experiments.options.passkey import PasskeyOptions
+from pecli.runs import parallel
 from pecli.runs.errors import ConfigError
 from pecli.runs.provenance import row_provenance
 from pecli.runs.tables import validate
@@ -87,6 +88,8 @@ def _trials_for(loaded, grid, o: PasskeyOptions, progress) -> list[dict]:
               "split": "synthetic", "template": TEMPLATE, "draws": o.draws, "max_new_tokens": NEW_TOKENS,
               "decoding": "greedy, KV cache; correct when the first integer equals the key",
               "context": loaded.max_positions}
+    checkpoint = _checkpoint(loaded, o, cells)
+    done = parallel.from_main(checkpoint.load_outputs() if parallel.is_main() else {})
     rows = []
     for how in grid:
         columns = how.columns(loaded)  # every kind's, the mask's included (its default here)
@@ -103,14 +106,33 @@ def _trials_for(loaded, grid, o: PasskeyOptions, progress) -> list[dict]:
                     if tick:
                         tick(len(fitted))
                     continue
-                outputs = decode(loaded, fitted, o.batch_size, progress=tick)
+                key = (*how.computes, length, depth)
+                if key in done:  # decoded before an interruption (or the same computation named otherwise)
+                    if tick:
+                        tick(len(fitted))
+                else:
+                    done[key] = decode(loaded, fitted, o.batch_size, progress=tick)
+                    checkpoint.save_outputs(done)
+                outputs = done[key]
                 for j, (t, text) in enumerate(zip(fitted, outputs, strict=True)):
                     got = answer(text)
                     rows.append({**base, "trial": j, "k": t.k, "depth_drawn": t.depth,
                                  "filler_offset": t.offset, "tokens": len(t.ids), "output": text,
                                  "answer": got, "metric": "correct", "value": float(got == t.k),
                                  "rows": 1, "note": ""})
+    checkpoint.clear()
     return rows
+
+
+def _checkpoint(loaded, o: PasskeyOptions, cells: dict):
+    """Each finished (computation, length, depth)'s outputs for this model and these prompts
+    (the checkpoint's texts), saved as each cell finishes: an interrupted run decodes only the
+    cells it had not (a 12,288-token cell takes minutes on a CPU)."""
+    from pecli.runs.io import Checkpoint
+
+    key = {"version": 1, **loaded.provenance(), "seed": o.seed, "batch_size": o.batch_size}
+    return Checkpoint("passkey", key, [f"{n}|{d}|{t.text}" for (n, d), fitted in cells.items()
+                                       for t in fitted if t is not None])
 
 
 def refuse_what_cannot_fit(name: str, tokenizer, o: PasskeyOptions, rows: int | None,

@@ -203,7 +203,7 @@ def _samples_under(loaded, grid, o: RulerOptions, hay, progress) -> list[dict]:
              for (t, n), got in samples_for(loaded.tokenizer, o, hay).items()}
     budget = {cell: decode_budget(loaded.tokenizer, got) for cell, got in cells.items() if got[0] is not None}
     checkpoint = _checkpoint(loaded, o, cells)
-    done = parallel.from_main(_resumed(checkpoint) if parallel.is_main() else {})
+    done = parallel.from_main(checkpoint.load_outputs() if parallel.is_main() else {})
     total = len(grid) * len(cells) * o.samples
     tick = (lambda k: progress(k, total)) if progress else None
     common = {"experiment": "ruler", "seed": o.seed, **loaded.provenance(), "dataset": "ruler",
@@ -234,7 +234,7 @@ def _samples_under(loaded, grid, o: RulerOptions, hay, progress) -> list[dict]:
                 else:
                     done[key] = decode(loaded, samples, o.batch_size, progress=tick,
                                        new_tokens=budget[task, length])
-                    checkpoint.save(lambda: _saved(done), force=True)
+                    checkpoint.save_outputs(done)
                 outputs = done[key]
                 for s, text in zip(samples, outputs, strict=True):
                     rows.append({**base, "sample": s.index, "attempt": s.attempt, "depth": s.depth,
@@ -256,21 +256,6 @@ def _checkpoint(loaded, o: RulerOptions, cells: dict):
     key = {"version": 1, **loaded.provenance(), "seed": o.seed, "batch_size": o.batch_size}
     return Checkpoint("ruler", key, [f"{t}|{n}|{s.text}" for (t, n), got in cells.items()
                                      for s in got if s is not None])
-
-
-def _saved(done: dict) -> dict:
-    import numpy as np
-
-    return {"keys": np.array([json.dumps(k) for k in done]),
-            **{f"out{j}": np.array(outputs, dtype=str) for j, outputs in enumerate(done.values())}}
-
-
-def _resumed(checkpoint) -> dict:
-    saved = checkpoint.load()
-    if saved is None:
-        return {}
-    return {tuple(json.loads(str(k))): [str(x) for x in saved[f"out{j}"]]
-            for j, k in enumerate(saved["keys"])}
 
 
 SAMPLES_JSONL = "ruler_samples.jsonl"

@@ -457,8 +457,8 @@ class _Trials:
 
         return {"dataset": "passkey", "split": "synthetic", "rows": self.o.choice + self.o.report,
                 "unit": "trial", "max_new_tokens": NEW_TOKENS,
-                "interval": "95 % Wilson interval over trials; differences: 95 % paired "
-                            "percentile bootstrap over trials"}
+                "interval": "95 % Wilson interval over trials; differences: Newcombe's 95 % "
+                            "paired interval over trials"}
 
     def units(self, split: str) -> int:
         return len(self.trials[split])
@@ -487,7 +487,7 @@ class _Trials:
 
     def summary(self, split: str, right: list, reference: list | None) -> dict:
         """Accuracy with its Wilson interval over trials; the paired difference from
-        `reference` (the same trials) with a paired bootstrap over trials."""
+        `reference` (the same trials) with Newcombe's paired interval (`diff_columns`)."""
         import numpy as np
 
         from pecli.measures.intervals import MIN_WINDOWS, diff_columns, wilson

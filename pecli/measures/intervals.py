@@ -15,8 +15,10 @@ a pair counts as often as both its texts are drawn (`pair_interval`, `resampled`
 Independent trials with a right-or-wrong outcome (passkey retrieval) get the Wilson score
 interval instead (`wilson`): exact where a bootstrap of all-right trials would give [1, 1];
 two conditions on the same trials, Newcombe's paired interval (`paired_proportion_difference`).
-lm-eval's per-document values get the same choice (`document_interval`), and a condition's
-difference from the intact model resamples each document's pair together (`paired_with_intact`).
+Every difference of plain means over shared units takes that choice in one place
+(`paired_mean_difference`, behind `diff_columns`): Newcombe where each unit is right or wrong,
+a paired bootstrap otherwise. lm-eval's per-document values get the same choice
+(`document_interval`, `paired_with_intact`).
 
 Means over training seeds get a Student t interval (`t_interval`).
 
@@ -49,7 +51,8 @@ __all__ = ["MAX_RESAMPLES", "MIN_RESAMPLES", "MIN_TEXTS", "pair_interval", "rati
            "resampled", "statistic_interval", "wilson", "mean_interval", "by_text", "percentile_interval",
            "proper", "t_interval", "MIN_WINDOWS", "seeds_and_texts_interval", "paired_difference", "diff_columns", "DIFF_COLUMNS",
            "DEFAULT_DIFF_COLUMNS",
-           "verdict", "NO_DIFFERENCE", "paired_proportion_difference", "PAIRED_PROPORTION_METHOD"]
+           "verdict", "NO_DIFFERENCE", "paired_proportion_difference", "PAIRED_PROPORTION_METHOD",
+           "paired_mean_difference", "PAIRED_MEAN_METHOD"]
 
 
 def proper(low: float, high: float) -> tuple[float, float]:
@@ -181,6 +184,8 @@ DIFF_COLUMNS = ("diff_vs_intact", "diff_ci_low", "diff_ci_high")
 DEFAULT_DIFF_COLUMNS = ("diff_vs_default", "diff_default_ci_low", "diff_default_ci_high")
 PAIRED_METHOD = ("95 % paired percentile bootstrap over texts: the condition and intact scored on "
                  "the same texts, each resample drawing the same texts for both")
+PAIRED_MEAN_METHOD = ("95 % paired interval over texts (paired_mean_difference): Newcombe's score "
+                      "interval where each text's value is right or wrong, else " + PAIRED_METHOD[5:])
 
 
 def paired_difference(numerators, reference, denominators=None, reference_denominators=None,
@@ -206,13 +211,31 @@ def paired_difference(numerators, reference, denominators=None, reference_denomi
     return (point, *percentile_interval(stats, level))
 
 
+def paired_mean_difference(values, reference, n_boot: int = 1000, seed: int = 0,
+                           least: int = MIN_TEXTS) -> tuple[float, float, float]:
+    """(difference, low, high) of two conditions' means over the same units (values[i] and
+    reference[i] one unit under both). Where every value is 0 or 1 (an answer right or wrong),
+    Newcombe's paired interval (`paired_proportion_difference`): a bootstrap of pairs that all
+    changed alike collapses to a point. Otherwise a paired percentile bootstrap
+    (`paired_difference`). No bounds with `n_boot` 0 or fewer than `least` units."""
+    x, r = (np.asarray(v, np.float64).ravel() for v in (values, reference))
+    if x.size and x.shape == r.shape and np.isin(np.concatenate([x, r]), (0.0, 1.0)).all():
+        point, low, high = paired_proportion_difference(x, r)
+        return (point, low, high) if n_boot and x.size >= least else (point, float("nan"), float("nan"))
+    return paired_difference(x, r, n_boot=n_boot, seed=seed, least=least)
+
+
 def diff_columns(*args, reference_row: bool = False, **kwargs) -> dict[str, float]:
-    """`paired_difference` as a table's DIFF_COLUMNS (NaN on the intact row itself): the one
-    way every table that scores conditions on shared texts gives each condition's difference
-    from intact."""
+    """A table's DIFF_COLUMNS (NaN on the intact row itself): the one way every table that
+    scores conditions on shared texts gives each condition's difference from intact. A plain
+    mean of one value per unit (two arrays) goes through `paired_mean_difference`, so answers
+    right or wrong get Newcombe's interval in every table; ratios and transforms
+    (denominators, `transform`) through `paired_difference`."""
     if reference_row:
         return dict.fromkeys(DIFF_COLUMNS, float("nan"))
-    return dict(zip(DIFF_COLUMNS, paired_difference(*args, **kwargs), strict=True))
+    ratio = len(args) > 2 or {"denominators", "reference_denominators", "transform"} & set(kwargs)
+    difference = paired_difference if ratio else paired_mean_difference
+    return dict(zip(DIFF_COLUMNS, difference(*args, **kwargs), strict=True))
 
 
 def percentile_interval(stats: np.ndarray | None, level: float = LEVEL) -> tuple[float, float]:
@@ -431,9 +454,10 @@ def document_interval(per_doc: list, stderr, value: float, n_boot: int, seed: in
 
 def paired_with_intact(df, per_doc: list[dict], n_boot: int, seed: int):
     """Add `diff_vs_intact` (the condition's value minus the intact model's, from the same
-    documents) and a 95 % bootstrap interval of it over documents, resampling each document's
-    pair together: sharper than comparing the two conditions' own intervals. NaN for the
-    intact rows, and where the documents' values are not logged."""
+    documents) and its 95 % interval paired over documents (`paired_mean_difference`: Newcombe's
+    for right-or-wrong metrics such as acc, else a bootstrap resampling each document's pair
+    together): sharper than comparing the two conditions' own intervals. NaN for the intact
+    rows, and where the documents' values are not logged."""
     diffs = []
     for row in df.itertuples():
         key = (row.task, row.metric, row.filter)
@@ -442,9 +466,7 @@ def paired_with_intact(df, per_doc: list[dict], n_boot: int, seed: int):
         if row.condition_index == 0 or not docs or len(docs) != row.rows:
             diffs.append((np.nan, np.nan, np.nan))
             continue
-        d = np.array([here[k] - intact[k] for k in docs])
-        low, high = (mean_interval(d, n_boot=n_boot, seed=seed) if n_boot and len(d) >= MIN_TEXTS
-                     else (np.nan, np.nan))
-        diffs.append((float(d.mean()), low, high))
+        diffs.append(paired_mean_difference([here[k] for k in docs], [intact[k] for k in docs],
+                                            n_boot=n_boot, seed=seed))
     return df.assign(**dict(zip(("diff_vs_intact", "diff_ci_low", "diff_ci_high"),
                                 np.array(diffs, dtype=float).T, strict=True)))

@@ -453,14 +453,12 @@ def accuracy(samples: list[dict], n_boot: int, seed: int) -> list[dict]:
 
 def _paired_with_intact(samples: pd.DataFrame, rows: list[dict], n_boot: int, seed: int) -> list[dict]:
     """Each accuracy row's DIFF_COLUMNS against the intact model at the same model, task and
-    length, the samples paired by index (one prompt read under both): Newcombe's paired score
-    interval where every recall is 0 or 1 (a bootstrap of pairs that all differ alike gives
-    none), else a paired percentile bootstrap over samples. NaN on intact's rows and where
-    either condition scored no sample."""
+    length, the samples paired by index (one prompt read under both), bounded by
+    `paired_mean_difference` (Newcombe's interval where every recall is 0 or 1, else a paired
+    bootstrap over samples). NaN on intact's rows and where either condition scored no sample."""
     import pandas as pd
 
-    from pecli.measures.intervals import DIFF_COLUMNS, paired_difference
-    from pecli.measures.intervals import paired_proportion_difference as newcombe
+    from pecli.measures.intervals import DIFF_COLUMNS, paired_mean_difference
 
     scored = samples[samples["note"] == ""]
     by_sample = scored.set_index(["model", "condition", "task", "length", "sample"])["value"].astype(float)
@@ -471,9 +469,7 @@ def _paired_with_intact(samples: pd.DataFrame, rows: list[dict], n_boot: int, se
         if row["condition"] != "intact" and {here, intact} <= cells:
             x, ref = (by_sample.xs(cell, level=[0, 1, 2, 3]) for cell in (here, intact))
             pairs = pd.concat([x.rename("x"), ref.rename("ref")], axis=1, join="inner")
-            if len(pairs) and pairs.isin([0.0, 1.0]).all().all():
-                diff = newcombe(pairs["x"], pairs["ref"])
-            elif len(pairs):
-                diff = paired_difference(pairs["x"], pairs["ref"], n_boot=n_boot, seed=seed)
+            if len(pairs):
+                diff = paired_mean_difference(pairs["x"], pairs["ref"], n_boot=n_boot, seed=seed)
         row.update(zip(DIFF_COLUMNS, diff, strict=True))
     return rows

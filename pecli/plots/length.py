@@ -1,6 +1,7 @@
 """Length figures from length.csv (pandas + matplotlib only): NLL against position inside
 the window, one line per condition, a panel per model, the model's training or original
-context marked."""
+context marked; under them, where conditions share windows, each one's paired difference from
+intact by position."""
 
 from __future__ import annotations
 
@@ -110,6 +111,49 @@ def _overlay(ax, df: pd.DataFrame) -> None:
             band=band_label(df))
 
 
+def paired_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """The buckets with a difference from intact (the same windows under both), at each
+    condition's longest scored window: what the difference panel draws (empty: no panel)."""
+    if "diff_vs_intact" not in df:
+        return df.iloc[:0]
+    at = df[(df["tokens"] > 0) & ~df["all_positions"].astype(bool) & df["diff_vs_intact"].notna()]
+    at = at.assign(condition=[condition_label(r) for _, r in at.iterrows()])
+    longest = at.groupby(["model", "condition"])["length"].transform("max")
+    return at[at["length"] == longest]
+
+
+def _differences(ax, at: pd.DataFrame) -> None:
+    """Each condition's perplexity minus intact's by position, with its paired interval where
+    the table has one (10 windows or more), points alone where not; a symmetric log axis,
+    said on the axis, where the differences span more than LOG_SPAN."""
+    from pecli.plots.style import wants_log
+
+    several = at["model"].nunique() > 1
+    for (model, condition), rows in at.groupby(["model", "condition"], sort=False):
+        x = (rows["window_start"] + rows["window_end"]) / 2
+        y = rows["diff_vs_intact"].to_numpy(dtype=float)
+        err = np.vstack([y - rows["diff_ci_low"].to_numpy(dtype=float), rows["diff_ci_high"].to_numpy(dtype=float) - y])
+        name = f"{short_name(model)}: {condition}" if several else condition
+        ax.errorbar(x, y, yerr=np.where(np.isnan(err), 0, np.clip(err, 0, None)), fmt="-o", ms=3, lw=1.2,
+                    capsize=2.5, color=color_of(condition), label=name)
+    ax.axhline(0, color="0.3", lw=0.8)
+    magnitude = at["diff_vs_intact"].abs()
+    if wants_log(magnitude):  # linear within +-linear (a power of ten), logarithmic beyond
+        linear = 1.0 if (magnitude >= 1).any() else float(10.0 ** np.floor(np.log10(magnitude[magnitude > 0].min())))
+        ax.set_yscale("symlog", linthresh=linear)
+        ends = pd.concat([at["diff_vs_intact"], at["diff_ci_low"], at["diff_ci_high"]]).dropna()
+        ax.set_ylim(min(-linear, 2 * ends.min()), max(linear, 2 * ends.max()))
+        ax.set_ylabel(f"minus intact (perplexity)\nsymmetric log: linear in ±{linear:g}", fontsize=8)
+    else:
+        ax.set_ylabel("minus intact (perplexity)", fontsize=8)
+    bars = ("bars: 95 % paired bootstrap over windows" if at["diff_ci_low"].notna().any()
+            else "no interval: fewer than 10 windows")
+    ax.set_title(f"Paired difference from intact, the same windows under both ({bars})", fontsize=8.5)
+    ax.set_xlabel("position in the window (tokens; bucket midpoints)")
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=3, frameon=False)
+    ax.grid(alpha=0.3)
+
+
 def nll_by_position(df: pd.DataFrame, path: Path) -> Path:
     models = list(dict.fromkeys(df["model"]))
     one_condition = df.assign(c=[condition_label(r) for _, r in df.iterrows()])["c"].nunique() == 1
@@ -117,8 +161,13 @@ def nll_by_position(df: pd.DataFrame, path: Path) -> Path:
     detail = detail_limits(df) if panels == 1 and not one_condition else None
     cols = 2 if detail else min(panels, 2)
     rows = -(-panels // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(WIDTH * (1 if cols == 1 else 0.8 * cols), 4.2 * rows),
-                             squeeze=False)
+    paired = paired_rows(df) if not one_condition else df.iloc[:0]
+    fig = plt.figure(figsize=(WIDTH * (1 if cols == 1 else 0.8 * cols), 4.2 * rows + 3.4 * (not paired.empty)))
+    grid = fig.add_gridspec(rows + (not paired.empty), cols,
+                            height_ratios=[4.2] * rows + [3.0] * (not paired.empty))
+    axes = np.array([[fig.add_subplot(grid[r, c]) for c in range(cols)] for r in range(rows)])
+    if not paired.empty:
+        _differences(fig.add_subplot(grid[rows, :]), paired)
     if one_condition:
         _overlay(axes[0, 0], df)
     elif detail:  # the same lines, the rising one's scale beside the others' detail

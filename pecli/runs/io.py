@@ -573,6 +573,23 @@ class Checkpoint:
         self._last = self._clock()
         self._cost = self._last - start
 
+    def save_outputs(self, done: dict[tuple, list[str]]) -> None:
+        """Save decoded texts by cell now (`done`: a JSON-able tuple key -> the cell's outputs,
+        as passkey and ruler decode them)."""
+        import numpy as np
+
+        self.save(lambda: {"keys": np.array([json.dumps(k) for k in done]),
+                           **{f"out{j}": np.array(out, dtype=str) for j, out in enumerate(done.values())}},
+                  force=True)
+
+    def load_outputs(self) -> dict[tuple, list[str]]:
+        """What `save_outputs` saved ({} where nothing was, or it was set aside as damaged)."""
+        saved = self.load()
+        if saved is None:
+            return {}
+        return {tuple(json.loads(str(k))): [str(x) for x in saved[f"out{j}"]]
+                for j, k in enumerate(saved["keys"])}
+
     def saved(self) -> bool:
         """Whether this run has progress on disk to resume from."""
         return self._lock is not None and self.path.exists()

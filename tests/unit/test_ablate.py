@@ -302,14 +302,15 @@ def test_baseline_pairs_degrade_to_none_when_impossible():
 
 def test_probe_rows_give_their_difference_from_the_intact_probe_paired_over_held_out_texts():
     """Each probe row's diff_vs_intact is its accuracy minus the intact probe's on intact
-    features, with the paired bootstrap over the same held-out texts (recomputed here with
-    sklearn's pipeline and intervals.paired_difference); the intact row has none."""
+    features, with Newcombe's paired interval over the same held-out texts (each right or
+    wrong; recomputed here with sklearn's pipeline and intervals.paired_proportion_difference);
+    the intact row has none."""
     from sklearn.linear_model import LogisticRegression
     from sklearn.model_selection import train_test_split
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
-    from pecli.measures.intervals import paired_difference
+    from pecli.measures.intervals import paired_proportion_difference
     from pecli.measures.probes import PROBE_TEST_FRACTION
 
     rng = np.random.default_rng(0)
@@ -325,7 +326,6 @@ def test_probe_rows_give_their_difference_from_the_intact_probe_paired_over_held
     got = {(r["intervention"], r["metric"]): (r["diff_vs_intact"], r["diff_ci_low"], r["diff_ci_high"])
            for r in rows}
     assert np.isnan(got["intact", "probe_accuracy"]).all()
-    assert got["zero", "probe_accuracy"] == paired_difference(right["zero"], right["intact"], n_boot=500, seed=3)
-    assert got["zero", "probe_accuracy_transfer"] == paired_difference(transfer, right["intact"], n_boot=500,
-                                                                       seed=3)
+    assert got["zero", "probe_accuracy"] == paired_proportion_difference(right["zero"], right["intact"])
+    assert got["zero", "probe_accuracy_transfer"] == paired_proportion_difference(transfer, right["intact"])
     assert got["zero", "probe_accuracy"][0] == pytest.approx(right["zero"].mean() - right["intact"].mean())

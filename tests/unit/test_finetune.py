@@ -107,6 +107,7 @@ def test_a_conditions_fine_tuning_rows_carry_its_difference_from_intact_seed_by_
     import numpy as np
 
     from pecli.experiments.finetune import _with_paired
+    from pecli.measures.intervals import paired_proportion_difference
     from pecli.runs import names
 
     rng = np.random.default_rng(2)
@@ -116,8 +117,8 @@ def test_a_conditions_fine_tuning_rows_carry_its_difference_from_intact_seed_by_
     rows.append({"metric": "finetune_accuracy_mean", "value": np.mean([z.mean() for z in zero])})
     cond = names.parse(names.INTERVENTIONS, "zero")
     out = _with_paired(rows, zero, intact, cond, seed=4)
-    for r, z, i in zip(out[:-1], zero, intact, strict=True):
-        assert r["diff_vs_intact"] == pytest.approx(z.mean() - i.mean())
+    for r, z, i in zip(out[:-1], zero, intact, strict=True):  # each seed: Newcombe's, texts right or wrong
+        assert (r["diff_vs_intact"], r["diff_ci_low"], r["diff_ci_high"]) == paired_proportion_difference(z, i)
     d = np.array([z - i for z, i in zip(zero, intact, strict=True)])  # [seed, text]
     g = np.random.default_rng(4)
     texts = g.integers(0, 30, (1000, 30))

@@ -182,21 +182,39 @@ def test_the_intact_conditions_gap_closed_is_blank_by_construction():
     assert low < 0.5 < high
 
 
-def test_lm_evals_difference_from_intact_has_no_interval_where_it_is_zero_by_construction():
+def test_lm_evals_difference_from_intact_pairs_documents_by_metric_kind():
+    """Right-or-wrong documents get Newcombe's paired interval (still an interval where no
+    document changes, where a bootstrap of the pairs collapses); continuous values a paired
+    bootstrap, with none where every document's difference is zero; intact's row none."""
     import pandas as pd
 
-    from pecli.measures.intervals import paired_with_intact
+    from pecli.measures.intervals import (
+        paired_difference,
+        paired_proportion_difference,
+        paired_with_intact,
+    )
 
-    key = ("t", "acc", "none")
+    key, soft = ("t", "acc", "none"), ("t", "mc2", "none")
     docs = {i: float(i % 3 == 0) for i in range(30)}
     other = {i: float(i % 2 == 0) for i in range(30)}
-    df = pd.DataFrame({"task": "t", "metric": "acc", "filter": "none", "rows": 30,
-                       "condition_index": [0, 1, 2]})
-    out = paired_with_intact(df, [{key: docs}, {key: dict(docs)}, {key: other}], 1000, 0)
-    assert out["diff_vs_intact"].tolist()[1] == 0.0
-    assert np.isnan(out[["diff_ci_low", "diff_ci_high"]].to_numpy()[:2]).all()
-    d = np.array([other[i] - docs[i] for i in range(30)])
-    assert (out["diff_ci_low"][2], out["diff_ci_high"][2]) == mean_interval(d, seed=0)
+    probs = {i: 0.1 + 0.8 * (i % 7) / 7 for i in range(30)}
+    shifted = {i: p + 0.05 * ((i * 5) % 3) for i, p in probs.items()}
+    df = pd.DataFrame({"task": "t", "metric": ["acc"] * 3 + ["mc2"] * 3, "filter": "none", "rows": 30,
+                       "condition_index": [0, 1, 2] * 2})
+    out = paired_with_intact(df, [{key: docs, soft: probs}, {key: dict(docs), soft: dict(probs)},
+                                  {key: other, soft: shifted}], 1000, 0)
+    bounds = out[["diff_vs_intact", "diff_ci_low", "diff_ci_high"]].to_numpy()
+    assert np.isnan(bounds[[0, 3]]).all()
+    same = [docs[i] for i in range(30)]
+    assert tuple(bounds[1]) == paired_proportion_difference(same, same)
+    assert bounds[1, 1] < 0 < bounds[1, 2]  # no document changed: an interval about 0, not none
+    assert tuple(bounds[2]) == paired_proportion_difference([other[i] for i in range(30)], same)
+    assert bounds[4, 0] == 0.0 and np.isnan(bounds[4, 1:]).all()  # zero by construction
+    d = np.array([shifted[i] - probs[i] for i in range(30)])
+    assert bounds[5, 0] == pytest.approx(d.mean())
+    assert bounds[5, 1] < d.mean() < bounds[5, 2]
+    assert (bounds[5, 1], bounds[5, 2]) == paired_difference(
+        [shifted[i] for i in range(30)], [probs[i] for i in range(30)], seed=0)[1:]
 
 
 def test_seeds_and_texts_of_a_corpus_perplexity_by_hand():
@@ -380,3 +398,31 @@ def test_paired_proportion_difference_covers_the_true_difference(p_first, p_seco
             (paired_proportion_difference(f, s) for f, s in zip(first, second, strict=True))
             if low == low]
     assert 0.92 <= np.mean(held) <= 0.99
+
+
+def test_diff_columns_bounds_answers_by_newcombe_and_other_means_by_a_paired_bootstrap():
+    """The one rule every table's difference from intact keeps (paired_mean_difference)."""
+    from pecli.measures.intervals import (
+        DIFF_COLUMNS,
+        diff_columns,
+        paired_difference,
+        paired_proportion_difference,
+    )
+
+    rng = np.random.default_rng(3)
+    right, ref = (rng.random(40) < p for p in (0.7, 0.4))
+    x, r = right.astype(float), ref.astype(float)
+    newcombe = dict(zip(DIFF_COLUMNS, paired_proportion_difference(x, r), strict=True))
+    assert diff_columns(x, r, seed=1) == newcombe
+    assert diff_columns(right, ref) == newcombe  # booleans are answers too
+    assert diff_columns(r, r)["diff_ci_low"] < 0 < diff_columns(r, r)["diff_ci_high"]
+    off = diff_columns(x, r, n_boot=0)
+    assert off["diff_vs_intact"] == newcombe["diff_vs_intact"] and np.isnan(off["diff_ci_low"])
+    few = diff_columns(x[:5], r[:5], least=10)
+    assert np.isnan([few["diff_ci_low"], few["diff_ci_high"]]).all()
+    soft = x * 0.5 + rng.random(40) * 0.3
+    assert tuple(diff_columns(soft, r, seed=2).values()) == paired_difference(soft, r, seed=2)
+    counts = rng.integers(5, 9, 40).astype(float)
+    assert tuple(diff_columns(x * counts, r * counts, counts, seed=2).values()) == paired_difference(
+        x * counts, r * counts, counts, seed=2)
+    assert np.isnan(list(diff_columns(x, r, reference_row=True).values())).all()

@@ -154,6 +154,28 @@ def test_tables_and_not_applicable_rows(tiny, tmp_path):
         assert column in acc and column in trials
 
 
+def test_an_interrupted_run_decodes_only_the_cells_it_had_not(tiny, interrupt):
+    """Each finished (condition, length, depth) is saved as it finishes; a rerun after Ctrl-C
+    decodes the rest and gives the uninterrupted run's tables; a finished run leaves none."""
+    loaded = tiny("llama", max_position_embeddings=256)
+    o = PasskeyOptions.build({"model": "llama", "lengths": "64,96", "depths": "0.5", "trials": 2,
+                              "intervention": "zero", "draws": "independent"}, "t")
+    full = run(o, loaded=loaded)
+    calls = interrupt(pk, "decode", 3)  # intact's two cells done, zero's first interrupted
+    with pytest.raises(KeyboardInterrupt):
+        run(o, loaded=loaded)
+    calls.clear()
+    resumed = run(o, loaded=loaded)
+    assert len(calls) == 2  # zero's two cells only
+    cols = ["condition", "length", "trial", "k", "tokens", "output", "value"]
+    assert resumed["passkey_trials"][cols].equals(full["passkey_trials"][cols])
+    assert resumed["passkey"].drop(columns=["git_commit"], errors="ignore").equals(
+        full["passkey"].drop(columns=["git_commit"], errors="ignore"))
+    calls.clear()
+    run(o, loaded=loaded)
+    assert len(calls) == 4  # nothing left over from the finished run
+
+
 def test_trials_that_share_their_filler_get_no_interval(tiny):
     """--draws fixed: a cell's trials differ only in the key, so they are not independent units;
     the table gives counts and accuracies, no Wilson interval and no bounds on the difference

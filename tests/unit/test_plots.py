@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 
 import matplotlib.colors as mcolors
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -62,6 +63,29 @@ def test_a_length_figure_gets_a_detail_panel_only_where_one_line_squeezes_the_re
     low, high = detail_limits(rising)
     assert low < 3.6 and 3.8 < high < 4.3  # the flat lines fill the panel; the rise leaves it
     assert detail_limits(table({"intact": [3.7, 3.9], "zero": [6.0, 6.3], "drophigh:0.25": [5.7, 5.9]})) is None
+
+
+def test_a_length_figure_draws_each_conditions_paired_difference_under_its_lines(monkeypatch):
+    """Under the lines, each condition's diff_vs_intact by bucket with its paired interval as
+    bars (symmetric log where they span decades, said on the axis); none without the columns."""
+    from pathlib import Path
+
+    from pecli.plots import length
+
+    figs = []
+    monkeypatch.setattr(length, "save", lambda fig, path, dpi=150: figs.append(fig) or path)
+    df = pd.read_csv(Path(__file__).parents[2] / "results/offline/bands-length-smollm2/length.csv")
+    length.nll_by_position(df, Path("length.png"))
+    below = [ax for ax in figs[-1].axes if ax.get_title().startswith("Paired difference from intact")]
+    assert len(below) == 1 and below[0].get_yscale() == "symlog" and "symmetric log" in below[0].get_ylabel()
+    drawn = {c.get_label(): c for c in below[0].containers}
+    assert set(drawn) == {"droplow:0.25", "drophigh:0.25", "zero@even", "zero"}
+    low = df[(df["intervention"] == "droplow:0.25") & ~df["all_positions"]]
+    np.testing.assert_allclose(drawn["droplow:0.25"].lines[0].get_ydata(), low["diff_vs_intact"])
+    bar = drawn["droplow:0.25"].lines[2][0].get_segments()[-1]  # the last bucket's bar
+    np.testing.assert_allclose([bar[0][1], bar[1][1]], low[["diff_ci_low", "diff_ci_high"]].iloc[-1])
+    length.nll_by_position(df.drop(columns=["diff_vs_intact", "diff_ci_low", "diff_ci_high"]), Path("length.png"))
+    assert not [ax for ax in figs[-1].axes if ax.get_title().startswith("Paired difference")]
 
 
 def test_wants_log_only_across_decades():
