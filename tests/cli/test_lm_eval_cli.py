@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 pytest.importorskip("lm_eval", reason="lm-eval not installed (make setup)")
 
 from pecli.cli.app import app  # noqa: E402
+from pecli.measures.intervals import paired_proportion_difference  # noqa: E402
 
 runner = CliRunner()
 CONFIGS = str(Path(__file__).resolve().parents[2] / "configs" / "lm_eval")
@@ -51,7 +52,11 @@ def test_two_conditions_write_lm_evals_json_a_table_and_a_figure(tmp_path, share
         assert rows.loc["zero", "diff_vs_intact"] == pytest.approx(by_hand, abs=1e-12)
         assert rows.loc["intact", ["diff_vs_intact", "diff_ci_low"]].isna().all()
         same = len({accs["zero", task][d] - accs["intact", task][d] for d in range(4)}) == 1
-        if same:  # every document moved alike: no interval (issue 46), never [x, x]
+        if task == "truthfulqa_mc1":  # each document right or wrong: Newcombe's paired interval
+            assert tuple(rows.loc["zero", ["diff_vs_intact", "diff_ci_low", "diff_ci_high"]]) == pytest.approx(
+                paired_proportion_difference([accs["zero", task][d] for d in range(4)],
+                                             [accs["intact", task][d] for d in range(4)]))
+        elif same:  # every document moved alike: no bootstrap interval (issue 46), never [x, x]
             assert rows.loc["zero", ["diff_ci_low", "diff_ci_high"]].isna().all()
         else:
             assert rows.loc["zero", "diff_ci_low"] < rows.loc["zero", "diff_ci_high"]
