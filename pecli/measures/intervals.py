@@ -182,10 +182,11 @@ def pair_interval(values, text_a, text_b, texts: int, n_boot: int = 1000, seed: 
 DIFF_COLUMNS = ("diff_vs_intact", "diff_ci_low", "diff_ci_high")
 # pecli tune's best setting against the papers' recommended one, paired the same way
 DEFAULT_DIFF_COLUMNS = ("diff_vs_default", "diff_default_ci_low", "diff_default_ci_high")
-PAIRED_METHOD = ("95 % paired percentile bootstrap over texts: the condition and intact scored on "
-                 "the same texts, each resample drawing the same texts for both")
+_PAIRED_BOOTSTRAP = ("paired percentile bootstrap over texts: the condition and intact scored on "
+                     "the same texts, each resample drawing the same texts for both")
+PAIRED_METHOD = f"95 % {_PAIRED_BOOTSTRAP}"
 PAIRED_MEAN_METHOD = ("95 % paired interval over texts (paired_mean_difference): Newcombe's score "
-                      "interval where each text's value is right or wrong, else " + PAIRED_METHOD[5:])
+                      f"interval where each text's value is right or wrong, else {_PAIRED_BOOTSTRAP}")
 
 
 def paired_difference(numerators, reference, denominators=None, reference_denominators=None,
