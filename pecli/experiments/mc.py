@@ -48,15 +48,6 @@ def summarise(values: np.ndarray, n_boot: int, seed: int) -> dict:
             "interval_method": method}
 
 
-def paired(values: np.ndarray, reference: np.ndarray, n_boot: int, seed: int) -> dict:
-    """DIFF_COLUMNS of one condition's per-item values against intact's on the same items, as
-    `summarise` bounds each (`diff_columns`: Newcombe's paired interval for MC1's right-or-wrong
-    items, a paired bootstrap over items for MC2)."""
-    from pecli.measures.intervals import diff_columns
-
-    return diff_columns(values, reference, n_boot=n_boot, seed=seed)
-
-
 def chance(items, metric: str) -> float:
     """The expected value of a metric when every choice is equally likely."""
     if metric == "mc2":
@@ -117,8 +108,9 @@ def run(options: McOptions, progress: Callable[[int, int], None] | None = None,
             level = chance(items, metric)
             rows.append({**common, **cond, "metric": metric, **row, "chance": level,
                          "chance_in_interval": bool(row["ci_low"] <= level <= row["ci_high"]),
-                         **(diff_columns(reference_row=True) if plan == conds[0] else
-                            paired(values, intact[metric], o.bootstrap, o.seed)),
+                         # Newcombe's paired interval for MC1's right-or-wrong items, a paired bootstrap for MC2
+                         **diff_columns(values, intact[metric], n_boot=o.bootstrap, seed=o.seed,
+                                        reference_row=plan == conds[0]),
                          "meaning": mc.METRIC_MEANING[metric]})
         for it, s in zip(items, scored, strict=True):
             for task, t in s["tasks"].items():
