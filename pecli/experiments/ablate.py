@@ -447,4 +447,5 @@ register(NAME, VERSION, run, AblateOptions, figures,
                       {"final_layer": True, "special_tokens": "included"},
                       reference=((0.0, "0: as unlike as another token"),
                                  (1.0, "1: as unlike as the same token in another text"))),
-             Headline("probe_accuracy", "sentiment probe accuracy (held-out texts)")))
+             Headline("probe_accuracy", "sentiment probe accuracy (held-out texts)",
+                      interval="95 % Wilson score interval over held-out texts")))

@@ -33,16 +33,13 @@ def conditions(options: McOptions) -> list:
 
 def summarise(values: np.ndarray, n_boot: int, seed: int) -> dict:
     """Mean over items, its standard error (sample sd / sqrt n, as the harness) and 95 %
-    interval: Wilson's where every item is right or wrong (MC1: a bootstrap of 0/1 values
-    collapses to [0, 0] when none is right), as the lm-eval path; a bootstrap otherwise (MC2).
-    None from fewer than 2 items, or with --bootstrap 0."""
-    from pecli.measures.intervals import MIN_TEXTS, ratio_interval, wilson
+    interval by `accuracy_interval`: Wilson's where every item is right or wrong (MC1: a
+    bootstrap of 0/1 values collapses to [0, 0] when none is right), as the lm-eval path; a
+    bootstrap otherwise (MC2). None from fewer than 2 items, or with --bootstrap 0."""
+    from pecli.measures.intervals import accuracy_interval, accuracy_method
 
-    if n_boot and len(values) >= MIN_TEXTS and set(np.unique(values)) <= {0.0, 1.0}:
-        (low, high), method = wilson(int(values.sum()), len(values)), "Wilson score interval over items"
-    else:
-        low, high = ratio_interval(values, n_boot=n_boot, seed=seed)
-        method = "percentile bootstrap over items" if low == low else ""
+    low, high = accuracy_interval(values, n_boot=n_boot, seed=seed)
+    method = accuracy_method(values, "items") if low == low else ""
     stderr = float(values.std(ddof=1) / np.sqrt(len(values))) if len(values) > 1 else float("nan")
     return {"value": float(values.mean()), "stderr": stderr, "ci_low": low, "ci_high": high,
             "interval_method": method}

@@ -78,11 +78,11 @@ register("pe-sinusoidal", 1, run_sinusoidal, SinusoidOptions, "pecli.plots.pe:si
 def matrix_analyses(matrix: np.ndarray, folds: int, pairs: int, seed: int,
                     bootstrap: int = 1000) -> tuple[list[dict], list[dict]]:
     """Wang & Chen on one matrix [N, d]: (metric rows, sampled similarity-matrix rows)."""
-    from pecli.measures.intervals import mean_interval
+    from pecli.measures.intervals import accuracy_interval
 
     reg = pa.position_regression(matrix, folds=folds, seed=seed, regressor="linear")
     correct = pa.order_correct(matrix, folds=folds, pairs=pairs, seed=seed)
-    low, high = mean_interval(correct.astype(np.float64), n_boot=bootstrap, seed=seed)
+    low, high = accuracy_interval(correct, n_boot=bootstrap, seed=seed)
     metrics = [
         {"metric": "regression_mae", "value": reg.mae, "evaluation":
          f"linear regression row -> index, {folds}-fold CV over a seeded shuffle, MAE of round(prediction)"},
@@ -91,7 +91,7 @@ def matrix_analyses(matrix: np.ndarray, folds: int, pairs: int, seed: int,
         {"metric": "order_accuracy", "value": float(correct.mean()), "ci_low": low, "ci_high": high,
          "test_pairs": len(correct), "evaluation":
          f"logistic regression on [x_i, x_j] -> i < j, {pairs} training pairs per fold, "
-         f"{folds} folds of held-out positions (interval: test pairs resampled)"},
+         f"{folds} folds of held-out positions (interval: Wilson's over test pairs)"},
         {"metric": "order_chance_accuracy", "value": 0.5, "evaluation": "guessing"},
     ]
     idx = pa.grid(len(matrix), SIMILARITY_POINTS)
@@ -187,4 +187,5 @@ register("pe-probe", 3, run_probe, ProbeOptions, "pecli.plots.pe:probe_figures",
          "Wang & Chen analyses of position-embedding matrices (sinusoidal reference) and a "
          "per-layer hidden-state probe of position with and without the model's positions",
          headlines=(Headline("order_accuracy", "which-comes-first accuracy of position rows", {},
-                             ("matrix",), reference=((0.5, "chance"),)),))
+                             ("matrix",), reference=((0.5, "chance"),),
+                             interval="95 % Wilson score interval over test pairs"),))

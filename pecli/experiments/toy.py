@@ -20,7 +20,7 @@ import torch
 
 from pecli.experiments import Headline, lazy, register
 from pecli.experiments.options.toy import ToyOptions
-from pecli.measures.intervals import METHOD, mean_interval
+from pecli.measures.intervals import accuracy_interval, accuracy_method
 from pecli.measures.training import CHARS, SPECIALS, char_tokenizer  # noqa: E402,F401
 from pecli.runs.provenance import row_provenance
 from pecli.runs.tables import validate
@@ -234,10 +234,10 @@ def _accuracy_rows(base: dict, tokenizer, test_set: list[str], prompts: list[str
     n_tokens = sum(len(encode_example(tokenizer, e)[0]) for e in test_set)
     rows = []
     for op_name, sel in (("all", slice(None)), ("add", ops == "+"), ("sub", ops == "-")):
-        low, high = mean_interval(correct[sel].astype(np.float64), n_boot=1000, seed=seed)
+        low, high = accuracy_interval(correct[sel], n_boot=1000, seed=seed)
         rows.append({**base, "metric": "exact_match", "operation": op_name,
                      "value": float(correct[sel].mean()), "ci_low": low, "ci_high": high,
-                     "interval": METHOD.replace("texts", "test examples"),
+                     "interval": "95 % " + accuracy_method(correct[sel], "test examples"),
                      "rows": int(correct[sel].size), "tokens": n_tokens})
     for metric, value in (("train_seconds", result["seconds"]),
                           ("eval_seconds", result["eval_seconds"]),
@@ -276,4 +276,4 @@ figures = lazy("pecli.plots.training:toy_figures")
 register("toy", VERSION, run, ToyOptions, figures,
          "Train tiny Transformers on i+j=k / i-j=k per position scheme: exact match, attention on repeats",
          headlines=(Headline("exact_match", "toy arithmetic exact match", {"operation": "all"}, ("pe",),
-                             interval="95 % percentile bootstrap over test examples"),))
+                             interval="95 % Wilson score interval over test examples"),))

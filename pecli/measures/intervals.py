@@ -15,9 +15,11 @@ a pair counts as often as both its texts are drawn (`pair_interval`, `resampled`
 Independent trials with a right-or-wrong outcome (passkey retrieval) get the Wilson score
 interval instead (`wilson`): exact where a bootstrap of all-right trials would give [1, 1];
 two conditions on the same trials, Newcombe's paired interval (`paired_proportion_difference`).
-Every difference of plain means over shared units takes that choice in one place
-(`paired_mean_difference`, behind `diff_columns`): Newcombe where each unit is right or wrong,
-a paired bootstrap otherwise. lm-eval's per-document values get the same choice
+Every accuracy (a mean of one score per unit) takes that choice in one place,
+`accuracy_interval` (Wilson where each unit is right or wrong, `answers`; a bootstrap
+otherwise), and every difference of plain means over shared units in another,
+`paired_mean_difference` (behind `diff_columns`: Newcombe, or a paired bootstrap). Probes,
+multiple choice, RULER, toy tasks and lm-eval's per-document values go through them
 (`document_interval`, `paired_with_intact`).
 
 Means over training seeds get a Student t interval (`t_interval`).
@@ -48,7 +50,8 @@ MIN_TEXTS = 2  # fewer texts give no interval
 MIN_WINDOWS = 10  # windows of long documents: fewer give none (the table shows how many)
 _ZERO_WIDTH = 1e-9  # relative: a width below it is rounding, not variation
 __all__ = ["MAX_RESAMPLES", "MIN_RESAMPLES", "MIN_TEXTS", "pair_interval", "ratio_interval",
-           "resampled", "statistic_interval", "wilson", "mean_interval", "by_text", "percentile_interval",
+           "resampled", "statistic_interval", "wilson", "mean_interval", "accuracy_interval",
+           "accuracy_method", "answers", "by_text", "percentile_interval",
            "proper", "t_interval", "MIN_WINDOWS", "seeds_and_texts_interval", "paired_difference", "diff_columns", "DIFF_COLUMNS",
            "DEFAULT_DIFF_COLUMNS",
            "verdict", "NO_DIFFERENCE", "paired_proportion_difference", "PAIRED_PROPORTION_METHOD",
@@ -220,7 +223,7 @@ def paired_mean_difference(values, reference, n_boot: int = 1000, seed: int = 0,
     changed alike collapses to a point. Otherwise a paired percentile bootstrap
     (`paired_difference`). No bounds with `n_boot` 0 or fewer than `least` units."""
     x, r = (np.asarray(v, np.float64).ravel() for v in (values, reference))
-    if x.size and x.shape == r.shape and np.isin(np.concatenate([x, r]), (0.0, 1.0)).all():
+    if x.shape == r.shape and answers(np.concatenate([x, r])):
         point, low, high = paired_proportion_difference(x, r)
         return (point, low, high) if n_boot and x.size >= least else (point, float("nan"), float("nan"))
     return paired_difference(x, r, n_boot=n_boot, seed=seed, least=least)
@@ -267,6 +270,35 @@ def mean_interval(values, n_boot: int = 1000, seed: int = 0, level: float = LEVE
                   ) -> tuple[float, float]:
     """Interval of the plain mean of one value per text (a mean of per-text perplexities)."""
     return ratio_interval(values, None, n_boot=n_boot, seed=seed, level=level)
+
+
+def answers(values) -> bool:
+    """Whether every value is 0 or 1 (each unit an answer right or wrong), the case in which
+    `accuracy_interval` and `paired_mean_difference` use score intervals, not a bootstrap."""
+    v = np.asarray(values, np.float64).ravel()
+    return bool(v.size) and bool(np.isin(v, (0.0, 1.0)).all())
+
+
+def accuracy_interval(values, n_boot: int = 1000, seed: int = 0, level: float = LEVEL
+                      ) -> tuple[float, float]:
+    """Interval of an accuracy, the mean of one score per unit (an answer right or wrong, or a
+    partial credit such as MC2's probability or RULER's recall): Wilson's score interval where
+    every score is 0 or 1 (`answers`: a bootstrap of answers that all agree collapses to a
+    point), else `mean_interval`'s bootstrap over units. For scores only: a rate that happens
+    to be 0 on every text (attn's sink rate) is no answer, and keeps `mean_interval`. No bounds
+    with `n_boot` 0 or fewer than MIN_TEXTS units; `accuracy_method` names the one taken."""
+    v = np.asarray(values, np.float64).ravel()
+    if not _enough(v.size, n_boot):
+        return float("nan"), float("nan")
+    if answers(v):
+        return wilson(int(v.sum()), v.size, level)
+    return mean_interval(v, n_boot=n_boot, seed=seed, level=level)
+
+
+def accuracy_method(values, units: str) -> str:
+    """The interval `accuracy_interval` gives these scores, in words ("... over {units}")."""
+    kind = "Wilson score interval" if answers(values) else "percentile bootstrap"
+    return f"{kind} over {units}"
 
 
 def by_text(values, text, texts: int) -> tuple[np.ndarray, np.ndarray]:
@@ -439,14 +471,13 @@ def seeds_and_texts_interval(per_seed: list, n_boot: int = 1000, seed: int = 0,
 
 
 def document_interval(per_doc: list, stderr, value: float, n_boot: int, seed: int):
-    """(low, high, method) of a 95 % interval: Wilson's where every document is right or
-    wrong, a bootstrap over documents for other per-document values, else value ± 1.96
-    lm-eval stderr; NaN when there is nothing to build one from (a single document)."""
-    if len(per_doc) >= MIN_TEXTS and set(per_doc) <= {0, 1}:
-        return (*wilson(int(sum(per_doc)), len(per_doc)), "Wilson score interval over documents")
+    """(low, high, method) of a 95 % interval over documents by `accuracy_interval` (Wilson's
+    where every document is right or wrong, a bootstrap otherwise), else (no documents logged,
+    or `n_boot` 0) value ± 1.96 lm-eval stderr; NaN when there is nothing to build one from (a
+    single document)."""
     if len(per_doc) >= MIN_TEXTS and n_boot:
-        low, high = mean_interval(np.asarray(per_doc, dtype=float), n_boot=n_boot, seed=seed)
-        return low, high, "percentile bootstrap over documents"
+        low, high = accuracy_interval(per_doc, n_boot=n_boot, seed=seed)
+        return low, high, accuracy_method(per_doc, "documents")
     if isinstance(stderr, int | float) and np.isfinite(stderr) and len(per_doc) != 1:
         low, high = proper(value - 1.96 * stderr, value + 1.96 * stderr)
         return low, high, "normal: value ± 1.96 lm-eval stderr" if np.isfinite(low) else ""

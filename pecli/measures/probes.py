@@ -1,8 +1,9 @@
 """A linear probe of position-altered features (ablate --probe): held-out accuracy of a
 logistic-regression probe on mean-pooled final features, with the model's own positions and
-under each intervention, and the `intact` probe transferred to each; intervals resample the
-held-out texts (pecli.measures.intervals), and each row's difference from the intact probe on
-intact features is paired over the same held-out texts (DIFF_COLUMNS)."""
+under each intervention, and the `intact` probe transferred to each; intervals are Wilson's
+over the held-out texts (each right or wrong: pecli.measures.intervals.accuracy_interval), and
+each row's difference from the intact probe on intact features is paired over the same
+held-out texts (DIFF_COLUMNS)."""
 
 from __future__ import annotations
 
@@ -14,10 +15,10 @@ PROBE_TEST_FRACTION = 0.3
 
 
 def _accuracy(correct: np.ndarray, bootstrap: int, seed: int) -> dict:
-    """Accuracy of held-out texts with its interval (test texts resampled)."""
-    from pecli.measures.intervals import mean_interval
+    """Accuracy of held-out texts with its interval (Wilson's over them: `accuracy_interval`)."""
+    from pecli.measures.intervals import accuracy_interval
 
-    low, high = mean_interval(correct.astype(np.float64), n_boot=bootstrap, seed=seed)
+    low, high = accuracy_interval(correct, n_boot=bootstrap, seed=seed)
     return {"value": float(correct.mean()), "ci_low": low, "ci_high": high}
 
 

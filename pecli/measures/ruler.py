@@ -411,20 +411,18 @@ def score(output: str, answers: tuple[str, ...], match: str = "all") -> float:
 
 
 def interval(values: list[float], n_boot: int, seed: int) -> tuple[float, float, str]:
-    """A 95 % interval of the mean over samples: Wilson's where every sample is all-or-nothing,
-    else a percentile bootstrap over samples; never of zero width (a bootstrap of equal values
-    falls back to Wilson's on the expected number right)."""
-    from pecli.measures.intervals import MIN_TEXTS, mean_interval, wilson
+    """A 95 % interval of the mean over samples by `accuracy_interval`: Wilson's where every
+    sample is all-or-nothing, else a percentile bootstrap over samples; never of zero width (a
+    bootstrap of equal partial recalls falls back to Wilson's on the expected number right).
+    None with `n_boot` 0 or fewer than 2 samples."""
+    from pecli.measures.intervals import MIN_TEXTS, accuracy_interval, accuracy_method, wilson
 
-    n = len(values)
-    if n < MIN_TEXTS:
-        return float("nan"), float("nan"), ""
-    if set(values) <= {0.0, 1.0} or not n_boot:
-        return (*wilson(round(sum(values)), n), "Wilson score interval over samples")
-    low, high = mean_interval(values, n_boot=n_boot, seed=seed)
-    if high > low:
-        return low, high, "percentile bootstrap over samples"
-    return (*wilson(round(sum(values)), n), "Wilson score interval over samples (equal values)")
+    low, high = accuracy_interval(values, n_boot=n_boot, seed=seed)
+    if low == low:
+        return low, high, accuracy_method(values, "samples")
+    if n_boot and len(values) >= MIN_TEXTS:  # equal partial recalls: no bootstrap can vary
+        return (*wilson(round(sum(values)), len(values)), "Wilson score interval over samples (equal values)")
+    return low, high, ""
 
 
 def accuracy(samples: list[dict], n_boot: int, seed: int) -> list[dict]:

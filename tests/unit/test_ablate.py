@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from pecli.experiments.ablate import measure, tables
+from pecli.measures.intervals import wilson
 from pecli.measures.metrics import random_pair_cosines, z_score
 from pecli.measures.probes import probe_accuracy
 from pecli.models.architectures import ARCHITECTURES
@@ -287,6 +288,8 @@ def test_probe_accuracy_interval_contains_the_accuracy():
     rows = probe_accuracy({"intact": x, "zero": rng.standard_normal((80, 5))}, y, seed=0, bootstrap=500)
     for r in rows:
         assert r["ci_low"] <= r["value"] <= r["ci_high"] and r["ci_high"] - r["ci_low"] > 0
+        # each held-out text right or wrong: Wilson's interval over them
+        assert (r["ci_low"], r["ci_high"]) == wilson(round(r["value"] * r["test_rows"]), r["test_rows"])
 
 
 def test_baseline_pairs_degrade_to_none_when_impossible():

@@ -5,7 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pecli.measures.intervals import by_text, mean_interval, ratio_interval, statistic_interval
+from pecli.measures.intervals import (
+    by_text,
+    mean_interval,
+    ratio_interval,
+    statistic_interval,
+    wilson,
+)
 
 
 def _texts(n: int, seed: int = 1):
@@ -79,7 +85,8 @@ def test_pe_order_accuracy_carries_its_interval():
     assert acc["value"] == pa.order_accuracy(matrix, folds=5, pairs=200, seed=0)
     assert acc["ci_low"] <= acc["value"] <= acc["ci_high"] and acc["ci_high"] - acc["ci_low"] > 0
     correct = pa.order_correct(matrix, folds=5, pairs=200, seed=0)
-    assert (acc["ci_low"], acc["ci_high"]) == mean_interval(correct.astype(float), seed=0)
+    # each test pair right or wrong: Wilson's interval over them
+    assert (acc["ci_low"], acc["ci_high"]) == wilson(int(correct.sum()), correct.size)
 
 
 def test_toy_exact_match_carries_its_interval():
@@ -89,10 +96,27 @@ def test_toy_exact_match_carries_its_interval():
     acc = run(ToyOptions(pe="none", max_n=12, steps=2, layers=1, width=16, heads=2))["accuracy"]
     em = acc[acc["metric"] == "exact_match"]
     assert len(em) == 3
-    # two training steps: every item wrong (exact match 0 on each), so no interval, not [0, 0]
-    blank = em["ci_low"].isna() & em["ci_high"].isna() & em["value"].isin([0.0, 1.0])
-    inside = (em["ci_low"] <= em["value"]) & (em["value"] <= em["ci_high"]) & (em["ci_low"] < em["ci_high"])
-    assert (blank | inside).all()
+    # two training steps: every item wrong, and still an interval (Wilson's), not [0, 0]
+    assert (em["value"] == 0).all() and (em["ci_low"] == 0).all() and (em["ci_high"] > 0).all()
+    for _, r in em.iterrows():
+        assert (r["ci_low"], r["ci_high"]) == wilson(0, int(r["rows"]))
+        assert r["interval"] == "95 % Wilson score interval over test examples"
+
+
+def test_accuracy_intervals_are_wilsons_for_answers_and_a_bootstrap_for_partial_credit():
+    """The one rule every accuracy keeps (probes, toy, pe, mc, ruler, lm-eval's documents)."""
+    from pecli.measures.intervals import accuracy_interval, accuracy_method
+
+    right = np.array([1.0] * 17 + [0.0] * 3)
+    assert accuracy_interval(right, seed=4) == wilson(17, 20)
+    assert accuracy_interval(np.ones(20)) == wilson(20, 20)  # all right: a bootstrap gives [1, 1]
+    assert accuracy_method(right, "items") == "Wilson score interval over items"
+    credit = np.linspace(0, 1, 20)  # MC2 probabilities, RULER's partial recall
+    assert accuracy_interval(credit, seed=4) == mean_interval(credit, seed=4)
+    assert accuracy_method(credit, "samples") == "percentile bootstrap over samples"
+    assert np.isnan(accuracy_interval(right, n_boot=0)).all()  # --bootstrap 0: no intervals
+    with pytest.warns(UserWarning, match="fewer than 2"):
+        assert np.isnan(accuracy_interval([1.0])).all()
 
 
 def test_no_interval_from_one_text_and_a_warning_that_says_so():
@@ -153,7 +177,7 @@ def test_memory_stays_bounded_for_the_largest_bootstrap():
 
 
 def test_a_statistic_that_cannot_vary_gets_no_interval_not_a_zero_width_one():
-    from pecli.measures.intervals import pair_interval, t_interval, wilson
+    from pecli.measures.intervals import pair_interval, t_interval
 
     # attn's sink rate 0 on every text; lm-eval's difference of a condition identical to intact
     assert np.isnan(mean_interval([0.0, 0.0, 0.0], n_boot=1000)).all()
