@@ -19,7 +19,7 @@ $(VENV)/.installed: pyproject.toml requirements-models.txt
 	touch $@
 
 test: setup
-	$(VENV)/bin/pytest -q -rs
+	$(VENV)/bin/pytest -q -rs --durations=40
 
 test-fast: setup
 	$(VENV)/bin/pytest -q -m "not slow"
