@@ -40,6 +40,7 @@ SMALL: dict[str, dict[str, str]] = {
     "mc": {"--limit": "2"},
     "length": {"--lengths": "64", "--limit": "2"},
     "passkey": {"--lengths": "256", "--trials": "1"},
+    "ruler": {"--lengths": "1024", "--samples": "2"},  # cwe's template needs 1,024
     "attn": {"--length": "64", "--limit": "4"},  # --length 32 --limit 2: a traceback (issue 46)
     "lm-eval": {"--limit": "2"},
     "mask fit": {"--train-limit": "2", "--limit": "2", "--steps": "1", "--batch": "2",
@@ -47,7 +48,7 @@ SMALL: dict[str, dict[str, str]] = {
     "finetune": {"--train-limit": "4", "--limit": "4", "--seeds": "2", "--batch": "2",
                  "--max-length": "32"},
     "pe probe": {"--limit": "8", "--max-length": "32"},
-    "pe recover": {"--limit": "8", "--max-length": "32"},
+    "pe recover": {"--limit": "8", "--max-length": "32", "--tokens": "8"},
     "toy arithmetic": {"--steps": "2", "--max": "5"},
     "train lm": {"--steps": "2", "--limit": "20", "--eval-limit": "4", "--eval-every": "1",
                  "--seeds": "1", "--vocab": "300", "--context": "16", "--layers": "1",

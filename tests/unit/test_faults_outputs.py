@@ -42,9 +42,12 @@ def _one_line(result, fragment: str, code: int = 1) -> None:
 
 
 def _pecli(*args, **kwargs) -> subprocess.Popen:
+    """pecli in its own process, with Ctrl-C's default action (a suite started in the
+    background inherits SIGINT ignored, and so would the run)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
     return subprocess.Popen([sys.executable, "-m", "pecli", *map(str, args)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT, **kwargs)
+                            stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL), **kwargs)
 
 
 def _leftovers(out: Path) -> list[str]:
@@ -91,7 +94,9 @@ def test_a_second_run_into_a_held_folder_is_refused_while_the_first_computes(tmp
         _one_line(_invoke(*SINUSOID, "--out", out, "--force"), "is being written by another run (pid")
     finally:
         first.send_signal(signal.SIGINT)
-        first.wait(timeout=120)
+        _, err = first.communicate(timeout=60)
+    assert first.returncode == 130 and "interrupted: nothing was written" in err, err
+    assert _leftovers(out) == [] and not out.exists()
 
 
 # --- a finished run of another kind -----------------------------------------------------------
