@@ -91,9 +91,6 @@ def test_smollm2_agrees_with_pecli_mc(smollm2, first_items, shared_data, monkeyp
     above; on SmolLM2 each condition costs two minutes of CPU)."""
     from pecli.integrations.lm_eval import PecliLM
 
-    intervention = "zero"
-
     monkeypatch.setenv("PECLI_DATA_DIR", str(shared_data))
-    theirs = _lm_eval(PecliLM(pretrained="smollm2", intervention=intervention, loaded=smollm2,
-                              batch_size=8))
-    _agree(_pecli_mc(smollm2, first_items, intervention), theirs)
+    theirs = _lm_eval(PecliLM(pretrained="smollm2", intervention="zero", loaded=smollm2, batch_size=8))
+    _agree(_pecli_mc(smollm2, first_items, "zero"), theirs)
