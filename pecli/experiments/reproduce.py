@@ -277,15 +277,43 @@ def _per_unit(df: pd.DataFrame, f: Finding, where: dict) -> pd.DataFrame:
                          "unit": unit.to_numpy()}).sort_values("unit").reset_index(drop=True)
 
 
+# (right answers, trials) of a row of proportions: ruler's samples, passkey's trials
+COUNTS = (("all_right", "samples"), ("correct", "trials"))
+
+
+def _counted(row: pd.Series, f: Finding) -> tuple[int, int]:
+    """(right, trials) of a row whose value is their proportion; a one-line ConfigError else."""
+    right, trials = next(((row[a], row[b]) for a, b in COUNTS if a in row and b in row), (None, None))
+    if right is None or pd.isna(right) or pd.isna(trials):
+        raise ConfigError(f"finding {f.section}: its rows have no counts of right answers "
+                          f"({' or '.join('/'.join(c) for c in COUNTS)}) to compare as proportions")
+    if int(trials) == 0 or abs(float(row["value"]) - right / trials) > 1e-9:
+        raise ConfigError(f"finding {f.section}: a value of {row['value']} is not {right} of {trials} "
+                          "(a mean recall?): measure: independent compares proportions of right answers")
+    return int(right), int(trials)
+
+
 def finding_numbers(f: Finding, csv: Path) -> dict:
     """A finding's numbers from its table: value, reference, intact (each NaN where the
     measure has none), the tested quantity with its interval (t, low, high), the null it is
     tested against, and the count of units behind the interval."""
-    from pecli.measures.intervals import paired_difference, t_interval
+    from pecli.measures.intervals import (
+        independent_proportion_difference,
+        paired_difference,
+        t_interval,
+    )
     from pecli.measures.mask_fitting import gap_closed, gap_interval
 
     df = pd.read_csv(csv, low_memory=False)
     nan = float("nan")
+    if f.measure == "independent":
+        rows = [_matching(df, w) for w in (f.where, {**f.where, **f.reference})]
+        if any(len(r) != 1 for r in rows):
+            raise ConfigError(f"finding {f.section}: {[len(r) for r in rows]} rows match, not 1 each")
+        (right, trials), (ref_right, ref_trials) = (_counted(r.iloc[0], f) for r in rows)
+        return {"value": right / trials, "reference": ref_right / ref_trials, "intact": nan,
+                "tested": independent_proportion_difference(right, trials, ref_right, ref_trials),
+                "null": 0.0, "units": trials}
     if f.measure == "value":
         rows = [_matching(df, w) for w in (f.where, f.reference) if w]
         if any(len(r) != 1 for r in rows):
@@ -351,7 +379,7 @@ def finding_sentence(f: Finding, numbers: dict) -> str:
     from pecli.measures.intervals import verdict
 
     t, low, high = numbers["tested"]
-    signed = f.format.replace("{:", "{:+") if f.measure == "paired" else f.format
+    signed = f.format.replace("{:", "{:+") if f.measure in ("paired", "independent") else f.format
     low, high = proper(low, high)
     tested = _fmt(t, signed) + (f" [{_fmt(low, signed)}, {_fmt(high, signed)}]" if low == low
                                 else " (no interval)")
@@ -443,7 +471,8 @@ def write_report(preset: Preset, out: Path, results: list[EntryResult]) -> Path:
     if preset.findings:
         lines += ["## Findings", "",
                   "Each sentence is generated from its section's table: a direction (rises, falls, "
-                  "beats, worse) only where the paired 95 % interval excludes zero (or chance), "
+                  "beats, worse) only where its 95 % interval excludes zero (or chance), paired "
+                  "where the two share their texts or trials, "
                   "\"no detectable difference\" otherwise; \"no interval\" where the units are too "
                   "few for one.", "", *finding_lines(preset, out), ""]
     if preset.choices:

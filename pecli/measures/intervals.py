@@ -55,6 +55,7 @@ __all__ = ["MAX_RESAMPLES", "MIN_RESAMPLES", "MIN_TEXTS", "pair_interval", "rati
            "proper", "t_interval", "MIN_WINDOWS", "seeds_and_texts_interval", "paired_difference", "diff_columns", "DIFF_COLUMNS",
            "DEFAULT_DIFF_COLUMNS",
            "verdict", "NO_DIFFERENCE", "paired_proportion_difference", "PAIRED_PROPORTION_METHOD",
+           "independent_proportion_difference", "INDEPENDENT_PROPORTION_METHOD",
            "paired_mean_difference", "PAIRED_MEAN_METHOD"]
 
 
@@ -348,6 +349,30 @@ def paired_proportion_difference(right, reference, level: float = LEVEL) -> tupl
     low = (p1 - p2) - np.sqrt(max((p1 - l1) ** 2 - 2 * phi * (p1 - l1) * (u2 - p2) + (u2 - p2) ** 2, 0.0))
     high = (p1 - p2) + np.sqrt(max((p2 - l2) ** 2 - 2 * phi * (p2 - l2) * (u1 - p1) + (u1 - p1) ** 2, 0.0))
     return (p1 - p2, *proper(max(low, -1.0), min(high, 1.0)))
+
+
+def independent_proportion_difference(successes: int, trials: int, reference_successes: int,
+                                      reference_trials: int, level: float = LEVEL
+                                      ) -> tuple[float, float, float]:
+    """(difference, low, high) of two proportions of right answers on independent trials (two
+    models' own samples, two lengths' own draws): Newcombe's (1998) method 10 for unpaired
+    proportions, each proportion's Wilson interval combined as if the pairs' correlation were 0.
+    NaN bounds where either side has fewer than MIN_TEXTS trials."""
+    counts = (successes, trials, reference_successes, reference_trials)
+    if any(int(c) != c or c < 0 for c in counts) or successes > trials or reference_successes > reference_trials:
+        raise ValueError(f"independent proportions need counts with 0 <= right <= trials: {counts}")
+    if trials == 0 or reference_trials == 0:
+        return float("nan"), float("nan"), float("nan")
+    p1, p2 = successes / trials, reference_successes / reference_trials
+    (l1, u1), (l2, u2) = wilson(int(successes), int(trials), level), wilson(int(reference_successes),
+                                                                          int(reference_trials), level)
+    low = (p1 - p2) - np.hypot(p1 - l1, u2 - p2)
+    high = (p1 - p2) + np.hypot(u1 - p1, p2 - l2)
+    return (p1 - p2, *proper(max(low, -1.0), min(high, 1.0)))
+
+
+INDEPENDENT_PROPORTION_METHOD = ("95 % Newcombe (1998, method 10) score interval for a difference of "
+                                 "independent proportions: each side its own trials")
 
 
 def t_interval(values, level: float = LEVEL) -> tuple[float, float]:

@@ -48,10 +48,12 @@ FINDING_KEYS = {"question", "section", "text", "table", "where", "measure", "ref
                 "unit", "weight", "interval", "against", "words", "format"}
 # The order REPORT's findings keep: the study's questions, then the field's
 QUESTIONS = ("E1", "E2", "E3", "Open question 1", "Open question 2", "Open question 3",
-             "Length", "Remedies", "Mechanism")
-MEASURES = ("value", "paired", "gap")  # a row's value; a paired difference; the share of a gap closed
+             "Length", "Remedies", "Mechanism", "RULER")
+# a row's value; a paired difference; the share of a gap closed; a difference of proportions on
+# independent trials
+MEASURES = ("value", "paired", "gap", "independent")
 INTERVALS = ("bootstrap", "t", "table")  # a paired finding's: over units; t over units; the table's own
-MAX_FINDINGS = 10
+MAX_FINDINGS = 12
 ENTRY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # a folder name under --out
 
 
@@ -74,7 +76,9 @@ class Finding:
     `unit`; a paired bootstrap over units, a t interval where `interval` is "t", or the
     difference and interval the section wrote in its row's DIFF_COLUMNS where it is "table"), "gap"
     (the share of the log-perplexity gap between `reference`, no positions, and `intact` that
-    `where` closes, units resampled together). `weight`: a column of per-unit token counts
+    `where` closes, units resampled together), "independent" (two rows' proportions of right
+    answers, each on trials of its own, as two lengths' draws: `where` against `reference`,
+    Newcombe's interval for independent proportions). `weight`: a column of per-unit token counts
     (the statistic is then a corpus perplexity, exp of the token-weighted mean log value)."""
     question: str
     section: str
@@ -304,6 +308,8 @@ def _findings(raw, where: str, ids: set[str]) -> tuple[Finding, ...]:
         last = QUESTIONS.index(item["question"])
         if item.get("measure", "value") not in MEASURES:
             raise ConfigError(f"{at}: measure must be one of {', '.join(MEASURES)}")
+        if item.get("measure") in ("paired", "independent") and not item.get("reference"):
+            raise ConfigError(f"{at}: measure: {item['measure']} needs a reference row")
         if item.get("interval", Finding.interval) not in INTERVALS or (
                 item.get("interval") == "table" and item.get("measure") != "paired"):
             raise ConfigError(f"{at}: interval must be one of {', '.join(INTERVALS)} ('table' "

@@ -16,7 +16,7 @@ from pecli.experiments.reproduce import (
     load_preset,
 )
 from pecli.measures.intervals import verdict
-from pecli.runs.config import Finding, _findings
+from pecli.runs.config import MAX_FINDINGS, Finding, _findings
 from pecli.runs.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -116,8 +116,10 @@ def test_findings_are_checked_when_the_preset_loads():
         _findings([one, {**one, "question": "E1"}], "p", {"a"})
     with pytest.raises(ConfigError, match="no detectable difference"):
         _findings([{**one, "words": ["up", "down", "same"]}], "p", {"a"})
-    with pytest.raises(ConfigError, match="at most 10"):
-        _findings([one] * 11, "p", {"a"})
+    with pytest.raises(ConfigError, match="at most 12"):
+        _findings([one] * 13, "p", {"a"})
+    with pytest.raises(ConfigError, match="needs a reference row"):
+        _findings([{**one, "measure": "independent"}], "p", {"a"})
     with pytest.raises(ConfigError, match="unknown key"):
         _findings([{**one, "claim": "x"}], "p", {"a"})
     with pytest.raises(ConfigError, match="interval must be one of"):
@@ -146,6 +148,31 @@ def test_a_paired_finding_may_read_the_difference_its_section_computed(tmp_path)
         finding_numbers(f, path)
 
 
+def test_an_independent_finding_compares_two_rows_own_trials(tmp_path):
+    """measure: independent -- two lengths' own draws: right answers over trials from each
+    row's counts, Newcombe's interval for independent proportions; a mean recall (a value that
+    is not right / trials) or a table without counts is refused in one line."""
+    from pecli.measures.intervals import independent_proportion_difference
+
+    rows = pd.DataFrame({"task": "niah", "length": [1024, 4096], "value": [0.95, 0.6],
+                         "all_right": [19, 12], "samples": 20})
+    path = tmp_path / "ruler.csv"
+    rows.to_csv(path, index=False)
+    f = _finding(measure="independent", table="ruler", weight="", where={"task": "niah", "length": 4096},
+                 reference={"length": 1024}, words=("rises", "falls", "shows no detectable difference"),
+                 text="on {units} samples each it {verdict}: {value} against {reference}, {tested}")
+    numbers = finding_numbers(f, path)
+    assert numbers["tested"] == independent_proportion_difference(12, 20, 19, 20)
+    assert finding_sentence(f, numbers) == ("on 20 samples each it falls: 0.60 against 0.95, "
+                                            "-0.35 [-0.57, -0.09]")
+    rows.assign(value=[0.97, 0.6]).to_csv(path, index=False)
+    with pytest.raises(ConfigError, match="not 19 of 20"):
+        finding_numbers(f, path)
+    rows.drop(columns=["all_right"]).to_csv(path, index=False)
+    with pytest.raises(ConfigError, match="no counts of right answers"):
+        finding_numbers(f, path)
+
+
 def _as_word(word: str, line: str) -> bool:
     return re.search(rf"(?<![\w-]){re.escape(word)}(?![\w-])", line) is not None
 
@@ -159,7 +186,7 @@ def test_committed_report_opens_with_findings_that_match_their_tables():
     block = text.split("## Findings\n", 1)[1].split("\n## ", 1)[0]
     committed = [line for line in block.splitlines() if re.match(r"\d+\. ", line)]
     assert committed == finding_lines(preset, out)
-    assert 1 <= len(committed) <= 10
+    assert 1 <= len(committed) <= MAX_FINDINGS
     assert text.index("## Findings") < text.index("## E1")  # the REPORT opens with them
     for f, line in zip(preset.findings, committed, strict=True):
         record = json.loads((out / f.section / "done.json").read_text())

@@ -450,3 +450,46 @@ def test_diff_columns_bounds_answers_by_newcombe_and_other_means_by_a_paired_boo
     assert tuple(diff_columns(x * counts, r * counts, counts, seed=2).values()) == paired_difference(
         x * counts, r * counts, counts, seed=2)
     assert np.isnan(list(diff_columns(x, r, reference_row=True).values())).all()
+
+
+# Newcombe (1998), "Interval estimation for the difference between independent proportions",
+# Stat Med 17:873-890, Table II, method 10 (score, no continuity correction), to 4 decimals
+NEWCOMBE_UNPAIRED = [((56, 70, 48, 80), (0.0524, 0.3339)), ((9, 10, 3, 10), (0.1705, 0.8090)),
+                     ((5, 56, 0, 29), (-0.0381, 0.1926)), ((0, 10, 0, 20), (-0.1611, 0.2775)),
+                     ((0, 10, 0, 10), (-0.2775, 0.2775)), ((10, 10, 0, 20), (0.6791, 1.0)),
+                     ((10, 10, 0, 10), (0.6075, 1.0))]
+
+
+@pytest.mark.parametrize(("counts", "published"), NEWCOMBE_UNPAIRED)
+def test_independent_proportion_difference_is_newcombes_method_10(counts, published):
+    """The paper's formula written out with scipy's Wilson intervals: lower = d - sqrt((p1 -
+    l1)^2 + (u2 - p2)^2), upper = d + sqrt((u1 - p1)^2 + (p2 - l2)^2); equal to the paper's
+    worked examples, and swapping the two sides mirrors it."""
+    from scipy.stats import binomtest
+
+    from pecli.measures.intervals import independent_proportion_difference
+
+    x1, n1, x2, n2 = counts
+    p1, p2 = x1 / n1, x2 / n2
+    w1 = binomtest(x1, n1).proportion_ci(0.95, method="wilson")
+    w2 = binomtest(x2, n2).proportion_ci(0.95, method="wilson")
+    low = p1 - p2 - ((p1 - w1.low) ** 2 + (w2.high - p2) ** 2) ** 0.5
+    high = p1 - p2 + ((w1.high - p1) ** 2 + (p2 - w2.low) ** 2) ** 0.5
+    got = independent_proportion_difference(*counts)
+    assert got == pytest.approx((p1 - p2, max(low, -1), min(high, 1)), abs=1e-12)
+    assert got[1:] == pytest.approx(published, abs=5e-5)
+    assert independent_proportion_difference(x2, n2, x1, n1) == pytest.approx(
+        (-got[0], -got[2], -got[1]), abs=1e-12)
+
+
+def test_independent_proportions_refuse_what_are_not_counts():
+    """Counts only: a right count above its trials, a fraction or a negative is refused; a
+    side with one trial gives the difference without an interval, none gives NaN."""
+    from pecli.measures.intervals import independent_proportion_difference
+
+    for bad in [(21, 20, 3, 20), (2.5, 20, 3, 20), (-1, 20, 3, 20)]:
+        with pytest.raises(ValueError, match="counts"):
+            independent_proportion_difference(*bad)
+    d, low, high = independent_proportion_difference(1, 1, 3, 20)
+    assert d == pytest.approx(0.85) and np.isnan(low) and np.isnan(high)
+    assert np.isnan(independent_proportion_difference(0, 0, 3, 20)[0])
