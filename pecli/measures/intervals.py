@@ -55,7 +55,7 @@ __all__ = ["MAX_RESAMPLES", "MIN_RESAMPLES", "MIN_TEXTS", "pair_interval", "rati
            "proper", "t_interval", "MIN_WINDOWS", "seeds_and_texts_interval", "paired_difference", "diff_columns", "DIFF_COLUMNS",
            "DEFAULT_DIFF_COLUMNS",
            "verdict", "NO_DIFFERENCE", "paired_proportion_difference", "PAIRED_PROPORTION_METHOD",
-           "independent_proportion_difference", "INDEPENDENT_PROPORTION_METHOD",
+           "independent_proportion_difference",
            "paired_mean_difference", "PAIRED_MEAN_METHOD"]
 
 
@@ -369,10 +369,6 @@ def independent_proportion_difference(successes: int, trials: int, reference_suc
     low = (p1 - p2) - np.hypot(p1 - l1, u2 - p2)
     high = (p1 - p2) + np.hypot(u1 - p1, p2 - l2)
     return (p1 - p2, *proper(max(low, -1.0), min(high, 1.0)))
-
-
-INDEPENDENT_PROPORTION_METHOD = ("95 % Newcombe (1998, method 10) score interval for a difference of "
-                                 "independent proportions: each side its own trials")
 
 
 def t_interval(values, level: float = LEVEL) -> tuple[float, float]:
