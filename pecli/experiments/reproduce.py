@@ -262,6 +262,15 @@ def _matching(df: pd.DataFrame, where: dict) -> pd.DataFrame:
     return df
 
 
+def _one_row_each(df: pd.DataFrame, f: Finding, wheres) -> list[pd.Series]:
+    """The single row of `df` matching each of `wheres`; a one-line ConfigError unless exactly
+    one matches each."""
+    rows = [_matching(df, w) for w in wheres]
+    if any(len(r) != 1 for r in rows):
+        raise ConfigError(f"finding {f.section}: {[len(r) for r in rows]} rows match, not 1 each")
+    return [r.iloc[0] for r in rows]
+
+
 def _per_unit(df: pd.DataFrame, f: Finding, where: dict) -> pd.DataFrame:
     """One row per unit (the finding's `unit`), sorted by it: `v` the value, `n` its weight."""
     rows = _matching(df, where)
@@ -307,23 +316,19 @@ def finding_numbers(f: Finding, csv: Path) -> dict:
     df = pd.read_csv(csv, low_memory=False)
     nan = float("nan")
     if f.measure == "independent":
-        rows = [_matching(df, w) for w in (f.where, {**f.where, **f.reference})]
-        if any(len(r) != 1 for r in rows):
-            raise ConfigError(f"finding {f.section}: {[len(r) for r in rows]} rows match, not 1 each")
-        (right, trials), (ref_right, ref_trials) = (_counted(r.iloc[0], f) for r in rows)
+        rows = _one_row_each(df, f, (f.where, {**f.where, **f.reference}))
+        (right, trials), (ref_right, ref_trials) = (_counted(r, f) for r in rows)
         return {"value": right / trials, "reference": ref_right / ref_trials, "intact": nan,
                 "tested": independent_proportion_difference(right, trials, ref_right, ref_trials),
                 "null": 0.0, "units": trials}
     if f.measure == "value":
-        rows = [_matching(df, w) for w in (f.where, f.reference) if w]
-        if any(len(r) != 1 for r in rows):
-            raise ConfigError(f"finding {f.section}: {[len(r) for r in rows]} rows match, not 1 each")
-        row = rows[0].iloc[0]
+        rows = _one_row_each(df, f, [w for w in (f.where, f.reference) if w])
+        row = rows[0]
         low, high = proper(row.get("ci_low", nan), row.get("ci_high", nan))
         units = row.get("windows", row.get("texts", row.get("rows", nan)))
         if "windows" in row and row["windows"] < MIN_WINDOWS:  # no interval from so few windows
             low = high = nan
-        reference = float(rows[1].iloc[0]["value"]) if len(rows) > 1 else nan
+        reference = float(rows[1]["value"]) if len(rows) > 1 else nan
         return {"value": float(row["value"]), "reference": reference, "intact": nan,
                 "tested": (float(row["value"]), low, high), "null": f.against, "units": units}
     if f.interval == "table":  # the section computed the paired difference (DIFF_COLUMNS)
@@ -360,15 +365,12 @@ def _tabled_difference(df: pd.DataFrame, f: Finding) -> dict:
     """A paired finding whose section wrote the difference itself: the one `where` row's
     DIFF_COLUMNS (its design's interval, e.g. seeds and texts crossed), `reference` its row's
     value; units the row's seeds (or texts, trials, windows)."""
-    rows = [_matching(df, w) for w in (f.where, {**f.where, **f.reference})]
-    if any(len(r) != 1 for r in rows):
-        raise ConfigError(f"finding {f.section}: {[len(r) for r in rows]} rows match, not 1 each")
-    row = rows[0].iloc[0]
+    row, reference = _one_row_each(df, f, (f.where, {**f.where, **f.reference}))
     if any(c not in row for c in DIFF_COLUMNS) or pd.isna(row[DIFF_COLUMNS[0]]):
         raise ConfigError(f"finding {f.section}: its row has no paired difference "
                           f"({', '.join(DIFF_COLUMNS)}); rerun the section")
     nan = float("nan")
-    return {"value": float(row["value"]), "reference": float(rows[1].iloc[0]["value"]),
+    return {"value": float(row["value"]), "reference": float(reference["value"]),
             "intact": nan, "tested": tuple(float(row[c]) for c in DIFF_COLUMNS), "null": 0.0,
             "units": next((row[u] for u in ("seeds", "texts", "trials", "windows") if u in row), nan)}
 

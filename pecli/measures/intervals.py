@@ -341,11 +341,18 @@ def paired_proportion_difference(right, reference, level: float = LEVEL) -> tupl
     p1, p2 = (both + only_x) / n, (both + only_r) / n
     if n < MIN_TEXTS:
         return p1 - p2, float("nan"), float("nan")
-    (l1, u1), (l2, u2) = wilson(round(both + only_x), n, level), wilson(round(both + only_r), n, level)
     margins = (both + only_x) * (only_r + neither) * (both + only_r) * (only_x + neither)
     cross = both * neither - only_x * only_r  # phi's numerator, continuity-corrected toward 0
     cross = cross - n / 2 if cross > n / 2 else (cross if cross < 0 else 0.0)
     phi = cross / np.sqrt(margins) if margins > 0 else 0.0
+    return _newcombe(p1, wilson(round(both + only_x), n, level), p2, wilson(round(both + only_r), n, level), phi)
+
+
+def _newcombe(p1: float, w1: tuple[float, float], p2: float, w2: tuple[float, float],
+              phi: float = 0.0) -> tuple[float, float, float]:
+    """(p1 - p2, low, high): Newcombe's (1998) method 10, the two proportions' Wilson intervals
+    w1, w2 combined with the correlation phi of paired trials (0 for independent ones)."""
+    (l1, u1), (l2, u2) = w1, w2
     low = (p1 - p2) - np.sqrt(max((p1 - l1) ** 2 - 2 * phi * (p1 - l1) * (u2 - p2) + (u2 - p2) ** 2, 0.0))
     high = (p1 - p2) + np.sqrt(max((p2 - l2) ** 2 - 2 * phi * (p2 - l2) * (u1 - p1) + (u1 - p1) ** 2, 0.0))
     return (p1 - p2, *proper(max(low, -1.0), min(high, 1.0)))
@@ -363,12 +370,9 @@ def independent_proportion_difference(successes: int, trials: int, reference_suc
         raise ValueError(f"independent proportions need counts with 0 <= right <= trials: {counts}")
     if trials == 0 or reference_trials == 0:
         return float("nan"), float("nan"), float("nan")
-    p1, p2 = successes / trials, reference_successes / reference_trials
-    (l1, u1), (l2, u2) = wilson(int(successes), int(trials), level), wilson(int(reference_successes),
-                                                                          int(reference_trials), level)
-    low = (p1 - p2) - np.hypot(p1 - l1, u2 - p2)
-    high = (p1 - p2) + np.hypot(u1 - p1, p2 - l2)
-    return (p1 - p2, *proper(max(low, -1.0), min(high, 1.0)))
+    return _newcombe(successes / trials, wilson(int(successes), int(trials), level),
+                     reference_successes / reference_trials,
+                     wilson(int(reference_successes), int(reference_trials), level))
 
 
 def t_interval(values, level: float = LEVEL) -> tuple[float, float]:
