@@ -33,6 +33,17 @@ CONDITION = labels.columns()  # a row's condition columns (pecli.positions.label
 
 
 @dataclass(frozen=True)
+class Units:
+    """The table of a headline's units (ruler's samples, passkey's trials), as `pecli compare
+    --against` pairs two rows' units: a unit is one right-or-wrong (or recall) answer."""
+
+    table: str  # its file beside the headline table: <table><suffix>.csv
+    cell: tuple[str, ...]  # the columns that place a unit in a headline row (a value 'all' takes every one)
+    pair: tuple[str, ...]  # the columns that name a unit within its model and condition
+    draw: tuple[str, ...]  # what was drawn for it (its keys): equal in two runs when one draw is read twice
+
+
+@dataclass(frozen=True)
 class Headline:
     """One headline number of an experiment's tables, as `pecli compare` reads it: the rows
     that give one number per model x condition (x slot)."""
@@ -46,6 +57,7 @@ class Headline:
     interval: str = "95 % percentile bootstrap over texts"  # where neither rows nor sidecar say
     reference: tuple[tuple[float, str], ...] = ()  # lines on the figure: (value, what it means)
     axis: str = ""  # the y axis in words (default: quantity)
+    units: Units | None = None  # its units' table, for differences between runs
 
     @property
     def label(self) -> str:

@@ -207,22 +207,27 @@ def _sidecar_interval(path: Path) -> str:
     return found.split(";")[0] if isinstance(found, str) else ""
 
 
-def gather(run_dirs, allow_mixed: bool = False) -> pd.DataFrame:
+def gather(run_dirs, allow_mixed: bool = False, against=None) -> pd.DataFrame:
     """The headline rows of every table of every run, in one tidy frame.
 
     Columns: `run` (the folder), `table` (its file name), `metric`, `condition`, `slot`,
     `value`, `ci_low`/`ci_high` and `interval` (the method), `mixed` (whether the metric's
-    rows came from different data) and each table's own columns. `.attrs["skipped"]`: the
-    folders inside a run folder (a reproduce folder) that hold no headline numbers.
+    rows came from different data), with `against` (one of `run_dirs`) AGAINST_COLUMNS (each
+    row's difference from its reference row, `differences`), and each table's own columns.
+    `.attrs["skipped"]`: the folders inside a run folder (a reproduce folder) that hold no
+    headline numbers.
 
     Raises:
         DataError: a run folder given that holds no headline numbers (never silently
-            dropped), or (unless allow_mixed) rows of one metric measured on different data
-            (dataset, split, data revision or row count).
+            dropped), `against` not one of the run folders, or (unless allow_mixed) rows of
+            one metric measured on different data (dataset, split, data revision or row count).
     """
+    reference = _reference_label(run_dirs, against) if against is not None else None
     frames, skipped = [], []
     by_run: dict[str, list[Path]] = {}
+    located: dict[tuple[str, str], Path] = {}  # (run, table) -> its file
     for run, path in table_files(run_dirs):
+        located[run, path.name.split(".")[0]] = path
         if path.name.split(".")[0].endswith("_by_seed"):
             continue  # one number per training seed: its table without the suffix is the headline
         by_run.setdefault(run, []).append(path)
@@ -254,6 +259,9 @@ def gather(run_dirs, allow_mixed: bool = False) -> pd.DataFrame:
     for col in ("ci_low", "ci_high"):
         if col not in out:
             out[col] = float("nan")
+    if reference is not None:
+        out = differences(out, reference, located)
+        first += list(AGAINST_COLUMNS)
     out = out[first + [c for c in out.columns if c not in first]]
     out.attrs["skipped"] = skipped
     return out
@@ -282,6 +290,137 @@ def _incomparable(rows: pd.DataFrame) -> str:
 def _short(value) -> str:
     text = str(value)
     return text[:19] + "..." if len(text) > 22 else text
+
+
+# --- differences from a reference run (--against) ---------------------------------------------
+
+AGAINST_COLUMNS = ("against", "diff_vs_against", "diff_against_ci_low", "diff_against_ci_high",
+                   "diff_against_interval")
+DIFFERENCE_BOOTSTRAP = 1000  # resamples of paired units whose values are partial (a mean recall)
+
+
+def _reference_label(run_dirs, against) -> str:
+    """The run label of the reference folder, which must be one of the folders given."""
+    where = Path(against).resolve()
+    for run in distinct_runs(run_dirs):
+        if where == run.resolve():
+            return run.name
+        if where.is_relative_to(run.resolve()):
+            return _label(run, where / "table")
+    raise DataError(f"--against {against} is not one of the run folders given; name it among "
+                    "them too (pecli compare A B --against A)")
+
+
+def differences(table: pd.DataFrame, reference: str, paths: dict[tuple[str, str], Path]) -> pd.DataFrame:
+    """`table` with AGAINST_COLUMNS: each row's difference from its reference row in the run
+    `reference` (the same metric and slot; the same model and condition where that run has
+    them, else its intact row; '' and a reason where none or several fit), with a 95 % interval
+    from the headline's units (`_interval`): paired where the two rows read one draw, Newcombe's
+    interval for independent proportions where they share none."""
+    nan = float("nan")
+    mine = (table["run"] == reference) | table["run"].str.startswith(reference + "/")
+    refs, units = table[mine], {}
+    found = []
+    for i, row in table.iterrows():
+        if mine[i]:
+            found.append(("(reference)", nan, nan, nan, ""))
+            continue
+        ref, why = _reference_row(row, refs)
+        if ref is None:
+            found.append(("", nan, nan, nan, why))
+            continue
+        found.append((f"{ref['run']}: {ref['model']}, {ref['condition']}", row["value"] - ref["value"],
+                      *_interval(row, ref, paths, units)))
+    return table.assign(**{c: [f[k] for f in found] for k, c in enumerate(AGAINST_COLUMNS)})
+
+
+def _reference_row(row: pd.Series, refs: pd.DataFrame) -> tuple[pd.Series | None, str]:
+    """(the reference run's row for `row`, '') or (None, why none)."""
+    fits = refs[(refs["metric"] == row["metric"]) & (refs["slot"] == row["slot"])]
+    for col, fallback in (("model", None), ("condition", labels.INTACT)):
+        same = fits[fits[col] == row[col]]
+        if same.empty and fallback is not None:
+            same = fits[fits[col] == fallback]
+        fits = same if len(same) else fits
+    if len(fits) == 1:
+        return fits.iloc[0], ""
+    if fits.empty:
+        return None, "no reference: the reference run has no row of this metric at this slot"
+    names = "; ".join(f"{r.model}, {r.condition}" for r in fits.itertuples())
+    return None, f"no reference: {len(fits)} rows of the reference run fit ({names})"
+
+
+def _interval(row: pd.Series, ref: pd.Series, paths, cache: dict) -> tuple[float, float, str]:
+    """(low, high, method) of row - ref from their units (the headline's `Units`): paired by
+    unit where every unit of both reads the same draw (one seed's keys read by two models or
+    two conditions), Newcombe's interval for independent proportions where no draw is shared
+    and every unit is right or wrong; NaN bounds and the reason otherwise."""
+    from pecli.measures.intervals import (
+        PAIRED_PROPORTION_METHOD,
+        answers,
+        independent_proportion_difference,
+        paired_mean_difference,
+    )
+
+    nan = float("nan")
+    spec = next((h.units for _, h in headlines() if h.label == row["metric"] and h.units), None)
+    if spec is None:
+        return nan, nan, "no interval: this metric has no table of right-or-wrong units"
+    x, r = (_units_of(s, spec, paths, cache) for s in (row, ref))
+    for side, name in ((x, row), (r, ref)):
+        if isinstance(side, str):
+            return nan, nan, f"no interval: {name['run']} {side}"
+    joined = x.join(r, how="outer", lsuffix="_x", rsuffix="_r")
+    same = [all(_same(u[f"{d}_x"], u[f"{d}_r"]) for d in spec.draw) for _, u in joined.iterrows()]
+    if all(same):  # one draw read twice: units paired
+        low, high = paired_mean_difference(joined["value_x"], joined["value_r"],
+                                           n_boot=DIFFERENCE_BOOTSTRAP, seed=0)[1:]
+        method = (PAIRED_PROPORTION_METHOD.split(":")[0] if answers(joined[["value_x", "value_r"]])
+                  else "95 % paired percentile bootstrap")
+        return low, high, f"{method}, {len(joined)} units paired by draw"
+    if any(same):
+        return nan, nan, (f"no interval: the two runs share {sum(same)} of {len(same)} draws (a seed "
+                          "in common?); compare runs with one seed, or with seeds apart")
+    if not (answers(x["value"]) and answers(r["value"])):
+        return nan, nan, "no interval: independent draws of partial recalls (no interval built)"
+    low, high = independent_proportion_difference(int(x["value"].sum()), len(x),
+                                                  int(r["value"].sum()), len(r))[1:]
+    return low, high, (f"95 % Newcombe (1998, method 10) interval for independent proportions, "
+                       f"{len(x)} and {len(r)} units drawn apart")
+
+
+def _units_of(row: pd.Series, spec, paths, cache: dict) -> pd.DataFrame | str:
+    """A headline row's scored units (value and draw columns, indexed by `spec.pair`), or why
+    there are none: its units' table missing, or not matching its value."""
+    table = paths[row["run"], row["table"]]
+    name = row["table"] + spec.table
+    found = next((p for p in (table.parent / f"{name}.csv", table.parent / f"{name}.csv.gz")
+                  if p.exists()), None)
+    if found is None:
+        return f"has no {name}.csv beside {table.name}"
+    if found not in cache:
+        cache[found] = labels.labelled(read_table(found))
+    units = cache[found]
+    keep = (units["model"].astype(str) == str(row["model"])) & (units["condition"] == row["condition"])
+    for col in spec.cell:
+        if str(row.get(col)) != "all":
+            keep &= units[col].map(lambda v, want=row.get(col): _same(v, want))
+    units = units[keep & units["note"].fillna("").eq("")]
+    if units.empty or abs(units["value"].astype(float).mean() - float(row["value"])) > 1e-9:
+        return (f"{name}.csv holds no units for {row['model']}, {row['condition']}, {row['slot']}"
+                if units.empty else f"{name}.csv does not give its row's value (a stale table?)")
+    return units.set_index(list(spec.pair))[["value", *spec.draw]].astype({"value": float})
+
+
+def _same(a, b) -> bool:
+    """Two cells of one column read from two tables (1024 and 1024.0 alike; a missing one
+    equals nothing)."""
+    if pd.isna(a) or pd.isna(b):
+        return False
+    try:
+        return float(a) == float(b)
+    except (TypeError, ValueError):
+        return str(a) == str(b)
 
 
 # --- figures: one per metric, models x conditions, interval bars -----------------------------

@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 import pandas as pd
 
-from pecli.experiments import CONDITION, Headline, check_before_loading, load, register
+from pecli.experiments import CONDITION, Headline, Units, check_before_loading, load, register
 from pecli.experiments.options.passkey import PasskeyOptions
 from pecli.runs import parallel
 from pecli.runs.errors import ConfigError
@@ -171,4 +171,6 @@ register("passkey", 1, run, PasskeyOptions, "pecli.plots.passkey:figures",
          headlines=(Headline("accuracy", "passkey retrieval accuracy", {}, CONDITION,
                              name="passkey_accuracy", slot=_slot,
                              interval="95 % Wilson score interval over trials",
-                             axis="share of trials with the key retrieved"),))
+                             axis="share of trials with the key retrieved",
+                             units=Units("_trials", cell=("length", "depth"),
+                                         pair=("length", "depth", "trial"), draw=("k",))),))

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, ClassVar
 
-from pecli.experiments import CONDITION, Headline, check_before_loading, load, register
+from pecli.experiments import CONDITION, Headline, Units, check_before_loading, load, register
 from pecli.positions.rope_scaling import RopeScaled
 from pecli.runs import names, parallel
 from pecli.runs.errors import ConfigError
@@ -301,5 +301,7 @@ register("ruler", 1, run, RulerOptions, "pecli.plots.ruler:figures",
          headlines=(Headline("accuracy", "RULER accuracy (recall of the expected strings)", {},
                              CONDITION,
                              name="ruler_accuracy", slot=_slot, interval=INTERVAL,
-                             axis="mean recall of the expected strings"),),
+                             axis="mean recall of the expected strings",
+                             units=Units("_samples", cell=("task", "length"),
+                                         pair=("task", "length", "sample"), draw=("answers",))),),
          companions={SAMPLES_JSONL: samples_jsonl})

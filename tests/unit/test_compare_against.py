@@ -1,0 +1,161 @@
+"""`pecli compare --against RUN`: each row's difference from the reference run's row, its
+interval paired by draw where the two rows read the same samples, Newcombe's interval for
+independent proportions where they share none, and no interval (with the reason) otherwise."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from pecli.cli.app import app
+from pecli.experiments.compare import gather
+from pecli.measures.intervals import independent_proportion_difference, paired_proportion_difference
+from pecli.runs.errors import DataError
+
+runner = CliRunner()
+OFFLINE = Path(__file__).resolve().parents[2] / "results" / "offline"
+CONDITION = {"intervention": "intact", "mask": "default", "mask_semantics": "legacy",
+             "protocol": "relative", "rope_scaling": "none"}
+
+
+def ruler_run(folder: Path, model: str, answers: list[str], right: list[float],
+              condition: str = "intact", task: str = "niah_single_1", length: int = 1024) -> Path:
+    """A ruler run folder as `pecli ruler` lays it out: ruler.csv (one accuracy row) beside
+    ruler_samples.csv (one row per sample: its drawn answer and its recall)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    cond = {**CONDITION, "intervention": "zero"} if condition == "zero" else CONDITION
+    common = {"experiment": "ruler", "model": model, "dataset": "ruler", "split": "synthetic",
+              "data_revision": "sha256:h", **cond, "condition": condition, "task": task, "length": length}
+    samples = pd.DataFrame({**common, "metric": "recall", "sample": range(len(right)), "answers": answers,
+                            "value": right, "note": ""})
+    accuracy = pd.DataFrame([{**common, "metric": "accuracy", "value": float(np.mean(right)),
+                              "ci_low": 0.1, "ci_high": 0.9, "all_right": int(sum(right)),
+                              "samples": len(right), "rows": len(right)}])
+    for name, table in (("ruler", accuracy), ("ruler_samples", samples)):
+        old = folder / f"{name}.csv"
+        table = pd.concat([pd.read_csv(old), table]) if old.exists() else table
+        table.to_csv(old, index=False)
+    return folder
+
+
+KEYS = [str(1_000_000 + 7 * i) for i in range(20)]
+A = [1.0] * 15 + [0.0] * 5                       # 15 of 20
+B = [1.0] * 10 + [0.0] * 10  # 10 of 20, each right where A is: the pairs correlated
+
+
+def test_one_draw_read_by_two_models_is_paired_by_sample(tmp_path):
+    ref = ruler_run(tmp_path / "a", "m1", KEYS, A)
+    other = ruler_run(tmp_path / "b", "m2", KEYS, B)
+    row = gather([ref, other], against=ref).set_index("run").loc["b"]
+    want = paired_proportion_difference(B, A)
+    assert row["against"] == "a: m1, intact" and row["diff_vs_against"] == pytest.approx(-0.25)
+    assert (row["diff_vs_against"], row["diff_against_ci_low"], row["diff_against_ci_high"]) == pytest.approx(want)
+    assert "paired proportions, 20 units paired by draw" in row["diff_against_interval"]
+    # pairing matters here: the independent interval of the same counts is another one
+    assert want[1:] != pytest.approx(independent_proportion_difference(10, 20, 15, 20)[1:], abs=1e-3)
+
+
+def test_draws_apart_get_newcombes_interval_for_independent_proportions(tmp_path):
+    ref = ruler_run(tmp_path / "a", "m1", KEYS, A)
+    other = ruler_run(tmp_path / "b", "m1", [str(int(k) + 1) for k in KEYS], B)  # another seed's keys
+    row = gather([ref, other], against=ref).set_index("run").loc["b"]
+    want = independent_proportion_difference(10, 20, 15, 20)
+    assert (row["diff_vs_against"], row["diff_against_ci_low"], row["diff_against_ci_high"]) == pytest.approx(want)
+    assert row["diff_against_interval"].startswith("95 % Newcombe (1998, method 10) interval for independent")
+
+
+def test_draws_partly_shared_or_partial_recalls_apart_get_no_interval_and_say_why(tmp_path):
+    ref = ruler_run(tmp_path / "a", "m1", KEYS, A)
+    other = ruler_run(tmp_path / "b", "m1", KEYS[:5] + [k + "9" for k in KEYS[5:]], B)
+    row = gather([ref, other], against=ref).set_index("run").loc["b"]
+    assert row["diff_vs_against"] == pytest.approx(-0.25) and np.isnan(row["diff_against_ci_low"])
+    assert "share 5 of 20 draws" in row["diff_against_interval"]
+    partial = ruler_run(tmp_path / "c", "m1", [k + "9" for k in KEYS], [0.5] * 20)
+    row = gather([ref, partial], against=ref).set_index("run").loc["c"]
+    assert np.isnan(row["diff_against_ci_high"]) and "partial recalls" in row["diff_against_interval"]
+
+
+def test_the_reference_row_is_the_same_condition_else_intact(tmp_path):
+    ref = ruler_run(tmp_path / "a", "m1", KEYS, A)
+    ruler_run(tmp_path / "a", "m1", KEYS, B, condition="zero")
+    other = ruler_run(tmp_path / "b", "m1", KEYS, B, condition="zero")
+    ruler_run(tmp_path / "b", "m1", KEYS, B, task="vt")  # a slot the reference lacks
+    got = gather([ref, other], against=ref).set_index(["run", "condition", "slot"])["diff_vs_against"]
+    assert got["b", "zero", "niah_single_1, 1,024 tokens"] == 0.0  # against a's zero row, not its intact one
+    got = gather([ref, other], against=ref).set_index(["run", "slot"])["diff_against_interval"]
+    assert got["b", "vt, 1,024 tokens"].startswith("no reference: the reference run has no row")
+    # two models in the reference and neither the row's: no guess
+    two = ruler_run(tmp_path / "c", "m1", KEYS, A)
+    ruler_run(tmp_path / "c", "m2", KEYS, A)
+    third = ruler_run(tmp_path / "d", "m3", KEYS, B)
+    row = gather([two, third], against=two).set_index("run").loc["d"]
+    assert row["diff_against_interval"] == "no reference: 2 rows of the reference run fit (m1, intact; m2, intact)"
+
+
+def test_units_that_do_not_give_their_rows_value_are_not_used(tmp_path):
+    ref = ruler_run(tmp_path / "a", "m1", KEYS, A)
+    other = ruler_run(tmp_path / "b", "m2", KEYS, B)
+    samples = pd.read_csv(other / "ruler_samples.csv")
+    samples.loc[0, "value"] = 0.0  # edited after the accuracy was written
+    samples.to_csv(other / "ruler_samples.csv", index=False)
+    row = gather([ref, other], against=ref).set_index("run").loc["b"]
+    assert np.isnan(row["diff_against_ci_low"]) and "stale" in row["diff_against_interval"]
+    (other / "ruler_samples.csv").unlink()
+    row = gather([ref, other], against=ref).set_index("run").loc["b"]
+    assert row["diff_against_interval"] == "no interval: b has no ruler_samples.csv beside ruler.csv"
+
+
+def test_against_must_be_one_of_the_runs_given_one_line(tmp_path):
+    ref = ruler_run(tmp_path / "a", "m1", KEYS, A)
+    other = ruler_run(tmp_path / "b", "m2", KEYS, B)
+    with pytest.raises(DataError, match="--against .* is not one of the run folders given"):
+        gather([other], against=ref)
+    result = runner.invoke(app, ["compare", str(other), "--against", str(ref), "--out", str(tmp_path / "c")])
+    assert result.exit_code == 1 and result.output.count("\n") == 1
+
+
+def test_the_command_prints_and_writes_each_difference_with_its_method(tmp_path):
+    ref = ruler_run(tmp_path / "a", "m1", KEYS, A)
+    other = ruler_run(tmp_path / "b", "m2", KEYS, B)
+    result = runner.invoke(app, ["compare", str(ref), str(other), "--against", str(ref),
+                                 "--out", str(tmp_path / "c")], env={"COLUMNS": "250"})
+    assert result.exit_code == 0, result.output
+    low, high = paired_proportion_difference(B, A)[1:]
+    assert f"-0.2500 [{low:+.4f}," in result.output and f"{high:+.4f}]" in result.output  # the cell wraps
+    assert "│          reference │" in result.output
+    assert ("minus reference: 95 % Newcombe (1998, method 10) score interval for a difference of paired "
+            "proportions\n") in result.output
+    written = pd.read_csv(tmp_path / "c" / "compare.csv")
+    assert written["diff_vs_against"].notna().sum() == 1 and written["against"].iloc[0] == "(reference)"
+
+
+def test_a_metric_without_right_or_wrong_units_gets_its_difference_without_an_interval():
+    table = gather([OFFLINE / "length-smollm2", OFFLINE / "passkey-smollm2"], against=OFFLINE / "passkey-smollm2")
+    length = table[table["metric"] == "length_perplexity"]
+    assert (length["diff_against_interval"].str.startswith("no reference")).all()  # no length row there
+
+
+def test_committed_runs_pair_two_models_on_one_seeds_samples():
+    """SmolLM2 and Gemma 3 read the same draws (one seed: the same keys; sentence-level depths
+    differ with the tokenizer): Gemma 3's multi-key cells are paired with SmolLM2's sample by
+    sample, as computed here from the two samples tables directly."""
+    smol, gemma = OFFLINE / "ruler-smollm2-inside", OFFLINE / "ruler-gemma3-inside"
+    table = gather([smol, gemma], against=smol)
+    got = table[table["run"] == gemma.name].set_index("slot")
+    a, b = (pd.read_csv(f / "ruler_samples.csv", dtype={"answers": str}) for f in (smol, gemma))
+    for length in (1024, 2048, 4096):
+        x, r = (t[(t.task == "niah_multikey_1") & (t.length == length)].set_index("sample") for t in (b, a))
+        assert (x["answers"] == r["answers"]).all()
+        want = paired_proportion_difference(x["value"], r["value"].loc[x.index])
+        row = got.loc[f"niah_multikey_1, {length:,} tokens"]
+        assert (row["diff_vs_against"], row["diff_against_ci_low"], row["diff_against_ci_high"]) == pytest.approx(want)
+    # one model's two runs on one seed (the intact rows read the same 20 keys): paired, across runs
+    draws = gather([OFFLINE / "remedies-passkey-draws-smollm2", OFFLINE / "remedies-passkey-draws-selfextend-smollm2"],
+                   against=OFFLINE / "remedies-passkey-draws-smollm2")
+    selfextend = draws[draws["condition"] == "selfextend:4:2048"].iloc[0]
+    assert selfextend["against"] == "remedies-passkey-draws-smollm2: smollm2, intact"
+    assert selfextend["diff_against_interval"].endswith("20 units paired by draw")
