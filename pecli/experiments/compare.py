@@ -446,7 +446,13 @@ def figures(csv_paths: dict, fig_dir) -> list[Path]:
         slotted = rows["slot"].ne("").any()
         rows, xs, common = _placed(rows, slotted)
         series = list(dict.fromkeys(rows["series"]))
-        fig, ax = plt.subplots(figsize=(min(14.0, max(5.0, (0.9 if slotted else 1.3) * len(xs) + 2.5)), 4.2))
+        wide = min(14.0, max(5.0, (0.9 if slotted else 1.3) * len(xs) + 2.5))
+        against = "diff_vs_against" in rows and rows["diff_vs_against"].notna().any()
+        if against:  # a panel under the values: each row minus its reference row
+            fig, (ax, below) = plt.subplots(2, 1, figsize=(wide, 6.6), sharex=True,
+                                            gridspec_kw={"height_ratios": [3, 2]})
+        else:
+            fig, ax = plt.subplots(figsize=(wide, 4.2))
         width = 0.7 / max(len(series), 1)
         # colour: the first part the condition changes (its intervention, else its mask or rope
         # scaling), read from the rows' columns; marker: the rest of it or, by slot, the model
@@ -460,8 +466,47 @@ def figures(csv_paths: dict, fig_dir) -> list[Path]:
             _baselines(ax, df, rows, xs)
         _references(ax, metric, rows)
         _labelled(ax, metric, rows, xs, common)
+        if against:
+            _differences(below, ax, rows, xs, series, width, variants)
         out.append(save(fig, Path(fig_dir) / f"compare_{metric}.png"))
     return out
+
+
+def _differences(ax, above, rows: pd.DataFrame, xs: list[str], series: list[str], width: float,
+                 variants: list[str]) -> None:
+    """The panel of `--against`: each row's difference from its reference row at the places,
+    colours and markers of the values above, with its interval (the methods named in the
+    panel), a line at 0; the reference's own rows have none."""
+    import numpy as np
+
+    from pecli.plots.style import color_of, points
+
+    for i, name in enumerate(series):
+        sel = rows[(rows["series"] == name) & rows["diff_vs_against"].notna()]
+        if sel.empty:
+            continue
+        x = np.array([xs.index(w) for w in sel["where"]]) + (i - (len(series) - 1) / 2) * width
+        shown = sel.assign(value=sel["diff_vs_against"], ci_low=sel["diff_against_ci_low"],
+                           ci_high=sel["diff_against_ci_high"])
+        points(ax, x, shown, color_of(sel["colour_key"].iloc[0]), None,
+               marker=MARKERS[variants.index(sel["variant"].iloc[0]) % len(MARKERS)])
+    ax.axhline(0.0, color="0.5", lw=0.8, ls="--", zorder=0)
+    reference = rows.loc[rows["against"] == "(reference)", "run"]
+    ax.set_ylabel(_wrapped(f"minus {reference.iloc[0] if len(reference) else 'the reference'}'s row", 30),
+                  fontsize=8)
+    methods = list(dict.fromkeys(
+        m.rsplit(", ", 1)[0].replace("95 % ", "").replace(" score interval for a difference of", ",")
+        for m in rows["diff_against_interval"].dropna() if m and not m.startswith("no ")))
+    missing = rows["diff_vs_against"].notna() & rows["diff_against_ci_low"].isna()
+    said = "bars: " + "; ".join(methods) if methods else "no bars"
+    if missing.any():
+        said += f"; {int(missing.sum())} without an interval (compare.csv says why)"
+    ax.set_title(_wrapped(said, 110), fontsize=7, loc="left")
+    ax.grid(axis="y", alpha=0.3)
+    _ticks(ax, xs)
+    ax.set_xlabel(above.get_xlabel(), fontsize=8)
+    above.set_xlabel("")
+    above.tick_params(labelbottom=False)
 
 
 def _placed(rows: pd.DataFrame, slotted: bool) -> tuple[pd.DataFrame, list[str], str]:
@@ -494,15 +539,12 @@ def _labelled(ax, metric: str, rows: pd.DataFrame, xs: list[str], common: str) -
     and the data) and legend (titled by the interval method)."""
     from pecli.plots.style import wants_log
 
-    crowded = len(xs) > 3 or (len(xs) > 1 and max(map(len, xs)) > 14)
-    ax.set_xticks(range(len(xs)), xs, rotation=25 if crowded else 0,
-                  ha="right" if crowded else "center", fontsize=8)
-    ax.set_xlim(-0.6, len(xs) - 0.4)
+    _ticks(ax, xs)
     quantity = str(rows["quantity"].iloc[0]) if "quantity" in rows else metric
     ax.set_ylabel(_wrapped(str(rows["axis"].iloc[0]) if "axis" in rows else quantity, 45), fontsize=8)
     if common:
-        ax.set_xlabel(f"prompts or windows of {common}", fontsize=8)
-    if wants_log(rows["value"]):
+        ax.set_xlabel(f"prompts or windows of {common}" if common.endswith("tokens") else common, fontsize=8)
+    if wants_log(rows["value"]) and (rows["value"] > 0).all():  # a zero has no place on a log axis
         ax.set_yscale("log")
     data = ", ".join(sorted({f"{r.dataset}/{r.split}, {int(r.rows):,} rows" for r in
                              rows.itertuples() if pd.notna(getattr(r, "rows", None))}))
@@ -515,6 +557,14 @@ def _labelled(ax, metric: str, rows: pd.DataFrame, xs: list[str], common: str) -
 
 
 MARKERS = "os^vDP*XphH<>d"
+
+
+def _ticks(ax, xs: list[str]) -> None:
+    """The places across, slanted where they crowd."""
+    crowded = len(xs) > 3 or (len(xs) > 1 and max(map(len, xs)) > 14)
+    ax.set_xticks(range(len(xs)), xs, rotation=25 if crowded else 0,
+                  ha="right" if crowded else "center", fontsize=8)
+    ax.set_xlim(-0.6, len(xs) - 0.4)
 
 
 def _common_head(slots: list[str]) -> str:

@@ -159,3 +159,32 @@ def test_committed_runs_pair_two_models_on_one_seeds_samples():
     selfextend = draws[draws["condition"] == "selfextend:4:2048"].iloc[0]
     assert selfextend["against"] == "remedies-passkey-draws-smollm2: smollm2, intact"
     assert selfextend["diff_against_interval"].endswith("20 units paired by draw")
+
+
+def test_the_figure_gets_a_panel_of_the_differences_with_their_bars(tmp_path, monkeypatch):
+    import matplotlib.pyplot as plt
+
+    from pecli.experiments import compare
+
+    ref = ruler_run(tmp_path / "a", "m1", KEYS, A)
+    other = ruler_run(tmp_path / "b", "m2", KEYS, B)
+    csv = tmp_path / "compare.csv"
+    gather([ref, other], against=ref).to_csv(csv, index=False)
+    drawn = []
+    monkeypatch.setattr("pecli.plots.style.save", lambda fig, path: drawn.append(fig) or path)
+    compare.figures({"compare": csv}, tmp_path)
+    values, below = drawn[0].axes
+    point, low, high = paired_proportion_difference(B, A)
+    (line,) = [c for c in below.containers]  # one errorbar: m2's row (the reference has none)
+    assert line.lines[0].get_ydata()[0] == pytest.approx(point)
+    segment = line.lines[2][0].get_segments()[0]
+    assert (segment[0][1], segment[1][1]) == pytest.approx((low, high))
+    assert below.get_title(loc="left").startswith("bars: Newcombe (1998, method 10), paired proportions")
+    # the one task goes to the axis label, the ticks keep the lengths, under the lower panel
+    assert [t.get_text() for t in below.get_xticklabels()] == ["1,024 tokens"]
+    assert (below.get_xlabel(), values.get_xlabel()) == ("niah_single_1", "")
+    plt.close("all")
+    # without --against: one panel, as before
+    gather([ref, other]).to_csv(csv, index=False)
+    compare.figures({"compare": csv}, tmp_path)
+    assert len(drawn[1].axes) == 1
