@@ -37,7 +37,7 @@ class Units:
     """The table of a headline's units (ruler's samples, passkey's trials), as `pecli compare
     --against` pairs two rows' units: a unit is one right-or-wrong (or recall) answer."""
 
-    table: str  # its file beside the headline table: <table><suffix>.csv
+    suffix: str  # its file beside the headline table: <table><suffix>.csv (ruler_samples.csv)
     cell: tuple[str, ...]  # the columns that place a unit in a headline row (a value 'all' takes every one)
     pair: tuple[str, ...]  # the columns that name a unit within its model and condition
     draw: tuple[str, ...]  # what was drawn for it (its keys): equal in two runs when one draw is read twice

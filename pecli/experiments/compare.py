@@ -393,7 +393,7 @@ def _units_of(row: pd.Series, spec, paths, cache: dict) -> pd.DataFrame | str:
     """A headline row's scored units (value and draw columns, indexed by `spec.pair`), or why
     there are none: its units' table missing, or not matching its value."""
     table = paths[row["run"], row["table"]]
-    name = row["table"] + spec.table
+    name = row["table"] + spec.suffix
     found = next((p for p in (table.parent / f"{name}.csv", table.parent / f"{name}.csv.gz")
                   if p.exists()), None)
     if found is None:
