@@ -246,7 +246,7 @@ def gather(run_dirs, allow_mixed: bool = False, against=None) -> pd.DataFrame:
                              r.startswith(root.name + "/") for p in ps})
             raise DataError(f"{root}: no headline numbers compare can use in {', '.join(tables)} "
                             f"(compare reads {_reads()} runs)")
-    out = pd.concat(frames, ignore_index=True)
+    out = pd.concat(frames, ignore_index=True).copy()  # copied: one block per dtype, not per table
     out["mixed"] = False
     for metric, rows in out.groupby("metric", sort=False):
         reason = _incomparable(rows)
@@ -306,7 +306,7 @@ def _reference_label(run_dirs, against) -> str:
         if where == run.resolve():
             return run.name
         if where.is_relative_to(run.resolve()):
-            return _label(run, where / "table")
+            return _label(run, run / where.relative_to(run.resolve()) / "table")
     raise DataError(f"--against {against} is not one of the run folders given; name it among "
                     "them too (pecli compare A B --against A)")
 
@@ -331,7 +331,7 @@ def differences(table: pd.DataFrame, reference: str, paths: dict[tuple[str, str]
             continue
         found.append((f"{ref['run']}: {ref['model']}, {ref['condition']}", row["value"] - ref["value"],
                       *_interval(row, ref, paths, units)))
-    return table.assign(**{c: [f[k] for f in found] for k, c in enumerate(AGAINST_COLUMNS)})
+    return pd.concat([table, pd.DataFrame(found, columns=list(AGAINST_COLUMNS), index=table.index)], axis=1)
 
 
 def _reference_row(row: pd.Series, refs: pd.DataFrame) -> tuple[pd.Series | None, str]:

@@ -109,6 +109,14 @@ def test_units_that_do_not_give_their_rows_value_are_not_used(tmp_path):
     assert row["diff_against_interval"] == "no interval: b has no ruler_samples.csv beside ruler.csv"
 
 
+def test_the_reference_may_be_a_section_of_a_reproduce_folder_given(tmp_path):
+    ruler_run(tmp_path / "all" / "a", "m1", KEYS, A)
+    ruler_run(tmp_path / "all" / "b", "m2", KEYS, B)
+    got = gather([tmp_path / "all"], against=tmp_path / "all" / "a").set_index("run")
+    assert got.loc["all/a", "against"] == "(reference)" and got.loc["all/b", "against"] == "all/a: m1, intact"
+    assert got.loc["all/b", "diff_against_ci_low"] == pytest.approx(paired_proportion_difference(B, A)[1])
+
+
 def test_against_must_be_one_of_the_runs_given_one_line(tmp_path):
     ref = ruler_run(tmp_path / "a", "m1", KEYS, A)
     other = ruler_run(tmp_path / "b", "m2", KEYS, B)
