@@ -42,8 +42,8 @@ def compare(
     With --against RUN, each row gets its difference from RUN's row with its interval:
     Newcombe's paired interval where both rows read the same draws (one seed's samples, by
     two models or conditions), Newcombe's interval for independent proportions where they
-    share none; no interval, with the reason, where they share some or the metric has no
-    right-or-wrong units.
+    share none (a bootstrap of each side's samples for partial recalls); no interval, with the
+    reason, where they share some or the metric keeps no samples.
 
     Examples:
         pecli compare results/offline/passkey-smollm2 results/offline/remedies-passkey-smollm2

@@ -296,7 +296,7 @@ def _short(value) -> str:
 
 AGAINST_COLUMNS = ("against", "diff_vs_against", "diff_against_ci_low", "diff_against_ci_high",
                    "diff_against_interval")
-DIFFERENCE_BOOTSTRAP = 1000  # resamples of paired units whose values are partial (a mean recall)
+DIFFERENCE_BOOTSTRAP = 1000  # resamples of units whose values are partial (a mean recall)
 
 
 def _reference_label(run_dirs, against) -> str:
@@ -315,8 +315,8 @@ def differences(table: pd.DataFrame, reference: str, paths: dict[tuple[str, str]
     """`table` with AGAINST_COLUMNS: each row's difference from its reference row in the run
     `reference` (the same metric and slot; the same model and condition where that run has
     them, else its intact row; '' and a reason where none or several fit), with a 95 % interval
-    from the headline's units (`_interval`): paired where the two rows read one draw, Newcombe's
-    interval for independent proportions where they share none."""
+    from the headline's units (`_interval`): paired where the two rows read one draw,
+    independent where they share none."""
     nan = float("nan")
     mine = (table["run"] == reference) | table["run"].str.startswith(reference + "/")
     refs, units = table[mine], {}
@@ -353,12 +353,13 @@ def _reference_row(row: pd.Series, refs: pd.DataFrame) -> tuple[pd.Series | None
 def _interval(row: pd.Series, ref: pd.Series, paths, cache: dict) -> tuple[float, float, str]:
     """(low, high, method) of row - ref from their units (the headline's `Units`): paired by
     unit where every unit of both reads the same draw (one seed's keys read by two models or
-    two conditions), Newcombe's interval for independent proportions where no draw is shared
-    and every unit is right or wrong; NaN bounds and the reason otherwise."""
+    two conditions), `independent_mean_difference` where no draw is shared (Newcombe's interval
+    for independent proportions, a bootstrap of each side's units for partial recalls); NaN
+    bounds and the reason otherwise."""
     from pecli.measures.intervals import (
         PAIRED_PROPORTION_METHOD,
         answers,
-        independent_proportion_difference,
+        independent_mean_difference,
         paired_mean_difference,
     )
 
@@ -381,12 +382,11 @@ def _interval(row: pd.Series, ref: pd.Series, paths, cache: dict) -> tuple[float
     if any(same):
         return nan, nan, (f"no interval: the two runs share {sum(same)} of {len(same)} draws (a seed "
                           "in common?); compare runs with one seed, or with seeds apart")
-    if not (answers(x["value"]) and answers(r["value"])):
-        return nan, nan, "no interval: independent draws of partial recalls (no interval built)"
-    low, high = independent_proportion_difference(int(x["value"].sum()), len(x),
-                                                  int(r["value"].sum()), len(r))[1:]
-    return low, high, (f"95 % Newcombe (1998, method 10) interval for independent proportions, "
-                       f"{len(x)} and {len(r)} units drawn apart")
+    low, high = independent_mean_difference(x["value"], r["value"], n_boot=DIFFERENCE_BOOTSTRAP, seed=0)[1:]
+    method = ("95 % Newcombe (1998, method 10) interval for independent proportions"
+              if answers(pd.concat([x["value"], r["value"]])) else
+              "95 % percentile bootstrap of independent means, each side's units resampled apart")
+    return low, high, f"{method}, {len(x)} and {len(r)} units drawn apart"
 
 
 def _units_of(row: pd.Series, spec, paths, cache: dict) -> pd.DataFrame | str:

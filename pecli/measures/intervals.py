@@ -55,7 +55,7 @@ __all__ = ["MAX_RESAMPLES", "MIN_RESAMPLES", "MIN_TEXTS", "pair_interval", "rati
            "proper", "t_interval", "MIN_WINDOWS", "seeds_and_texts_interval", "paired_difference", "diff_columns", "DIFF_COLUMNS",
            "DEFAULT_DIFF_COLUMNS",
            "verdict", "NO_DIFFERENCE", "paired_proportion_difference", "PAIRED_PROPORTION_METHOD",
-           "independent_proportion_difference",
+           "independent_proportion_difference", "independent_mean_difference",
            "paired_mean_difference", "PAIRED_MEAN_METHOD"]
 
 
@@ -373,6 +373,26 @@ def independent_proportion_difference(successes: int, trials: int, reference_suc
     return _newcombe(successes / trials, wilson(int(successes), int(trials), level),
                      reference_successes / reference_trials,
                      wilson(int(reference_successes), int(reference_trials), level))
+
+
+def independent_mean_difference(values, reference, n_boot: int = 1000, seed: int = 0,
+                                level: float = LEVEL, least: int = MIN_TEXTS) -> tuple[float, float, float]:
+    """(difference, low, high) of two means over independent units (two runs' own draws):
+    Newcombe's interval for independent proportions where every value is 0 or 1; otherwise
+    a percentile bootstrap that resamples each side's units on its own (partial recalls). No
+    bounds with `n_boot` 0 or fewer than `least` units on either side."""
+    x, r = (np.asarray(v, np.float64).ravel() for v in (values, reference))
+    if x.size == 0 or r.size == 0:
+        return float("nan"), float("nan"), float("nan")
+    point = float(x.mean() - r.mean())
+    if not n_boot or min(x.size, r.size) < least:
+        return point, float("nan"), float("nan")
+    if answers(np.concatenate([x, r])):
+        return independent_proportion_difference(int(x.sum()), x.size, int(r.sum()), r.size, level)
+    rng = np.random.default_rng(seed)
+    stats = (x[rng.integers(0, x.size, (n_boot, x.size))].mean(axis=1)
+             - r[rng.integers(0, r.size, (n_boot, r.size))].mean(axis=1))
+    return (point, *proper(*percentile_interval(stats, level)))
 
 
 def t_interval(values, level: float = LEVEL) -> tuple[float, float]:

@@ -410,6 +410,18 @@ def score(output: str, answers: tuple[str, ...], match: str = "all") -> float:
     return float(any(found)) if match == "part" else sum(found) / len(answers)
 
 
+def cwe_baselines(prompt: str, answers) -> tuple[float, float]:
+    """Two cwe answers given without counting, scored as a model's (`score`): the expected
+    recall of ten distinct words of the asked list picked at random (each answer is among them
+    with chance 10 / the list's distinct words), and the recall of the list's last ten distinct
+    words (the most recent ones)."""
+    listed = prompt.rsplit(CWE.split("{context}")[0], 1)[1].rsplit(CWE.split("{context}")[1], 1)[0]
+    words = listed.split()[1::2]  # "1. word 2. word ..."
+    distinct = list(dict.fromkeys(words))
+    last = list(dict.fromkeys(reversed(words)))[:10]
+    return min(1.0, 10 / len(distinct)), score(" ".join(f"{i + 1}. {w}" for i, w in enumerate(last)), tuple(answers))
+
+
 def interval(values: list[float], n_boot: int, seed: int) -> tuple[float, float, str]:
     """A 95 % interval of the mean over samples by `accuracy_interval`: Wilson's where every
     sample is all-or-nothing, else a percentile bootstrap over samples; never of zero width (a

@@ -13,7 +13,11 @@ from typer.testing import CliRunner
 
 from pecli.cli.app import app
 from pecli.experiments.compare import gather
-from pecli.measures.intervals import independent_proportion_difference, paired_proportion_difference
+from pecli.measures.intervals import (
+    independent_mean_difference,
+    independent_proportion_difference,
+    paired_proportion_difference,
+)
 from pecli.runs.errors import DataError
 
 runner = CliRunner()
@@ -68,15 +72,22 @@ def test_draws_apart_get_newcombes_interval_for_independent_proportions(tmp_path
     assert row["diff_against_interval"].startswith("95 % Newcombe (1998, method 10) interval for independent")
 
 
-def test_draws_partly_shared_or_partial_recalls_apart_get_no_interval_and_say_why(tmp_path):
+def test_partial_recalls_drawn_apart_get_a_bootstrap_of_each_sides_samples(tmp_path):
+    ref = ruler_run(tmp_path / "a", "m1", KEYS, A)
+    recalls = [0.1 * (i % 7) for i in range(20)]
+    partial = ruler_run(tmp_path / "c", "m1", [k + "9" for k in KEYS], recalls)
+    row = gather([ref, partial], against=ref).set_index("run").loc["c"]
+    want = independent_mean_difference(recalls, A, n_boot=1000, seed=0)
+    assert (row["diff_vs_against"], row["diff_against_ci_low"], row["diff_against_ci_high"]) == pytest.approx(want)
+    assert row["diff_against_interval"].startswith("95 % percentile bootstrap of independent means")
+
+
+def test_draws_partly_shared_get_no_interval_and_say_why(tmp_path):
     ref = ruler_run(tmp_path / "a", "m1", KEYS, A)
     other = ruler_run(tmp_path / "b", "m1", KEYS[:5] + [k + "9" for k in KEYS[5:]], B)
     row = gather([ref, other], against=ref).set_index("run").loc["b"]
     assert row["diff_vs_against"] == pytest.approx(-0.25) and np.isnan(row["diff_against_ci_low"])
     assert "share 5 of 20 draws" in row["diff_against_interval"]
-    partial = ruler_run(tmp_path / "c", "m1", [k + "9" for k in KEYS], [0.5] * 20)
-    row = gather([ref, partial], against=ref).set_index("run").loc["c"]
-    assert np.isnan(row["diff_against_ci_high"]) and "partial recalls" in row["diff_against_interval"]
 
 
 def test_the_reference_row_is_the_same_condition_else_intact(tmp_path):

@@ -493,3 +493,31 @@ def test_independent_proportions_refuse_what_are_not_counts():
     d, low, high = independent_proportion_difference(1, 1, 3, 20)
     assert d == pytest.approx(0.85) and np.isnan(low) and np.isnan(high)
     assert np.isnan(independent_proportion_difference(0, 0, 3, 20)[0])
+
+
+def test_independent_mean_difference_resamples_each_side_apart_and_agrees_with_welch():
+    """Partial recalls of two runs' own draws: a percentile bootstrap drawing each side's units
+    on its own (written plainly here, the same generator), near Welch's t interval where the
+    means are close to normal; 0/1 answers get Newcombe's interval for independent proportions."""
+    from scipy import stats
+
+    from pecli.measures.intervals import (
+        independent_mean_difference,
+        independent_proportion_difference,
+    )
+
+    rng = np.random.default_rng(3)
+    x, r = rng.uniform(0, 0.6, 200), rng.uniform(0.1, 0.5, 150)
+    draw = np.random.default_rng(0)
+    ix, ir = draw.integers(0, 200, (2000, 200)), draw.integers(0, 150, (2000, 150))
+    by_hand = np.percentile(x[ix].mean(1) - r[ir].mean(1), [2.5, 97.5])
+    d, low, high = independent_mean_difference(x, r, n_boot=2000, seed=0)
+    assert d == pytest.approx(x.mean() - r.mean(), abs=1e-15)
+    np.testing.assert_allclose([low, high], by_hand, rtol=1e-12)
+    welch = stats.ttest_ind(x, r, equal_var=False).confidence_interval(0.95)
+    assert (low, high) == pytest.approx((welch.low, welch.high), abs=0.01)
+    right, ref = np.r_[np.ones(12), np.zeros(8)], np.r_[np.ones(5), np.zeros(15)]
+    assert independent_mean_difference(right, ref) == independent_proportion_difference(12, 20, 5, 20)
+    assert np.isnan(independent_mean_difference(x[:1], r)[1:]).all()  # one unit: no bounds
+    assert np.isnan(independent_mean_difference(x, r, n_boot=0)[1:]).all()
+    assert np.isnan(independent_mean_difference(np.full(5, 0.5), np.full(5, 0.5))[1:]).all()  # zero width

@@ -387,3 +387,37 @@ def test_the_lm_eval_route_gives_pecli_rulers_samples_outputs_and_scores(tiny, h
     assert [s["resps"][0][0] for s in samples] == list(ours["output"])
     assert [s["recall"] for s in samples] == list(ours["value"])
     assert [d["max_new_tokens"] for d in docs] == list(ours["max_new_tokens"])
+
+
+def test_cwe_baselines_read_the_asked_list_not_the_example(tok, hay):
+    """The random pick's expected recall is 10 over the asked list's distinct words, and the
+    last ten distinct words are scored as an output would be; the worked example's list (its
+    own answer included) is not read."""
+    s = R.fit(tok, "cwe", 0, 1024, 0, hay)
+    asked = s.text.rsplit("\nQuestion", 1)[0].rsplit("\n", 1)[1].split()[1::2]
+    last = list(dict.fromkeys(asked[::-1]))[:10]
+    chance, recent = R.cwe_baselines(s.text, s.answers)
+    assert chance == pytest.approx(10 / len(set(asked)))
+    assert recent == sum(a in last for a in s.answers) / 10
+    made = R.CWE.format(context="1. x 2. y 3. x 4. z 5. x") + R.CWE_PREFIX
+    assert R.cwe_baselines("example: " + R.CWE.format(context="1. q 2. q") + " 1. q\n" + made, ("x", "q")) == (1.0, 0.5)
+
+
+def test_the_committed_cwe_baselines_are_those_the_gemma3_notes_give():
+    """ruler-gemma3-inside-cwe's notes: a random pick recalls 0.20, 0.05, 0.17; the last ten
+    distinct words 0.555, 0.190, 0.640, above Gemma 3 by a paired interval."""
+    from pathlib import Path
+
+    import pandas as pd
+
+    from pecli.measures.intervals import paired_mean_difference
+
+    s = pd.read_csv(Path(__file__).resolve().parents[2] / "results" / "offline" / "ruler-gemma3-inside-cwe"
+                    / "ruler_samples.csv", dtype={"answers": str})
+    s[["chance", "recent"]] = [R.cwe_baselines(p, a.split("|")) for p, a in zip(s["prompt"], s["answers"], strict=True)]
+    means = s.groupby("length")[["value", "chance", "recent"]].mean()
+    assert means["chance"].round(2).tolist() == [0.20, 0.05, 0.17]
+    assert means["recent"].tolist() == pytest.approx([0.555, 0.19, 0.64])
+    got = [paired_mean_difference(part["value"], part["recent"]) for _, part in s.groupby("length")]
+    assert got == [pytest.approx(x) for x in [(-0.37, -0.5, -0.225), (-0.19, -0.24, -0.145),
+                                              (-0.565, -0.65, -0.465)]]
