@@ -403,21 +403,27 @@ def test_cwe_baselines_read_the_asked_list_not_the_example(tok, hay):
     assert R.cwe_baselines("example: " + R.CWE.format(context="1. q 2. q") + " 1. q\n" + made, ("x", "q")) == (1.0, 0.5)
 
 
-def test_the_committed_cwe_baselines_are_those_the_gemma3_notes_give():
-    """ruler-gemma3-inside-cwe's notes: a random pick recalls 0.20, 0.05, 0.17; the last ten
-    distinct words 0.555, 0.190, 0.640, above Gemma 3 by a paired interval."""
+@pytest.mark.parametrize("section, chance, recent, below", [
+    ("ruler-gemma3-inside-cwe", [0.20, 0.05, 0.17], [0.555, 0.19, 0.64],
+     [(-0.37, -0.5, -0.225), (-0.19, -0.24, -0.145), (-0.565, -0.65, -0.465)]),
+    ("ruler-smollm2-inside", [0.24, 0.05, 0.21], [0.52, 0.22, 0.655],
+     [(-0.45, -0.51, -0.385), (-0.2, -0.26, -0.145), (-0.6, -0.66, -0.54)]),
+])
+def test_the_committed_cwe_baselines_are_those_the_notes_give(section, chance, recent, below):
+    """The cwe sections' notes: what ten random distinct words and the last ten distinct words
+    recall at 1,024, 2,048 and 4,096 tokens, and the model minus the second, paired by sample."""
     from pathlib import Path
 
     import pandas as pd
 
     from pecli.measures.intervals import paired_mean_difference
 
-    s = pd.read_csv(Path(__file__).resolve().parents[2] / "results" / "offline" / "ruler-gemma3-inside-cwe"
+    s = pd.read_csv(Path(__file__).resolve().parents[2] / "results" / "offline" / section
                     / "ruler_samples.csv", dtype={"answers": str})
+    s = s[s["task"] == "cwe"]
     s[["chance", "recent"]] = [R.cwe_baselines(p, a.split("|")) for p, a in zip(s["prompt"], s["answers"], strict=True)]
     means = s.groupby("length")[["value", "chance", "recent"]].mean()
-    assert means["chance"].round(2).tolist() == [0.20, 0.05, 0.17]
-    assert means["recent"].tolist() == pytest.approx([0.555, 0.19, 0.64])
+    assert means["chance"].round(2).tolist() == chance
+    assert means["recent"].tolist() == pytest.approx(recent)
     got = [paired_mean_difference(part["value"], part["recent"]) for _, part in s.groupby("length")]
-    assert got == [pytest.approx(x) for x in [(-0.37, -0.5, -0.225), (-0.19, -0.24, -0.145),
-                                              (-0.565, -0.65, -0.465)]]
+    assert got == [pytest.approx(x) for x in below]
