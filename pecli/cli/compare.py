@@ -107,7 +107,8 @@ def _difference(row: dict, digits: int) -> str:
 
 # Its row in README.md's table of commands (`make docs`)
 README = Row(("pecli compare RUN RUN ...",), "several runs' headline numbers side by side, intervals labelled "
-             "by method", "compare.csv, a figure per metric", "seconds")
+             "by method; `--against RUN`: each row's difference from RUN's, paired by draw where "
+             "they share samples", "compare.csv, a figure per metric", "seconds")
 
 
 def register(app: typer.Typer) -> None:
