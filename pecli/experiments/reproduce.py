@@ -364,7 +364,7 @@ def finding_numbers(f: Finding, csv: Path) -> dict:
 def _tabled_difference(df: pd.DataFrame, f: Finding) -> dict:
     """A paired finding whose section wrote the difference itself: the one `where` row's
     DIFF_COLUMNS (its design's interval, e.g. seeds and texts crossed), `reference` its row's
-    value; units the row's seeds (or texts, trials, windows)."""
+    value; units the row's seeds (or texts, trials, samples, windows)."""
     row, reference = _one_row_each(df, f, (f.where, {**f.where, **f.reference}))
     if any(c not in row for c in DIFF_COLUMNS) or pd.isna(row[DIFF_COLUMNS[0]]):
         raise ConfigError(f"finding {f.section}: its row has no paired difference "
@@ -372,7 +372,7 @@ def _tabled_difference(df: pd.DataFrame, f: Finding) -> dict:
     nan = float("nan")
     return {"value": float(row["value"]), "reference": float(reference["value"]),
             "intact": nan, "tested": tuple(float(row[c]) for c in DIFF_COLUMNS), "null": 0.0,
-            "units": next((row[u] for u in ("seeds", "texts", "trials", "windows") if u in row), nan)}
+            "units": next((row[u] for u in ("seeds", "texts", "trials", "samples", "windows") if u in row), nan)}
 
 
 def finding_sentence(f: Finding, numbers: dict) -> str:

@@ -116,8 +116,8 @@ def test_findings_are_checked_when_the_preset_loads():
         _findings([one, {**one, "question": "E1"}], "p", {"a"})
     with pytest.raises(ConfigError, match="no detectable difference"):
         _findings([{**one, "words": ["up", "down", "same"]}], "p", {"a"})
-    with pytest.raises(ConfigError, match="at most 12"):
-        _findings([one] * 13, "p", {"a"})
+    with pytest.raises(ConfigError, match=f"at most {MAX_FINDINGS}"):
+        _findings([one] * (MAX_FINDINGS + 1), "p", {"a"})
     with pytest.raises(ConfigError, match="needs a reference row"):
         _findings([{**one, "measure": "independent"}], "p", {"a"})
     with pytest.raises(ConfigError, match="unknown key"):
@@ -197,6 +197,7 @@ def test_committed_report_opens_with_findings_that_match_their_tables():
             assert low > null or high < null, line
         if "no detectable difference" in line:
             assert not (low > null or high < null), line
+        assert "{units}" not in f.text or " ? " not in line, line  # every count behind a sentence known
 
 
 
