@@ -319,7 +319,8 @@ def differences(table: pd.DataFrame, reference: str, paths: dict[tuple[str, str]
     independent where they share none."""
     nan = float("nan")
     mine = (table["run"] == reference) | table["run"].str.startswith(reference + "/")
-    refs, units = table[mine], {}
+    refs, read = table[mine], {}
+    units = {h.label: h.units for _, h in headlines() if h.units}  # each metric's, looked up once
     found = []
     for i, row in table.iterrows():
         if mine[i]:
@@ -330,7 +331,7 @@ def differences(table: pd.DataFrame, reference: str, paths: dict[tuple[str, str]
             found.append(("", nan, nan, nan, why))
             continue
         found.append((f"{ref['run']}: {ref['model']}, {ref['condition']}", row["value"] - ref["value"],
-                      *_interval(row, ref, paths, units)))
+                      *_interval(row, ref, units.get(row["metric"]), paths, read)))
     return pd.concat([table, pd.DataFrame(found, columns=list(AGAINST_COLUMNS), index=table.index)], axis=1)
 
 
@@ -350,8 +351,9 @@ def _reference_row(row: pd.Series, refs: pd.DataFrame) -> tuple[pd.Series | None
     return None, f"no reference: {len(fits)} rows of the reference run fit ({names})"
 
 
-def _interval(row: pd.Series, ref: pd.Series, paths, cache: dict) -> tuple[float, float, str]:
-    """(low, high, method) of row - ref from their units (the headline's `Units`): paired by
+def _interval(row: pd.Series, ref: pd.Series, spec, paths, cache: dict) -> tuple[float, float, str]:
+    """(low, high, method) of row - ref from their units (`spec`, the headline's `Units`; None
+    where its metric keeps none): paired by
     unit where every unit of both reads the same draw (one seed's keys read by two models or
     two conditions), `independent_mean_difference` where no draw is shared (Newcombe's interval
     for independent proportions, a bootstrap of each side's units for partial recalls); NaN
@@ -364,7 +366,6 @@ def _interval(row: pd.Series, ref: pd.Series, paths, cache: dict) -> tuple[float
     )
 
     nan = float("nan")
-    spec = next((h.units for _, h in headlines() if h.label == row["metric"] and h.units), None)
     if spec is None:
         return nan, nan, "no interval: this metric has no table of right-or-wrong units"
     x, r = (_units_of(s, spec, paths, cache) for s in (row, ref))

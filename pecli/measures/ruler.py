@@ -419,7 +419,7 @@ def cwe_baselines(prompt: str, answers) -> tuple[float, float]:
     words = listed.split()[1::2]  # "1. word 2. word ..."
     distinct = list(dict.fromkeys(words))
     last = list(dict.fromkeys(reversed(words)))[:10]
-    return min(1.0, 10 / len(distinct)), score(" ".join(f"{i + 1}. {w}" for i, w in enumerate(last)), tuple(answers))
+    return min(1.0, 10 / len(distinct)), score(expected_text("cwe", tuple(last)), tuple(answers))
 
 
 def interval(values: list[float], n_boot: int, seed: int) -> tuple[float, float, str]:
