@@ -26,7 +26,7 @@ def compare(
         "--against", help="One of the run folders: every other row gets its difference from this "
                           "run's row at the same slot (the same model and condition where it has "
                           "them, else its intact row), with a 95 % interval paired by draw where "
-                          "the two read the same samples (ruler, passkey).")] = None,
+                          "the two read the same samples or items (ruler, passkey, mc).")] = None,
     out: OutOpt = None,
     force: ForceOpt = False,
 ) -> None:
@@ -40,10 +40,11 @@ def compare(
     otherwise the command says which runs differ.
 
     With --against RUN, each row gets its difference from RUN's row with its interval:
-    Newcombe's paired interval where both rows read the same draws (one seed's samples, by
-    two models or conditions), Newcombe's interval for independent proportions where they
-    share none (a bootstrap of each side's samples for partial recalls); no interval, with the
-    reason, where they share some or the metric keeps no samples.
+    Newcombe's paired interval where both rows read the same draws (one seed's samples, or
+    the same TruthfulQA items, by two models or conditions), Newcombe's interval for
+    independent proportions where they share none (a bootstrap of each side's units for
+    partial scores: recalls, MC2); no interval, with the reason, where they share some or the
+    metric keeps no units.
 
     Examples:
         pecli compare results/offline/passkey-smollm2 results/offline/remedies-passkey-smollm2

@@ -41,6 +41,9 @@ class Units:
     cell: tuple[str, ...]  # the columns that place a unit in a headline row (a value 'all' takes every one)
     pair: tuple[str, ...]  # the columns that name a unit within its model and condition
     draw: tuple[str, ...]  # what was drawn for it (its keys): equal in two runs when one draw is read twice
+    # the table's rows of one headline row -> one row per unit with its `value`, for the metric
+    # (mc's items table keeps a row per choice); None: each row is a unit
+    per_unit: Callable[[pd.DataFrame, str], pd.DataFrame] | None = None
 
 
 @dataclass(frozen=True)

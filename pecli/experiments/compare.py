@@ -382,7 +382,8 @@ def _interval(row: pd.Series, ref: pd.Series, spec, paths, cache: dict) -> tuple
         return low, high, f"{method}, {len(joined)} units paired by draw"
     if any(same):
         return nan, nan, (f"no interval: the two runs share {sum(same)} of {len(same)} draws (a seed "
-                          "in common?); compare runs with one seed, or with seeds apart")
+                          "in common, or one run's draws a part of the other's); compare runs over "
+                          "the same draws, or draws apart")
     low, high = independent_mean_difference(x["value"], r["value"], n_boot=DIFFERENCE_BOOTSTRAP, seed=0)[1:]
     method = ("95 % Newcombe (1998, method 10) interval for independent proportions"
               if answers(pd.concat([x["value"], r["value"]])) else
@@ -406,11 +407,15 @@ def _units_of(row: pd.Series, spec, paths, cache: dict) -> pd.DataFrame | str:
     for col in spec.cell:
         if str(row.get(col)) != "all":
             keep &= units[col].map(lambda v, want=row.get(col): _same(v, want))
-    units = units[keep & units["note"].fillna("").eq("")]
+    if "note" in units:
+        keep &= units["note"].fillna("").eq("")
+    units = units[keep]
+    if spec.per_unit is not None:
+        units = spec.per_unit(units, row["metric"])
     if units.empty or abs(units["value"].astype(float).mean() - float(row["value"])) > 1e-9:
         return (f"{name}.csv holds no units for {row['model']}, {row['condition']}, {row['slot']}"
                 if units.empty else f"{name}.csv does not give its row's value (a stale table?)")
-    return units.set_index(list(spec.pair))[["value", *spec.draw]].astype({"value": float})
+    return units.set_index(list(spec.pair), drop=False)[["value", *spec.draw]].astype({"value": float})
 
 
 def _same(a, b) -> bool:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from pecli.experiments import CONDITION, Headline, check_before_loading, load, register
+from pecli.experiments import CONDITION, Headline, Units, check_before_loading, load, register
 from pecli.experiments.options.mc import McOptions
 from pecli.runs.provenance import row_provenance
 from pecli.runs.tables import validate
@@ -124,11 +124,25 @@ def run(options: McOptions, progress: Callable[[int, int], None] | None = None,
 
 
 # version 1: Wilson for MC1 since issue 36: rows say which (interval_method); values unchanged
+def item_values(choices: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """mc_items' rows (one per choice) -> one row per item with its `metric` value: MC1 and
+    MC2 as the items table gives them, MC1 normalised from the choice picked by
+    length-normalised log-likelihood (right when it is the true one)."""
+    rows = choices[choices["task"] == ("mc2" if metric == "mc2" else "mc1")]
+    if metric == "mc1_norm":
+        rows = rows[rows["picked_norm"].astype(str).str.lower() == "true"]
+        return rows.assign(value=rows["label"].astype(float))
+    return rows.drop_duplicates("text_id").assign(value=lambda r: r["item_value"].astype(float))
+
+
+ITEMS = Units("_items", cell=(), pair=("text_id",), draw=("text_id",), per_unit=item_values)
+
+
 register("mc", 1, run, McOptions, "pecli.plots.mc:figures",
          "TruthfulQA MC1/MC2 (lm-evaluation-harness v2.0) under position interventions "
          "and graded masks, with bootstrap intervals over items",
          headlines=tuple(Headline(metric, quantity, {}, CONDITION,
-                                  interval="95 % percentile bootstrap over items")
+                                  interval="95 % percentile bootstrap over items", units=ITEMS)
                          for metric, quantity in (
                              ("mc1", "TruthfulQA MC1 accuracy"),
                              ("mc2", "TruthfulQA MC2 (mass on the true answers)"),

@@ -207,3 +207,80 @@ def test_the_figure_gets_a_panel_of_the_differences_with_their_bars(tmp_path, mo
     gather([ref, other]).to_csv(csv, index=False)
     compare.figures({"compare": csv}, tmp_path)
     assert len(drawn[1].axes) == 1
+
+
+# --- mc: the units are items, read from the items table's rows (one per choice) ---------------
+
+
+def split_by_condition(run: Path, tmp_path: Path) -> dict[str, Path]:
+    """One folder per condition of a committed mc run, each with its rows of mc.csv and
+    mc_items.csv: the conditions become two runs over the same items."""
+    folders = {}
+    for condition in ("intact", "zero"):
+        folder = folders[condition] = tmp_path / condition
+        folder.mkdir()
+        for name in ("mc", "mc_items"):
+            table = pd.read_csv(run / f"{name}.csv", low_memory=False)
+            table[table["condition"] == condition].to_csv(folder / f"{name}.csv", index=False)
+    return folders
+
+
+def mc2_by_definition(items: pd.DataFrame) -> pd.Series:
+    """MC2 per item from its choices' log-likelihoods, as the harness defines it (v2.0): the
+    normalised probability of the true choices, those before the first false label."""
+    def mass(choices):
+        p = np.exp(choices["value"] - choices["value"].max())
+        labels = list(choices["label"])
+        true = labels.index(0) if 0 in labels else len(labels)
+        return p.iloc[:true].sum() / p.sum()
+    mc2 = items[items["task"] == "mc2"].sort_values("choice_index")
+    return mc2.groupby("text_id").apply(mass, include_groups=False)
+
+
+def test_mc_runs_over_the_same_items_are_paired_by_item(tmp_path):
+    """mc-smollm2's zero rows, as a run of their own against its intact rows as another: the
+    differences and their paired intervals are the ones the mc run wrote beside its rows
+    (Newcombe's for MC1 and MC1-norm, exact; a paired bootstrap for MC2, to its resampling), and
+    MC2's per-item values are the definition's, recomputed from the choices' log-likelihoods."""
+    run = OFFLINE / "mc-smollm2"
+    folders = split_by_condition(run, tmp_path)
+    table = gather([folders["intact"], folders["zero"]], against=folders["intact"])
+    got = table[table["run"] == "zero"].set_index("metric")
+    written = pd.read_csv(run / "mc.csv").query("condition == 'zero'").set_index("metric")
+    for metric in ("mc1", "mc1_norm", "mc2"):
+        row, want = got.loc[metric], written.loc[metric]
+        assert row["against"] == "intact: smollm2, intact"
+        assert row["diff_vs_against"] == pytest.approx(want["diff_vs_intact"], abs=1e-12)
+        close = 1e-9 if metric != "mc2" else 0.02
+        assert row["diff_against_ci_low"] == pytest.approx(want["diff_ci_low"], abs=close)
+        assert row["diff_against_ci_high"] == pytest.approx(want["diff_ci_high"], abs=close)
+        assert row["diff_against_interval"].endswith("100 units paired by draw")
+    assert got.loc["mc2", "diff_against_interval"].startswith("95 % paired percentile bootstrap")
+    items = pd.read_csv(run / "mc_items.csv", low_memory=False)
+    x, r = (mc2_by_definition(items[items["condition"] == c]) for c in ("zero", "intact"))
+    assert got.loc["mc2", "diff_vs_against"] == pytest.approx((x - r).mean(), abs=1e-9)
+    from pecli.measures.intervals import paired_mean_difference
+    want = paired_mean_difference(x.sort_index(), r.sort_index(), n_boot=1000, seed=0)
+    assert (got.loc["mc2", "diff_against_ci_low"], got.loc["mc2", "diff_against_ci_high"]) == pytest.approx(want[1:], abs=1e-9)
+
+
+def test_mc_runs_over_other_items_get_intervals_for_independent_samples(tmp_path):
+    """Two runs over disjoint items (the second's text ids moved): Newcombe's interval for
+    independent proportions, from the two runs' item counts; a part shared: none, and why."""
+    folders = split_by_condition(OFFLINE / "mc-smollm2", tmp_path)
+    items = pd.read_csv(folders["zero"] / "mc_items.csv", low_memory=False)
+    moved = items.assign(text_id=items["text_id"] + 10_000)
+    moved.to_csv(folders["zero"] / "mc_items.csv", index=False)
+    table = gather([folders["intact"], folders["zero"]], against=folders["intact"])
+    row = table[table["run"] == "zero"].set_index("metric").loc["mc1"]
+    right = {c: int(round(100 * pd.read_csv(folders[c] / "mc.csv").set_index("metric").loc["mc1", "value"]))
+             for c in folders}
+    want = independent_proportion_difference(right["zero"], 100, right["intact"], 100)
+    assert (row["diff_vs_against"], row["diff_against_ci_low"], row["diff_against_ci_high"]) == pytest.approx(want)
+    assert row["diff_against_interval"].endswith("100 and 100 units drawn apart")
+    half = moved["text_id"].isin(sorted(moved["text_id"].unique())[:50])
+    moved.assign(text_id=moved["text_id"].where(~half, moved["text_id"] - 10_000)).to_csv(
+        folders["zero"] / "mc_items.csv", index=False)
+    table = gather([folders["intact"], folders["zero"]], against=folders["intact"])
+    row = table[table["run"] == "zero"].set_index("metric").loc["mc2"]
+    assert np.isnan(row["diff_against_ci_low"]) and "share 50 of 150 draws" in row["diff_against_interval"]
