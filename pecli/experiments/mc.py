@@ -123,7 +123,6 @@ def run(options: McOptions, progress: Callable[[int, int], None] | None = None,
             "mc_items": validate(pd.DataFrame(item_rows).assign(**notes))}
 
 
-# version 1: Wilson for MC1 since issue 36: rows say which (interval_method); values unchanged
 def item_values(choices: pd.DataFrame, metric: str) -> pd.DataFrame:
     """mc_items' rows (one per choice) -> one row per item with its `metric` value: MC1 and
     MC2 as the items table gives them, MC1 normalised from the choice picked by
@@ -135,9 +134,11 @@ def item_values(choices: pd.DataFrame, metric: str) -> pd.DataFrame:
     return rows.drop_duplicates("text_id").assign(value=lambda r: r["item_value"].astype(float))
 
 
-ITEMS = Units("_items", cell=(), pair=("text_id",), draw=("text_id",), per_unit=item_values)
+# an item is drawn from its data: the same text_id of other data is another item
+ITEMS = Units("_items", cell=(), pair=("text_id",), draw=("data_revision", "text_id"), per_unit=item_values)
 
 
+# version 1: Wilson for MC1 since issue 36: rows say which (interval_method); values unchanged
 register("mc", 1, run, McOptions, "pecli.plots.mc:figures",
          "TruthfulQA MC1/MC2 (lm-evaluation-harness v2.0) under position interventions "
          "and graded masks, with bootstrap intervals over items",

@@ -278,6 +278,11 @@ def test_mc_runs_over_other_items_get_intervals_for_independent_samples(tmp_path
     want = independent_proportion_difference(right["zero"], 100, right["intact"], 100)
     assert (row["diff_vs_against"], row["diff_against_ci_low"], row["diff_against_ci_high"]) == pytest.approx(want)
     assert row["diff_against_interval"].endswith("100 and 100 units drawn apart")
+    # the same text ids of other data are other items: drawn apart, not paired
+    items.assign(data_revision="sha256:other").to_csv(folders["zero"] / "mc_items.csv", index=False)
+    table = gather([folders["intact"], folders["zero"]], against=folders["intact"])
+    again = table[table["run"] == "zero"].set_index("metric").loc["mc1"]
+    assert (again["diff_against_ci_low"], again["diff_against_ci_high"]) == pytest.approx(want[1:])
     half = moved["text_id"].isin(sorted(moved["text_id"].unique())[:50])
     moved.assign(text_id=moved["text_id"].where(~half, moved["text_id"] - 10_000)).to_csv(
         folders["zero"] / "mc_items.csv", index=False)
