@@ -53,7 +53,7 @@ QUESTIONS = ("E1", "E2", "E3", "Open question 1", "Open question 2", "Open quest
 # independent trials
 MEASURES = ("value", "paired", "gap", "independent")
 INTERVALS = ("bootstrap", "t", "table")  # a paired finding's: over units; t over units; the table's own
-MAX_FINDINGS = 13
+MAX_FINDINGS = 14
 ENTRY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # a folder name under --out
 
 

@@ -427,3 +427,36 @@ def test_the_committed_cwe_baselines_are_those_the_notes_give(section, chance, r
     assert means["recent"].tolist() == pytest.approx(recent)
     got = [paired_mean_difference(part["value"], part["recent"]) for _, part in s.groupby("length")]
     assert got == [pytest.approx(x) for x in below]
+
+
+def test_the_committed_single_needle_past_the_context_against_other_cells():
+    """ruler-smollm2-past-single's notes and its finding compare its Self-Extend cell with cells
+    of other samples (the multi-key needle under the same remedy, the single needle inside the
+    context): Newcombe's interval for independent proportions from the committed counts, as
+    the notes print it."""
+    from pathlib import Path
+
+    import pandas as pd
+
+    from pecli.experiments.reproduce import load_preset
+    from pecli.measures.intervals import independent_proportion_difference
+
+    out = Path(__file__).resolve().parents[2] / "results" / "offline"
+
+    def right(section, task, length, condition):
+        t = pd.read_csv(out / section / "ruler.csv")
+        (row,) = t[(t.task == task) & (t.length == length) & (t.condition == condition)].itertuples()
+        return row.all_right, row.samples
+
+    single = right("ruler-smollm2-past-single", "niah_single_1", 16384, "selfextend:4:2048")
+    keys = right("ruler-smollm2-past", "niah_multikey_1", 16384, "selfextend:4:2048")
+    inside = right("ruler-smollm2-inside", "niah_single_1", 4096, "intact")
+    assert (single, keys, inside) == ((17, 20), (10, 20), (19, 20))
+    preset = load_preset("offline")
+    notes = next(e.study_notes for e in preset.entries if e.id == "ruler-smollm2-past-single")
+    finding = next(f.text for f in preset.findings if f.section == "ruler-smollm2-past-single")
+    d, low, high = independent_proportion_difference(*single, *keys)
+    assert f"{d:+.2f} [{low:+.2f}, {high:+.2f}]" in " ".join(notes.split())
+    assert f"{d:.2f} [{low:.2f}, {high:.2f}] fewer" in " ".join(finding.split())
+    d, low, high = independent_proportion_difference(*single, *inside)
+    assert f"{d:+.2f} [{low:+.2f}, {high:+.2f}]" in " ".join(notes.split())
