@@ -353,11 +353,10 @@ def _reference_row(row: pd.Series, refs: pd.DataFrame) -> tuple[pd.Series | None
 
 def _interval(row: pd.Series, ref: pd.Series, spec, paths, cache: dict) -> tuple[float, float, str]:
     """(low, high, method) of row - ref from their units (`spec`, the headline's `Units`; None
-    where its metric keeps none): paired by
-    unit where every unit of both reads the same draw (one seed's keys read by two models or
-    two conditions), `independent_mean_difference` where no draw is shared (Newcombe's interval
-    for independent proportions, a bootstrap of each side's units for partial recalls); NaN
-    bounds and the reason otherwise."""
+    where its metric keeps none): paired by unit where every unit of both reads the same draw
+    (one seed's keys read by two models or two conditions), `independent_mean_difference` where
+    no draw is shared (Newcombe's interval for independent proportions, a bootstrap of each
+    side's units for partial recalls); NaN bounds and the reason otherwise."""
     from pecli.measures.intervals import (
         PAIRED_PROPORTION_METHOD,
         answers,

@@ -415,7 +415,8 @@ def cwe_baselines(prompt: str, answers) -> tuple[float, float]:
     recall of ten distinct words of the asked list picked at random (each answer is among them
     with chance 10 / the list's distinct words), and the recall of the list's last ten distinct
     words (the most recent ones)."""
-    listed = prompt.rsplit(CWE.split("{context}")[0], 1)[1].rsplit(CWE.split("{context}")[1], 1)[0]
+    before, after = CWE.split("{context}")
+    listed = prompt.rsplit(before, 1)[1].rsplit(after, 1)[0]
     words = listed.split()[1::2]  # "1. word 2. word ..."
     distinct = list(dict.fromkeys(words))
     last = list(dict.fromkeys(reversed(words)))[:10]

@@ -16,6 +16,7 @@ from pecli.experiments.compare import gather
 from pecli.measures.intervals import (
     independent_mean_difference,
     independent_proportion_difference,
+    paired_mean_difference,
     paired_proportion_difference,
 )
 from pecli.runs.errors import DataError
@@ -259,7 +260,6 @@ def test_mc_runs_over_the_same_items_are_paired_by_item(tmp_path):
     items = pd.read_csv(run / "mc_items.csv", low_memory=False)
     x, r = (mc2_by_definition(items[items["condition"] == c]) for c in ("zero", "intact"))
     assert got.loc["mc2", "diff_vs_against"] == pytest.approx((x - r).mean(), abs=1e-9)
-    from pecli.measures.intervals import paired_mean_difference
     want = paired_mean_difference(x.sort_index(), r.sort_index(), n_boot=1000, seed=0)
     assert (got.loc["mc2", "diff_against_ci_low"], got.loc["mc2", "diff_against_ci_high"]) == pytest.approx(want[1:], abs=1e-9)
 
