@@ -358,8 +358,7 @@ def _interval(row: pd.Series, ref: pd.Series, spec, paths, cache: dict) -> tuple
     no draw is shared (Newcombe's interval for independent proportions, a bootstrap of each
     side's units for partial recalls); NaN bounds and the reason otherwise."""
     from pecli.measures.intervals import (
-        PAIRED_PROPORTION_METHOD,
-        answers,
+        difference_method,
         independent_mean_difference,
         paired_mean_difference,
     )
@@ -376,17 +375,14 @@ def _interval(row: pd.Series, ref: pd.Series, spec, paths, cache: dict) -> tuple
     if all(same):  # one draw read twice: units paired
         low, high = paired_mean_difference(joined["value_x"], joined["value_r"],
                                            n_boot=DIFFERENCE_BOOTSTRAP, seed=0)[1:]
-        method = (PAIRED_PROPORTION_METHOD.split(":")[0] if answers(joined[["value_x", "value_r"]])
-                  else "95 % paired percentile bootstrap")
+        method = difference_method(joined["value_x"], joined["value_r"], paired=True)
         return low, high, f"{method}, {len(joined)} units paired by draw"
     if any(same):
         return nan, nan, (f"no interval: the two runs share {sum(same)} of {len(same)} draws (a seed "
                           "in common, or one run's draws a part of the other's); compare runs over "
                           "the same draws, or draws apart")
     low, high = independent_mean_difference(x["value"], r["value"], n_boot=DIFFERENCE_BOOTSTRAP, seed=0)[1:]
-    method = ("95 % Newcombe (1998, method 10) interval for independent proportions"
-              if answers(pd.concat([x["value"], r["value"]])) else
-              "95 % percentile bootstrap of independent means, each side's units resampled apart")
+    method = difference_method(x["value"], r["value"], paired=False)
     return low, high, f"{method}, {len(x)} and {len(r)} units drawn apart"
 
 

@@ -56,7 +56,7 @@ __all__ = ["MAX_RESAMPLES", "MIN_RESAMPLES", "MIN_TEXTS", "pair_interval", "rati
            "DEFAULT_DIFF_COLUMNS",
            "verdict", "NO_DIFFERENCE", "paired_proportion_difference", "PAIRED_PROPORTION_METHOD",
            "independent_proportion_difference", "independent_mean_difference",
-           "paired_mean_difference", "PAIRED_MEAN_METHOD"]
+           "paired_mean_difference", "PAIRED_MEAN_METHOD", "difference_method"]
 
 
 def proper(low: float, high: float) -> tuple[float, float]:
@@ -373,6 +373,16 @@ def independent_proportion_difference(successes: int, trials: int, reference_suc
     return _newcombe(successes / trials, wilson(int(successes), int(trials), level),
                      reference_successes / reference_trials,
                      wilson(int(reference_successes), int(reference_trials), level))
+
+
+def difference_method(values, reference, paired: bool) -> str:
+    """The interval `paired_mean_difference` (paired) or `independent_mean_difference` gives
+    these two sides' values, in words, as `accuracy_method` names `accuracy_interval`'s."""
+    if answers(np.concatenate([np.asarray(v, np.float64).ravel() for v in (values, reference)])):
+        return (PAIRED_PROPORTION_METHOD.split(":")[0] if paired
+                else "95 % Newcombe (1998, method 10) interval for independent proportions")
+    return ("95 % paired percentile bootstrap" if paired else
+            "95 % percentile bootstrap of independent means, each side's units resampled apart")
 
 
 def independent_mean_difference(values, reference, n_boot: int = 1000, seed: int = 0,

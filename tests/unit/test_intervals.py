@@ -119,6 +119,30 @@ def test_accuracy_intervals_are_wilsons_for_answers_and_a_bootstrap_for_partial_
         assert np.isnan(accuracy_interval([1.0])).all()
 
 
+def test_difference_method_names_the_interval_each_difference_function_takes():
+    """Newcombe's interval (paired or independent) where both sides are answers right or wrong:
+    the point of `paired_mean_difference` equals that of `paired_proportion_difference`, and
+    `independent_mean_difference` that of `independent_proportion_difference`; a bootstrap for
+    partial credit."""
+    from pecli.measures.intervals import (
+        difference_method,
+        independent_mean_difference,
+        independent_proportion_difference,
+        paired_mean_difference,
+        paired_proportion_difference,
+    )
+
+    right, other = np.array([1.0] * 17 + [0.0] * 3), np.array([1.0] * 8 + [0.0] * 12)
+    assert paired_mean_difference(right, other) == paired_proportion_difference(right, other)
+    assert difference_method(right, other, paired=True).startswith("95 % Newcombe (1998, method 10) score "
+                                                                   "interval for a difference of paired")
+    assert independent_mean_difference(right, other) == independent_proportion_difference(17, 20, 8, 20)
+    assert difference_method(right, other, paired=False).endswith("interval for independent proportions")
+    credit = np.linspace(0, 1, 20)  # one side with partial credit: no longer answers
+    assert difference_method(credit, other, paired=True) == "95 % paired percentile bootstrap"
+    assert "bootstrap of independent means" in difference_method(credit, other, paired=False)
+
+
 def test_no_interval_from_one_text_and_a_warning_that_says_so():
     with pytest.warns(UserWarning, match="fewer than 2 texts"):
         assert np.isnan(ratio_interval([0.7021], [1.0], n_boot=1000)).all()
