@@ -105,14 +105,14 @@ def read_table(path: Path) -> pd.DataFrame:
     """A results table, or a one-line DataError naming the file when it cannot be trusted:
     changed since pecli wrote it (its sidecar's sha256), not CSV, or edited so that `value`
     or an interval holds non-numbers."""
-    from pecli.runs.provenance import file_sha256
+    from pecli.runs.provenance import read_sha256
 
     side = path.parent / (path.name.split(".")[0] + ".json")
     try:
         written = json.loads(side.read_text(encoding="utf-8")).get("table_sha256")
     except (OSError, ValueError, AttributeError):
         written = None  # no sidecar, or one from before pecli recorded checksums
-    if written and file_sha256.__wrapped__(path) != written:
+    if written and read_sha256(path) != written:
         raise DataError(f"{path} was changed after pecli wrote it (its sha256 differs from "
                         f"{side.name}): it was damaged or edited; rerun the run that wrote it")
     try:

@@ -35,7 +35,7 @@ import pandas as pd
 
 from pecli.positions.conditions import upgraded
 from pecli.runs.io import write_csv, write_json
-from pecli.runs.provenance import file_sha256
+from pecli.runs.provenance import read_sha256
 
 NOTE = ("0.2 (issue 33): the unmodified model renamed learned -> intact (intervention, "
         "probe_trained_on) and a `condition` column added; every other cell unchanged")
@@ -56,13 +56,13 @@ def _rewrite(path: Path, table: pd.DataFrame, record: str, note: str) -> None:
     """Write `table` over `path` and say so in its sidecar (`record`: what, from which sha256,
     by what), with the new table_sha256."""
     side = path.parent / (path.name.split(".")[0] + ".json")
-    before = file_sha256.__wrapped__(path)
+    before = read_sha256(path)
     write_csv(table, path)
     if side.exists():
         meta = json.loads(side.read_text(encoding="utf-8"))
         before = meta.get(record, {}).get("table_sha256_before", before)  # the table as first written
         meta[record] = {"note": note, "table_sha256_before": before, "by": "pecli.experiments.migrate"}
-        meta["table_sha256"] = file_sha256.__wrapped__(path)
+        meta["table_sha256"] = read_sha256(path)
         write_json(meta, side)
 
 

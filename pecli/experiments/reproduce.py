@@ -2,7 +2,8 @@
 
 Results of an entry live in `<out>/<entry id>/` and count as done only when its
 `done.json` (written last, atomically) carries the key of the entry's full configuration;
-a rerun skips done entries, so an interruption loses at most the entry in flight.
+a rerun skips done entries, so an interruption loses at most the entry in flight, and
+runs again one whose local inputs (a model folder, a fitted mask) changed since.
 """
 
 from __future__ import annotations
@@ -79,6 +80,47 @@ def located(options: dict) -> dict:
     return _map_models(options, find)
 
 
+def local_inputs(options: dict) -> dict[str, str]:
+    """The local files an entry reads, by the preset's spelling, each with the digest its rows
+    record: a model folder's weights (`model_revision`), a fitted mask (`PATH#sha256:D`), a
+    haystack file."""
+    from pecli.models.loading import weights_sha256
+    from pecli.runs.names import HASH_MARK
+    from pecli.runs.provenance import file_sha256
+
+    found = {name: weights_sha256(Path(path)) for name, path in
+             zip(_models_of(options), _models_of(located(options)), strict=True) if Path(path).is_dir()}
+    masks = options.get("mask")
+    files = [str(m).removeprefix("file:").partition(HASH_MARK)[0]
+             for m in (masks if isinstance(masks, list) else [masks] if masks else [])]
+    files += [options["haystack"]] if isinstance(options.get("haystack"), str) else []
+    found |= {f: "sha256:" + file_sha256(Path(f))[:16] for f in files if Path(f).is_file()}
+    return found
+
+
+def changed_inputs(entry: Entry, record: dict, folder: Path) -> str:
+    """Why a finished entry's results no longer hold ('' while they do): a local input whose
+    digest is not the one done.json keeps, or, for an entry finished before done.json kept
+    them, not one its tables recorded."""
+    import gzip
+
+    now = local_inputs(entry.options)
+    if "inputs" in record:
+        then = record["inputs"]
+        changed = [name for name, digest in now.items() if then.get(name) != digest]
+    else:
+        tables = ""
+        for file in record["tables"].values():
+            path = folder / file
+            opener = gzip.open if path.suffix == ".gz" else open
+            with opener(path, "rt", encoding="utf-8") as f:
+                tables += f.read()
+        then = {}
+        changed = [name for name, digest in now.items() if digest.removeprefix("sha256:") not in tables]
+    return "; ".join(f"its input {name} changed since it ran ({then.get(name, 'not in its tables')} then, "
+                     f"{now[name]} now)" for name in changed)
+
+
 def preflight(preset: Preset) -> None:
     """Fail in seconds, before any computation, naming every missing model and dataset (the
     names, types and ranges were checked when the preset's options objects were built)."""
@@ -142,10 +184,14 @@ def _run_entries(preset: Preset, out: Path, owner: dict, force: bool,
         folder = out / entry.id
         done = folder / "done.json"
         start = time.perf_counter()
-        if not force and done.exists() and json.loads(done.read_text())["key"] in entry.keys(exp.version):
-            record = json.loads(done.read_text())
-            if record["key"] != key:  # saved under the options' names before their renaming
-                write_json({**record, "key": key}, done)
+        record = json.loads(done.read_text()) if not force and done.exists() else {}
+        finished = record.get("key") in entry.keys(exp.version)
+        stale = changed_inputs(entry, record, folder) if finished else ""
+        if stale:
+            announce(f"[{n}/{len(preset.entries)}] {entry.id}: {stale}; running it again")
+        elif finished:
+            if record["key"] != key or "inputs" not in record:  # saved before a renaming, or before inputs were kept
+                write_json({**record, "key": key, "inputs": local_inputs(entry.options)}, done)
             announce(f"[{n}/{len(preset.entries)}] {entry.id}: done before (key {key}), skipped")
             tables = {name: folder / file for name, file in record["tables"].items()}
             figures = _redrawn(exp, tables, [_figure_path(p, out) for p in record["figures"]],
@@ -155,6 +201,7 @@ def _run_entries(preset: Preset, out: Path, owner: dict, force: bool,
             continue
         announce(f"[{n}/{len(preset.entries)}] {entry.id}: {entry.experiment} {entry.options}")
         done.unlink(missing_ok=True)
+        inputs = local_inputs(entry.options)  # before the run: what it reads
         config = {"preset": preset.name, "entry": entry.id, "experiment": entry.experiment,
                   "experiment_version": exp.version, "key": key, "options": entry.options}
         with RunOutput(out, owner) as output:  # the entry's tables and figures arrive together or not at all
@@ -165,7 +212,8 @@ def _run_entries(preset: Preset, out: Path, owner: dict, force: bool,
             tables, figures = output.write(frames, config, exp.figures, tables_dir=entry.id,
                                            figures_dir=f"figures/{entry.id}", companions=exp.companions)
         seconds = round(time.perf_counter() - start, 1)  # as done.json keeps it: a rerun's REPORT is the same
-        write_json({**run_meta(config), "key": key, "tables": {n: p.name for n, p in tables.items()},
+        write_json({**run_meta(config), "key": key, "inputs": inputs,
+                    "tables": {n: p.name for n, p in tables.items()},
                     "seconds": seconds,
                     "figures": [Path(os.path.relpath(p, out)).as_posix() for p in figures]}, done)
         results.append(EntryResult(entry, tables, list(figures), False, seconds,

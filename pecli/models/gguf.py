@@ -13,7 +13,7 @@ from unittest.mock import patch
 
 from pecli.runs.errors import ModelError
 from pecli.runs.io import cache_dir, follow_umask
-from pecli.runs.provenance import file_sha256
+from pecli.runs.provenance import file_sha256, read_sha256
 
 CHECKSUMS = "pecli-checksums.json"  # {file: [bytes, sha256]} of a cached model, written with it
 
@@ -21,7 +21,7 @@ CHECKSUMS = "pecli-checksums.json"  # {file: [bytes, sha256]} of a cached model,
 def record_checksums(folder: Path) -> None:
     """Write the size and sha256 of every file of `folder` into its CHECKSUMS file."""
     files = sorted(f for f in folder.iterdir() if f.is_file() and f.name != CHECKSUMS)
-    record = {f.name: [f.stat().st_size, file_sha256.__wrapped__(f)] for f in files}
+    record = {f.name: [f.stat().st_size, read_sha256(f)] for f in files}
     (folder / CHECKSUMS).write_text(json.dumps(record, indent=1), encoding="utf-8")
 
 
@@ -45,7 +45,7 @@ def checksum_problem(folder: Path) -> str | None:
         if file.stat().st_size != size:
             return f"{name} has {file.stat().st_size:,} bytes, not {size:,}"
     for name, (_, digest) in expected.items():
-        if file_sha256.__wrapped__(folder / name) != digest:
+        if read_sha256(folder / name) != digest:
             return f"{name} does not match its recorded sha256"
     return None
 

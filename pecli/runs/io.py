@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from pecli.runs.errors import OutputError
-from pecli.runs.provenance import file_sha256, git_state, library_versions, utc_now
+from pecli.runs.provenance import git_state, library_versions, read_sha256, utc_now
 from pecli.runs.tables import resolved
 
 # Tables longer than this are written gzipped (`.csv.gz`, which pandas reads as it is): their
@@ -93,7 +93,7 @@ def write_table(df: pd.DataFrame, out_dir: Path, name: str, config: dict) -> Pat
     out_dir = Path(out_dir)
     csv = write_csv(df, out_dir / f"{name}.csv{'.gz' if len(df) > GZIP_ROWS else ''}")
     write_json({**run_meta(config), "resolved": resolved(df), "table_rows": len(df),
-                "table_sha256": file_sha256.__wrapped__(csv)}, out_dir / f"{name}.json")
+                "table_sha256": read_sha256(csv)}, out_dir / f"{name}.json")
     return csv
 
 

@@ -74,10 +74,22 @@ def row_provenance() -> dict:
             **shares, **RUN_NOTES}
 
 
-@cache
-def file_sha256(path: Path) -> str:
+def read_sha256(path: Path) -> str:
+    """The sha256 of a file's bytes, read now."""
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 22), b""):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def file_sha256(path: Path) -> str:
+    """`read_sha256`, read once per path, size and modification time: a file written again in
+    this process (a model retrained, a mask refitted) is read again."""
+    stat = os.stat(path)
+    return _sha256_once(str(path), stat.st_size, stat.st_mtime_ns)
+
+
+@cache
+def _sha256_once(path: str, size: int, mtime_ns: int) -> str:
+    return read_sha256(Path(path))

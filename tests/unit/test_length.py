@@ -355,7 +355,7 @@ def test_a_sections_table_from_few_windows_summarised_again_is_what_a_run_writes
     from pecli.experiments.migrate import resummarize_length
     from pecli.measures.intervals import DIFF_COLUMNS
     from pecli.runs.io import write_csv, write_json
-    from pecli.runs.provenance import file_sha256
+    from pecli.runs.provenance import read_sha256
 
     o = LengthOptions.build({"model": "llama", "lengths": "64", "intervention": "zero",
                              "rope_scaling": "yarn:2", "bootstrap": 100, "buckets": 2}, "t")
@@ -366,7 +366,7 @@ def test_a_sections_table_from_few_windows_summarised_again_is_what_a_run_writes
     section.mkdir()
     before = fresh.drop(columns=list(DIFF_COLUMNS)).assign(ci_low=1.0, ci_high=2.0)  # as once written
     csv = write_csv(before, section / "length.csv")
-    write_json({"table_sha256": file_sha256.__wrapped__(csv)}, section / "length.json")
+    write_json({"table_sha256": read_sha256(csv)}, section / "length.json")
     write_json({"config": {"options": {}}}, section / "done.json")
     assert resummarize_length(csv) and not resummarize_length(csv)
     after = pd.read_csv(csv, dtype=str, keep_default_na=False)

@@ -324,7 +324,7 @@ def test_migrate_summarises_committed_passkey_tables_again(tiny, tmp_path):
 
     from pecli.experiments.migrate import resummarize_passkey
     from pecli.runs.io import write_csv, write_json
-    from pecli.runs.provenance import file_sha256
+    from pecli.runs.provenance import read_sha256
 
     o = PasskeyOptions.build({"model": "llama", "lengths": "64", "depths": "0.5", "trials": 6,
                               "draws": "independent", "intervention": "zero"}, "t")
@@ -335,7 +335,7 @@ def test_migrate_summarises_committed_passkey_tables_again(tiny, tmp_path):
                                      diff_ci_high=lambda d: d["diff_ci_high"].where(d["diff_ci_high"].isna(), 0.5))
     csv = write_csv(stale, section / "passkey.csv")
     write_csv(tables["passkey_trials"], section / "passkey_trials.csv")
-    write_json({"table_sha256": file_sha256.__wrapped__(csv)}, section / "passkey.json")
+    write_json({"table_sha256": read_sha256(csv)}, section / "passkey.json")
     write_json({"config": {"options": {}}}, section / "done.json")  # today's default: the rows say
     before = pd.read_csv(csv, dtype=str, keep_default_na=False)
     assert resummarize_passkey(csv) and not resummarize_passkey(csv)
@@ -345,7 +345,7 @@ def test_migrate_summarises_committed_passkey_tables_again(tiny, tmp_path):
     kept = [c for c in before.columns if c not in ("diff_ci_low", "diff_ci_high")]
     assert after[kept].equals(before[kept])
     meta = json.loads((section / "passkey.json").read_text())
-    assert meta["table_sha256"] == file_sha256.__wrapped__(csv) != meta["resummarized"]["table_sha256_before"]
+    assert meta["table_sha256"] == read_sha256(csv) != meta["resummarized"]["table_sha256_before"]
     write_csv(stale.assign(correct=stale["correct"] + 1), csv)
     with pytest.raises(RuntimeError, match="correct"):
         resummarize_passkey(csv)

@@ -25,9 +25,12 @@ class FakeOptions(Options):
 
 
 def _run(o: FakeOptions):
+    from pecli.models.loading import weights_sha256
+
     CALLS.append({"model": o.model, "limit": o.limit})
+    revision = weights_sha256(Path(o.model)) if Path(o.model).is_dir() else "seed:0"  # as a loaded model's
     rows = [{"experiment": "fake", "metric": "m", "value": o.limit * 0.5 + i, "seed": o.seed, "i": i,
-             **row_provenance()} for i in range(2)]
+             "model_revision": revision, **row_provenance()} for i in range(2)]
     return {"summary": pd.DataFrame(rows)}
 
 
@@ -105,6 +108,40 @@ def test_interrupted_entry_is_redone(fake_experiment, tmp_path):
     (out / "one" / "done.json").unlink()  # as if killed after the tables, before done.json
     run_preset(preset, out, announce=lambda s: None)
     assert len(CALLS) == 2
+
+
+def test_an_entry_whose_local_input_changed_is_run_again(fake_experiment, tmp_path):
+    """A finished entry is trusted only while the local files it read are the ones its results
+    record: done.json's digests, or (finished before done.json kept them) its tables'."""
+    weights = tmp_path / "model" / "model.safetensors"
+    weights.parent.mkdir()
+    weights.write_bytes(b"first weights")
+    preset = load_preset(_write(tmp_path, PRESET.replace("limit: 4", f"limit: 4, model: {weights.parent}")))
+    out, said = tmp_path / "out", []
+    run_preset(preset, out, announce=said.append)
+    done = out / "one" / "done.json"
+    first = json.loads(done.read_text())["inputs"]
+    assert list(first) == [str(weights.parent)] and first[str(weights.parent)].startswith("sha256:")
+    run_preset(preset, out, announce=said.append)
+    assert len(CALLS) == 1 and "skipped" in said[-1]
+
+    weights.write_bytes(b"retrained weights")
+    run_preset(preset, out, announce=said.append)
+    assert len(CALLS) == 2
+    assert f"its input {weights.parent} changed since it ran ({first[str(weights.parent)]} then" in said[-2]
+
+    def finished_before_inputs_were_kept():
+        record = json.loads(done.read_text())
+        del record["inputs"]
+        done.write_text(json.dumps(record))
+
+    finished_before_inputs_were_kept()
+    run_preset(preset, out, announce=said.append)  # its tables record today's weights: trusted
+    assert len(CALLS) == 2 and "inputs" in json.loads(done.read_text())
+    finished_before_inputs_were_kept()
+    weights.write_bytes(b"weights of a third training")
+    run_preset(preset, out, announce=said.append)
+    assert len(CALLS) == 3 and "(not in its tables then" in said[-2]
 
 
 def _listing(tables):

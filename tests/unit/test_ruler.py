@@ -225,7 +225,7 @@ def test_a_sections_table_summarised_again_gains_its_paired_differences(tiny, tm
     from pecli.experiments.migrate import resummarize_ruler
     from pecli.measures.intervals import DIFF_COLUMNS
     from pecli.runs.io import write_csv, write_json
-    from pecli.runs.provenance import file_sha256
+    from pecli.runs.provenance import read_sha256
 
     monkeypatch.setattr("pecli.experiments.ruler.essay", lambda *a: hay)
     o = RulerOptions.build({"model": "tiny", "tasks": "vt,niah_single_1", "lengths": "320",
@@ -236,7 +236,7 @@ def test_a_sections_table_summarised_again_gains_its_paired_differences(tiny, tm
     before = tables["ruler"].drop(columns=list(DIFF_COLUMNS))
     csv = write_csv(before, section / "ruler.csv")
     write_csv(tables["ruler_samples"], section / "ruler_samples.csv")
-    write_json({"table_sha256": file_sha256.__wrapped__(csv)}, section / "ruler.json")
+    write_json({"table_sha256": read_sha256(csv)}, section / "ruler.json")
     write_json({"config": {"options": {"samples": 3}}}, section / "done.json")
     assert resummarize_ruler(csv) and not resummarize_ruler(csv)
     after = pd.read_csv(csv, dtype=str, keep_default_na=False)
@@ -244,7 +244,7 @@ def test_a_sections_table_summarised_again_gains_its_paired_differences(tiny, tm
     assert after.equals(fresh[after.columns]) and set(after.columns) == set(fresh.columns)
     assert (after[after["condition"] == "zero"]["diff_vs_intact"] != "").all()
     meta = json.loads((section / "ruler.json").read_text())
-    assert meta["table_sha256"] == file_sha256.__wrapped__(csv) != meta["resummarized"]["table_sha256_before"]
+    assert meta["table_sha256"] == read_sha256(csv) != meta["resummarized"]["table_sha256_before"]
     write_csv(before.assign(all_right=before["all_right"] + 1), csv)
     with pytest.raises(RuntimeError, match="all_right"):
         resummarize_ruler(csv)
