@@ -112,6 +112,8 @@ def changed_inputs(entry: Entry, record: dict, folder: Path) -> str:
         tables = ""
         for file in record["tables"].values():
             path = folder / file
+            if now and not path.exists():
+                return f"its table {file} is missing"
             opener = gzip.open if path.suffix == ".gz" else open
             with opener(path, "rt", encoding="utf-8") as f:
                 tables += f.read()

@@ -142,6 +142,10 @@ def test_an_entry_whose_local_input_changed_is_run_again(fake_experiment, tmp_pa
     weights.write_bytes(b"weights of a third training")
     run_preset(preset, out, announce=said.append)
     assert len(CALLS) == 3 and "(not in its tables then" in said[-2]
+    finished_before_inputs_were_kept()
+    (out / "one" / "summary.csv").unlink()  # nothing to check the weights against: run again
+    run_preset(preset, out, announce=said.append)
+    assert len(CALLS) == 4 and "its table summary.csv is missing" in said[-2]
 
 
 def _listing(tables):
