@@ -98,13 +98,12 @@ def local_inputs(options: dict) -> dict[str, str]:
     return found
 
 
-def changed_inputs(entry: Entry, record: dict, folder: Path) -> str:
-    """Why a finished entry's results no longer hold ('' while they do): a local input whose
-    digest is not the one done.json keeps, or, for an entry finished before done.json kept
-    them, not one its tables recorded."""
+def changed_inputs(now: dict[str, str], record: dict, folder: Path) -> str:
+    """Why a finished entry's results no longer hold ('' while they do): a local input (`now`,
+    `local_inputs`) whose digest is not the one done.json keeps, or, for an entry finished
+    before done.json kept them, not one its tables recorded."""
     import gzip
 
-    now = local_inputs(entry.options)
     if "inputs" in record:
         then = record["inputs"]
         changed = [name for name, digest in now.items() if then.get(name) != digest]
@@ -188,12 +187,13 @@ def _run_entries(preset: Preset, out: Path, owner: dict, force: bool,
         start = time.perf_counter()
         record = json.loads(done.read_text()) if not force and done.exists() else {}
         finished = record.get("key") in entry.keys(exp.version)
-        stale = changed_inputs(entry, record, folder) if finished else ""
+        inputs = local_inputs(entry.options)  # what it reads, before any run
+        stale = changed_inputs(inputs, record, folder) if finished else ""
         if stale:
             announce(f"[{n}/{len(preset.entries)}] {entry.id}: {stale}; running it again")
         elif finished:
             if record["key"] != key or "inputs" not in record:  # saved before a renaming, or before inputs were kept
-                write_json({**record, "key": key, "inputs": local_inputs(entry.options)}, done)
+                write_json({**record, "key": key, "inputs": inputs}, done)
             announce(f"[{n}/{len(preset.entries)}] {entry.id}: done before (key {key}), skipped")
             tables = {name: folder / file for name, file in record["tables"].items()}
             figures = _redrawn(exp, tables, [_figure_path(p, out) for p in record["figures"]],
@@ -203,7 +203,6 @@ def _run_entries(preset: Preset, out: Path, owner: dict, force: bool,
             continue
         announce(f"[{n}/{len(preset.entries)}] {entry.id}: {entry.experiment} {entry.options}")
         done.unlink(missing_ok=True)
-        inputs = local_inputs(entry.options)  # before the run: what it reads
         config = {"preset": preset.name, "entry": entry.id, "experiment": entry.experiment,
                   "experiment_version": exp.version, "key": key, "options": entry.options}
         with RunOutput(out, owner) as output:  # the entry's tables and figures arrive together or not at all
