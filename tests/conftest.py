@@ -46,6 +46,15 @@ def shared_data() -> Path:
     return SHARED_DATA
 
 
+@pytest.fixture
+def imdb_revision(shared_data) -> dict[str, str]:
+    """Each IMDB split's data_revision as rows record it, computed here from the file."""
+    import hashlib
+
+    return {split: "sha256:" + hashlib.sha256((shared_data / "imdb" / f"{split}.parquet")
+                                              .read_bytes()).hexdigest()[:16] for split in ("train", "test")}
+
+
 def _installed(alias: str) -> bool:
     from pecli.models.sources import ALIASES, package_dir
 

@@ -120,9 +120,11 @@ def _seeds(o: FinetuneOptions) -> list[int]:
     return [o.seed + k for k in range(o.seeds)]
 
 
-def _common(o, loaded, data, task: str) -> dict:
+def _common(o, loaded, data, train, task: str) -> dict:
+    """Every row's provenance: the test data it is scored on, the training data's digest."""
     return {"experiment": "finetune", "task": task, **row_provenance(), **loaded.provenance(),
-            **data.provenance(), "max_length": o.max_length, "train_limit": o.train_limit,
+            **data.provenance(), "train_data_revision": train.revision,
+            "max_length": o.max_length, "train_limit": o.train_limit,
             "lr": o.lr, "seeds": o.seeds, "seed": o.seed}
 
 
@@ -160,7 +162,7 @@ def _encoder(o: FinetuneOptions, loaded, conds, say) -> pd.DataFrame:
     ytr, yte = np.asarray(train.labels()), np.asarray(test.labels())
     batch = o.batch or DEFAULT_BATCH["encoder"]
     method = "full fine-tuning" if o.train_layers is None else f"last {o.train_layers} layers"
-    common = {**_common(o, loaded, test, "sentiment"), "tokens": sum(map(len, te.ids)),
+    common = {**_common(o, loaded, test, train, "sentiment"), "tokens": sum(map(len, te.ids)),
               "train_rows": len(tr.ids), "test_rows": len(te.ids),
               "train_truncated": tr.truncated, "test_truncated": te.truncated,
               "classifier": "linear head on the mean-pooled final hidden state",
@@ -293,7 +295,7 @@ def _lm(o: FinetuneOptions, loaded, conds, say) -> pd.DataFrame:
         with torch.inference_mode():
             return [n for n in score_windows(loaded, prepared.windows) if n.numel()]
 
-    common = {**_common(o, loaded, test, "language modelling"), "tokens": prepared.tokens,
+    common = {**_common(o, loaded, test, train, "language modelling"), "tokens": prepared.tokens,
               "train_rows": len(seqs), "truncated": prepared.truncated, "steps": o.steps,
               "batch": batch, "fine_tuning": "full fine-tuning (position table frozen)",
               "start_token": prepared.start_token}

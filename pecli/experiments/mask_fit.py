@@ -85,8 +85,8 @@ def run(options: MaskFitOptions, announce: Callable[[str], None] | None = None,
     name = mask.save(folder / FILE_NAME)
     common = {"experiment": "mask-fit", "seed": o.seed, **row_provenance(), **loaded.provenance(),
               "form": o.form.name, "fitted_parameters": mask.parameters, "mask_file": name,
-              "max_length": max_length, "train_rows": len(seqs), "train_data_sha256":
-              train.provenance().get("data_sha256", "")}
+              "max_length": max_length, "train_rows": len(seqs), "train_data_revision":
+              train.revision}
     rows = []
     for data in held_out:
         say(f"judging on {data.dataset}/{data.split} ({len(data.texts())} held-out texts)")

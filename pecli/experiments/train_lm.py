@@ -217,13 +217,12 @@ def _run(schemes, o, data_dir, save_dir, model_out, progress, n_threads) -> dict
               "width": o["width"], "heads": o["heads"], "threads": n_threads,
               "train_tokens_available": len(train_stream), "train_reviews": len(train_texts),
               "tokenizer_seconds": tokenizer_seconds}
-    test_prov = {**test_data.provenance(), "split": "test"}
+    test_prov, train_prov = {**test_data.provenance(), "split": "test"}, train_data.provenance()
     ppl_rows = _baseline_rows(train_stream, windows, vocab_size,
-                              {**common, **test_prov,
-                               "model_revision": train_data.provenance()["data_revision"]})
+                              {**common, **test_prov, "model_revision": train_prov["data_revision"]})
     seeds = [o["seed"] + k for k in range(o["seeds"])]
-    jobs = [(scheme, seed, o, tok, train_stream, windows, common, test_prov, save_dir, model_out,
-             data_dir) for scheme in schemes for seed in seeds]
+    jobs = [(scheme, seed, o, tok, train_stream, windows, common, test_prov, train_prov, save_dir,
+             model_out, data_dir) for scheme in schemes for seed in seeds]
     if o["workers"] > 1:
         from pecli.measures.training import run_jobs
 
@@ -284,8 +283,8 @@ def _tables(ppl_rows: list[dict], results: list[dict]) -> dict[str, pd.DataFrame
     return tables
 
 
-def _train_one(scheme, seed, o, tok, train_stream, windows, common, test_prov, save_dir,
-               model_out, data_dir, progress=None) -> dict[str, list]:
+def _train_one(scheme, seed, o, tok, train_stream, windows, common, test_prov, train_prov,
+               save_dir, model_out, data_dir, progress=None) -> dict[str, list]:
     """One model of `scheme` trained with `seed`: its rows."""
     from pecli.measures.training import (
         FAMILY,
@@ -302,7 +301,7 @@ def _train_one(scheme, seed, o, tok, train_stream, windows, common, test_prov, s
     base = {**common, "seed": seed, "model": f"lm-{scheme}", "model_id": f"train-lm:{scheme}",
             "model_revision": f"seed:{seed}", "random_init": False, "family": FAMILY[scheme],
             "pe": scheme, "parameters": count_parameters(model)}
-    curve = _Curve(model, windows[:32], {**base, **test_prov}, o,  # the curve's fixed test windows
+    curve = _Curve(model, windows[:32], {**base, **test_prov}, train_prov, o,  # the curve's fixed test windows
                    scheme if o["seeds"] == 1 else f"{scheme} seed {seed}", progress)
     batches = window_batches(train_stream, o["context"], o["batch"], seed)
     if scheme == "randomized":
@@ -340,8 +339,8 @@ class _Curve:
     """The learning curve of one model: every `eval_every` steps (and at the last), the mean
     training loss since the last point and the loss on the curve's fixed test windows."""
 
-    def __init__(self, model, windows, base: dict, o: dict, label: str, progress):
-        self.model, self.windows, self.base, self.o = model, windows, base, o
+    def __init__(self, model, windows, base: dict, train: dict, o: dict, label: str, progress):
+        self.model, self.windows, self.base, self.train, self.o = model, windows, base, train, o
         self.label, self.progress = label, progress
         self.recent: list[float] = []
         self.rows: list[dict] = []
@@ -356,8 +355,8 @@ class _Curve:
             c_nll, c_n = window_nll(self.model, self.windows)
             self.model.train()
             row = {**self.base, "step": step + 1, "tokens": c_n}
-            self.rows.append({**row, "metric": "train_loss", "value": float(np.mean(self.recent)),
-                              "split": "train", "tokens": None,  # not an evaluation
+            self.rows.append({**row, **self.train, "metric": "train_loss",  # the training data's provenance
+                              "value": float(np.mean(self.recent)), "tokens": None,  # not an evaluation
                               "train_tokens": len(self.recent) * o["batch"] * o["context"]})
             self.rows.append({**row, "metric": "eval_loss", "value": c_nll / c_n,
                               "curve_windows": len(self.windows)})

@@ -13,13 +13,15 @@ import pytest
 TINY = "models/tiny-gpt2-imdb"
 
 
-def test_lm_recovery_and_its_checkpoint(invoke, shared_data, tmp_path):
+def test_lm_recovery_and_its_checkpoint(invoke, shared_data, imdb_revision, tmp_path):
     out, models = tmp_path / "ft", tmp_path / "models"
     r = invoke("finetune", TINY, "--intervention", "zero", "--steps", "4", "--eval-every", "2",
                "--seeds", "2", "--train-limit", "16", "--limit", "6", "--batch", "4",
                "--lr", "1e-3", "--model-out", str(models), "--out", str(out))
     assert r.exit_code == 0, r.output
     df = pd.read_csv(out / "recovery.csv")
+    assert (df["data_revision"] == imdb_revision["test"]).all()  # scored on the test split,
+    assert (df["train_data_revision"] == imdb_revision["train"]).all()  # trained on the train split
     curve = df[(df["metric"] == "perplexity") & (df["seed_run"] == 0)].sort_values("step")
     assert curve["step"].tolist() == [0, 2, 4]
     intact = df[df["metric"] == "intact_perplexity"]["value"].item()

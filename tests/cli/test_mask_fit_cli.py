@@ -11,7 +11,7 @@ import pytest
 TINY = "models/tiny-gpt2-imdb"
 
 
-def test_fit_save_reuse(invoke, shared_data, tmp_path):
+def test_fit_save_reuse(invoke, shared_data, imdb_revision, tmp_path):
     out = tmp_path / "fit"
     r = invoke("mask", "fit", TINY, "--form", "slope", "--steps", "3", "--batch", "4",
                "--train-limit", "8", "--limit", "6", "--max-length", "64", "--bootstrap", "100",
@@ -29,6 +29,7 @@ def test_fit_save_reuse(invoke, shared_data, tmp_path):
         "intact", "no positions", "linear (legacy)", "linear (boolean)", "linear (log-bias)",
         "linear (scale)", "alibi (log-bias)", "fitted (log-bias)"]
     assert set(df["dataset"]) == {"imdb", "truthfulqa"} and set(df["split"]) == {"test", "validation"}
+    assert (df["train_data_revision"] == imdb_revision["train"]).all()  # fitted on the train split
     fitted = df[df["condition"] == "fitted (log-bias)"]
     assert (fitted["parameters"] == 4).all() and (fitted["mask"] == name).all()  # 4 heads, a slope each
     for _, part in df.groupby("dataset"):  # gap closed, literally, from the rows' perplexities

@@ -38,7 +38,7 @@ def test_toy_rejects_unknown_scheme_and_bad_probe(tmp_path):
     assert res.exit_code == 1 and "--probe" in res.output
 
 
-def test_train_lm_tiny(tmp_path, shared_data):
+def test_train_lm_tiny(tmp_path, shared_data, imdb_revision):
     from pecli.models.loading import load_model
 
     out = tmp_path / "lm"
@@ -67,6 +67,11 @@ def test_train_lm_tiny(tmp_path, shared_data):
     assert tokens.nunique() == 1  # the unigram is scored on the same tokens
     curve = pd.read_csv(out / "curve.csv")
     assert sorted(curve[curve.pe == "learned"].step.unique()) == [1, 2]
+    # each curve row names the data it was computed on: training loss on the train split,
+    # evaluation loss on the test split, each with its own file's digest
+    assert (curve.data_revision == curve.split.map(imdb_revision)).all()
+    assert set(curve[curve.metric == "train_loss"].split) == {"train"}
+    assert set(curve[curve.metric == "eval_loss"].split) == {"test"}
     assert (out / "figures" / "train_lm_curve.png").exists()
     assert (out / "figures" / "train_lm_perplexity.png").exists()
     assert (out / "models" / "learned-seed1" / "config.json").exists()
