@@ -3,7 +3,7 @@
 Results of an entry live in `<out>/<entry id>/` and count as done only when its
 `done.json` (written last, atomically) carries the key of the entry's full configuration;
 a rerun skips done entries, so an interruption loses at most the entry in flight, and
-runs again one whose local inputs (a model folder, a fitted mask) changed since.
+runs again one whose local inputs (a model folder, a fitted mask) or data files changed since.
 """
 
 from __future__ import annotations
@@ -122,6 +122,53 @@ def changed_inputs(now: dict[str, str], record: dict, folder: Path) -> str:
                      f"{now[name]} now)" for name in changed)
 
 
+def local_data(root: Path | None) -> dict[str, str]:
+    """Every dataset file of the data directory `root` (its layout, e.g. imdb/test.parquet),
+    with the digest a row's `data_revision` gives it; none where the data come from the hub."""
+    from pecli.data.datasets import DATASETS
+    from pecli.runs.provenance import file_sha256
+
+    if root is None:
+        return {}
+    files = sorted({spec.local_files(split) for spec in DATASETS.values() for split in spec.splits})
+    return {f: "sha256:" + file_sha256(root / f)[:16] for f in files if (root / f).is_file()}
+
+
+def data_read(frames, files: dict[str, str]) -> dict[str, str]:
+    """The data files (`local_data`) whose digest the frames' rows record in a `*data_revision`
+    column (the data scored, a training split, a haystack, RULER's qa items): what a section read."""
+    recorded: set[str] = set()
+    for frame in frames:
+        for column in (c for c in frame.columns if str(c).endswith("data_revision")):
+            recorded |= set(frame[column].dropna().astype(str))
+    return {name: digest for name, digest in files.items() if digest in recorded}
+
+
+def _tables_data(record: dict, folder: Path, files: dict[str, str]) -> dict[str, str]:
+    """`data_read` of a finished section's tables (for one finished before done.json kept it)."""
+    frames = (pd.read_csv(folder / f, dtype=str, usecols=lambda c: str(c).endswith("data_revision"))
+              for f in record["tables"].values() if (folder / f).exists())
+    return data_read(frames, files)
+
+
+def changed_data(record: dict, files: dict[str, str]) -> str:
+    """Why a finished section's results no longer hold for the data directory's files now
+    (`files`, `local_data`): one it read (done.json's `data`) whose digest changed."""
+    then = record.get("data", {})
+    return "; ".join(f"its data {name} changed since it ran ({digest} then, {files[name]} now)"
+                     for name, digest in then.items() if name in files and files[name] != digest)
+
+
+def _data_root(options: dict) -> Path | None:
+    from pecli.data.datasets import data_dir
+    from pecli.runs.errors import DataError
+
+    try:
+        return data_dir(options.get("data_dir"))
+    except DataError:  # a section that reads data stopped at preflight; others read none
+        return None
+
+
 def preflight(preset: Preset) -> None:
     """Fail in seconds, before any computation, naming every missing model and dataset (the
     names, types and ranges were checked when the preset's options objects were built)."""
@@ -188,12 +235,17 @@ def _run_entries(preset: Preset, out: Path, owner: dict, force: bool,
         record = json.loads(done.read_text()) if not force and done.exists() else {}
         finished = record.get("key") in entry.keys(exp.version)
         inputs = local_inputs(entry.options)  # what it reads, before any run
-        stale = changed_inputs(inputs, record, folder) if finished else ""
+        files = local_data(_data_root(entry.options))
+        if finished and "data" not in record and files:  # finished before done.json kept its data
+            record = {**record, "data": _tables_data(record, folder, files)}
+        stale = "; ".join(filter(None, [changed_inputs(inputs, record, folder),
+                                        changed_data(record, files)])) if finished else ""
         if stale:
             announce(f"[{n}/{len(preset.entries)}] {entry.id}: {stale}; running it again")
         elif finished:
-            if record["key"] != key or "inputs" not in record:  # saved before a renaming, or before inputs were kept
-                write_json({**record, "key": key, "inputs": inputs}, done)
+            kept = {**record, "key": key, "inputs": inputs}
+            if kept != json.loads(done.read_text()):  # a renaming, or inputs or data kept from now on
+                write_json(kept, done)
             announce(f"[{n}/{len(preset.entries)}] {entry.id}: done before (key {key}), skipped")
             tables = {name: folder / file for name, file in record["tables"].items()}
             figures = _redrawn(exp, tables, [_figure_path(p, out) for p in record["figures"]],
@@ -214,6 +266,7 @@ def _run_entries(preset: Preset, out: Path, owner: dict, force: bool,
                                            figures_dir=f"figures/{entry.id}", companions=exp.companions)
         seconds = round(time.perf_counter() - start, 1)  # as done.json keeps it: a rerun's REPORT is the same
         write_json({**run_meta(config), "key": key, "inputs": inputs,
+                    "data": data_read(frames.values(), files),
                     "tables": {n: p.name for n, p in tables.items()},
                     "seconds": seconds,
                     "figures": [Path(os.path.relpath(p, out)).as_posix() for p in figures]}, done)

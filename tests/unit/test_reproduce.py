@@ -1,12 +1,14 @@
 """Presets and the resumable runner, driven by a fake experiment registered like a real one."""
 
 import dataclasses
+import hashlib
 import json
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from pecli.data.datasets import load_data
 from pecli.experiments import EXPERIMENTS, Experiment
 from pecli.experiments.reproduce import load_preset, run_preset
 from pecli.runs.errors import ConfigError
@@ -22,6 +24,7 @@ class FakeOptions(Options):
     limit: int = option(3, low=1)
     seed: int = option(0, low=0)
     device: str = "cpu"
+    data_dir: str | None = None  # read IMDB's test split from it (the data's provenance in the rows)
 
 
 def _run(o: FakeOptions):
@@ -29,8 +32,9 @@ def _run(o: FakeOptions):
 
     CALLS.append({"model": o.model, "limit": o.limit})
     revision = weights_sha256(Path(o.model)) if Path(o.model).is_dir() else "seed:0"  # as a loaded model's
+    data = load_data("imdb", "test", data_dir_=o.data_dir).provenance() if o.data_dir else {}
     rows = [{"experiment": "fake", "metric": "m", "value": o.limit * 0.5 + i, "seed": o.seed, "i": i,
-             "model_revision": revision, **row_provenance()} for i in range(2)]
+             "model_revision": revision, **data, **row_provenance()} for i in range(2)]
     return {"summary": pd.DataFrame(rows)}
 
 
@@ -146,6 +150,42 @@ def test_an_entry_whose_local_input_changed_is_run_again(fake_experiment, tmp_pa
     (out / "one" / "summary.csv").unlink()  # nothing to check the weights against: run again
     run_preset(preset, out, announce=said.append)
     assert len(CALLS) == 4 and "its table summary.csv is missing" in said[-2]
+
+
+def test_an_entry_whose_data_file_changed_is_run_again(fake_experiment, tmp_path):
+    """A finished entry is trusted only while the data files its rows name (by digest) are
+    the data directory's files now: done.json's `data`, or its tables' for one finished before."""
+    test = tmp_path / "data" / "imdb" / "test.parquet"
+    test.parent.mkdir(parents=True)
+    (test.parent / "train.parquet").write_bytes(b"not read by the entry")
+
+    def write(texts):
+        pd.DataFrame({"text": texts, "label": [0] * len(texts)}).to_parquet(test)
+        return "sha256:" + hashlib.sha256(test.read_bytes()).hexdigest()[:16]
+
+    first = write(["a review", "another review"])
+    preset = load_preset(_write(tmp_path, PRESET.replace("limit: 4", f"limit: 4, data_dir: {test.parents[1]}")))
+    out, said = tmp_path / "out", []
+    run_preset(preset, out, announce=said.append)
+    done = out / "one" / "done.json"
+    assert json.loads(done.read_text())["data"] == {"imdb/test.parquet": first}  # not train: not read
+    run_preset(preset, out, announce=said.append)
+    assert len(CALLS) == 1 and "skipped" in said[-1]
+
+    second = write(["a review", "a corrected review"])
+    run_preset(preset, out, announce=said.append)
+    assert len(CALLS) == 2
+    assert f"its data imdb/test.parquet changed since it ran ({first} then, {second} now)" in said[-2]
+    assert json.loads(done.read_text())["data"] == {"imdb/test.parquet": second}
+
+    record = json.loads(done.read_text())
+    del record["data"]  # finished before done.json kept its data: its tables name the file
+    done.write_text(json.dumps(record))
+    run_preset(preset, out, announce=said.append)
+    assert len(CALLS) == 2 and json.loads(done.read_text())["data"] == {"imdb/test.parquet": second}
+    write(["a third version"])
+    run_preset(preset, out, announce=said.append)
+    assert len(CALLS) == 3 and f"({second} then" in said[-2]
 
 
 def _listing(tables):
