@@ -85,14 +85,13 @@ def local_inputs(options: dict) -> dict[str, str]:
     record: a model folder's weights (`model_revision`), a fitted mask (`PATH#sha256:D`), a
     haystack file."""
     from pecli.models.loading import weights_sha256
-    from pecli.runs.names import HASH_MARK
+    from pecli.runs.names import mask_path
     from pecli.runs.provenance import file_sha256
 
     found = {name: weights_sha256(Path(path)) for name, path in
              zip(_models_of(options), _models_of(located(options)), strict=True) if Path(path).is_dir()}
     masks = options.get("mask")
-    files = [str(m).removeprefix("file:").partition(HASH_MARK)[0]
-             for m in (masks if isinstance(masks, list) else [masks] if masks else [])]
+    files = [mask_path(str(m)) for m in (masks if isinstance(masks, list) else [masks] if masks else [])]
     files += [options["haystack"]] if isinstance(options.get("haystack"), str) else []
     found |= {f: "sha256:" + file_sha256(Path(f))[:16] for f in files if Path(f).is_file()}
     return found

@@ -435,6 +435,11 @@ def _is_file(text: str) -> bool:
     return text.endswith(".json") or os.path.isfile(text)
 
 
+def mask_path(text: str) -> str:
+    """The file a mask file's name reads: `PATH`, `file:PATH` or `file:PATH#sha256:DIGEST` -> PATH."""
+    return text.removeprefix(f"{MASK_FILE.name}:").partition(HASH_MARK)[0]
+
+
 def mask_file(text: str) -> Choice:
     """`PATH`, `file:PATH` or `file:PATH#sha256:DIGEST` -> Choice(MASK_FILE, "PATH#sha256:DIGEST").
 
@@ -508,5 +513,5 @@ def mask_file_fields(choice: Choice) -> dict:
     """The `form`, `heads` and `semantics` of a mask file (a Choice mask_file gave)."""
     import json
 
-    raw = json.loads(open(choice.argument.partition(HASH_MARK)[0], "rb").read())  # noqa: SIM115
+    raw = json.loads(open(mask_path(choice.argument), "rb").read())  # noqa: SIM115
     return {"form": raw["form"], "heads": raw["heads"], "semantics": raw.get("semantics", "log-bias")}
