@@ -132,11 +132,11 @@ def lm_curve(csv: Path, out: Path, perplexity_csv: Path | None = None) -> Path:
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("training step")
     ax.set_ylabel("loss (nats per token)")
-    first = df.iloc[0]
-    ax.set_title(f"small causal LMs on {first['dataset']} per position scheme: loss by step\n"
-                 f"{int(first['layers'])} layers x {int(first['width'])}, context "
-                 f"{int(first['context'])}, {first['tokenizer']} tokenizer "
-                 f"({int(first['vocab_size'])}); held-out: {int(first['rows'])} test reviews",
+    held_out = df[df.metric == "eval_loss"].iloc[0]  # a train_loss row names the training data
+    ax.set_title(f"small causal LMs on {held_out['dataset']} per position scheme: loss by step\n"
+                 f"{int(held_out['layers'])} layers x {int(held_out['width'])}, context "
+                 f"{int(held_out['context'])}, {held_out['tokenizer']} tokenizer "
+                 f"({int(held_out['vocab_size'])}); held-out: {int(held_out['rows'])} test reviews",
                  fontsize=9)
     ax.legend(fontsize=7, ncol=2)
     return save(fig, out)

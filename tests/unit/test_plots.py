@@ -201,6 +201,17 @@ def test_one_point_learning_curve_gets_an_axis_from_zero(captured, tmp_path):
     assert low == 0 and 20 < high < 30
 
 
+def test_learning_curve_title_counts_the_held_out_texts_not_the_training_ones(captured, tmp_path):
+    rows = {"train_loss": 2000, "eval_loss": 50}  # each row names the data it was computed on
+    curve = pd.DataFrame([dict(pe="learned", metric=m, step=20, value=1.0, dataset="imdb", layers=1,
+                               width=8, context=16, tokenizer="bpe", vocab_size=300, rows=n)
+                          for m, n in rows.items()])
+    csv = tmp_path / "curve.csv"
+    curve.to_csv(csv, index=False)
+    training.lm_curve(csv, tmp_path / "c.png")
+    assert "held-out: 50 test reviews" in captured[0].axes[0].get_title()
+
+
 def _two_line_figure():
     import matplotlib.pyplot as plt
 
