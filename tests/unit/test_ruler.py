@@ -460,3 +460,39 @@ def test_the_committed_single_needle_past_the_context_against_other_cells():
     assert f"{d:.2f} [{low:.2f}, {high:.2f}] fewer" in " ".join(finding.split())
     d, low, high = independent_proportion_difference(*single, *inside)
     assert f"{d:+.2f} [{low:+.2f}, {high:+.2f}]" in " ".join(notes.split())
+
+
+def test_the_committed_single_needle_remedies_against_selfextend_and_the_multikey_needle():
+    """ruler-smollm2-past-single-remedies' notes compare STRING and DCA with Self-Extend, run in
+    another section on the same 20 prompts (checked here): Newcombe's interval for paired
+    proportions, sample by sample; and with the same remedy on the multi-key needle (other
+    samples: the interval for independent proportions). Computed from the committed samples."""
+    from pathlib import Path
+
+    import pandas as pd
+
+    from pecli.experiments.reproduce import load_preset
+    from pecli.measures.intervals import independent_proportion_difference, paired_proportion_difference
+
+    out = Path(__file__).resolve().parents[2] / "results" / "offline"
+
+    def cells(section):
+        s = pd.read_csv(out / section / "ruler_samples.csv", keep_default_na=False, dtype=str)
+        return {c: part.assign(sample=part["sample"].astype(int)).sort_values("sample").reset_index(drop=True)
+                for c, part in s.groupby("condition")}
+
+    new, single = cells("ruler-smollm2-past-single-remedies"), cells("ruler-smollm2-past-single")
+    assert new["intact"].prompt.tolist() == single["intact"].prompt.tolist()  # the same 20 prompts
+    assert new["intact"].output.tolist() == single["intact"].output.tolist()  # prediction (1)
+    selfextend = single["selfextend:4:2048"].value.astype(float).to_numpy()
+    keys = pd.read_csv(out / "ruler-smollm2-past-remedies" / "ruler.csv").set_index("condition")
+    notes = " ".join(next(e.study_notes for e in load_preset("offline").entries
+                          if e.id == "ruler-smollm2-past-single-remedies").split())
+    for condition in ("string:8192", "dca:8192"):
+        right = new[condition].value.astype(float).to_numpy()
+        d, low, high = paired_proportion_difference(right, selfextend)
+        assert f"{d:+.2f} [{low:+.2f}, {high:+.2f}]" in notes, condition
+        d, low, high = independent_proportion_difference(int(right.sum()), len(right),
+                                                         int(keys.loc[condition, "all_right"]),
+                                                         int(keys.loc[condition, "samples"]))
+        assert f"{d:+.2f} [{low:+.2f}, {high:+.2f}]" in notes, condition
