@@ -472,7 +472,10 @@ def test_the_committed_single_needle_remedies_against_selfextend_and_the_multike
     import pandas as pd
 
     from pecli.experiments.reproduce import load_preset
-    from pecli.measures.intervals import independent_proportion_difference, paired_proportion_difference
+    from pecli.measures.intervals import (
+        independent_proportion_difference,
+        paired_proportion_difference,
+    )
 
     out = Path(__file__).resolve().parents[2] / "results" / "offline"
 
