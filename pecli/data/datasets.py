@@ -268,7 +268,7 @@ def subset(frame: pd.DataFrame, limit: int | None, seed: int, label: str | None,
 
 
 def _load_local(spec: DatasetSpec, root: Path, split: str) -> TextData:
-    from pecli.runs.provenance import file_sha256
+    from pecli.runs.provenance import file_revision
 
     file = root / spec.local_files(split)
     if not file.exists():
@@ -277,7 +277,7 @@ def _load_local(spec: DatasetSpec, root: Path, split: str) -> TextData:
             f"(expected {spec.local_files(split)}, the layout of shared/data)"
         )
     frame = spec.local(root, split)
-    return TextData(frame, spec.name, split, "local", "sha256:" + file_sha256(file)[:16],
+    return TextData(frame, spec.name, split, "local", file_revision(file),
                     spec.text_field, spec.label_field, len(frame))
 
 

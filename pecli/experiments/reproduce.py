@@ -86,14 +86,14 @@ def local_inputs(options: dict) -> dict[str, str]:
     haystack file."""
     from pecli.models.loading import weights_sha256
     from pecli.runs.names import mask_path
-    from pecli.runs.provenance import file_sha256
+    from pecli.runs.provenance import file_revision
 
     found = {name: weights_sha256(Path(path)) for name, path in
              zip(_models_of(options), _models_of(located(options)), strict=True) if Path(path).is_dir()}
     masks = options.get("mask")
     files = [mask_path(str(m)) for m in (masks if isinstance(masks, list) else [masks] if masks else [])]
     files += [options["haystack"]] if isinstance(options.get("haystack"), str) else []
-    found |= {f: "sha256:" + file_sha256(Path(f))[:16] for f in files if Path(f).is_file()}
+    found |= {f: file_revision(Path(f)) for f in files if Path(f).is_file()}
     return found
 
 
@@ -125,12 +125,12 @@ def local_data(root: Path | None) -> dict[str, str]:
     """Every dataset file of the data directory `root` (its layout, e.g. imdb/test.parquet),
     with the digest a row's `data_revision` gives it; none where the data come from the hub."""
     from pecli.data.datasets import DATASETS
-    from pecli.runs.provenance import file_sha256
+    from pecli.runs.provenance import file_revision
 
     if root is None:
         return {}
     files = sorted({spec.local_files(split) for spec in DATASETS.values() for split in spec.splits})
-    return {f: "sha256:" + file_sha256(root / f)[:16] for f in files if (root / f).is_file()}
+    return {f: file_revision(root / f) for f in files if (root / f).is_file()}
 
 
 def data_read(frames, files: dict[str, str]) -> dict[str, str]:
@@ -231,8 +231,8 @@ def _run_entries(preset: Preset, out: Path, owner: dict, force: bool,
         folder = out / entry.id
         done = folder / "done.json"
         start = time.perf_counter()
-        record = json.loads(done.read_text()) if not force and done.exists() else {}
-        finished = record.get("key") in entry.keys(exp.version)
+        saved = json.loads(done.read_text()) if not force and done.exists() else {}
+        record, finished = saved, saved.get("key") in entry.keys(exp.version)
         inputs = local_inputs(entry.options)  # what it reads, before any run
         files = local_data(_data_root(entry.options))
         if finished and "data" not in record and files:  # finished before done.json kept its data
@@ -243,7 +243,7 @@ def _run_entries(preset: Preset, out: Path, owner: dict, force: bool,
             announce(f"[{n}/{len(preset.entries)}] {entry.id}: {stale}; running it again")
         elif finished:
             kept = {**record, "key": key, "inputs": inputs}
-            if kept != json.loads(done.read_text()):  # a renaming, or inputs or data kept from now on
+            if kept != saved:  # a renaming, or inputs or data kept from now on
                 write_json(kept, done)
             announce(f"[{n}/{len(preset.entries)}] {entry.id}: done before (key {key}), skipped")
             tables = {name: folder / file for name, file in record["tables"].items()}

@@ -37,7 +37,7 @@ from pecli.models.tokenizers import (
 )
 from pecli.runs.errors import DeviceError, ModelError, PecliError
 from pecli.runs.hub import hub_reachable
-from pecli.runs.provenance import file_sha256
+from pecli.runs.provenance import file_revision
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -113,7 +113,7 @@ def weights_sha256(folder: Path) -> str:
     files = sorted(folder.glob("*.safetensors")) or sorted(folder.glob("*.bin"))
     if not files:
         return "unknown"
-    return "sha256:" + file_sha256(files[0])[:16]
+    return file_revision(files[0])
 
 
 # --- loading ------------------------------------------------------------------------

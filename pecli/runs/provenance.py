@@ -90,6 +90,12 @@ def file_sha256(path: Path) -> str:
     return _sha256_once(str(path), stat.st_size, stat.st_mtime_ns)
 
 
+def file_revision(path: Path) -> str:
+    """A local file's revision as rows record it (`data_revision`, a model folder's weights):
+    `sha256:` and the first 16 hex digits of `file_sha256`."""
+    return "sha256:" + file_sha256(path)[:16]
+
+
 @cache
 def _sha256_once(path: str, size: int, mtime_ns: int) -> str:
     return read_sha256(Path(path))
