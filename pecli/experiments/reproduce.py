@@ -97,28 +97,12 @@ def local_inputs(options: dict) -> dict[str, str]:
     return found
 
 
-def changed_inputs(now: dict[str, str], record: dict, folder: Path) -> str:
+def changed_inputs(now: dict[str, str], record: dict) -> str:
     """Why a finished entry's results no longer hold ('' while they do): a local input (`now`,
-    `local_inputs`) whose digest is not the one done.json keeps, or, for an entry finished
-    before done.json kept them, not one its tables recorded."""
-    import gzip
-
-    if "inputs" in record:
-        then = record["inputs"]
-        changed = [name for name, digest in now.items() if then.get(name) != digest]
-    else:
-        tables = ""
-        for file in record["tables"].values():
-            path = folder / file
-            if now and not path.exists():
-                return f"its table {file} is missing"
-            opener = gzip.open if path.suffix == ".gz" else open
-            with opener(path, "rt", encoding="utf-8") as f:
-                tables += f.read()
-        then = {}
-        changed = [name for name, digest in now.items() if digest.removeprefix("sha256:") not in tables]
+    `local_inputs`) whose digest is not the one its record (`as_recorded`) keeps."""
+    then = record["inputs"]
     return "; ".join(f"its input {name} changed since it ran ({then.get(name, 'not in its tables')} then, "
-                     f"{now[name]} now)" for name in changed)
+                     f"{digest} now)" for name, digest in now.items() if then.get(name) != digest)
 
 
 def local_data(root: Path | None) -> dict[str, str]:
@@ -143,11 +127,25 @@ def data_read(frames, files: dict[str, str]) -> dict[str, str]:
     return {name: digest for name, digest in files.items() if digest in recorded}
 
 
-def _tables_data(record: dict, folder: Path, files: dict[str, str]) -> dict[str, str]:
-    """`data_read` of a finished section's tables (for one finished before done.json kept it)."""
-    frames = (pd.read_csv(folder / f, dtype=str, usecols=lambda c: str(c).endswith("data_revision"))
-              for f in record["tables"].values() if (folder / f).exists())
-    return data_read(frames, files)
+def as_recorded(record: dict, folder: Path, inputs: dict[str, str], files: dict[str, str]) -> dict | str:
+    """A finished section's done.json with the local inputs and data files it read. For one
+    finished before done.json kept them, those of `inputs` and `files` (`local_inputs`,
+    `local_data`) whose digest its tables name; why it cannot be checked where a table is missing."""
+    import gzip
+
+    if {"inputs", "data"} <= record.keys():
+        return record
+    text = ""
+    for file in record["tables"].values():
+        path = folder / file
+        if not path.exists():
+            return f"its table {file} is missing"
+        with (gzip.open if path.suffix == ".gz" else open)(path, "rt", encoding="utf-8") as f:
+            text += f.read()
+    named = {name: d for name, d in (inputs | files).items() if d.removeprefix("sha256:") in text}
+    found = {"inputs": {n: named[n] for n in inputs if n in named},
+             "data": {n: named[n] for n in files if n in named}}
+    return {**record, **{key: kept for key, kept in found.items() if key not in record}}
 
 
 def changed_data(record: dict, files: dict[str, str]) -> str:
@@ -235,10 +233,11 @@ def _run_entries(preset: Preset, out: Path, owner: dict, force: bool,
         record, finished = saved, saved.get("key") in entry.keys(exp.version)
         inputs = local_inputs(entry.options)  # what it reads, before any run
         files = local_data(_data_root(entry.options))
-        if finished and "data" not in record and files:  # finished before done.json kept its data
-            record = {**record, "data": _tables_data(record, folder, files)}
-        stale = "; ".join(filter(None, [changed_inputs(inputs, record, folder),
-                                        changed_data(record, files)])) if finished else ""
+        stale = ""
+        if finished:
+            record = as_recorded(record, folder, inputs, files)
+            stale = record if isinstance(record, str) else "; ".join(
+                filter(None, [changed_inputs(inputs, record), changed_data(record, files)]))
         if stale:
             announce(f"[{n}/{len(preset.entries)}] {entry.id}: {stale}; running it again")
         elif finished:
