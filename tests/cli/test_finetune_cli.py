@@ -52,7 +52,7 @@ def test_lm_recovery_and_its_checkpoint(invoke, shared_data, imdb_revision, tmp_
     assert (pd.read_csv(tmp_path / "ab" / "ablate.csv")["model_revision"] == revision).all()
 
 
-def test_encoder_sentiment_beside_the_probe(invoke, shared_data, tmp_path, minilm):
+def test_encoder_sentiment_beside_the_probe(invoke, shared_data, imdb_revision, tmp_path, minilm):
     out = tmp_path / "ft"
     r = invoke("finetune", "minilm", "--intervention", "intact,zero", "--seeds", "2",
                "--train-limit", "16", "--limit", "8", "--max-length", "32", "--batch", "8",
@@ -72,6 +72,8 @@ def test_encoder_sentiment_beside_the_probe(invoke, shared_data, tmp_path, minil
     zero, intact = (df[df.intervention == c].set_index(["metric", "seed_run"]) for c in ("zero", "intact"))
     np.testing.assert_allclose(zero["diff_vs_intact"], zero["value"] - intact["value"], atol=1e-12)
     assert (df["fine_tuning"] == "full fine-tuning").all() and (df["test_rows"] == 8).all()
+    assert (df["data_revision"] == imdb_revision["test"]).all()
+    assert (df["train_data_revision"] == imdb_revision["train"]).all()
     assert (out / "figures" / "finetune.png").exists()
     alone = invoke("finetune", "minilm", "--intervention", "zero", "--seeds", "1", "--train-limit", "16",
                    "--limit", "8", "--max-length", "32", "--batch", "8", "--out", str(tmp_path / "alone"))
