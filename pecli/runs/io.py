@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from pecli.runs.errors import OutputError
-from pecli.runs.provenance import git_state, library_versions, read_sha256, utc_now
+from pecli.runs.provenance import cpu_kernels, git_state, library_versions, read_sha256, utc_now
 from pecli.runs.tables import resolved
 
 # Tables longer than this are written gzipped (`.csv.gz`, which pandas reads as it is): their
@@ -78,7 +78,8 @@ def write_text(text: str, path: Path) -> Path:
 
 def run_meta(config: dict) -> dict:
     """The sidecar of a table: resolved config, versions, git state, time."""
-    return {"config": config, "created": utc_now(), **library_versions(), **git_state()}
+    return {"config": config, "created": utc_now(), **library_versions(), "cpu_kernels": cpu_kernels(),
+            **git_state()}
 
 
 def default_out_dir(command: str) -> Path:

@@ -27,6 +27,15 @@ def library_versions() -> dict[str, str]:
     return versions
 
 
+def cpu_kernels() -> str:
+    """The vector instruction set of torch's CPU kernels in this process (AVX512, AVX2, DEFAULT;
+    ATEN_CPU_CAPABILITY can lower it): on CPU, training with one seed is bit-identical only
+    under the same set (docs/training.md)."""
+    import torch
+
+    return torch.backends.cpu.get_cpu_capability()
+
+
 @cache
 def git_state() -> dict[str, str | bool]:
     """Commit and dirtiness of the checkout pecli runs from ("unknown" when installed)."""
@@ -69,7 +78,7 @@ SHARES: dict[int, int] = {}  # process -> padded tokens it was given (pecli.runs
 def row_provenance() -> dict:
     """Columns every results row carries regardless of experiment."""
     shares = {"process_tokens": "/".join(str(SHARES[k]) for k in sorted(SHARES))} if SHARES else {}
-    return {**library_versions(), "git_commit": git_state()["git_commit"],
+    return {**library_versions(), "cpu_kernels": cpu_kernels(), "git_commit": git_state()["git_commit"],
             "world_size": int(os.environ.get("WORLD_SIZE", "1")),  # processes (pecli.runs.parallel)
             **shares, **RUN_NOTES}
 

@@ -61,3 +61,20 @@ def test_checkpoint_saves_when_due_never_too_often_and_by_key(tmp_path, monkeypa
     assert Checkpoint("t", {"a": 1}, ["x"]).path == cp.path
     cp.clear()
     assert cp.load() is None and not list(tmp_path.glob("partial/*.tmp"))
+
+
+def test_rows_and_sidecars_name_the_cpu_kernels_that_computed_them(tmp_path):
+    """Training with one seed is bit-identical only under one kernel set (docs/training.md), so
+    every row and sidecar says which: the one the process ran, lowered here to DEFAULT."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    script = ("import sys; from pathlib import Path; from pecli.runs.io import write_table; "
+              "from pecli.runs.tables import frame; "
+              "write_table(frame([{'metric': 'm', 'value': 1.0}], 'x', 0), Path(sys.argv[1]), 't', {})")
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": "default"}
+    subprocess.run([sys.executable, "-c", script, str(tmp_path)], env=env, check=True)
+    assert pd.read_csv(tmp_path / "t.csv")["cpu_kernels"].tolist() == ["DEFAULT"]
+    assert json.loads((tmp_path / "t.json").read_text())["cpu_kernels"] == "DEFAULT"
