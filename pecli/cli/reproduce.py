@@ -21,7 +21,7 @@ def reproduce(
     limit: LimitOpt = None,
     data_dir: DataDirOpt = None,
 ) -> None:
-    """Run a preset (offline, smoke, study) and write CSVs, figures and REPORT.md.
+    """Run a preset (offline, smoke, study, long) and write CSVs, figures and REPORT.md.
 
     Finished experiments are skipped on a rerun (their key is a hash of their full
     configuration); an interrupted run loses at most the experiment in flight.
