@@ -11,7 +11,8 @@ from pecli.cli.flags import ForceOpt, OutOpt, derived
 from pecli.experiments.options.toy import ToyOptions
 from pecli.experiments.options.toy_length import ToyLengthOptions
 
-SaveOpt = Annotated[bool, typer.Option(help="Save each checkpoint under OUT/models/<pe>.")]
+SaveOpt = Annotated[bool, typer.Option(help="Save each checkpoint under OUT/models/<pe> "
+                                                  "(<pe>-seed<k> with --seeds above 1).")]
 SaveLengthOpt = Annotated[bool, typer.Option(
     help="Save each checkpoint under OUT/models/<task>-<pe>-seed<k>.")]
 
@@ -22,21 +23,21 @@ toy_app = typer.Typer(help="Toy tasks that show what position information is for
 @toy_app.command()
 @derived(ToyOptions, "pecli toy arithmetic")
 def arithmetic(options: ToyOptions, *, save_models: SaveOpt = True, out: OutOpt = None, force: ForceOpt = False) -> None:
-    """Train one tiny Transformer per position scheme on "i+j=k" / "i-j=k"; exact match and attention.
+    """Train tiny Transformers per position scheme on "i+j=k" / "i-j=k"; exact match and attention.
 
-    Strings are character-level; the split (80/20) is a seeded permutation. Writes
-    accuracy.csv, attention.csv (+ .json sidecars), figures/toy_accuracy.png,
-    figures/toy_attention.png.
-    At the defaults (2 x 64, 2,000 steps of 128) the committed offline run (results/offline/
-    toy) trained each scheme in about 2 minutes on 2 CPU cores shared with another job; exact
-    match 0.62 (none) to 0.94 (rope), alibi 0.87. One training seed per scheme: the interval
-    (Wilson's) is over test items, not seeds, and the same code and seed run on another
-    machine trained alibi to 0.64 and rope to 0.97 (float rounding differs between CPUs, and
-    training a small model amplifies it; a rerun on one machine gives the same table).
+    Strings are character-level; the split (80/20) is a seeded permutation (--seed's), the
+    same for every training seed. Writes by_seed.csv (each model's exact match, item by item,
+    and training numbers), accuracy.csv (with --seeds N, their means over seeds: exact match
+    with a bootstrap over seeds and test sums together; one seed: Wilson's interval over the
+    sums), attention.csv (+ .json sidecars), figures/toy_accuracy.png, toy_attention.png.
+    One seed says little about a scheme: the same code and seed trained alibi to 0.87 on one
+    machine and 0.64 on another (training this small amplifies float rounding, and CPU kernels
+    round differently; rows record theirs: cpu_kernels).
 
     Examples:
         pecli toy arithmetic
         pecli toy arithmetic --pe none --pe learned --steps 300
+        pecli toy arithmetic --seeds 5 --workers 2
         pecli toy arithmetic --max 300 --probe 21+211= --out runs/toy-300
     """
     from pecli.cli.train import run_with_progress

@@ -25,7 +25,7 @@ from pecli.measures.training import CHARS, SPECIALS, char_tokenizer  # noqa: E40
 from pecli.runs.provenance import row_provenance
 from pecli.runs.tables import validate
 
-VERSION = 3  # 2: attention layers numbered from 1 (0 = embedding output); train_tokens; 3: exact_match ci_low/ci_high
+VERSION = 4  # 2: layers from 1; train_tokens; 3: exact_match intervals; 4: seeds (by_seed, accuracy over them)
 
 
 
@@ -162,13 +162,18 @@ def default_probe(max_n: int) -> str:
 
 
 def run(options: ToyOptions, progress=None) -> dict[str, pd.DataFrame]:
-    """Train one model per scheme; tables `accuracy` (exact match etc.) and `attention`.
+    """Train one model per scheme and training seed; tables `by_seed` (exact match and
+    training numbers per model), `accuracy` (their means over seeds) and `attention`.
 
-    `options.max_n` is the CLI's --max (operands 0 <= i, j < max_n).
+    `options.max_n` is the CLI's --max (operands 0 <= i, j < max_n). Every seed trains on the
+    same split (--seed's) and answers the same test sums, so the accuracy interval resamples
+    seeds and sums together (crossed); one seed gives Wilson's interval over the sums.
     `threads`: torch threads while training (default 1: at this size a second thread costs
-    more in synchronisation than it gains, measured on the shared 2-core machine).
-    `progress(scheme, step, steps, loss)` is called after each step when given (the CLI's
-    progress bar). `save_dir`: write each checkpoint to <save_dir>/<scheme>.
+    more in synchronisation than it gains, measured on the shared 2-core machine); `workers`:
+    models trained at once, each in its own one-thread process (the same numbers).
+    `progress(label, step, steps, loss)` is called after each step when given and training in
+    this process (the CLI's progress bar). `save_dir`: each checkpoint goes to <save_dir>/<scheme>
+    (<scheme>-seed<k> with several seeds).
     """
     from pecli.measures.training import torch_threads
 
@@ -177,45 +182,73 @@ def run(options: ToyOptions, progress=None) -> dict[str, pd.DataFrame]:
 
 
 def _run(o: ToyOptions, progress) -> dict[str, pd.DataFrame]:
-    from pecli.measures.training import ModelSize, TrainConfig, model_for, train
+    from pecli.measures.training import run_jobs
 
     examples = arithmetic_examples(o.max_n)
-    probe = o.probe or default_probe(o.max_n)  # ToyOptions checked a given one against max_n
-    tokenizer = char_tokenizer()
     train_set, test_set = split_examples(examples, o.test_fraction, o.seed)
     if o.eval_limit is not None:
         test_set = test_set[:o.eval_limit]
-    longest = max(len(encode_example(tokenizer, e)[0]) for e in examples)
+    jobs = [(scheme, o.seed + k, o, train_set, test_set) for scheme in [c.name for c in o.pe]
+            for k in range(o.seeds)]
+    if o.workers > 1:
+        parts = run_jobs(_one_model, jobs, o.workers)
+    else:
+        parts = [_one_model(*job, progress=progress) for job in jobs]
+    by_seed = pd.DataFrame([r for rows, _ in parts for r in rows])
+    return {"by_seed": validate(by_seed), "accuracy": validate(over_training_seeds(by_seed)),
+            "attention": validate(pd.DataFrame([r for _, rows in parts for r in rows]))}
+
+
+def _one_model(scheme: str, seed: int, o: ToyOptions, train_set: list[str], test_set: list[str],
+               progress=None) -> tuple[list[dict], list[dict]]:
+    """Train one model of `scheme` from training seed `seed` (its initialisation and batches)
+    and measure it: (its by_seed rows, its probe's attention rows)."""
+    from pecli.measures.training import ModelSize, TrainConfig, model_for, train
+
+    tokenizer = char_tokenizer()
+    longest = max(len(encode_example(tokenizer, e)[0]) for e in arithmetic_examples(o.max_n))
     size = ModelSize(o.layers, o.width, o.heads, positions=max(16, longest))
-    acc_rows, att_rows = [], []
-    for scheme in [c.name for c in o.pe]:
-        model = model_for(scheme, tokenizer, size, o.seed)
-        batches = batch_iterator(tokenizer, train_set, o.batch, o.seed)
-        hook = None if progress is None else (lambda s, loss, sc=scheme: progress(sc, s, o.steps, loss))
-        result = train(model, batches, TrainConfig(steps=o.steps, lr=o.lr), on_step=hook)
-        start = time.perf_counter()
-        prompts = [e.split("=")[0] + "=" for e in test_set]
-        answers = greedy_answers(model, tokenizer, prompts, longest)
-        result["eval_seconds"] = time.perf_counter() - start
-        base = _base_row(model, tokenizer, scheme, o, size, len(train_set))
-        acc_rows += _accuracy_rows(base, tokenizer, test_set, prompts, answers, result, o.seed)
-        att_rows += _probe_rows(base, model, tokenizer, probe)
-    return {"accuracy": validate(pd.DataFrame(acc_rows)),
-            "attention": validate(pd.DataFrame(att_rows))}
+    model = model_for(scheme, tokenizer, size, seed)
+    batches = batch_iterator(tokenizer, train_set, o.batch, seed)
+    label = scheme if o.seeds == 1 else f"{scheme} seed {seed}"
+    hook = None if progress is None else (lambda s, loss: progress(label, s, o.steps, loss))
+    result = train(model, batches, TrainConfig(steps=o.steps, lr=o.lr), on_step=hook)
+    start = time.perf_counter()
+    prompts = [e.split("=")[0] + "=" for e in test_set]
+    answers = greedy_answers(model, tokenizer, prompts, longest)
+    result["eval_seconds"] = time.perf_counter() - start
+    base = _base_row(model, tokenizer, scheme, seed, o, size, len(train_set))
+    probe = o.probe or default_probe(o.max_n)  # ToyOptions checked a given one against max_n
+    return (_accuracy_rows(base, tokenizer, test_set, prompts, answers, result, o.seed),
+            _probe_rows(base, model, tokenizer, probe))
 
 
-def _base_row(model, tokenizer, scheme: str, o: ToyOptions, size, train_examples: int) -> dict:
-    """The columns of every row of one trained model (saved first under --save-models: its
-    portable id and weights' sha256 then name it)."""
+def over_training_seeds(by_seed: pd.DataFrame) -> pd.DataFrame:
+    """The accuracy table: with one training seed its rows (exact match with Wilson's interval
+    over the test sums); with several, each number's mean over seeds, exact match with the
+    two-level bootstrap over seeds and the sums they share, the training numbers with a t
+    interval over seeds."""
+    from pecli.measures.training import items_right, over_seeds
+
+    if by_seed["seed"].nunique() == 1:
+        return by_seed.drop(columns="items_right").assign(seeds=1)
+    means = over_seeds(by_seed, ["pe", "metric", "operation"], items_right, same_texts=True)
+    return means.drop(columns="items_right")
+
+
+def _base_row(model, tokenizer, scheme: str, seed: int, o: ToyOptions, size, train_examples: int) -> dict:
+    """The columns of every row of one trained model, `seed` its training seed (saved first
+    under --save-models: its portable id and weights' sha256 then name it)."""
     from pecli.measures.training import FAMILY, count_parameters, saved_as
 
-    model_id, revision = f"toy:{scheme}", f"seed:{o.seed}"
+    model_id, revision = f"toy:{scheme}", f"seed:{seed}"
     if o.save_dir is not None:
-        model_id, revision = saved_as(model, tokenizer, Path(o.save_dir) / scheme,
+        folder = scheme if o.seeds == 1 else f"{scheme}-seed{seed}"
+        model_id, revision = saved_as(model, tokenizer, Path(o.save_dir) / folder,
                                       card={"experiment": "toy", "pe": scheme, "max": o.max_n,
-                                            "steps": o.steps, "seed": o.seed, "size": size.__dict__})
+                                            "steps": o.steps, "seed": seed, "size": size.__dict__})
     return {
-        "experiment": "toy", "seed": o.seed, **row_provenance(), "model": f"toy-{scheme}",
+        "experiment": "toy", "seed": seed, "split_seed": o.seed, **row_provenance(), "model": f"toy-{scheme}",
         "model_id": model_id, "model_revision": revision, "random_init": False,
         "device": "cpu", "dtype": "float32", "family": FAMILY[scheme],
         "pe": scheme, "dataset": f"arithmetic(max={o.max_n})", "max": o.max_n, "split": "test",
@@ -238,7 +271,8 @@ def _accuracy_rows(base: dict, tokenizer, test_set: list[str], prompts: list[str
         rows.append({**base, "metric": "exact_match", "operation": op_name,
                      "value": float(correct[sel].mean()), "ci_low": low, "ci_high": high,
                      "interval": "95 % " + accuracy_method(correct[sel], "test examples"),
-                     "rows": int(correct[sel].size), "tokens": n_tokens})
+                     "rows": int(correct[sel].size), "tokens": n_tokens,
+                     "items_right": "".join("1" if c else "0" for c in correct[sel])})  # item by item
     for metric, value in (("train_seconds", result["seconds"]),
                           ("eval_seconds", result["eval_seconds"]),
                           ("final_train_loss", float(np.mean(result["losses"][-50:]))),

@@ -35,7 +35,7 @@ import torch
 from pecli.experiments import Headline, lazy, register
 from pecli.experiments.options.toy_length import ToyLengthOptions
 from pecli.measures.intervals import SEEDS_CROSSED_TEXTS, percentile_interval
-from pecli.measures.training import char_tokenizer, over_seeds
+from pecli.measures.training import char_tokenizer, items_right, over_seeds
 from pecli.runs.provenance import row_provenance
 from pecli.runs.tables import validate
 
@@ -243,7 +243,7 @@ def _past_interval(rows: pd.DataFrame, seed: int) -> tuple[float, float]:
     the same items, as many per task and length: the mean over them is the mean over tasks)."""
     from pecli.measures.intervals import seeds_and_texts_interval
 
-    per_seed = [[_items(r) for _, r in group.sort_values(["task", "test_length"]).iterrows()]
+    per_seed = [[items_right(r) for _, r in group.sort_values(["task", "test_length"]).iterrows()]
                 for _, group in rows.groupby("seed", sort=True)]
     if any(i is None for items in per_seed for i in items):
         return float("nan"), float("nan")
@@ -394,18 +394,9 @@ def summary(by_seed: pd.DataFrame) -> pd.DataFrame:
     """Every per-seed number as its mean over training seeds: exact match with a bootstrap
     over seeds and test items together (every seed answers the same items: one draw of items
     serves all seeds of a resample), the others with a t interval over seeds."""
-    return over_seeds(by_seed, ["task", "pe", "metric", "test_length", "layer"], _items,
+    return over_seeds(by_seed, ["task", "pe", "metric", "test_length", "layer"], items_right,
                       same_texts=True)
 
-
-def _items(row) -> np.ndarray | None:
-    """A per-seed exact-match row's 0/1 per test item, in the items' order."""
-    right = row.get("items_right")
-    if row["metric"] != "exact_match" or not isinstance(right, str):  # a table from before they were kept
-        return None
-    if len(right) != int(row["rows"]):
-        raise ValueError(f"items_right has {len(right)} items, the row {row['rows']}")
-    return np.array([c == "1" for c in right], np.float64)
 
 
 def _with(ranking_rows: pd.DataFrame, by_seed: pd.DataFrame) -> pd.DataFrame:

@@ -225,6 +225,17 @@ def seed_interval(values) -> tuple[float, float]:
     return t_interval(values)
 
 
+def items_right(row) -> np.ndarray | None:
+    """A per-seed exact-match row's 0/1 per test item, in the items' order (its `items_right`,
+    a string of 0s and 1s); None for any other row, or one from before they were kept."""
+    right = row.get("items_right")
+    if row["metric"] != "exact_match" or not isinstance(right, str):  # a table from before they were kept
+        return None
+    if len(right) != int(row["rows"]):
+        raise ValueError(f"items_right has {len(right)} items, the row {row['rows']}")
+    return np.array([c == "1" for c in right], np.float64)
+
+
 def over_seeds(by_seed, keys: list[str], texts_of=None, same_texts: bool = False,
                transform=None, weights_of=None):
     """One row per `keys` group of a per-seed table: the mean over its training seeds with

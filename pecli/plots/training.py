@@ -31,28 +31,39 @@ def _ordered(schemes) -> list[str]:
     return [s for s in SCHEME_ORDER if s in present] + [s for s in present if s not in SCHEME_ORDER]
 
 
-def toy_accuracy(csv: Path, out: Path) -> Path:
-    """Exact match per scheme (points in the scheme's colour), one marker per operation."""
+def toy_accuracy(csv: Path, out: Path, by_seed: Path | None = None) -> Path:
+    """Exact match per scheme (points in the scheme's colour, bars its interval), one marker
+    per operation; with several training seeds (`by_seed`) the mean over them, each seed's
+    own exact match a small grey dot beside it."""
     df = pd.read_csv(csv)
     acc = df[df.metric == "exact_match"]
     secs = df[df.metric == "train_seconds"].set_index("pe")["value"]
+    seeds = pd.read_csv(by_seed).query("metric == 'exact_match'") if by_seed is not None else None
     schemes = _ordered(acc.pe)
     ops = [o for o in ("all", "add", "sub") if o in set(acc.operation)]
     names = {"all": "all test sums", "add": "i+j only", "sub": "i-j only"}
+    n_seeds = int(acc["seeds"].max()) if "seeds" in acc else 1
     fig, ax = plt.subplots(figsize=(WIDTH, 3.4), layout="constrained")
     for k, op in enumerate(ops):
         rows = acc[acc.operation == op].set_index("pe").reindex(schemes)
         x = np.arange(len(schemes)) + (k - (len(ops) - 1) / 2) * 0.22
         for xi, scheme in zip(x, schemes, strict=True):
             points(ax, [xi], rows.loc[[scheme]], color_of(scheme), None, marker=MARKERS[k])
+            if seeds is not None and n_seeds > 1:
+                own = seeds[(seeds.pe == scheme) & (seeds.operation == op)]["value"]
+                ax.plot([xi + 0.07] * len(own), own, ".", color="0.55", ms=3, zorder=1)
         ax.plot([], [], MARKERS[k], color="0.3", label=names[op])  # marker legend only
+    if seeds is not None and n_seeds > 1:
+        ax.plot([], [], ".", color="0.55", ms=3, label="one training seed")
     ax.set_xticks(range(len(schemes)),
                   [f"{s}\n({secs.get(s, float('nan')):.0f} s training)" for s in schemes])
     first = acc.iloc[0]
+    over = (f"mean of {n_seeds} training seeds, bars: 95 % over seeds and sums" if n_seeds > 1
+            else "one training seed, bars: 95 % Wilson over sums")
     return _finished(fig, ax, out, 1.02, "exact match on held-out sums", "position scheme",
                      f"toy arithmetic: exact match per position scheme\n{first['dataset']}, "
                      f"{int(first['rows']):,} held-out sums; {int(first['layers'])} layers x "
-                     f"{int(first['width'])}, {int(first['steps'])} steps",
+                     f"{int(first['width'])}, {int(first['steps'])} steps; {over}",
                      title_size=10, legend={"fontsize": 8, "loc": "lower left"})
 
 
@@ -70,8 +81,12 @@ def _finished(fig, ax, out: Path, top: float, ylabel: str, xlabel: str, title: s
 
 def toy_attention(csv: Path, out: Path, layer: int | None = None) -> Path:
     """Head-mean attention on the probe per scheme, in the first attention layer unless
-    `layer` is given (layer 0 is the embedding output, so that is layer 1)."""
+    `layer` is given (layer 0 is the embedding output, so that is layer 1); of the first
+    training seed's models where there are several."""
     df = pd.read_csv(csv, keep_default_na=False)
+    df["seed"] = pd.to_numeric(df["seed"])
+    several = df["seed"].nunique() > 1
+    df = df[df["seed"] == df["seed"].min()]
     df["layer"] = pd.to_numeric(df["layer"])
     layer = int(df["layer"].min()) if layer is None else layer
     att = df[(df.metric == "attention") & (df["head"].astype(str) == "mean") & (df.layer == layer)]
@@ -100,7 +115,8 @@ def toy_attention(csv: Path, out: Path, layer: int | None = None) -> Path:
         ax.axis("off")
     fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.8, label="attention weight (head mean)")
     probe = att["probe"].iloc[0]
-    fig.suptitle(f"layer {layer} attention on the probe {probe!r}, per position scheme\n"
+    seed = f" (training seed {int(df['seed'].iloc[0])})" if several else ""
+    fig.suptitle(f"layer {layer} attention on the probe {probe!r}, per position scheme{seed}\n"
                  "row gap: how differently two copies of a token attend; "
                  "key gap: how differently a query weighs them", fontsize=9)
     return save(fig, out)
@@ -369,7 +385,7 @@ def toy_figures(csv_paths: dict[str, Path], fig_dir: Path) -> list[Path]:
     """The toy experiment's figures from its written tables (accuracy, attention)."""
     out = []
     if "accuracy" in csv_paths:
-        out.append(toy_accuracy(csv_paths["accuracy"], fig_dir / "toy_accuracy.png"))
+        out.append(toy_accuracy(csv_paths["accuracy"], fig_dir / "toy_accuracy.png", csv_paths.get("by_seed")))
     if "attention" in csv_paths:
         out.append(toy_attention(csv_paths["attention"], fig_dir / "toy_attention.png"))
     return out

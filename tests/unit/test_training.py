@@ -321,3 +321,42 @@ def test_train_lm_positions_table_pairs_zero_with_intact_over_seeds_and_texts():
     assert out.loc["zero", "diff_ci_low"] > 0 and np.isnan(out.loc["intact", "diff_vs_intact"])
     corpus = [np.exp((tokens * g).sum() / tokens.sum()) for g in logs["zero"]]  # the rows' own values
     assert out.loc["zero", "value"] == pytest.approx(np.mean(corpus))
+
+
+def test_toy_arithmetic_over_training_seeds():
+    """`--seeds N`: every seed answers the same test sums, so the accuracy row is the mean of
+    the seeds' exact match with the crossed two-level bootstrap of their items, written here
+    from the per-seed items; seed --seed's model is the one-seed run's; workers change nothing."""
+    import numpy as np
+    import pandas as pd
+
+    from pecli.experiments.options.toy import ToyOptions
+    from pecli.experiments.toy import run
+    from pecli.measures.intervals import SEEDS_CROSSED_TEXTS, seeds_and_texts_interval
+
+    o = ToyOptions.build({"pe": "none,learned", "max_n": 12, "steps": 40, "layers": 1, "width": 16,
+                          "heads": 2, "seeds": 3, "seed": 5}, "t")
+    tables = run(o)
+    by_seed, acc = tables["by_seed"], tables["accuracy"]
+    for (pe, op), rows in by_seed[by_seed.metric == "exact_match"].groupby(["pe", "operation"]):
+        assert rows["seed"].tolist() == [5, 6, 7] and (rows["split_seed"] == 5).all()
+        items = [np.array([c == "1" for c in r], float) for r in rows["items_right"]]
+        assert [i.mean() for i in items] == pytest.approx(rows["value"].tolist())
+        mean = acc[(acc.pe == pe) & (acc.metric == "exact_match") & (acc.operation == op)].iloc[0]
+        assert mean["value"] == pytest.approx(rows["value"].mean()) and mean["seeds"] == 3
+        low, high = seeds_and_texts_interval(items, same_texts=True)
+        assert (mean["ci_low"], mean["ci_high"]) == pytest.approx((low, high), nan_ok=True)
+        assert mean["interval"] == (SEEDS_CROSSED_TEXTS if low == low else "")
+    assert acc.loc[acc.metric == "exact_match", "ci_low"].notna().any()  # not every cell blank
+    assert sorted(tables["attention"]["seed"].unique()) == [5, 6, 7]
+
+    one = run(o.replace(seeds=1))
+    first = by_seed[(by_seed.seed == 5)].reset_index(drop=True)
+    numbers = first.metric.isin(["exact_match", "final_train_loss"])
+    pd.testing.assert_series_equal(first[numbers]["value"], one["by_seed"][numbers]["value"])
+    assert (one["accuracy"].query("metric == 'exact_match'")["interval"]
+            == "95 % Wilson score interval over test examples").all()
+    two = run(o.replace(workers=2))["accuracy"]
+    same = acc.metric.isin(["exact_match", "final_train_loss"])
+    pd.testing.assert_frame_equal(two[same][["pe", "metric", "operation", "value", "ci_low", "ci_high"]],
+                                  acc[same][["pe", "metric", "operation", "value", "ci_low", "ci_high"]])

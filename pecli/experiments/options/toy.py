@@ -19,7 +19,7 @@ TOY_PROBE = re.compile(r"(\d+)[+-](\d+)=")
 class ToyOptions(Training):
     """`pecli toy arithmetic` and the `toy` experiment."""
 
-    FLAGS: ClassVar[str] = "pe max_n steps probe layers width heads threads save_models seed out force"
+    FLAGS: ClassVar[str] = "pe max_n steps seeds probe layers width heads threads workers save_models seed out force"
 
     pe: tuple[Choice, ...] = option(
         ("learned", "sinusoidal", "none", "rope", "alibi"), vocabulary=names.PE_SCHEMES, many=True,
@@ -28,6 +28,8 @@ class ToyOptions(Training):
              "(repeat the flag or comma-separate; default: the first five).")
     max_n: int = option(100, low=2, flag={"decls": ("--max",)}, help="Operands 0 <= i, j < MAX.")
     steps: int = option(2000, low=1, high=MAX_STEPS)
+    seeds: int = option(1, low=1, help="Training seeds per scheme: --seed, --seed + 1, ... (every seed "
+                                       "trains on --seed's split and answers the same test sums).")
     layers: int = option(2, low=1)
     width: int = option(64, low=1)
     heads: int = option(4, low=1)
@@ -38,6 +40,8 @@ class ToyOptions(Training):
     eval_limit: int | None = option(None, low=1)
     threads: int | None = option(1, low=1, high=MAX_THREADS, flag={"type": int},
                                  help="torch threads (1 is fastest at this size).")
+    workers: int = option(1, low=1, location=True, help="Models trained at once, each in its own "
+                                                        "one-thread process (same numbers).")
 
     def check(self) -> None:
         super().check()
