@@ -32,7 +32,9 @@ def arithmetic(options: ToyOptions, *, save_models: SaveOpt = True, out: OutOpt 
     sums), attention.csv (+ .json sidecars), figures/toy_accuracy.png, toy_attention.png.
     One seed says little about a scheme: the same code and seed trained alibi to 0.87 on one
     machine and 0.64 on another (training this small amplifies float rounding, and CPU kernels
-    round differently; rows record theirs: cpu_kernels).
+    round differently; rows record theirs: cpu_kernels). The committed offline run (results/
+    offline/toy, --seeds 5, 2 workers, about 40 minutes on 2 shared cores): rope 0.95 [0.92,
+    0.97], the other four 0.55 to 0.66 with overlapping intervals.
 
     Examples:
         pecli toy arithmetic

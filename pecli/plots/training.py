@@ -43,7 +43,7 @@ def toy_accuracy(csv: Path, out: Path, by_seed: Path | None = None) -> Path:
     ops = [o for o in ("all", "add", "sub") if o in set(acc.operation)]
     names = {"all": "all test sums", "add": "i+j only", "sub": "i-j only"}
     n_seeds = int(acc["seeds"].max()) if "seeds" in acc else 1
-    fig, ax = plt.subplots(figsize=(WIDTH, 3.4), layout="constrained")
+    fig, ax = plt.subplots(figsize=(WIDTH, 3.8), layout="constrained")
     for k, op in enumerate(ops):
         rows = acc[acc.operation == op].set_index("pe").reindex(schemes)
         x = np.arange(len(schemes)) + (k - (len(ops) - 1) / 2) * 0.22
@@ -56,14 +56,15 @@ def toy_accuracy(csv: Path, out: Path, by_seed: Path | None = None) -> Path:
     if seeds is not None and n_seeds > 1:
         ax.plot([], [], ".", color="0.55", ms=3, label="one training seed")
     ax.set_xticks(range(len(schemes)),
-                  [f"{s}\n({secs.get(s, float('nan')):.0f} s training)" for s in schemes])
+                  [f"{s}\n({secs.get(s, float('nan')):.0f} s {'each' if n_seeds > 1 else 'training'})"
+                   for s in schemes])
     first = acc.iloc[0]
-    over = (f"mean of {n_seeds} training seeds, bars: 95 % over seeds and sums" if n_seeds > 1
-            else "one training seed, bars: 95 % Wilson over sums")
+    over = (f"mean of {n_seeds} training seeds (bars: 95 % interval, seeds and sums resampled)"
+            if n_seeds > 1 else "one training seed (bars: 95 % Wilson interval over the sums)")
     return _finished(fig, ax, out, 1.02, "exact match on held-out sums", "position scheme",
                      f"toy arithmetic: exact match per position scheme\n{first['dataset']}, "
                      f"{int(first['rows']):,} held-out sums; {int(first['layers'])} layers x "
-                     f"{int(first['width'])}, {int(first['steps'])} steps; {over}",
+                     f"{int(first['width'])}, {int(first['steps'])} steps\n{over}",
                      title_size=10, legend={"fontsize": 8, "loc": "lower left"})
 
 
