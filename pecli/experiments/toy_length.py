@@ -398,7 +398,6 @@ def summary(by_seed: pd.DataFrame) -> pd.DataFrame:
                       same_texts=True)
 
 
-
 def _with(ranking_rows: pd.DataFrame, by_seed: pd.DataFrame) -> pd.DataFrame:
     """The ranking's rows with the provenance and sizes they were computed from."""
     first = by_seed.iloc[0]
