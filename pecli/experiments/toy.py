@@ -228,10 +228,10 @@ def over_training_seeds(by_seed: pd.DataFrame) -> pd.DataFrame:
     over the test sums); with several, each number's mean over seeds, exact match with the
     two-level bootstrap over seeds and the sums they share, the training numbers with a t
     interval over seeds."""
-    from pecli.measures.training import items_right, over_seeds
+    from pecli.measures.training import OVER_SEEDS, items_right, over_seeds
 
     if by_seed["seed"].nunique() == 1:
-        return by_seed.drop(columns="items_right").assign(seeds=1)
+        return by_seed.drop(columns="items_right").assign(seeds=1, aggregation=OVER_SEEDS)
     means = over_seeds(by_seed, ["pe", "metric", "operation"], items_right, same_texts=True)
     return means.drop(columns="items_right")
 
@@ -309,5 +309,6 @@ figures = lazy("pecli.plots.training:toy_figures")
 
 register("toy", VERSION, run, ToyOptions, figures,
          "Train tiny Transformers on i+j=k / i-j=k per position scheme: exact match, attention on repeats",
-         headlines=(Headline("exact_match", "toy arithmetic exact match", {"operation": "all"}, ("pe",),
+         headlines=(Headline("exact_match", "toy arithmetic exact match",  # accuracy.csv's, not by_seed's
+                             {"operation": "all", "aggregation": "mean over training seeds"}, ("pe",),
                              interval="95 % Wilson score interval over test examples"),))

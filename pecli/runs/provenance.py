@@ -8,6 +8,7 @@ import importlib.metadata
 import os
 import platform
 import subprocess
+import sys
 from functools import cache
 from pathlib import Path
 
@@ -30,10 +31,10 @@ def library_versions() -> dict[str, str]:
 def cpu_kernels() -> str:
     """The vector instruction set of torch's CPU kernels in this process (AVX512, AVX2, DEFAULT;
     ATEN_CPU_CAPABILITY can lower it): on CPU, training with one seed is bit-identical only
-    under the same set (docs/training.md)."""
-    import torch
-
-    return torch.backends.cpu.get_cpu_capability()
+    under the same set (docs/training.md). '' where the process never imported torch (nothing
+    it wrote was computed by torch; a torch-free module stays so)."""
+    torch = sys.modules.get("torch")
+    return torch.backends.cpu.get_cpu_capability() if torch is not None else ""
 
 
 @cache

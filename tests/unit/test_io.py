@@ -71,7 +71,7 @@ def test_rows_and_sidecars_name_the_cpu_kernels_that_computed_them(tmp_path):
     import subprocess
     import sys
 
-    script = ("import sys; from pathlib import Path; from pecli.runs.io import write_table; "
+    script = ("import sys, torch; from pathlib import Path; from pecli.runs.io import write_table; "
               "from pecli.runs.tables import frame; "
               "write_table(frame([{'metric': 'm', 'value': 1.0}], 'x', 0), Path(sys.argv[1]), 't', {})")
     env = {**os.environ, "ATEN_CPU_CAPABILITY": "default"}
