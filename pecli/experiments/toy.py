@@ -21,7 +21,7 @@ import torch
 from pecli.experiments import Headline, lazy, register
 from pecli.experiments.options.toy import ToyOptions
 from pecli.measures.intervals import accuracy_interval, accuracy_method
-from pecli.measures.training import CHARS, SPECIALS, char_tokenizer  # noqa: E402,F401
+from pecli.measures.training import CHARS, OVER_SEEDS, SPECIALS, char_tokenizer  # noqa: E402,F401
 from pecli.runs.provenance import row_provenance
 from pecli.runs.tables import validate
 
@@ -188,7 +188,8 @@ def _run(o: ToyOptions, progress) -> dict[str, pd.DataFrame]:
     train_set, test_set = split_examples(examples, o.test_fraction, o.seed)
     if o.eval_limit is not None:
         test_set = test_set[:o.eval_limit]
-    jobs = [(scheme, o.seed + k, o, train_set, test_set) for scheme in [c.name for c in o.pe]
+    longest = max(len(encode_example(char_tokenizer(), e)[0]) for e in examples)  # once, for every model
+    jobs = [(scheme, o.seed + k, o, train_set, test_set, longest) for scheme in [c.name for c in o.pe]
             for k in range(o.seeds)]
     if o.workers > 1:
         parts = run_jobs(_one_model, jobs, o.workers)
@@ -200,13 +201,12 @@ def _run(o: ToyOptions, progress) -> dict[str, pd.DataFrame]:
 
 
 def _one_model(scheme: str, seed: int, o: ToyOptions, train_set: list[str], test_set: list[str],
-               progress=None) -> tuple[list[dict], list[dict]]:
+               longest: int, progress=None) -> tuple[list[dict], list[dict]]:
     """Train one model of `scheme` from training seed `seed` (its initialisation and batches)
     and measure it: (its by_seed rows, its probe's attention rows)."""
     from pecli.measures.training import ModelSize, TrainConfig, model_for, train
 
     tokenizer = char_tokenizer()
-    longest = max(len(encode_example(tokenizer, e)[0]) for e in arithmetic_examples(o.max_n))
     size = ModelSize(o.layers, o.width, o.heads, positions=max(16, longest))
     model = model_for(scheme, tokenizer, size, seed)
     batches = batch_iterator(tokenizer, train_set, o.batch, seed)
@@ -228,7 +228,7 @@ def over_training_seeds(by_seed: pd.DataFrame) -> pd.DataFrame:
     over the test sums); with several, each number's mean over seeds, exact match with the
     two-level bootstrap over seeds and the sums they share, the training numbers with a t
     interval over seeds."""
-    from pecli.measures.training import OVER_SEEDS, items_right, over_seeds
+    from pecli.measures.training import items_right, over_seeds
 
     if by_seed["seed"].nunique() == 1:
         return by_seed.drop(columns="items_right").assign(seeds=1, aggregation=OVER_SEEDS)
@@ -310,5 +310,5 @@ figures = lazy("pecli.plots.training:toy_figures")
 register("toy", VERSION, run, ToyOptions, figures,
          "Train tiny Transformers on i+j=k / i-j=k per position scheme: exact match, attention on repeats",
          headlines=(Headline("exact_match", "toy arithmetic exact match",  # accuracy.csv's, not by_seed's
-                             {"operation": "all", "aggregation": "mean over training seeds"}, ("pe",),
+                             {"operation": "all", "aggregation": OVER_SEEDS}, ("pe",),
                              interval="95 % Wilson score interval over test examples"),))
