@@ -127,10 +127,17 @@ def data_read(frames, files: dict[str, str]) -> dict[str, str]:
     return {name: digest for name, digest in files.items() if digest in recorded}
 
 
-def as_recorded(record: dict, folder: Path, inputs: dict[str, str], files: dict[str, str]) -> dict | str:
+def missing_tables(record: dict, folder: Path) -> str:
+    """Why a finished section in `folder` cannot be trusted ('' where it can): a table its
+    done.json names is not there."""
+    return "; ".join(f"its table {file} is missing" for file in record["tables"].values()
+                     if not (folder / file).exists())
+
+
+def as_recorded(record: dict, folder: Path, inputs: dict[str, str], files: dict[str, str]) -> dict:
     """A finished section's done.json with the local inputs and data files it read. For one
     finished before done.json kept them, those of `inputs` and `files` (`local_inputs`,
-    `local_data`) whose digest its tables name; why it cannot be checked where a table is missing."""
+    `local_data`) whose digest its tables (all present: `missing_tables`) name."""
     import gzip
 
     if {"inputs", "data"} <= record.keys():
@@ -138,8 +145,6 @@ def as_recorded(record: dict, folder: Path, inputs: dict[str, str], files: dict[
     text = ""
     for file in record["tables"].values():
         path = folder / file
-        if not path.exists():
-            return f"its table {file} is missing"
         with (gzip.open if path.suffix == ".gz" else open)(path, "rt", encoding="utf-8") as f:
             text += f.read()
     named = {name: d for name, d in (inputs | files).items() if d.removeprefix("sha256:") in text}
@@ -235,9 +240,10 @@ def _run_entries(preset: Preset, out: Path, owner: dict, force: bool,
         files = local_data(_data_root(entry.options))
         stale = ""
         if finished:
-            record = as_recorded(record, folder, inputs, files)
-            stale = record if isinstance(record, str) else "; ".join(
-                filter(None, [changed_inputs(inputs, record), changed_data(record, files)]))
+            stale = missing_tables(record, folder)
+            if not stale:
+                record = as_recorded(record, folder, inputs, files)
+                stale = "; ".join(filter(None, [changed_inputs(inputs, record), changed_data(record, files)]))
         if stale:
             announce(f"[{n}/{len(preset.entries)}] {entry.id}: {stale}; running it again")
         elif finished:

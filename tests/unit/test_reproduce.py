@@ -150,6 +150,9 @@ def test_an_entry_whose_local_input_changed_is_run_again(fake_experiment, tmp_pa
     (out / "one" / "summary.csv").unlink()  # nothing to check the weights against: run again
     run_preset(preset, out, announce=said.append)
     assert len(CALLS) == 4 and "its table summary.csv is missing" in said[-2]
+    (out / "one" / "summary.csv").unlink()  # a done.json that keeps its inputs: the same
+    run_preset(preset, out, announce=said.append)
+    assert len(CALLS) == 5 and "its table summary.csv is missing" in said[-2]
 
 
 def test_an_entry_whose_data_file_changed_is_run_again(fake_experiment, tmp_path):
