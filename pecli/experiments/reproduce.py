@@ -127,17 +127,27 @@ def data_read(frames, files: dict[str, str]) -> dict[str, str]:
     return {name: digest for name, digest in files.items() if digest in recorded}
 
 
-def missing_tables(record: dict, folder: Path) -> str:
-    """Why a finished section in `folder` cannot be trusted ('' where it can): a table its
-    done.json names is not there."""
-    return "; ".join(f"its table {file} is missing" for file in record["tables"].values()
-                     if not (folder / file).exists())
+def untrusted_tables(record: dict, folder: Path) -> str:
+    """Why a finished section's tables in `folder` cannot be trusted ('' where they can): one
+    its done.json names is missing, or its bytes are not those its sidecar's sha256 recorded."""
+    from pecli.runs.provenance import read_sha256
+
+    why = []
+    for file in record["tables"].values():
+        path = folder / file
+        side = folder / f"{file.split('.')[0]}.json"
+        written = json.loads(side.read_text(encoding="utf-8")).get("table_sha256") if side.exists() else None
+        if not path.exists():
+            why.append(f"its table {file} is missing")
+        elif written and read_sha256(path) != written:
+            why.append(f"its table {file} changed after it was written (its sha256 is not {side.name}'s)")
+    return "; ".join(why)
 
 
 def as_recorded(record: dict, folder: Path, inputs: dict[str, str], files: dict[str, str]) -> dict:
     """A finished section's done.json with the local inputs and data files it read. For one
     finished before done.json kept them, those of `inputs` and `files` (`local_inputs`,
-    `local_data`) whose digest its tables (all present: `missing_tables`) name."""
+    `local_data`) whose digest its tables (checked: `untrusted_tables`) name."""
     import gzip
 
     if {"inputs", "data"} <= record.keys():
@@ -240,7 +250,7 @@ def _run_entries(preset: Preset, out: Path, owner: dict, force: bool,
         files = local_data(_data_root(entry.options))
         stale = ""
         if finished:
-            stale = missing_tables(record, folder)
+            stale = untrusted_tables(record, folder)
             if not stale:
                 record = as_recorded(record, folder, inputs, files)
                 stale = "; ".join(filter(None, [changed_inputs(inputs, record), changed_data(record, files)]))

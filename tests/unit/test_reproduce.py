@@ -153,6 +153,12 @@ def test_an_entry_whose_local_input_changed_is_run_again(fake_experiment, tmp_pa
     (out / "one" / "summary.csv").unlink()  # a done.json that keeps its inputs: the same
     run_preset(preset, out, announce=said.append)
     assert len(CALLS) == 5 and "its table summary.csv is missing" in said[-2]
+    table = out / "one" / "summary.csv"
+    table.write_text(table.read_text().replace("\n", "\r\n"))  # edited: the REPORT would quote it
+    run_preset(preset, out, announce=said.append)
+    assert len(CALLS) == 6 and "its table summary.csv changed after it was written" in said[-2]
+    run_preset(preset, out, announce=said.append)
+    assert len(CALLS) == 6 and "skipped" in said[-1]
 
 
 def test_an_entry_whose_data_file_changed_is_run_again(fake_experiment, tmp_path):
