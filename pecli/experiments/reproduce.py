@@ -134,9 +134,12 @@ def untrusted_tables(record: dict, folder: Path) -> str:
 
     why = []
     for file in record["tables"].values():
-        path = folder / file
-        side = folder / f"{file.split('.')[0]}.json"
-        written = json.loads(side.read_text(encoding="utf-8")).get("table_sha256") if side.exists() else None
+        path, side = folder / file, folder / f"{file.split('.')[0]}.json"
+        try:
+            written = json.loads(side.read_text(encoding="utf-8")).get("table_sha256") if side.exists() else None
+        except (ValueError, AttributeError):  # not JSON, or not an object
+            why.append(f"its table's sidecar {side.name} is not readable")
+            continue
         if not path.exists():
             why.append(f"its table {file} is missing")
         elif written and read_sha256(path) != written:

@@ -159,6 +159,9 @@ def test_an_entry_whose_local_input_changed_is_run_again(fake_experiment, tmp_pa
     assert len(CALLS) == 6 and "its table summary.csv changed after it was written" in said[-2]
     run_preset(preset, out, announce=said.append)
     assert len(CALLS) == 6 and "skipped" in said[-1]
+    (out / "one" / "summary.json").write_text('{"table_sha256": "cut short')
+    run_preset(preset, out, announce=said.append)
+    assert len(CALLS) == 7 and "its table's sidecar summary.json is not readable" in said[-2]
 
 
 def test_an_entry_whose_data_file_changed_is_run_again(fake_experiment, tmp_path):
