@@ -188,7 +188,8 @@ def _run(o: ToyOptions, progress) -> dict[str, pd.DataFrame]:
     train_set, test_set = split_examples(examples, o.test_fraction, o.seed)
     if o.eval_limit is not None:
         test_set = test_set[:o.eval_limit]
-    longest = max(len(encode_example(char_tokenizer(), e)[0]) for e in examples)  # once, for every model
+    tokenizer = char_tokenizer()
+    longest = max(len(encode_example(tokenizer, e)[0]) for e in examples)  # once, for every model
     jobs = [(scheme, o.seed + k, o, train_set, test_set, longest) for scheme in [c.name for c in o.pe]
             for k in range(o.seeds)]
     if o.workers > 1:
