@@ -16,7 +16,6 @@ dataset, split, data revision (hash) and row count, or `gather` refuses with the
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
@@ -25,6 +24,7 @@ from pecli.experiments import CONDITION, REGISTERED, Headline, load_all
 from pecli.measures.intervals import proper
 from pecli.positions import labels
 from pecli.runs.errors import DataError
+from pecli.runs.io import read_sidecar, sidecar_of
 
 # What must agree for two rows of one metric to be compared.
 SAME_DATA = ("dataset", "split", "data_revision", "rows")
@@ -79,10 +79,8 @@ def distinct_runs(run_dirs) -> list[Path]:
 
 def written_by_compare(table: Path) -> bool:
     """Whether `table` is an earlier compare's own output (its sidecar says so)."""
-    side = table.parent / (table.name.split(".")[0] + ".json")
     try:
-        meta = json.loads(side.read_text(encoding="utf-8"))
-        return meta.get("config", {}).get("command") == "compare"
+        return read_sidecar(table).get("config", {}).get("command") == "compare"
     except (OSError, ValueError, AttributeError):
         return False
 
@@ -107,14 +105,13 @@ def read_table(path: Path) -> pd.DataFrame:
     or an interval holds non-numbers."""
     from pecli.runs.provenance import read_sha256
 
-    side = path.parent / (path.name.split(".")[0] + ".json")
     try:
-        written = json.loads(side.read_text(encoding="utf-8")).get("table_sha256")
+        written = read_sidecar(path).get("table_sha256")
     except (OSError, ValueError, AttributeError):
         written = None  # no sidecar, or one from before pecli recorded checksums
     if written and read_sha256(path) != written:
         raise DataError(f"{path} was changed after pecli wrote it (its sha256 differs from "
-                        f"{side.name}): it was damaged or edited; rerun the run that wrote it")
+                        f"{sidecar_of(path).name}): it was damaged or edited; rerun the run that wrote it")
     try:
         df = pd.read_csv(path, low_memory=False)
     except (ValueError, OSError, UnicodeDecodeError, EOFError) as err:  # pandas' ParserError is a ValueError
@@ -198,9 +195,8 @@ def _condition(row, h: Headline) -> str:
 
 def _sidecar_interval(path: Path) -> str:
     """How a table's intervals were computed, where its sidecar says (`pecli <command>` runs)."""
-    side = path.parent / (path.name.split(".")[0] + ".json")
     try:
-        config = json.loads(side.read_text(encoding="utf-8")).get("config", {})
+        config = read_sidecar(path).get("config", {})
     except (OSError, ValueError, AttributeError):
         return ""
     found = config.get("intervals") or config.get("interval_method") or ""

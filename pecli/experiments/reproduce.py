@@ -130,14 +130,15 @@ def data_read(frames, files: dict[str, str]) -> dict[str, str]:
 def untrusted_tables(record: dict, folder: Path) -> str:
     """Why a finished section's tables in `folder` cannot be trusted ('' where they can): one
     its done.json names is missing, or its bytes are not those its sidecar's sha256 recorded."""
+    from pecli.runs.io import read_sidecar, sidecar_of
     from pecli.runs.provenance import read_sha256
 
     why = []
     for file in record["tables"].values():
-        path, side = folder / file, folder / f"{file.split('.')[0]}.json"
+        path, side = folder / file, sidecar_of(folder / file)
         try:
-            written = json.loads(side.read_text(encoding="utf-8")).get("table_sha256") if side.exists() else None
-        except (ValueError, AttributeError):  # not JSON, or not an object
+            written = read_sidecar(path).get("table_sha256")
+        except ValueError:  # not JSON, or not an object
             why.append(f"its table's sidecar {side.name} is not readable")
             continue
         if not path.exists():

@@ -94,8 +94,25 @@ def write_table(df: pd.DataFrame, out_dir: Path, name: str, config: dict) -> Pat
     out_dir = Path(out_dir)
     csv = write_csv(df, out_dir / f"{name}.csv{'.gz' if len(df) > GZIP_ROWS else ''}")
     write_json({**run_meta(config), "resolved": resolved(df), "table_rows": len(df),
-                "table_sha256": read_sha256(csv)}, out_dir / f"{name}.json")
+                "table_sha256": read_sha256(csv)}, sidecar_of(csv))
     return csv
+
+
+def sidecar_of(table: Path) -> Path:
+    """The JSON sidecar `write_table` writes beside a table: <name>.json for <name>.csv(.gz)."""
+    return table.with_name(f"{table.name.split('.')[0]}.json")
+
+
+def read_sidecar(table: Path) -> dict:
+    """A table's sidecar (`sidecar_of`), {} where it has none; ValueError where the sidecar is
+    not a JSON object (cut short, edited)."""
+    side = sidecar_of(table)
+    if not side.exists():
+        return {}
+    meta = json.loads(side.read_text(encoding="utf-8"))
+    if not isinstance(meta, dict):
+        raise ValueError(f"{side.name} is not a JSON object")
+    return meta
 
 
 def _reason(err: OSError) -> str:
