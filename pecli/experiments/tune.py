@@ -313,7 +313,12 @@ def run(options: TuneOptions, progress: Callable[[int, int], None] | None = None
             against = scorer.summary("report", values[role], values["default"])
             row.update(zip(DEFAULT_DIFF_COLUMNS, (against[k] for k in DIFF_COLUMNS), strict=True))
         report.append(row)
-    checkpoint.clear()
+    # The checkpoint is shared by every tuning of this model, length and text (the intact
+    # scores are reused): keep another tuning's unfinished progress, and intact's beside it.
+    ours = {c.label for c in conditions.values()} - {intact.label}
+    theirs = {k: v for k, v in done.items() if k[1] not in ours}
+    unfinished = any(k[1] != intact.label for k in theirs)
+    checkpoint.clear(keep=lambda: saved_nlls(theirs) if unfinished else None)
     splits = {f"{k}_split": json.dumps(v, sort_keys=True) for k, v in scorer.splits().items()}
     provenance = row_provenance()
     return {"tune_curve": validate(pd.DataFrame(curve).assign(**splits, **provenance)),

@@ -517,6 +517,7 @@ class Checkpoint:
         self._last, self._cost = self._clock(), 0.0
         self._lock = None
         self.shared = False  # True: another run holds this key; this one saves nothing
+        self._keep = None  # clear(keep=...): what other runs with this key still need
         Checkpoint._live.append(self)
 
     def _acquire(self) -> bool:
@@ -612,15 +613,24 @@ class Checkpoint:
         """Whether this run has progress on disk to resume from."""
         return self._lock is not None and self.path.exists()
 
-    def clear(self) -> None:
+    def clear(self, keep=None) -> None:
         """Delete the progress of a finished run; inside an open RunOutput, once its outputs
-        are in place (a failure writing them keeps it, so the rerun only writes)."""
+        are in place (a failure writing them keeps it, so the rerun only writes).
+
+        `keep`: what other runs sharing this key still need (a callable returning arrays, as
+        `save` takes, or None): saved in its place where it returns any."""
+        if keep is not None:
+            self._keep = keep
         if RunOutput._open and self not in RunOutput._open[-1].finished:
             RunOutput._open[-1].finished.append(self)
             return
         if self._acquire():
-            self.path.unlink(missing_ok=True)
-            self.path.with_suffix(".lock").unlink(missing_ok=True)
+            kept = self._keep() if self._keep else None
+            if kept:
+                self.save(lambda: kept, force=True)
+            else:
+                self.path.unlink(missing_ok=True)
+                self.path.with_suffix(".lock").unlink(missing_ok=True)
             self.release()
 
     def release(self) -> None:

@@ -104,6 +104,38 @@ def test_an_interrupted_tune_resumes(tiny, docs, interrupt):
         assert resumed[name][cols].equals(full[name][cols])
 
 
+def test_a_finished_tuning_keeps_another_tunings_unfinished_progress(tiny, docs, interrupt):
+    """Tunings of one model, length and text share a checkpoint (intact's scores are reused):
+    one that finishes keeps the other's unfinished progress and intact's, and the last to
+    finish leaves nothing behind."""
+    from pecli.experiments.tune import TuneOptions, run
+    from pecli.measures import lm_scoring
+    from pecli.runs.io import cache_dir
+
+    loaded = tiny("llama")
+    common = {"model": "llama", "length": 32, "choice": 3, "report": 10, "dataset": str(docs),
+              "bootstrap": 100}
+    rerope = TuneOptions.build({**common, "condition": "rerope", "grid": "W=8,16"}, "t")
+    selfextend = TuneOptions.build({**common, "condition": "selfextend", "grid": "G=2 W=8"}, "t")
+    full = run(rerope, loaded=loaded)
+    calls = interrupt(lm_scoring, "score_windows", 3)  # intact and rerope:8 done, then Ctrl-C
+    with pytest.raises(KeyboardInterrupt):
+        run(rerope, loaded=loaded)
+    calls.clear()
+    other = run(selfextend, loaded=loaded)
+    # selfextend:2,8 on the choice split (intact's resumed), every report condition
+    assert len(calls) == 1 + other["tune_report"]["condition"].nunique()
+    calls.clear()
+    resumed = run(rerope, loaded=loaded)
+    # as if nothing ran between: rerope:16 on the choice split, then the report's conditions
+    # but intact's (selfextend computed it)
+    assert len(calls) == 1 + (full["tune_report"]["condition"].nunique() - 1)
+    for name in ("tune_curve", "tune_report"):
+        cols = ["condition", "value", "ci_low", "diff_vs_intact"]
+        assert resumed[name][cols].equals(full[name][cols])
+    assert not list((cache_dir() / "partial").glob("tune-*.npz"))
+
+
 def test_a_default_a_grid_setting_computes_is_scored_as_that_setting():
     """STRING's default S = n/3 with W = S + 128 is the grid's string:2731 (W left at S + 128),
     DCA's C = 3n/4, L = n/16 the grid's dca:6144 (L left at C / 12): one setting, scored once."""
