@@ -107,7 +107,7 @@ def read_table(path: Path) -> pd.DataFrame:
 
     try:
         written = read_sidecar(path).get("table_sha256")
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError):
         written = None  # no sidecar, or one from before pecli recorded checksums
     if written and read_sha256(path) != written:
         raise DataError(f"{path} was changed after pecli wrote it (its sha256 differs from "
@@ -197,7 +197,7 @@ def _sidecar_interval(path: Path) -> str:
     """How a table's intervals were computed, where its sidecar says (`pecli <command>` runs)."""
     try:
         config = read_sidecar(path).get("config", {})
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError):
         return ""
     found = config.get("intervals") or config.get("interval_method") or ""
     return found.split(";")[0] if isinstance(found, str) else ""
