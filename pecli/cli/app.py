@@ -191,6 +191,20 @@ for _info in _drawing_commands(app):
     _info.callback = with_figure_options(_info.callback)
 
 
+def _summaries(typer_app: typer.Typer):
+    """(info, help text) of every command and group below `typer_app`."""
+    for info in typer_app.registered_commands:
+        yield info, info.help or inspect.getdoc(info.callback)
+    for group in typer_app.registered_groups:
+        yield group.typer_instance.info, group.typer_instance.info.help
+        yield from _summaries(group.typer_instance)
+
+
+for _info, _help in _summaries(app):  # a command list shows each first paragraph, whole
+    if isinstance(_help, str) and not isinstance(_info.short_help, str):
+        _info.short_help = " ".join(inspect.cleandoc(_help).split("\n\n")[0].split())
+
+
 _SIGNALLED = ["", 130]  # how the run was stopped: (name for the message, exit status)
 
 

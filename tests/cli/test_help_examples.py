@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import re
 import shlex
 
@@ -35,3 +36,20 @@ def test_help_example_parses(cmd, example):
         args.pop(0)
     ctx = cmd.make_context(cmd.name, args[1:], resilient_parsing=False)
     assert ctx.params is not None
+
+
+def _commands(group, prefix=()):
+    for name, cmd in group.commands.items():
+        yield " ".join((*prefix, name)), cmd
+        if hasattr(cmd, "commands"):
+            yield from _commands(cmd, (*prefix, name))
+
+
+@pytest.mark.parametrize("path, cmd", list(_commands(typer.main.get_command(app))),
+                         ids=lambda x: x if isinstance(x, str) else "")
+def test_a_command_list_shows_the_first_paragraph_whole_on_one_line(path, cmd):
+    """Typer's rich command list keeps a docstring's line breaks, and click's cuts a summary
+    at 45 characters (docs/cli.md): each row gives the first paragraph, unbroken and whole."""
+    first = " ".join(inspect.cleandoc(cmd.help or "").split("\n\n")[0].split())
+    assert first, f"`pecli {path}` has no help"
+    assert cmd.get_short_help_str() == first
