@@ -221,6 +221,9 @@ def load_data(dataset: str, split: str | None = None, *, data_dir_: str | Path |
     elif (path.suffix or os.sep in dataset) and path.exists() and not path.is_dir():
         raise DataError(f"{path} exists but its format ({path.suffix or 'no suffix'}) is not "
                         f"supported; give a {FORMATS} file (by its suffix)")
+    elif dataset not in DATASETS and (os.sep in dataset or "/" in dataset or path.is_dir()):
+        raise DataError(f"{path} is not a data file; give a {FORMATS} file or a dataset "
+                        f"({', '.join(DATASETS)})")
     else:
         spec = DATASETS.get(dataset)
         split = split or spec.splits[0]

@@ -82,6 +82,9 @@ def test_custom_file_and_wrong_column(tmp_path):
         load_data(str(path))
     with pytest.raises(DataError, match="unknown dataset"):
         load_data("imbd")
+    for not_a_file in (tmp_path / "mine", tmp_path):  # a path, not a dataset's name
+        with pytest.raises(DataError, match="is not a data file; give a CSV.* or a dataset"):
+            load_data(str(not_a_file))
 
 
 def test_subset_without_label_is_permutation():

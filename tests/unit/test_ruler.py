@@ -325,6 +325,9 @@ def test_essay_refuses_a_missing_file(tmp_path):
 
     with pytest.raises(DataError, match="not found"):
         essay(str(tmp_path / "none.txt"))
+    for not_a_file in (tmp_path / "none", tmp_path):  # a path, not a dataset's name
+        with pytest.raises(DataError, match=r"is not a file; give a \.txt/\.md file or a dataset"):
+            essay(str(not_a_file))
 
 
 def test_every_row_names_its_haystacks_hash(tiny, tmp_path):
