@@ -157,8 +157,9 @@ def haystack_of(texts: list[str], name: str) -> Haystack:
         sentences += [s for s in re.split(r"(?<=[.!?])\s+", " ".join(text.split())) if s]
     words = sorted({w for w in re.findall(r"\b[a-z]{4,10}\b", " ".join(sentences))})
     if len(sentences) < 100 or len(words) < 1000:
-        raise ValueError(f"haystack {name}: {len(sentences)} sentences and {len(words)} distinct "
-                         "words; give a text of at least 100 sentences and 1,000 words")
+        raise ValueError(f"haystack {name}: {len(sentences)} sentence(s) and {len(words)} distinct "
+                         "words of 4-10 lowercase letters; give a text of at least 100 sentences "
+                         "and 1,000 such words")
     return Haystack(name, tuple(sentences), tuple(words))
 
 

@@ -325,6 +325,11 @@ def test_essay_refuses_a_missing_file(tmp_path):
 
     with pytest.raises(DataError, match="not found"):
         essay(str(tmp_path / "none.txt"))
+    short = tmp_path / "short.txt"
+    short.write_text("A b c. Too short to hide needles in.", encoding="utf-8")
+    with pytest.raises(DataError, match=r"2 sentence\(s\) and 3 distinct words of 4-10 lowercase "
+                                         "letters; give a text of at least 100 sentences"):
+        essay(str(short))
     for not_a_file in (tmp_path / "none", tmp_path):  # a path, not a dataset's name
         with pytest.raises(DataError, match=r"is not a file; give a \.txt/\.md file or a dataset"):
             essay(str(not_a_file))
