@@ -357,6 +357,7 @@ class RunOutput:
         self.target = check_target(target)
         self.key = _plain(key)
         self.finished: list[Checkpoint] = []  # cleared once the outputs are in place
+        self.pid = os.getpid()  # a forked worker inherits `_open`, not the outputs: not its own
         self._hold = hold(self.target, key, force=force)
         self._hold.__enter__()
         try:
@@ -614,15 +615,16 @@ class Checkpoint:
         return self._lock is not None and self.path.exists()
 
     def clear(self, keep=None) -> None:
-        """Delete the progress of a finished run; inside an open RunOutput, once its outputs
-        are in place (a failure writing them keeps it, so the rerun only writes).
+        """Delete the progress of a finished run; inside a RunOutput this process opened, once
+        its outputs are in place (a failure writing them keeps it, so the rerun only writes).
 
         `keep`: what other runs sharing this key still need (a callable returning arrays, as
         `save` takes, or None): saved in its place where it returns any."""
         if keep is not None:
             self._keep = keep
-        if RunOutput._open and self not in RunOutput._open[-1].finished:
-            RunOutput._open[-1].finished.append(self)
+        ours = [o for o in RunOutput._open if o.pid == os.getpid()]
+        if ours and self not in ours[-1].finished:
+            ours[-1].finished.append(self)
             return
         if self._acquire():
             kept = self._keep() if self._keep else None

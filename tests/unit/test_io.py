@@ -1,5 +1,7 @@
 """Results files are whole or absent; long tables are gzipped and read back unchanged."""
 
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
@@ -78,3 +80,42 @@ def test_rows_and_sidecars_name_the_cpu_kernels_that_computed_them(tmp_path):
     subprocess.run([sys.executable, "-c", script, str(tmp_path)], env=env, check=True)
     assert pd.read_csv(tmp_path / "t.csv")["cpu_kernels"].tolist() == ["DEFAULT"]
     assert json.loads((tmp_path / "t.json").read_text())["cpu_kernels"] == "DEFAULT"
+
+
+def _finish_in_a_worker(name: str) -> str:
+    """A job of run_jobs: save progress, then clear it as a finished run does."""
+    import numpy as np
+
+    from pecli.runs.io import Checkpoint
+
+    cp = Checkpoint("t", {"job": name}, ["x"])
+    cp.save(lambda: {"x": np.arange(3)}, force=True)
+    assert cp.path.exists()
+    cp.clear()
+    return str(cp.path)
+
+
+def test_a_forked_worker_clears_its_finished_progress_inside_the_parents_open_output(tmp_path, monkeypatch):
+    """train-lm's workers (run_jobs: forked processes) run `pecli length` and `pecli
+    perplexity` on their checkpoints inside the parent's open RunOutput. A fork inherits the
+    list of open outputs but never closes them: clearing there was deferred to an output that
+    never finished, and 25 progress files stayed in the cache after every train-lm run. A
+    worker now deletes its own at once; in the process that opened the output, clearing
+    still waits until the outputs are in place."""
+    import numpy as np
+
+    from pecli.measures.training import run_jobs
+    from pecli.runs.io import Checkpoint, RunOutput
+
+    monkeypatch.setenv("PECLI_CACHE_DIR", str(tmp_path / "cache"))
+    frame = pd.DataFrame({"metric": ["m"], "value": [1.0]})
+    with RunOutput(tmp_path / "out") as output:
+        paths = run_jobs(_finish_in_a_worker, [("a",), ("b",)], workers=2)
+        assert len(set(paths)) == 2 and not any(Path(p).exists() for p in paths)
+        mine = Checkpoint("t", {"job": "parent"}, ["x"])
+        mine.save(lambda: {"x": np.arange(3)}, force=True)
+        mine.clear()
+        assert mine.path.exists()  # the parent's: deferred until its outputs are written
+        output.write({"t": frame}, {})
+    assert not mine.path.exists()
+    assert not list((tmp_path / "cache" / "partial").glob("*.npz"))
