@@ -61,7 +61,7 @@ def length(options: LengthOptions, *, out: OutOpt = None, force: ForceOpt = Fals
 
 # Its row in README.md's table of commands (`make docs`)
 README = Row(("pecli length smollm2 --lengths 2048,16384 --rope-scaling yarn:2",), "loss by position past the "
-             "context, with rope scaling", "length.csv", "15 min (16,384 tokens, 4 conditions)", "data, causal")
+             "context, with rope scaling", "length.csv", "15 min (length-smollm2: 3 windows of 16,384 tokens, 4 conditions)", "data, causal")
 
 
 def register(app: typer.Typer) -> None:

@@ -184,7 +184,7 @@ def _recover_summary(df) -> Table:
 
 # Its row in README.md's table of commands (`make docs`)
 README = Row(("pecli pe sinusoidal", "pe probe", "pe recover"), "what a position encoding holds; can token and "
-             "position be read back out?", "tables, figures", "1-101 s", "data (probe, recover)")
+             "position be read back out?", "tables, figures", "1-229 s (pe-sinusoidal to pe-recover)", "data (probe, recover)")
 
 
 def register(app: typer.Typer) -> None:

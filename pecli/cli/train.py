@@ -134,10 +134,11 @@ def lm(options: TrainLmOptions, *, out: OutOpt = None, force: ForceOpt = False) 
 
     Writes perplexity.csv, curve.csv (+ .json sidecars), figures/train_lm_curve.png,
     figures/train_lm_perplexity.png; checkpoints (HF format, loadable by every pecli command) in
-    OUT/models/<pe> or --model-out. Speed: the committed offline run (results/offline/
-    train-lm: 4 x 128, 250 steps of 16 x 128 tokens, 2 threads) trained at 8,600-11,500
-    tokens/s, 45-59 s per scheme (ALiBi slowest); at that rate the default 400 steps take
-    70-95 s per scheme, longer on a busy machine.
+    OUT/models/<pe> or --model-out. Speed on 2 CPU cores: models of the defaults' size (4 x
+    128, steps of 16 x 128 tokens, 2 threads) trained at 8,600-11,500 tokens/s in an earlier
+    offline run (250 steps, since replaced), so the default 400 steps take 70-95 s per scheme
+    and seed, longer on a busy machine; the offline preset's train-lm (15 models of 2 x 64,
+    800 steps of 16 x 64 tokens, 9 workers sharing the cores) takes about 5 minutes.
 
     Examples:
         pecli train lm --pe learned --seeds 1 --model-out models/tiny-gpt2-imdb
@@ -150,7 +151,7 @@ def lm(options: TrainLmOptions, *, out: OutOpt = None, force: ForceOpt = False) 
 
 # Its row in README.md's table of commands (`make docs`)
 README = Row(("pecli train lm --pe learned,none,alibi",), "small causal LMs on IMDB per scheme: train short, "
-             "test long", "perplexity.csv, length.csv", "262 s (5 schemes)", "data")
+             "test long", "perplexity.csv, length.csv", "285 s (train-lm: 3 schemes x 5 seeds, smaller models)", "data")
 
 
 def register(app: typer.Typer) -> None:

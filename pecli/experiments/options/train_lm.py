@@ -38,7 +38,8 @@ class TrainLmOptions(Training):
                  "these window lengths, e.g. 128,256,512,1024 (length.csv, figures/length.png).")
     seeds: int = option(3, low=1,  # training seeds per scheme: seed, seed + 1, ...
                         help="Training seeds per scheme (--seed, --seed + 1, ...): every perplexity "
-                             "is their mean with a 95 % t interval over them.")
+                             "is their mean, its 95 % interval a two-level bootstrap over seeds and "
+                             "test texts together (times and losses: a t interval over seeds).")
     # `pecli perplexity --intervention zero` on each checkpoint whose positions zero removes
     positions_removed: bool = option(True, help="pecli perplexity --intervention zero on each "
                                                 "checkpoint with a position table or rotation "
