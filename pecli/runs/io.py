@@ -357,7 +357,6 @@ class RunOutput:
         self.target = check_target(target)
         self.key = _plain(key)
         self.finished: list[Checkpoint] = []  # cleared once the outputs are in place
-        self.pid = os.getpid()  # a forked worker inherits `_open`, not the outputs: not its own
         self._hold = hold(self.target, key, force=force)
         self._hold.__enter__()
         try:
@@ -486,6 +485,11 @@ def _merge(src: Path, dst: Path) -> None:
             if target.is_dir():
                 shutil.rmtree(target)
             os.replace(item, target)
+
+
+# A forked worker (run_jobs) computes inside its parent's outputs but never finishes them: it
+# starts with none of its own, so its finished progress is deleted, not deferred forever.
+os.register_at_fork(after_in_child=RunOutput._open.clear)
 
 
 class Checkpoint:
@@ -622,9 +626,8 @@ class Checkpoint:
         `save` takes, or None): saved in its place where it returns any."""
         if keep is not None:
             self._keep = keep
-        ours = [o for o in RunOutput._open if o.pid == os.getpid()]
-        if ours and self not in ours[-1].finished:
-            ours[-1].finished.append(self)
+        if RunOutput._open and self not in RunOutput._open[-1].finished:
+            RunOutput._open[-1].finished.append(self)
             return
         if self._acquire():
             kept = self._keep() if self._keep else None
