@@ -204,6 +204,11 @@ CUSTOM_READERS = {  # suffix (any case) -> read(bytes buffer, path)
 FORMATS = "CSV, TSV, JSON, JSONL or parquet"
 
 
+def names_a_path(name: str) -> bool:
+    """Whether `name`, no dataset pecli knows, is meant as a path (a separator, or a folder)."""
+    return name not in DATASETS and (os.sep in name or "/" in name or Path(name).expanduser().is_dir())
+
+
 def load_data(dataset: str, split: str | None = None, *, data_dir_: str | Path | None = None,
               limit: int | None = None, seed: int = 0, text_field: str | None = None,
               at_most: bool = False) -> TextData:
@@ -221,7 +226,7 @@ def load_data(dataset: str, split: str | None = None, *, data_dir_: str | Path |
     elif (path.suffix or os.sep in dataset) and path.exists() and not path.is_dir():
         raise DataError(f"{path} exists but its format ({path.suffix or 'no suffix'}) is not "
                         f"supported; give a {FORMATS} file (by its suffix)")
-    elif dataset not in DATASETS and (os.sep in dataset or "/" in dataset or path.is_dir()):
+    elif names_a_path(dataset):
         raise DataError(f"{path} is not a data file; give a {FORMATS} file or a dataset "
                         f"({', '.join(DATASETS)})")
     else:

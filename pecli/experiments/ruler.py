@@ -107,7 +107,7 @@ def essay(source: str, data_dir: str | None = None, qa: bool = False):
     from dataclasses import replace
     from pathlib import Path
 
-    from pecli.data.datasets import DATASETS, load_data
+    from pecli.data.datasets import DATASETS, load_data, names_a_path
     from pecli.measures.ruler import haystack_of, qa_items
     from pecli.runs.errors import DataError
 
@@ -119,7 +119,7 @@ def essay(source: str, data_dir: str | None = None, qa: bool = False):
             raw = path.read_bytes()
             hay = replace(haystack_of([raw.decode("utf-8", errors="replace")], str(path)),
                           revision=f"sha256:{hashlib.sha256(raw).hexdigest()[:16]}")
-        elif source not in DATASETS and ("/" in source or path.is_dir()):
+        elif names_a_path(source):
             raise DataError(f"haystack (--haystack): {path} is not a file; give a .txt/.md file "
                             f"or a dataset ({', '.join(DATASETS)})")
         else:
