@@ -50,6 +50,7 @@ bench: setup
 docs: setup
 	$(VENV)/bin/typer pecli.cli.app utils docs --name pecli --output docs/cli.md
 	$(VENV)/bin/python -m pecli.cli.docs names >> docs/cli.md
+	$(VENV)/bin/python -m pecli.cli.docs examples docs/cli.md
 	$(VENV)/bin/python -m pecli.cli.docs README.md
 	$(VENV)/bin/python -m pecli.models.architectures docs/positions.md
 

@@ -200,9 +200,19 @@ def _summaries(typer_app: typer.Typer):
         yield from _summaries(group.typer_instance)
 
 
+def _reflowed(help_text: str) -> str:
+    """`help_text` with each prose paragraph on one line, for rich to wrap to the terminal:
+    Typer keeps a docstring's line breaks, which break again in an 80-column terminal.
+    An Examples paragraph keeps its lines."""
+    paragraphs = inspect.cleandoc(help_text).split("\n\n")
+    return "\n\n".join(p if p.startswith("Examples") else " ".join(p.split()) for p in paragraphs)
+
+
 for _info, _help in _summaries(app):  # a command list shows each first paragraph, whole
-    if isinstance(_help, str) and not isinstance(_info.short_help, str):
-        _info.short_help = " ".join(inspect.cleandoc(_help).split("\n\n")[0].split())
+    if isinstance(_help, str):
+        _info.help = _reflowed(_help)
+        if not isinstance(_info.short_help, str):
+            _info.short_help = _info.help.split("\n\n")[0]
 
 
 _SIGNALLED = ["", 130]  # how the run was stopped: (name for the message, exit status)

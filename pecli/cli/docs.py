@@ -3,6 +3,7 @@ checks both are current):
 
     python -m pecli.cli.docs README.md   # README's table of commands: each command module's README row
     python -m pecli.cli.docs names       # docs/cli.md's names section, every options class loaded
+    python -m pecli.cli.docs examples docs/cli.md  # each command's examples as a code block
 
 A command module (pecli/cli/<name>.py) gives its row as `README = Row(...)`; the table lists
 the rows in `pecli --help` order (pecli.experiments.REGISTERED). A module without one (the
@@ -11,7 +12,10 @@ listings) is named in the README's text instead.
 
 from __future__ import annotations
 
+import html
 import importlib
+import re
+import textwrap
 from dataclasses import dataclass
 
 from pecli.runs import names
@@ -106,12 +110,26 @@ def vocabulary_markdown(classes: list[type[Options]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def with_fenced_examples(page: str) -> str:
+    """Typer's reference writes a command's help as it is: its indented Examples lines, which
+    Markdown runs into the paragraph above ("Examples: pecli ablate minilm pecli ..."), and
+    with quotes as HTML entities. Each block becomes a fenced code block of the plain lines."""
+    def fenced(block: re.Match) -> str:
+        lines = html.unescape(textwrap.dedent(block.group(1))).rstrip("\n")
+        return f"Examples:\n\n```console\n{lines}\n```\n"
+
+    return re.sub(r"^Examples:\n((?:[ \t]+\S.*\n)+)", fenced, page, flags=re.MULTILINE)
+
+
 if __name__ == "__main__":
     import sys
     from pathlib import Path
 
     if sys.argv[1:] == ["names"]:
         print(names_markdown(), end="")
+    elif sys.argv[1] == "examples":
+        target = Path(sys.argv[2])
+        target.write_text(with_fenced_examples(target.read_text(encoding="utf-8")), encoding="utf-8")
     else:
         target = Path(sys.argv[1])
         target.write_text(with_commands_table(target.read_text(encoding="utf-8")), encoding="utf-8")

@@ -14,7 +14,12 @@ def test_cli_reference_is_current(tmp_path):
                     "--output", str(out)], check=True, capture_output=True, cwd=ROOT)
     names = subprocess.run([sys.executable, "-m", "pecli.cli.docs", "names"], check=True,
                            capture_output=True, text=True, cwd=ROOT).stdout
-    assert out.read_text() + names == (ROOT / "docs" / "cli.md").read_text(), "run `make docs`"
+    from pecli.cli.docs import with_fenced_examples
+
+    page = (ROOT / "docs" / "cli.md").read_text()
+    assert with_fenced_examples(out.read_text() + names) == page, "run `make docs`"
+    assert "Examples:\n    pecli" not in page  # Markdown would run the examples into one line
+    assert "```console\npecli ablate minilm\n" in page
 
 
 def test_families_table_is_current():

@@ -53,3 +53,22 @@ def test_a_command_list_shows_the_first_paragraph_whole_on_one_line(path, cmd):
     first = " ".join(inspect.cleandoc(cmd.help or "").split("\n\n")[0].split())
     assert first, f"`pecli {path}` has no help"
     assert cmd.get_short_help_str() == first
+
+
+@pytest.mark.parametrize("path, cmd", list(_commands(typer.main.get_command(app))),
+                         ids=lambda x: x if isinstance(x, str) else "")
+def test_help_prose_fills_an_80_column_terminal(path, cmd):
+    """Typer keeps a docstring's line breaks; at 80 columns each ~90-character source line broke
+    again into a long and a short one. Rendered at 80 columns, every line of a prose paragraph
+    but its last is full: the next line's first word would not have fitted on it (rich pads
+    the text by a column each side). Examples keep their lines."""
+    from typer.testing import CliRunner
+
+    shown = CliRunner().invoke(app, [*path.split(), "--help"], env={"COLUMNS": "80"}).output
+    description = shown.split("╭")[0].splitlines()[3:]  # after the usage line, before the panels
+    paragraphs = "\n".join(line.strip() for line in description).split("\n\n")
+    for paragraph in (p for p in paragraphs if p.strip() and not p.startswith("Examples")):
+        lines = paragraph.strip().splitlines()
+        for line, following in zip(lines, lines[1:], strict=False):
+            assert len(line) + 1 + len(following.split()[0]) > 78 - 2, (
+                f"`pecli {path} --help` breaks a line short at 80 columns: {line!r}")
