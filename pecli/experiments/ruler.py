@@ -120,8 +120,8 @@ def essay(source: str, data_dir: str | None = None, qa: bool = False):
             hay = replace(haystack_of([raw.decode("utf-8", errors="replace")], str(path)),
                           revision=f"sha256:{hashlib.sha256(raw).hexdigest()[:16]}")
         elif names_a_path(source):
-            raise DataError(f"haystack (--haystack): {path} is not a file; give a .txt/.md file "
-                            f"or a dataset ({', '.join(DATASETS)})")
+            raise DataError(f"haystack (--haystack): {path} is not a .txt/.md file; give a plain "
+                            f"text file or a dataset ({', '.join(DATASETS)})")
         else:
             data = load_data(source, data_dir_=data_dir, limit=HAYSTACK_TEXTS, at_most=True)
             hay = replace(haystack_of(data.texts(), f"{data.dataset}/{data.split}"), revision=data.revision)

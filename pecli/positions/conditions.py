@@ -333,7 +333,8 @@ def check_causal(ref) -> None:
     if not ref.spec.causal or (model is not None and model.get_output_embeddings() is None):
         raise ModelError(
             f"not applicable: {ref.name} is a {ref.spec.family} encoder without a language-model "
-            "head: perplexity needs a causal LM (e.g. smollm2, random:gpt2, random:llama, gpt2)")
+            "head: this command scores next tokens and needs a causal LM (e.g. smollm2, random:gpt2, "
+            "random:llama, gpt2)")
 
 
 def _check_length(c: Condition, ref, length: int, what: str) -> None:

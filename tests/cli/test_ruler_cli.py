@@ -56,6 +56,8 @@ def test_a_cell_of_one_sample_says_it_has_no_interval(use_tiny, tmp_path, invoke
     (["llama", "--tasks", "cwe", "--lengths", "512"], "give at least 1024"),
     (["random:gpt2", "--rope-scaling", "linear:2", "--lengths", "512", "--tasks", "vt"],
      "rope-scaling applies to rotary"),
+    (["random:bert", "--lengths", "512", "--tasks", "vt"],  # named no other command (it said perplexity)
+     "encoder without a language-model head: this command scores next tokens and needs a causal LM"),
 ])
 def test_ruler_refuses_in_one_line_before_loading(invoke, monkeypatch, args, words):
     monkeypatch.setattr("pecli.models.loading.load_model", lambda *a, **k: pytest.fail("loaded"))

@@ -330,8 +330,9 @@ def test_essay_refuses_a_missing_file(tmp_path):
     with pytest.raises(DataError, match=r"2 sentence\(s\) and 3 distinct words of 4-10 lowercase "
                                          "letters; give a text of at least 100 sentences"):
         essay(str(short))
-    for not_a_file in (tmp_path / "none", tmp_path):  # a path, not a dataset's name
-        with pytest.raises(DataError, match=r"is not a file; give a \.txt/\.md file or a dataset"):
+    (tmp_path / "essay.csv").write_text("text\nA review.\n", encoding="utf-8")
+    for not_a_file in (tmp_path / "none", tmp_path, tmp_path / "essay.csv"):  # not a dataset's name
+        with pytest.raises(DataError, match=r"is not a \.txt/\.md file; give a plain text file or a dataset"):
             essay(str(not_a_file))
 
 
