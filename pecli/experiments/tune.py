@@ -109,10 +109,14 @@ def settings(condition: str, items: tuple[str, ...], what: str = "grid (--grid)"
         if not vals:
             raise ConfigError(f"{what}: {item!r} gives no value; e.g. {key}=2,4")
         given[found[0]] = list(dict.fromkeys(vals))
+    example = _example(condition, params)
     if not given:
-        raise ConfigError(f"{what}: give at least one parameter of {condition}, e.g. "
-                          f"{params[0][1]}=2,4")
+        raise ConfigError(f"{what}: give at least one parameter of {condition}, e.g. {example}")
     order = [name for name, _ in params]
+    needed = [(name, letter) for name, letter in params[:_required(condition)] if name not in given]
+    if needed:
+        raise ConfigError(f"{what}: {condition} needs {' and '.join(f'{n} ({x})' for n, x in needed)} "
+                          f"too; e.g. {example}")
     used = order[:max(order.index(k) for k in given) + 1]  # the argument's parts up to the last given
     missing = [k for k in used if k not in given]
     if missing:
@@ -124,6 +128,21 @@ def settings(condition: str, items: tuple[str, ...], what: str = "grid (--grid)"
     for k in used:
         out = [(*o, (k, v)) for o in out for v in given[k]]
     return [_setting(condition, values, what) for values in out]
+
+
+def _required(condition: str) -> int:
+    """How many of a condition's parameters its argument needs (`G:W` 2, `W[:k]` 1, `[c]` 0)."""
+    if _rope(condition):
+        return 1
+    return len(re.findall(r"[A-Za-z]+", names.INTERVENTIONS.get(condition).argument.split("[")[0]))
+
+
+def _example(condition: str, params: list[tuple[str, str]]) -> str:
+    """The condition's documented example as grid items: selfextend:4:1024 -> `G=4 W=1024`."""
+    if _rope(condition):
+        return f"{params[0][1]}=2,4"
+    values = names.INTERVENTIONS.get(condition).example.split(":")[1:]
+    return " ".join(f"{letter}={v}" for (_, letter), v in zip(params, values, strict=False))
 
 
 def _setting(condition: str, values: tuple[tuple[str, str], ...], what: str) -> Setting:

@@ -155,11 +155,13 @@ def test_a_default_a_grid_setting_computes_is_scored_as_that_setting():
 @pytest.mark.parametrize("args, words", [
     (["--condition", "selfextend", "--grid", "Q=2,4"], "its parameters: G (group), W (window)"),
     (["--condition", "selfextend", "--grid", "G=0,2", "W=8"], "group=0 window=8: selfextend:0:8: 0 is below 1"),
-    (["--condition", "selfextend", "--grid", "W=8,16"], "give group too"),
+    (["--condition", "selfextend", "--grid", "W=8,16"], "selfextend needs group (G) too; e.g. G=4 W=1024"),
+    (["--condition", "selfextend", "--grid", "G=2,4"], "selfextend needs window (W) too"),  # was 'takes N:N'
+    (["--condition", "selfextend"], "give at least one parameter of selfextend, e.g. G=4 W=1024"),
     (["--condition", "zero", "--grid", "G=2"], "zero takes no parameters to tune"),
     (["--condition", "yarn", "--grid", "factor=0.5,2"], "factor 0.5 must be"),
     (["--condition", "string", "--grid", "S=64", "W=16"], "W must be at least S"),
-    (["--condition", "rerope", "--grid", "W=8", "--default", "k=2"], "give window too"),
+    (["--condition", "rerope", "--grid", "W=8", "--default", "k=2"], "rerope needs window (W) too"),
 ])
 def test_bad_grids_are_refused_in_one_line_before_loading(docs, invoke, monkeypatch, args, words):
     def never(*a, **k):
