@@ -41,16 +41,17 @@ def run_sinusoidal(options: SinusoidOptions) -> dict[str, pd.DataFrame]:
     name = "pe-sinusoidal"
     shared = dict(positions=positions, dim=dim, base=base)
     pe = pa.sinusoidal(positions, dim, base)  # [P, dim]
-    encoding = [{"metric": "pe", "value": pe[p, j], "pos": p, "dim_index": j, "pair": j // 2,
-                 "component": "sin" if j % 2 == 0 else "cos"}
-                for p in range(positions) for j in range(dim)]
+    pos, dim_index = (a.ravel() for a in np.indices((positions, dim)))  # row p * dim + j: PE(p)_j
+    encoding = pd.DataFrame({"metric": "pe", "value": pe.ravel(), "pos": pos, "dim_index": dim_index,
+                             "pair": dim_index // 2, "component": np.where(dim_index % 2, "cos", "sin")})
     offsets = list(range(-(positions - 1), positions))
     errors = pa.rotation_errors(positions, dim, base, offsets)
     rotation = [{"metric": "rotation_max_abs_error", "value": e, "offset": k}
                 for k, e in zip(offsets, errors, strict=True)]
     dots = pa.dot_products(positions, dim, base)
-    dot = [{"metric": "dot_product", "value": dots.gram[p, q], "p": p, "q": q, "offset": p - q}
-           for p in range(positions) for q in range(positions)]
+    p, q = (a.ravel() for a in np.indices((positions, positions)))  # row p * P + q
+    dot = pd.DataFrame({"metric": "dot_product", "value": dots.gram.ravel(), "p": p, "q": q,
+                        "offset": p - q})
     summary = [
         {"metric": "rotation_max_abs_error", "value": float(errors.max()),
          "aggregation": "max over offsets and positions"},

@@ -35,28 +35,34 @@ def rotation(k: float, dim: int, base: float = 10000.0) -> np.ndarray:
     cos(a + b) = cos a cos b - sin a sin b, so the block is [[cos b, sin b], [-sin b, cos b]].
     It depends on k and the frequencies only, never on p.
     """
-    b = k * frequencies(dim, base)  # [dim/2]
+    blocks = rotation_blocks(k, dim, base)
     m = np.zeros((dim, dim))
-    i = np.arange(0, dim, 2)
-    m[i, i] = np.cos(b)
-    m[i, i + 1] = np.sin(b)
-    m[i + 1, i] = -np.sin(b)
-    m[i + 1, i + 1] = np.cos(b)
+    for i, block in enumerate(blocks):
+        m[2 * i:2 * i + 2, 2 * i:2 * i + 2] = block
     return m
+
+
+def rotation_blocks(k: float, dim: int, base: float = 10000.0) -> np.ndarray:
+    """The 2x2 diagonal blocks of M_k, one per (sin, cos) pair -> [dim/2, 2, 2]."""
+    b = k * frequencies(dim, base)  # [dim/2]
+    return np.stack([np.stack([np.cos(b), np.sin(b)], -1), np.stack([-np.sin(b), np.cos(b)], -1)], -2)
 
 
 def rotation_errors(positions: int, dim: int, base: float, offsets) -> np.ndarray:
     """max over p in 0..positions-1 of |PE(p + k) - M_k PE(p)|, for each offset k -> [len(offsets)].
 
-    PE(p + k) is evaluated from the formula (p + k may leave 0..positions-1).
+    PE(p + k) is evaluated from the formula (p + k may leave 0..positions-1). M_k acts block
+    by block (the product with the whole matrix, its zeros included, is the same and costs dim
+    times more).
     """
     check_sinusoid_args(positions, dim, base)
     pos = np.arange(positions)
-    pe = sinusoidal_at(pos, dim, base)  # [P, dim]
+    pairs = sinusoidal_at(pos, dim, base).reshape(positions, dim // 2, 2)  # [P, dim/2, (sin, cos)]
     errors = []
     for k in offsets:
-        moved = pe @ rotation(k, dim, base).T  # row p: M_k PE(p)
-        errors.append(np.abs(sinusoidal_at(pos + k, dim, base) - moved).max())
+        blocks = rotation_blocks(k, dim, base)  # moved_j = sum over c of block[j, c] x_c
+        moved = pairs[:, :, None, 0] * blocks[:, :, 0] + pairs[:, :, None, 1] * blocks[:, :, 1]
+        errors.append(np.abs(sinusoidal_at(pos + k, dim, base) - moved.reshape(positions, dim)).max())
     return np.array(errors)
 
 
@@ -75,15 +81,16 @@ def dot_products(positions: int, dim: int, base: float = 10000.0) -> DotCheck:
     """The Gram matrix of the encoding and its checks (the sum of cos(k w_i) over pairs)."""
     pe = sinusoidal(positions, dim, base)
     gram = pe @ pe.T  # [P, P]
-    offsets = np.subtract.outer(np.arange(positions), np.arange(positions))  # p - q
-    by_offset, spread = {}, 0.0
-    for k in range(-(positions - 1), positions):
-        values = gram[offsets == k]
+    ks = np.arange(-(positions - 1), positions)
+    closed = np.cos(ks[:, None] * frequencies(dim, base)).sum(-1)  # f(k), one per offset
+    by_offset, spread, closed_error = {}, 0.0, 0.0
+    for k, f in zip(ks.tolist(), closed, strict=True):
+        values = np.diagonal(gram, offset=-k)  # the pairs with p - q = k
         by_offset[k] = float(values.mean())
         spread = max(spread, float(values.max() - values.min()))
+        closed_error = max(closed_error, float(np.abs(values - f).max()))
     symmetry = max(abs(by_offset[k] - by_offset[-k]) for k in by_offset)
-    closed = np.cos(offsets[..., None] * frequencies(dim, base)).sum(-1)  # [P, P]
-    return DotCheck(gram, by_offset, spread, symmetry, float(np.abs(gram - closed).max()))
+    return DotCheck(gram, by_offset, spread, symmetry, closed_error)
 
 
 # --- Wang & Chen: what a matrix of position vectors encodes --------------------------

@@ -115,6 +115,15 @@ def read_sidecar(table: Path) -> dict:
     return meta
 
 
+def _distinct(column: pd.Series):
+    """A column's distinct values (a provenance column of a million rows has one), or all of
+    them where some cannot be hashed."""
+    try:
+        return pd.unique(column)
+    except TypeError:
+        return column
+
+
 def _reason(err: OSError) -> str:
     return err.strerror or str(err) or type(err).__name__
 
@@ -433,7 +442,7 @@ class RunOutput:
         also inside a name (a mask file's `file:PATH#sha256:D`)."""
         staged = str(self.dir)
         for col in df.select_dtypes(include=["object", "string"]).columns:
-            if any(isinstance(v, str) and staged in v for v in df[col]):
+            if any(isinstance(v, str) and staged in v for v in _distinct(df[col])):
                 df = df.assign(**{col: df[col].map(
                     lambda v: v.replace(staged, str(self.target)) if isinstance(v, str) else v)})
         return df

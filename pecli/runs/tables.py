@@ -49,9 +49,13 @@ def resolved(df: pd.DataFrame) -> dict:
     return out
 
 
-def frame(rows: list[dict], experiment: str, seed: int, **columns) -> pd.DataFrame:
-    """Rows + the columns every row of the table shares (provenance, seed, settings)."""
+def frame(rows: list[dict] | pd.DataFrame, experiment: str, seed: int, **columns) -> pd.DataFrame:
+    """Rows + the columns every row of the table shares (provenance, seed, settings). A large
+    table's rows come as a frame built column by column, and its shared `columns` are scalars."""
     from pecli.runs.provenance import row_provenance
 
+    if isinstance(rows, pd.DataFrame):
+        return pd.DataFrame({"experiment": experiment, **rows, "seed": seed, **columns,
+                             **row_provenance()}, index=rows.index)
     return pd.DataFrame([{"experiment": experiment, **r, "seed": seed, **columns,
                           **row_provenance()} for r in rows])

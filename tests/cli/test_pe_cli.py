@@ -49,6 +49,8 @@ def test_sinusoidal_writes_tables_figures_and_summary(tmp_path):
     (["--dim", "7"], "pecli pe sinusoidal: dim (--dim): 7 is odd"),
     (["--positions", "0"], "pecli pe sinusoidal: positions (--positions): 0 is out of range (at least 1)"),
     (["--base", "1"], "pecli pe sinusoidal: base (--base): 1 must be greater than 1"),
+    (["--positions", "4096", "--dim", "512"],  # was some 15 GB and 20 minutes, then a killed process
+     "pecli pe sinusoidal: positions (--positions): 4,096 x 512 would write 18,874,368 rows"),
 ])
 def test_sinusoidal_bad_args(args, message, tmp_path):
     result = _invoke("sinusoidal", *args, "--out", str(tmp_path))

@@ -31,6 +31,20 @@ def test_rotation_property_to_float_noise(positions, dim, base):
     assert np.abs(pa.sinusoidal_at(np.arange(positions) + 1, dim, base) - wrong).max() > 0.1
 
 
+def test_rotation_errors_are_the_whole_matrix_products():
+    """rotation_errors applies M_k block by block; written literally, with the whole M_k."""
+    positions, dim, base = 40, 12, 100.0
+    offsets = [-39, -5, 0, 3, 77]
+    pe, pos = pa.sinusoidal(positions, dim, base), np.arange(positions)
+    literal = [np.abs(pa.sinusoidal_at(pos + k, dim, base) - pe @ pa.rotation(k, dim, base).T).max()
+               for k in offsets]
+    assert np.allclose(pa.rotation_errors(positions, dim, base, offsets), literal, rtol=0, atol=1e-14)
+    check = pa.dot_products(positions, dim, base)  # per offset, against a mask of the pairs
+    diffs = np.subtract.outer(pos, pos)
+    for k in (-39, -1, 0, 7, 39):
+        assert check.by_offset[k] == pytest.approx(check.gram[diffs == k].mean(), abs=1e-12)
+
+
 @pytest.mark.parametrize("dim", [2, 8, 64])
 def test_rotations_are_orthogonal_and_compose(dim):
     a, b = pa.rotation(3, dim), pa.rotation(-11, dim)
