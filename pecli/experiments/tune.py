@@ -113,17 +113,12 @@ def settings(condition: str, items: tuple[str, ...], what: str = "grid (--grid)"
     if not given:
         raise ConfigError(f"{what}: give at least one parameter of {condition}, e.g. {example}")
     order = [name for name, _ in params]
-    needed = [(name, letter) for name, letter in params[:_required(condition)] if name not in given]
+    # the argument's parts: those it needs, and every one up to the last given
+    used = order[:max(_required(condition), *(order.index(k) + 1 for k in given))]
+    needed = [(name, letter) for name, letter in params if name in used and name not in given]
     if needed:
         raise ConfigError(f"{what}: {condition} needs {' and '.join(f'{n} ({x})' for n, x in needed)} "
                           f"too; e.g. {example}")
-    used = order[:max(order.index(k) for k in given) + 1]  # the argument's parts up to the last given
-    missing = [k for k in used if k not in given]
-    if missing:
-        raise ConfigError(f"{what}: {condition}'s {missing[0]} comes before "
-                          f"{', '.join(k for k in used if k in given and order.index(k) > order.index(missing[0]))} "
-                          f"in its argument; give {missing[0]} too (its parameters in order: "
-                          f"{', '.join(order)})")
     out = [()]
     for k in used:
         out = [(*o, (k, v)) for o in out for v in given[k]]
