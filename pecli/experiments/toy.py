@@ -77,8 +77,12 @@ def batch_iterator(tokenizer, train: list[str], batch: int, seed: int):
 
 
 @torch.inference_mode()
-def greedy_answers(model, tokenizer, prompts: list[str], max_new: int) -> list[str]:
-    """Greedy continuation of each "i+j=" until <eos>; prompts of one length share a batch."""
+def greedy_answers(model, tokenizer, prompts: list[str], longest: int) -> list[str]:
+    """Greedy continuation of each "i+j=" until <eos>; prompts of one length share a batch.
+
+    `longest`: tokens of the longest example, <bos> to <eos>. A prompt decodes until it is that
+    long, room for any right answer and its <eos>, so a model that never ends (one barely
+    trained) reads "<no eos>" and never runs past its position table."""
     by_len: dict[int, list[int]] = {}
     encoded = [[tokenizer.bos_token_id] + tokenizer(p)["input_ids"] for p in prompts]
     for i, ids in enumerate(encoded):
@@ -90,7 +94,7 @@ def greedy_answers(model, tokenizer, prompts: list[str], max_new: int) -> list[s
         ids = torch.tensor([encoded[i] for i in idx])  # [b, t]
         done = torch.zeros(len(idx), dtype=torch.bool)
         out: list[list[int]] = [[] for _ in idx]
-        for _ in range(max_new):
+        for _ in range(longest - ids.shape[1]):
             nxt = model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits[:, -1].argmax(-1)
             for r, t in enumerate(nxt.tolist()):
                 if not done[r]:

@@ -360,3 +360,29 @@ def test_toy_arithmetic_over_training_seeds():
     same = acc.metric.isin(["exact_match", "final_train_loss"])
     pd.testing.assert_frame_equal(two[same][["pe", "metric", "operation", "value", "ci_low", "ci_high"]],
                                   acc[same][["pe", "metric", "operation", "value", "ci_low", "ci_high"]])
+
+
+def test_greedy_answers_stop_at_the_longest_example_inside_the_position_table():
+    """A barely trained model that never writes <eos> (`pecli toy arithmetic --steps 1`) once
+    decoded `longest` new tokens after each prompt, past the learned position table
+    (IndexError). Decoding now stops when a prompt is as long as the longest example."""
+    from pecli.experiments.toy import encode_example, greedy_answers
+
+    tok = char_tokenizer()
+    examples = arithmetic_examples(100)
+    longest = max(len(encode_example(tok, e)[0]) for e in examples)
+    model = build_model("learned", len(tok), ModelSize(1, 16, 2, positions=longest),
+                        pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
+                        eos_token_id=tok.eos_token_id).eval()
+    seen: list[int] = []
+
+    def never_ends(module, args, kwargs, output):
+        seen.append(kwargs["input_ids"].shape[1])
+        output.logits[..., tok.eos_token_id] = -torch.inf
+
+    model.register_forward_hook(never_ends, with_kwargs=True)
+    prompts = ["1+1=", "99+99=", "7-50="]
+    assert greedy_answers(model, tok, prompts, longest) == ["<no eos>"] * 3
+    assert max(seen) == longest - 1  # the last token decoded sits at position longest - 1
+    # Every right answer fits: "99+99=198" and its <eos> end exactly at `longest`.
+    assert len(encode_example(tok, "99+99=198")[0]) == longest
