@@ -76,37 +76,27 @@ def batch_iterator(tokenizer, train: list[str], batch: int, seed: int):
         yield {"input_ids": input_ids[rows], "attention_mask": mask[rows], "labels": labels[rows]}
 
 
-@torch.inference_mode()
 def greedy_answers(model, tokenizer, prompts: list[str], longest: int) -> list[str]:
-    """Greedy continuation of each "i+j=" until <eos>; prompts of one length share a batch.
+    """Greedy continuation of each "i+j=" until <eos>, with the KV cache; prompts of one length
+    share a batch (no padding: positions are exactly those of training).
 
     `longest`: tokens of the longest example, <bos> to <eos>. A prompt decodes until it is that
     long, room for any right answer and its <eos>, so a model that never ends (one barely
     trained) reads "<no eos>" and never runs past its position table."""
+    from pecli.measures.training import greedy_tokens
+
     by_len: dict[int, list[int]] = {}
     encoded = [[tokenizer.bos_token_id] + tokenizer(p)["input_ids"] for p in prompts]
     for i, ids in enumerate(encoded):
         by_len.setdefault(len(ids), []).append(i)
     answers = [""] * len(prompts)
     itos = {i: t for t, i in tokenizer.get_vocab().items()}
+    eos = tokenizer.eos_token_id
     for idx in by_len.values():
-        # Same length, so no padding: positions are exactly those of training.
         ids = torch.tensor([encoded[i] for i in idx])  # [b, t]
-        done = torch.zeros(len(idx), dtype=torch.bool)
-        out: list[list[int]] = [[] for _ in idx]
-        for _ in range(longest - ids.shape[1]):
-            nxt = model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits[:, -1].argmax(-1)
-            for r, t in enumerate(nxt.tolist()):
-                if not done[r]:
-                    if t == tokenizer.eos_token_id:
-                        done[r] = True
-                    else:
-                        out[r].append(t)
-            if done.all():
-                break
-            ids = torch.cat([ids, nxt[:, None]], dim=1)
-        for r, i in enumerate(idx):
-            answers[i] = "".join(itos[t] for t in out[r]) if done[r] else "<no eos>"
+        written = greedy_tokens(model, ids, longest - ids.shape[1], eos=eos).tolist()
+        for row, i in zip(written, idx, strict=True):
+            answers[i] = "".join(itos[t] for t in row[:row.index(eos)]) if eos in row else "<no eos>"
     return answers
 
 

@@ -116,16 +116,15 @@ def held_out_items(task: str, length: int, n: int, seed: int) -> list[tuple[str,
 @torch.inference_mode()
 def exact_match(model, enc: Encoder, items: list[tuple[str, str]],
                 position_ids: torch.Tensor | None = None) -> np.ndarray:
-    """Greedy decoding of every item (all of one length, so one batch without padding):
-    len(answer) + 1 tokens; right iff they are the answer then <eos>. `position_ids`
-    [n, prompt + answer + 1] (the `randomized` scheme) are cut to each step's length."""
+    """Greedy decoding of every item (all of one length, so one batch without padding) with
+    the KV cache: len(answer) + 1 tokens; right iff they are the answer then <eos>.
+    `position_ids` [n, prompt + answer + 1] (the `randomized` scheme): each token's position."""
+    from pecli.measures.training import greedy_tokens
+
     ids = torch.tensor([[enc.bos, *enc.ids(p)] for p, _ in items])  # [n, t]
     target = torch.tensor([[*enc.ids(a), enc.eos] for _, a in items])  # [n, a]
-    for _ in range(target.shape[1]):
-        kwargs = {} if position_ids is None else {"position_ids": position_ids[:, : ids.shape[1]]}
-        logits = model(input_ids=ids, attention_mask=torch.ones_like(ids), **kwargs).logits
-        ids = torch.cat([ids, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
-    return (ids[:, -target.shape[1]:] == target).all(dim=1).numpy()
+    written = greedy_tokens(model, ids, target.shape[1], position_ids=position_ids)
+    return (written == target).all(dim=1).numpy()
 
 
 # --- how far the models attend (issue 35's statistics) ------------------------------------

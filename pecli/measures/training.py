@@ -105,6 +105,31 @@ def with_random_positions(batches: Iterator[dict], positions: int, seed: int) ->
         yield {**batch, "position_ids": random_position_ids(b, t, positions, generator)}
 
 
+@torch.inference_mode()
+def greedy_tokens(model, ids: torch.Tensor, steps: int, *, position_ids: torch.Tensor | None = None,
+                  eos: int | None = None) -> torch.Tensor:
+    """Greedy continuation of prompts of one length, `ids` [n, t], with the KV cache: one
+    forward over the prompts, then one per new token over that token alone. At most `steps`
+    new tokens [n, <= steps], fewer once every row has written `eos` (when given).
+    `position_ids` [n, >= t + steps - 1]: the positions of every token (the `randomized`
+    scheme); otherwise the model counts them (0, 1, ...)."""
+    n, t = ids.shape
+    at = (lambda a, b: {}) if position_ids is None else (lambda a, b: {"position_ids": position_ids[:, a:b]})
+    out = model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True, **at(0, t))
+    new, ended = [], torch.zeros(n, dtype=torch.bool)
+    for step in range(steps):
+        token = out.logits[:, -1].argmax(-1)  # [n]
+        new.append(token)
+        if eos is not None:
+            ended |= token == eos
+        if step == steps - 1 or bool(ended.all()):
+            break
+        seen = t + step + 1  # tokens the cache and this one hold
+        out = model(input_ids=token[:, None], attention_mask=ids.new_ones(n, seen),
+                    past_key_values=out.past_key_values, use_cache=True, **at(seen - 1, seen))
+    return torch.stack(new, dim=1) if new else ids.new_zeros(n, 0)
+
+
 # --- models ---------------------------------------------------------------------------
 
 

@@ -101,29 +101,37 @@ def test_options_default_to_three_n_and_check_tasks():
     assert ToyLengthOptions.build({"task": ["copy,sort"]}, "t").task == ("copy", "sort")
     with pytest.raises(ConfigError, match="unknown task 'cpy' .did you mean 'copy'"):
         ToyLengthOptions.build({"task": "cpy"}, "t")
-    with pytest.raises(ConfigError, match="none reaches the training length"):
+    with pytest.raises(ConfigError, match="none is past the training length 10; test beyond it"):
         ToyLengthOptions.build({"train_length": 10, "test_lengths": "4,6"}, "t")
+    # At the training length only: nothing to rank (`pecli toy length --train-length 1
+    # --test-lengths 1` once ended in a KeyError traceback after training).
+    with pytest.raises(ConfigError, match="none is past the training length 1; .* e.g. 1,2,3"):
+        ToyLengthOptions.build({"train_length": 1, "test_lengths": "1"}, "t")
 
 
 # --- greedy exact match ------------------------------------------------------------------
 
 
 class Oracle(torch.nn.Module):
-    """Emits the answer of each item, then `tail` (eos when right); records position_ids."""
+    """Emits the answer of each item, then `tail` (eos when right); records position_ids.
+    Its "cache" is the tokens so far, so it reads each row whole as a model's cache does."""
 
     def __init__(self, items, tail):
         super().__init__()
         self.answers = {tuple([ENC.bos, *ENC.ids(p)]): ENC.ids(a) + tail for p, a in items}
         self.seen = []
 
-    def forward(self, input_ids, attention_mask=None, position_ids=None):
+    def forward(self, input_ids, attention_mask=None, position_ids=None, past_key_values=None,
+                use_cache=False):
         self.seen.append(None if position_ids is None else position_ids.clone())
+        if past_key_values is not None:
+            input_ids = torch.cat([past_key_values, input_ids], dim=1)
         logits = torch.zeros(*input_ids.shape, len(ENC.vocab))
         for r, row in enumerate(input_ids.tolist()):
             for key, answer in self.answers.items():
                 if tuple(row[: len(key)]) == key:
                     logits[r, -1, answer[len(row) - len(key)]] = 1.0
-        return type("Out", (), {"logits": logits})
+        return type("Out", (), {"logits": logits, "past_key_values": input_ids})
 
 
 def test_exact_match_needs_the_answer_then_eos():
@@ -137,8 +145,10 @@ def test_exact_match_needs_the_answer_then_eos():
     positions = random_position_ids(6, 1 + 6 + 6, 40, torch.Generator().manual_seed(0))
     oracle = Oracle(items, [ENC.eos])
     exact_match(oracle, ENC, items, positions)
-    assert [p.shape[1] for p in oracle.seen] == list(range(7, 13))
-    assert all(torch.equal(p, positions[:, : p.shape[1]]) for p in oracle.seen)
+    # The prompts' positions, then each new token's own (the cache holds the earlier ones).
+    assert torch.equal(oracle.seen[0], positions[:, :7])
+    assert [p.shape[1] for p in oracle.seen[1:]] == [1] * 5
+    assert torch.equal(torch.cat(oracle.seen, dim=1), positions[:, :12])
 
 
 # --- intervals over seeds, the ranking -----------------------------------------------------

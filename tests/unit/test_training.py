@@ -377,7 +377,7 @@ def test_greedy_answers_stop_at_the_longest_example_inside_the_position_table():
     seen: list[int] = []
 
     def never_ends(module, args, kwargs, output):
-        seen.append(kwargs["input_ids"].shape[1])
+        seen.append(kwargs["attention_mask"].shape[1])  # the tokens held, cached or new
         output.logits[..., tok.eos_token_id] = -torch.inf
 
     model.register_forward_hook(never_ends, with_kwargs=True)
@@ -386,3 +386,39 @@ def test_greedy_answers_stop_at_the_longest_example_inside_the_position_table():
     assert max(seen) == longest - 1  # the last token decoded sits at position longest - 1
     # Every right answer fits: "99+99=198" and its <eos> end exactly at `longest`.
     assert len(encode_example(tok, "99+99=198")[0]) == longest
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_cached_greedy_decoding_equals_decoding_the_whole_sequence_each_step(scheme):
+    """greedy_tokens keeps the KV cache; the reference recomputes every step over the whole
+    sequence (what toy and toy length did before). The same logits at every step, and so the
+    same tokens, under every scheme: alibi's and t5's attention functions and the randomized
+    scheme's positions included. Briefly trained, so that the logits move from step to step
+    (a random model's hardly do)."""
+    from pecli.measures.training import greedy_tokens, random_position_ids
+
+    model, tok = tiny(scheme, seed=1)
+    with torch_threads(1):
+        train(model, batch_iterator(tok, arithmetic_examples(10), 32, 0),
+              TrainConfig(steps=30, lr=1e-2, warmup=5))
+    model.eval()
+    ids = torch.tensor([probe_ids(tok, text) for text in ("21+21=", "73-53=", "30+41=")])
+    steps = 6
+    positions = None
+    if scheme == "randomized":
+        positions = random_position_ids(3, ids.shape[1] + steps, SIZE.positions,
+                                        torch.Generator().manual_seed(0))
+    last_logits: list[torch.Tensor] = []
+    model.register_forward_hook(lambda m, a, out: last_logits.append(out.logits[:, -1].clone()))
+    whole = ids
+    with torch.inference_mode():
+        for _ in range(steps):
+            kwargs = {} if positions is None else {"position_ids": positions[:, : whole.shape[1]]}
+            logits = model(input_ids=whole, attention_mask=torch.ones_like(whole), **kwargs).logits
+            whole = torch.cat([whole, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+    reference, last_logits[:] = list(last_logits), []
+    written = greedy_tokens(model, ids, steps, position_ids=positions)
+    assert torch.equal(written, whole[:, ids.shape[1]:])
+    steps_apart = (torch.stack(reference)[1:] - torch.stack(reference)[:-1]).abs().amax()
+    assert steps_apart > 0.1  # so the comparison below can tell a step's logits from another's
+    torch.testing.assert_close(torch.stack(last_logits), torch.stack(reference), rtol=0, atol=1e-4)

@@ -73,6 +73,7 @@ class ToyLengthOptions(Training):
                                   "of at least 1, e.g. 8,16,24")
             lengths = sorted(set(lengths))
         object.__setattr__(self, "test_lengths", tuple(lengths))
-        if max(self.test_lengths) < self.train_length:
-            raise ConfigError(f"test_lengths (--test-lengths): none reaches the training length "
-                              f"{self.train_length}; test at it and beyond")
+        if max(self.test_lengths) <= self.train_length:  # the headline and ranking are past it
+            n = self.train_length
+            raise ConfigError(f"test_lengths (--test-lengths): none is past the training length "
+                              f"{n}; test beyond it too, e.g. {n},{2 * n},{3 * n}")
