@@ -99,6 +99,33 @@ def table_files(run_dirs) -> list[tuple[str, Path]]:
     return found
 
 
+def _check_whole_rows(path: Path) -> None:
+    """A table without a checksum: refuse it when cut short, a row with fewer fields than the
+    header or no final newline (pandas would fill the missing cells with NaN, or keep half a
+    number). A cut at a row's end still passes: only a checksum knows the rows that are gone."""
+    import csv
+    import gzip
+
+    def cut(why: str) -> DataError:
+        return DataError(f"{path}: {why}: the table was cut short or edited; remove it or rerun "
+                         "the run that wrote it")
+
+    gzipped = path.suffix == ".gz"
+    try:
+        with (gzip.open if gzipped else open)(path, "rt", newline="", encoding="utf-8") as f:
+            rows = csv.reader(f)
+            width = len(next(rows, []))
+            for number, row in enumerate(rows, start=2):
+                if len(row) != width:
+                    raise cut(f"row {number} has {len(row)} of the header's {width} fields")
+        if not gzipped:  # a gzip stream cut short fails to decompress instead
+            with open(path, "rb") as f:
+                if f.seek(0, 2) and (f.seek(-1, 2), f.read(1))[1] != b"\n":
+                    raise cut("its last row has no final newline")
+    except (OSError, UnicodeDecodeError, EOFError, csv.Error):
+        return  # not a text table at all: read_csv's own error says so below
+
+
 def read_table(path: Path) -> pd.DataFrame:
     """A results table, or a one-line DataError naming the file when it cannot be trusted:
     changed since pecli wrote it (its sidecar's sha256), not CSV, or edited so that `value`
@@ -112,6 +139,8 @@ def read_table(path: Path) -> pd.DataFrame:
     if written and read_sha256(path) != written:
         raise DataError(f"{path} was changed after pecli wrote it (its sha256 differs from "
                         f"{sidecar_of(path).name}): it was damaged or edited; rerun the run that wrote it")
+    if not written:
+        _check_whole_rows(path)
     try:
         df = pd.read_csv(path, low_memory=False)
     except (ValueError, OSError, UnicodeDecodeError, EOFError) as err:  # pandas' ParserError is a ValueError
