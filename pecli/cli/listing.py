@@ -115,10 +115,15 @@ def cache(
     import shutil
 
     from pecli.models.gguf import checksum_problem
+    from pecli.runs.errors import DataError
     from pecli.runs.io import cache_dir
 
     root = cache_dir()
-    models = sorted(p for p in (root / "models").glob("*") if p.is_dir())
+    if root.exists() and not root.is_dir():
+        raise DataError(f"the cache {root} is a file, not a folder; point PECLI_CACHE_DIR at a "
+                        "folder (or unset it for the user cache)")
+    # dequantised models (folders with their checksums) and GGUFs assembled from chunk packages
+    models = sorted(p for p in (root / "models").glob("*") if p.is_dir() or p.suffix == ".gguf")
     partial = sorted((root / "partial").glob("*.npz")) + sorted((root / "partial").glob("*.damaged"))
     if clear_partial or clear_all:
         for path in partial:
@@ -126,17 +131,24 @@ def cache(
         typer.echo(f"deleted {len(partial)} saved run(s) from {root / 'partial'}")
         partial = []
     if clear_models or clear_all:
-        for folder in models:
-            shutil.rmtree(folder, ignore_errors=True)
+        for entry in models:
+            if entry.is_dir():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
         typer.echo(f"deleted {len(models)} cached model(s) from {root / 'models'}")
         models = []
     table = Table(title=f"pecli cache: {root} (PECLI_CACHE_DIR)")
     for col in ("what", "entry", "size", "state"):
         table.add_column(col)
-    for folder in models:
-        size = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
-        problem = checksum_problem(folder)
-        table.add_row("model", folder.name, f"{size / 1e6:,.1f} MB",
+    for entry in models:
+        if entry.is_file():  # its package's assemble checks its sha256 on every use
+            table.add_row("assembled GGUF", entry.name, f"{entry.stat().st_size / 1e6:,.1f} MB",
+                          "sha256 checked on every use")
+            continue
+        size = sum(f.stat().st_size for f in entry.rglob("*") if f.is_file())
+        problem = checksum_problem(entry)
+        table.add_row("model", entry.name, f"{size / 1e6:,.1f} MB",
                       "checksums match" if problem is None else f"rebuilt on next use: {problem}")
     for path in partial:
         damaged = path.suffix == ".damaged"

@@ -200,9 +200,20 @@ def test_cache_clear_models_and_all(tmp_path, monkeypatch):
     assert result.exit_code == 0 and "deleted 1 cached model(s)" in result.output
     assert not folder.exists() and (tmp_path / "partial" / "ablate-1.npz").exists()
     _cached_folder(tmp_path)
+    # A GGUF assembled from chunk packages (Gemma 3's, 242 MB) was neither listed nor deleted.
+    (tmp_path / "models" / "gemma-3-270m-q4_k_m.gguf").write_bytes(b"GGUF" * 1000)
+    result = _invoke("cache")
+    assert "assembled GGUF" in result.output and "gemma-3-270m-q4_k_m.gguf" in result.output
     result = _invoke("cache", "--clear-all")
     assert result.exit_code == 0 and "deleted 2 saved run(s)" in result.output
+    assert "deleted 2 cached model(s)" in result.output
     assert not list((tmp_path / "models").iterdir()) and not list((tmp_path / "partial").iterdir())
+
+
+def test_cache_refuses_a_cache_path_that_is_a_file(tmp_path, monkeypatch):
+    (tmp_path / "cache").write_text("not a folder")
+    monkeypatch.setenv("PECLI_CACHE_DIR", str(tmp_path / "cache"))
+    _one_clear_line(_invoke("cache"), "is a file, not a folder; point PECLI_CACHE_DIR at a folder")
 
 
 # --- 3, 8, 9: partial-progress checkpoints ------------------------------------------------
