@@ -77,6 +77,9 @@ def _computed(intervention: Choice) -> str:
     return f"{Remedy.of(intervention.name, intervention.argument or '')!r}@{intervention.layers}"
 
 
+APPLIED = "_pecli_condition"  # set on a model while a condition is applied to it
+
+
 @dataclass(frozen=True)
 class Condition:
     """One condition and how it is computed, decided once (`plan`) and handed down.
@@ -171,13 +174,26 @@ class Condition:
         """The slow part done once (new rows, a donor model); a cheap factory of `applied`
         (a loop over batches enters it per batch)."""
         steps = [kind.prepare(self, loaded, seed) for kind in sorted(KINDS, key=lambda k: k.order)]
+        model, name = loaded.model, self.label
 
         @contextmanager
         def apply() -> Iterator[None]:
-            with ExitStack() as stack:
-                for step in steps:
-                    stack.enter_context(step())
-                yield
+            # Two conditions entered one inside the other would compose by accident (each kind
+            # patches what the other may have patched): refused; a Condition holds several kinds.
+            held = getattr(model, APPLIED, None)
+            if held is not None:
+                raise ConfigError(f"the model is already under condition {held!r}; apply one "
+                                  f"condition at a time (leave that block before applying {name!r}), "
+                                  "or give both parts as one condition, e.g. "
+                                  "pecli.conditions.parse('zero', rope='yarn:2')")
+            setattr(model, APPLIED, name)
+            try:
+                with ExitStack() as stack:
+                    for step in steps:
+                        stack.enter_context(step())
+                    yield
+            finally:
+                delattr(model, APPLIED)
 
         return apply
 

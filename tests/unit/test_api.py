@@ -71,6 +71,26 @@ def test_a_rope_scaling_is_restored_too(tiny):
     _same(before, _state(loaded.model))
 
 
+def test_a_condition_inside_another_is_refused_and_the_outer_one_stays(tiny):
+    """Entered one inside the other, two conditions composed by accident (zero inside
+    Self-Extend gave logits equal to neither): refused in one line, the outer condition still
+    applied, and the model restored on leaving it."""
+    loaded = tiny("llama", initializer_range=0.3)
+    model = loaded.model
+    ids = _ids(model)
+    before = _state(model)
+    with torch.no_grad(), pc.applied(model, "selfextend:2:8"):
+        outer = model(input_ids=ids).logits
+        with pytest.raises(PecliError, match="already under condition 'selfextend:2:8'; apply one "
+                                             "condition at a time"):
+            with pc.applied(model, "zero"):
+                pass
+        assert torch.equal(model(input_ids=ids).logits, outer)
+    _same(before, _state(model))
+    with pc.applied(model, "zero"):  # one after the other is fine
+        pass
+
+
 def test_a_transformers_model_equals_the_commands_path(tiny):
     """`applied` on the bare transformers model gives the numbers `intervene` (the commands'
     Condition.applied) gives on pecli's LoadedModel."""
