@@ -17,7 +17,7 @@ def reproduce(
     preset: PresetOpt = "offline",
     out: Annotated[Path | None, typer.Option(help="Output directory (default: results/<preset>).")] = None,
     force: Annotated[bool, typer.Option(help="Redo entries that are already done.")] = False,
-    device: DeviceOpt | None = None,
+    device: DeviceOpt = None,  # every entry on this device (default: each its own, auto)
     limit: LimitOpt = None,
     data_dir: DataDirOpt = None,
 ) -> None:

@@ -72,3 +72,14 @@ def test_help_prose_fills_an_80_column_terminal(path, cmd):
         for line, following in zip(lines, lines[1:], strict=False):
             assert len(line) + 1 + len(following.split()[0]) > 78 - 2, (
                 f"`pecli {path} --help` breaks a line short at 80 columns: {line!r}")
+
+
+@pytest.mark.parametrize("path, cmd", [(p, c) for p, c in _commands(typer.main.get_command(app))
+                                       if not hasattr(c, "commands")],
+                         ids=lambda x: x if isinstance(x, str) else "")
+def test_every_option_says_what_it_does(path, cmd):
+    """`pecli reproduce --device` showed no help at all (its flag was wrapped as `DeviceOpt |
+    None`, which Typer reads without the option's metadata)."""
+    silent = [p.opts[0] for p in cmd.params  # Typer's own click: its options, not arguments
+              if p.param_type_name == "option" and not p.hidden and not (p.help or "").strip()]
+    assert not silent, f"`pecli {path}`: {', '.join(silent)} have no help"

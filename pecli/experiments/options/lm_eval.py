@@ -35,7 +35,9 @@ class LmEvalOptions(Running, RopeScaled, Masked):
     tasks: tuple[str, ...] | str = option(
         (), flag={"type": str, "default": "", "decls": ("--tasks",)},
         help="lm-eval task names, a,b (with --include_path: your own task YAMLs).")
-    num_fewshot: int | None = option(None, low=0, flag={"decls": ("--num_fewshot",), "min": 0})
+    num_fewshot: int | None = option(None, low=0, flag={"decls": ("--num_fewshot",), "min": 0},
+                                     help="Few-shot examples before each document (lm-eval's "
+                                          "--num_fewshot; default: each task's own).")
     limit: int | None = option(None, low=1, flag={"decls": ("--limit",), "min": 1},
                                help="The first N documents of each task (lm-eval's --limit).")
     include_path: str | None = option(
@@ -43,7 +45,8 @@ class LmEvalOptions(Running, RopeScaled, Masked):
         help="A folder of task YAMLs (configs/lm_eval: TruthfulQA MC1/MC2 on the local data "
              "directory).")
     batch_size: int | None = option(
-        None, low=1, flag={"type": int, "default": 8, "min": 1, "decls": ("--batch_size",), "help": None})
+        None, low=1, flag={"type": int, "default": 8, "min": 1, "decls": ("--batch_size",)},
+        help="Requests per forward pass (lm-eval's --batch_size; it pads a batch on the left).")
     model_args: str = ""  # what else lm-eval's HFLM takes (max_length=..., ...)
     metadata: str = option(  # JSON for the tasks (lm-eval's --metadata), e.g. passkey's sizes
         "", flag={"decls": ("--metadata",)},
