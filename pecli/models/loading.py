@@ -329,8 +329,13 @@ def _load_hub(name: str, revision: str | None = None) -> LoadedModel:
         config = AutoConfig.from_pretrained(name, revision=revision, local_files_only=offline)
     except (OSError, ValueError) as err:
         if offline:
+            import difflib
+
+            close = difflib.get_close_matches(name, list(ALIASES.names()), n=1, cutoff=0.8)
             raise ModelError(
-                f"cannot load {name!r}: the hub is unreachable and it is not in the HF cache; "
+                f"cannot load {name!r}"  # a typo of an offline name reads as a hub id
+                + (f" (did you mean {close[0]!r}?)" if close else "")
+                + ": the hub is unreachable and it is not in the HF cache; "
                 "download it where the hub is reachable (`hf download "
                 f"{name}`), pass a local checkpoint directory, or use an offline model "
                 + (f"(closest here: {STAND_INS[name]})" if name in STAND_INS else

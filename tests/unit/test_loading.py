@@ -43,6 +43,9 @@ def test_unknown_names_and_devices(tmp_path):
         load_model(str(tmp_path), device="cpu")
     with pytest.raises(ModelError, match="hub is unreachable"):
         load_model("nobody/no-such-model", device="cpu")
+    # a typo of an offline model reads as a hub id: the message names the model meant
+    with pytest.raises(ModelError, match=r"cannot load 'smolm2' \(did you mean 'smollm2'\?\): the hub"):
+        load_model("smolm2", device="cpu")
     with pytest.raises(ModelError, match="unknown dtype"):
         resolve_dtype("float8")
     if not torch.cuda.is_available():
