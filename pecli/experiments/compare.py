@@ -120,8 +120,10 @@ def _check_whole_rows(path: Path) -> None:
                     raise cut(f"row {number} has {len(row)} of the header's {width} fields")
         if not gzipped:  # a gzip stream cut short fails to decompress instead
             with open(path, "rb") as f:
-                if f.seek(0, 2) and (f.seek(-1, 2), f.read(1))[1] != b"\n":
-                    raise cut("its last row has no final newline")
+                if f.seek(0, 2):  # not empty: its last byte
+                    f.seek(-1, 2)
+                    if f.read(1) != b"\n":
+                        raise cut("its last row has no final newline")
     except (OSError, UnicodeDecodeError, EOFError, csv.Error):
         return  # not a text table at all: read_csv's own error says so below
 
